@@ -1,0 +1,336 @@
+//! Buffer handles: operand windows, scratch and scalar prefetch.
+
+use super::index::{Idx, IntoIndices, Start};
+use super::state::{self, State};
+use super::tile::{IntoOperand, Tile};
+use crate::error::ErrorKind;
+use crate::{
+    BlockSpec, BufferRef, DType, Index, IndexExpr, IndexMap, IndexValue, Layout, Loc, MemorySpace,
+    OpKind, Order, TileType,
+};
+
+/// A buffer of the kernel being built: an operand's window (the whole array
+/// for `any`), a scratch buffer or a scalar-prefetch operand. `Copy`.
+#[derive(Clone, Copy, Debug)]
+pub struct Ref {
+    buffer: BufferRef,
+    builder: u32,
+}
+
+/// Converts what an index-map closure returns into block-index expressions.
+pub trait IntoIndexExprs {
+    /// One expression per block dim.
+    fn into_exprs(self) -> Vec<IndexExpr>;
+}
+
+impl IntoIndexExprs for IndexExpr {
+    fn into_exprs(self) -> Vec<IndexExpr> {
+        vec![self]
+    }
+}
+impl IntoIndexExprs for Vec<IndexExpr> {
+    fn into_exprs(self) -> Vec<IndexExpr> {
+        self
+    }
+}
+impl<T: Into<IndexExpr>, const N: usize> IntoIndexExprs for [T; N] {
+    fn into_exprs(self) -> Vec<IndexExpr> {
+        self.into_iter().map(Into::into).collect()
+    }
+}
+macro_rules! tuple_exprs {
+    ($($name:ident),+) => {
+        impl<$($name: Into<IndexExpr>),+> IntoIndexExprs for ($($name,)+) {
+            #[allow(non_snake_case)]
+            fn into_exprs(self) -> Vec<IndexExpr> {
+                let ($($name,)+) = self;
+                vec![$($name.into()),+]
+            }
+        }
+    };
+}
+tuple_exprs!(A);
+tuple_exprs!(A, B);
+tuple_exprs!(A, B, C);
+tuple_exprs!(A, B, C, D);
+tuple_exprs!(A, B, C, D, E);
+tuple_exprs!(A, B, C, D, E, F);
+
+impl Ref {
+    pub(super) fn new(buffer: BufferRef, builder: u32) -> Ref {
+        Ref { buffer, builder }
+    }
+
+    /// Which buffer this is.
+    pub fn buffer(self) -> BufferRef {
+        self.buffer
+    }
+
+    /// The shape the body sees (block, whole array for `any`, or the
+    /// buffer's shape).
+    pub fn shape(self) -> Vec<usize> {
+        state::with(self.builder, |st| {
+            st.sig
+                .buffer(self.buffer)
+                .map(|(_, _, s)| s.to_vec())
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+    }
+
+    /// Element type.
+    pub fn dtype(self) -> DType {
+        state::with(self.builder, |st| st.sig.buffer(self.buffer).map(|b| b.1))
+            .flatten()
+            .unwrap_or(DType::F32)
+    }
+
+    /// Changes a declaration of an operand; other buffers get an error.
+    fn edit_operand(self, what: &str, loc: Loc, f: impl FnOnce(&mut crate::Operand)) -> Ref {
+        state::with(self.builder, |st| match self.buffer {
+            BufferRef::Operand(i) if i < st.sig.operands.len() => f(&mut st.sig.operands[i]),
+            _ => st.error(
+                ErrorKind::Builder(format!("{what} applies to operands only")),
+                Some(loc),
+            ),
+        });
+        self
+    }
+
+    /// Sets the block shape and index map. The map receives one
+    /// [`IndexExpr`] per grid dim and returns one block index per array dim:
+    /// `.block([bm, bk], |[i, _, k]| (i, k))`.
+    #[track_caller]
+    pub fn block<const G: usize, R: IntoIndexExprs>(
+        self,
+        shape: impl Into<Vec<usize>>,
+        map: impl FnOnce([IndexExpr; G]) -> R,
+    ) -> Ref {
+        let loc = Loc::caller();
+        let exprs = map(std::array::from_fn(IndexExpr::Grid)).into_exprs();
+        let shape = shape.into();
+        let rank = state::with(self.builder, |st| st.sig.grid.rank()).unwrap_or(G);
+        if rank != G {
+            state::with(self.builder, |st| {
+                st.error(
+                    ErrorKind::Builder(format!(
+                        "the index map takes {G} grid indices but the grid has {rank} dims; set the grid first and take one index per grid dim"
+                    )),
+                    Some(loc.clone()),
+                )
+            });
+        }
+        self.edit_operand("a block spec", loc, |o| {
+            o.block = BlockSpec {
+                shape,
+                index_map: IndexMap::new(exprs),
+            }
+        })
+    }
+
+    /// Sets the layout hints.
+    #[track_caller]
+    pub fn layout(self, layout: Layout) -> Ref {
+        self.edit_operand("a layout", Loc::caller(), |o| o.layout = layout)
+    }
+
+    /// Physical order: trailing matrices column-major (see [`Order::ColMajor`]).
+    #[track_caller]
+    pub fn col_major(self) -> Ref {
+        self.edit_operand("a layout", Loc::caller(), |o| {
+            o.layout.order = Order::ColMajor
+        })
+    }
+
+    /// Physical order: row-major (the default).
+    #[track_caller]
+    pub fn row_major(self) -> Ref {
+        self.edit_operand("a layout", Loc::caller(), |o| {
+            o.layout.order = Order::RowMajor
+        })
+    }
+
+    /// Requires every block start to be aligned to `bytes`.
+    #[track_caller]
+    pub fn align(self, bytes: u64) -> Ref {
+        self.edit_operand("an alignment", Loc::caller(), |o| {
+            o.layout.align = Some(bytes)
+        })
+    }
+
+    /// Sets the memory space. For `any` the block becomes the whole array.
+    #[track_caller]
+    pub fn space(self, space: MemorySpace) -> Ref {
+        let loc = Loc::caller();
+        state::with(self.builder, |st| match self.buffer {
+            BufferRef::Operand(i) if i < st.sig.operands.len() => {
+                let o = &mut st.sig.operands[i];
+                o.space = space;
+                if space == MemorySpace::Any {
+                    o.block = BlockSpec::full(&o.shape);
+                }
+            }
+            BufferRef::Scratch(i) if i < st.sig.scratch.len() => st.sig.scratch[i].space = space,
+            _ => st.error(
+                ErrorKind::Builder("scalar prefetch always lives in smem".into()),
+                Some(loc),
+            ),
+        });
+        self
+    }
+
+    /// An element of this scalar-prefetch operand, for use in index maps:
+    /// `|[i, j]| (table.at(i), j)`.
+    pub fn at(self, index: impl IntoIndexExprs) -> IndexExpr {
+        let operand = match self.buffer {
+            BufferRef::Prefetch(i) => i,
+            // Not a prefetch ref: the verifier reports an unknown operand.
+            _ => usize::MAX,
+        };
+        IndexExpr::Prefetch {
+            operand,
+            at: index.into_exprs(),
+        }
+    }
+
+    /// Loads the indexed part of the buffer: `q.load(..)` for all of it,
+    /// `acc.load((.., 0..128))`, `x.load((0, ds(i * 8, 8), ..))`.
+    #[track_caller]
+    pub fn load(self, indices: impl IntoIndices) -> Tile {
+        self.load_impl(indices.into_indices(), None, Loc::caller())
+    }
+
+    /// Loads where `mask` is true; other elements are 0 and are not read.
+    #[track_caller]
+    pub fn load_masked(self, indices: impl IntoIndices, mask: Tile) -> Tile {
+        self.load_impl(indices.into_indices(), Some(mask), Loc::caller())
+    }
+
+    fn load_impl(self, idx: Option<Vec<Idx>>, mask: Option<Tile>, loc: Loc) -> Tile {
+        let id = state::with(self.builder, |st| {
+            let indices = resolve(st, self.buffer, idx, &loc)?;
+            let mask = match mask {
+                Some(m) => Some(st.own(m, &loc)?),
+                None => None,
+            };
+            let kind = OpKind::Load {
+                buffer: self.buffer,
+                indices,
+                mask,
+            };
+            st.push_op(kind, loc).first().copied()
+        })
+        .flatten();
+        Tile::from_parts(id, self.builder)
+    }
+
+    /// Stores `value` into the indexed part of the buffer. A number is
+    /// splatted to the indexed shape.
+    #[track_caller]
+    pub fn store(self, indices: impl IntoIndices, value: impl IntoOperand) {
+        self.store_impl(indices.into_indices(), value, None, Loc::caller())
+    }
+
+    /// Stores where `mask` is true.
+    #[track_caller]
+    pub fn store_masked(self, indices: impl IntoIndices, value: impl IntoOperand, mask: Tile) {
+        self.store_impl(indices.into_indices(), value, Some(mask), Loc::caller())
+    }
+
+    fn store_impl(
+        self,
+        idx: Option<Vec<Idx>>,
+        value: impl IntoOperand,
+        mask: Option<Tile>,
+        loc: Loc,
+    ) {
+        let value = value.into_operand();
+        state::with(self.builder, |st| {
+            let indices = resolve(st, self.buffer, idx, &loc)?;
+            let view: Vec<usize> = indices
+                .iter()
+                .filter_map(|i| match i {
+                    Index::Slice { len, .. } => Some(*len),
+                    Index::Point(_) => None,
+                })
+                .collect();
+            let dtype = st.sig.buffer(self.buffer).map(|b| b.1)?;
+            let value = value.materialize(st, self.builder, &TileType::new(dtype, view), &loc)?;
+            let mask = match mask {
+                Some(m) => Some(st.own(m, &loc)?),
+                None => None,
+            };
+            st.push_op(
+                OpKind::Store {
+                    buffer: self.buffer,
+                    indices,
+                    value,
+                    mask,
+                },
+                loc,
+            );
+            Some(())
+        });
+    }
+}
+
+/// Turns builder indices into IR indices against the buffer's view shape.
+fn resolve(
+    st: &mut State,
+    buffer: BufferRef,
+    idx: Option<Vec<Idx>>,
+    loc: &Loc,
+) -> Option<Vec<Index>> {
+    let Some((name, _, shape)) = st
+        .sig
+        .buffer(buffer)
+        .map(|(n, d, s)| (n.to_string(), d, s.to_vec()))
+    else {
+        st.error(
+            ErrorKind::UnknownBuffer(format!("{buffer:?} does not exist in this kernel")),
+            Some(loc.clone()),
+        );
+        return None;
+    };
+    let idx = idx.unwrap_or_else(|| vec![Idx::Full; shape.len()]);
+    let mut out = Vec::with_capacity(idx.len());
+    for (d, i) in idx.into_iter().enumerate() {
+        let size = shape.get(d).copied().unwrap_or(0) as i64;
+        let start = |st: &mut State, s: Start| -> Option<IndexValue> {
+            Some(match s {
+                Start::Static(v) => IndexValue::Static(v),
+                Start::Dynamic(t) => IndexValue::Dynamic(st.own(t, loc)?),
+            })
+        };
+        out.push(match i {
+            Idx::Full => Index::Slice {
+                start: IndexValue::Static(0),
+                len: size as usize,
+            },
+            Idx::Range { start: s, end } => {
+                let end = end.unwrap_or(size);
+                if end <= s {
+                    st.error(
+                        ErrorKind::Index {
+                            op: "load/store",
+                            buffer: name.clone(),
+                            detail: format!("dim {d}: the range {s}..{end} is empty"),
+                        },
+                        Some(loc.clone()),
+                    );
+                    return None;
+                }
+                Index::Slice {
+                    start: IndexValue::Static(s),
+                    len: (end - s) as usize,
+                }
+            }
+            Idx::Point(s) => Index::Point(start(st, s)?),
+            Idx::Dyn(s, len) => Index::Slice {
+                start: start(st, s)?,
+                len,
+            },
+        });
+    }
+    Some(out)
+}

@@ -1,0 +1,254 @@
+//! Element types of tiles, buffers and arrays.
+
+use std::fmt;
+use std::str::FromStr;
+
+use half::{bf16, f16};
+
+/// The element type of a tile, buffer or array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    /// IEEE binary32.
+    F32,
+    /// bfloat16: 8 exponent bits, 7 mantissa bits.
+    BF16,
+    /// IEEE binary16.
+    F16,
+    /// Two's complement 32-bit integer.
+    I32,
+    /// Two's complement 8-bit integer.
+    I8,
+    /// Boolean; one byte in memory, as on TPU.
+    Bool,
+}
+
+impl DType {
+    /// Every dtype, in a fixed order (useful for tests and listings).
+    pub const ALL: [DType; 6] = [
+        DType::F32,
+        DType::BF16,
+        DType::F16,
+        DType::I32,
+        DType::I8,
+        DType::Bool,
+    ];
+
+    /// Width in bits of one element in memory.
+    pub fn bits(self) -> u32 {
+        match self {
+            DType::F32 | DType::I32 => 32,
+            DType::BF16 | DType::F16 => 16,
+            DType::I8 | DType::Bool => 8,
+        }
+    }
+
+    /// Size in bytes of one element in memory.
+    pub fn bytes(self) -> usize {
+        self.bits() as usize / 8
+    }
+
+    /// How many elements share one 32-bit sublane slot: 32 / bitwidth.
+    pub fn packing(self) -> usize {
+        32 / self.bits() as usize
+    }
+
+    /// True for f32, bf16 and f16.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::BF16 | DType::F16)
+    }
+
+    /// True for i32 and i8.
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I32 | DType::I8)
+    }
+
+    /// True for float and integer types (everything but bool).
+    pub fn is_numeric(self) -> bool {
+        self != DType::Bool
+    }
+
+    /// The short name used in printed IR (`f32`, `bf16`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::BF16 => "bf16",
+            DType::F16 => "f16",
+            DType::I32 => "i32",
+            DType::I8 => "i8",
+            DType::Bool => "bool",
+        }
+    }
+
+    /// Rounds an exact value to the nearest value this dtype can hold.
+    ///
+    /// Floats round to nearest even; integers truncate toward zero and wrap
+    /// (two's complement), as a convert followed by the dtype's arithmetic
+    /// does on hardware; bool is `v != 0`. NaN stays NaN for floats and
+    /// becomes 0 for integers.
+    pub fn round(self, v: f64) -> f64 {
+        match self {
+            DType::F32 => v as f32 as f64,
+            DType::BF16 => bf16::from_f64(v).to_f64(),
+            DType::F16 => f16::from_f64(v).to_f64(),
+            DType::I32 => wrap_int(v, 32),
+            DType::I8 => wrap_int(v, 8),
+            DType::Bool => {
+                if v != 0.0 && !v.is_nan() {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+
+    /// Unit roundoff of a float dtype (half the distance from 1 to the next
+    /// value); 0 for exact types.
+    pub fn epsilon(self) -> f64 {
+        match self {
+            DType::F32 => f32::EPSILON as f64 / 2.0,
+            DType::BF16 => 2f64.powi(-8),
+            DType::F16 => 2f64.powi(-11),
+            _ => 0.0,
+        }
+    }
+}
+
+fn wrap_int(v: f64, bits: u32) -> f64 {
+    if !v.is_finite() {
+        return 0.0;
+    }
+    // Saturate into i64 first (as `as` does), then wrap to the width.
+    let t = v.trunc() as i64;
+    match bits {
+        32 => t as i32 as f64,
+        _ => t as i8 as f64,
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The error of parsing a dtype name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown dtype `{0}`; expected one of f32, bf16, f16, i32, i8, bool")]
+pub struct ParseDTypeError(pub String);
+
+impl FromStr for DType {
+    type Err = ParseDTypeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| ParseDTypeError(s.to_string()))
+    }
+}
+
+/// A Rust type that is the host representation of a [`DType`].
+///
+/// Implemented for `f32`, [`half::bf16`], [`half::f16`], `i32`, `i8` and
+/// `bool`; lets typed code say `x.cast_to::<bf16>()` or
+/// `Array::from_vec::<f32>(..)`.
+pub trait Element: Copy + Send + Sync + 'static {
+    /// The dtype this Rust type stands for.
+    const DTYPE: DType;
+    /// Converts to f64 exactly.
+    fn to_f64(self) -> f64;
+    /// Converts from f64, rounding as [`DType::round`] does.
+    fn from_f64(v: f64) -> Self;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+
+impl Element for bf16 {
+    const DTYPE: DType = DType::BF16;
+    fn to_f64(self) -> f64 {
+        bf16::to_f64(self)
+    }
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+}
+
+impl Element for f16 {
+    const DTYPE: DType = DType::F16;
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+}
+
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        DType::I32.round(v) as i32
+    }
+}
+
+impl Element for i8 {
+    const DTYPE: DType = DType::I8;
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> Self {
+        DType::I8.round(v) as i8
+    }
+}
+
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
+    fn to_f64(self) -> f64 {
+        if self { 1.0 } else { 0.0 }
+    }
+    fn from_f64(v: f64) -> Self {
+        DType::Bool.round(v) != 0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for d in DType::ALL {
+            assert_eq!(d.name().parse::<DType>(), Ok(d));
+        }
+        assert!("f64".parse::<DType>().is_err());
+    }
+
+    #[test]
+    fn rounding_matches_the_storage_type() {
+        let x = 1.0 + 2f64.powi(-20);
+        assert_eq!(DType::F32.round(x), x);
+        assert_eq!(DType::BF16.round(x), 1.0);
+        assert_eq!(DType::I32.round(2f64.powi(31)), -(2f64.powi(31)));
+        assert_eq!(DType::I8.round(-3.7), -3.0);
+        assert_eq!(DType::I8.round(130.0), -126.0);
+        assert_eq!(DType::Bool.round(-2.0), 1.0);
+        assert!(DType::F16.round(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn packing_follows_bit_width() {
+        assert_eq!(DType::F32.packing(), 1);
+        assert_eq!(DType::BF16.packing(), 2);
+        assert_eq!(DType::I8.packing(), 4);
+    }
+}

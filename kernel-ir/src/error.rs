@@ -1,0 +1,452 @@
+//! Errors of building, verifying and interpreting kernels.
+//!
+//! Every error is a value: it names the rule that was broken, the values
+//! found and what would fit, and carries the source location of the op or
+//! declaration when there is one.
+
+use std::fmt;
+
+use crate::budget::VmemBudget;
+use crate::ops::ShapeDisplay;
+use crate::{DType, Loc, Target};
+
+/// One diagnostic: what went wrong and where.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelError {
+    /// What rule was broken.
+    pub kind: ErrorKind,
+    /// Where the user wrote the offending op or declaration.
+    pub loc: Option<Loc>,
+}
+
+impl KernelError {
+    /// An error at a location.
+    pub fn new(kind: ErrorKind, loc: Option<Loc>) -> KernelError {
+        KernelError { kind, loc }
+    }
+}
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(loc) = &self.loc {
+            write!(f, "{loc}: ")?;
+        }
+        write!(f, "{}", self.kind)
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+impl From<ErrorKind> for KernelError {
+    fn from(kind: ErrorKind) -> Self {
+        KernelError { kind, loc: None }
+    }
+}
+
+/// All the errors found in one kernel, in the order found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelErrors(pub Vec<KernelError>);
+
+impl KernelErrors {
+    /// True if any error's kind satisfies `f`.
+    pub fn any(&self, f: impl Fn(&ErrorKind) -> bool) -> bool {
+        self.0.iter().any(|e| f(&e.kind))
+    }
+
+    /// The first error.
+    pub fn first(&self) -> Option<&KernelError> {
+        self.0.first()
+    }
+}
+
+impl fmt::Display for KernelErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "error: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for KernelErrors {}
+
+impl From<KernelError> for KernelErrors {
+    fn from(e: KernelError) -> Self {
+        KernelErrors(vec![e])
+    }
+}
+
+/// Prints an optional list of indices.
+fn idx(v: &[i64]) -> String {
+    let parts: Vec<String> = v.iter().map(i64::to_string).collect();
+    format!("({})", parts.join(", "))
+}
+
+/// What rule a kernel broke.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ErrorKind {
+    // ---- signature ----
+    /// Two declarations share a name.
+    #[error(
+        "[duplicate-name] `{name}` is declared twice; give every operand, scratch buffer and scalar-prefetch operand its own name"
+    )]
+    DuplicateName {
+        /// The name.
+        name: String,
+    },
+    /// A name that is empty or not an identifier.
+    #[error(
+        "[bad-name] `{name}` is not a valid name; use letters, digits and `_`, not starting with a digit"
+    )]
+    BadName {
+        /// The name.
+        name: String,
+    },
+    /// A zero-sized array, block, scratch or grid dim.
+    #[error("[zero-size] {what} has a zero-sized dim in {}; every dim must be at least 1", ShapeDisplay(.shape))]
+    ZeroSize {
+        /// What it is (`operand x`, `grid`, ...).
+        what: String,
+        /// Its shape.
+        shape: Vec<usize>,
+    },
+    /// The block shape has a different rank than the array.
+    #[error("[block-rank] operand `{operand}` is rank {array_rank} but its block {} is rank {block_rank}; give one block dim per array dim (use 1 for dims you index one at a time)", ShapeDisplay(.block))]
+    BlockRank {
+        /// Operand name.
+        operand: String,
+        /// Block shape.
+        block: Vec<usize>,
+        /// Its rank.
+        block_rank: usize,
+        /// The array's rank.
+        array_rank: usize,
+    },
+    /// A block dim larger than the array dim.
+    #[error(
+        "[block-too-large] operand `{operand}`: block dim {dim} is {block} but the array dim is only {array}; use at most {array}"
+    )]
+    BlockTooLarge {
+        /// Operand name.
+        operand: String,
+        /// Logical dim.
+        dim: usize,
+        /// Block size.
+        block: usize,
+        /// Array size.
+        array: usize,
+    },
+    /// The index map returns the wrong number of block indices.
+    #[error(
+        "[index-map-arity] operand `{operand}`: the index map returns {found} block indices but the block has rank {expected}"
+    )]
+    IndexMapArity {
+        /// Operand name.
+        operand: String,
+        /// Entries returned.
+        found: usize,
+        /// Block rank.
+        expected: usize,
+    },
+    /// The index map names a grid dim or prefetch operand that does not
+    /// exist.
+    #[error("[index-map-ref] operand `{operand}`: the index map {detail}")]
+    IndexMapRef {
+        /// Operand name.
+        operand: String,
+        /// What it referenced.
+        detail: String,
+    },
+    /// A general layout order that is not a permutation.
+    #[error(
+        "[bad-layout] operand `{operand}`: minor-to-major order {order:?} is not a permutation of 0..{rank}"
+    )]
+    BadLayout {
+        /// Operand name.
+        operand: String,
+        /// The order given.
+        order: Vec<usize>,
+        /// The array rank.
+        rank: usize,
+    },
+    /// An alignment that is not a power of two.
+    #[error(
+        "[bad-align] operand `{operand}`: align = {align} is not a power of two; use 128 for MXU operands"
+    )]
+    BadAlign {
+        /// Operand name.
+        operand: String,
+        /// The alignment.
+        align: u64,
+    },
+    /// A scalar-prefetch operand that is not i32.
+    #[error(
+        "[prefetch-dtype] scalar-prefetch `{name}` is {dtype}; scalar prefetch holds i32 values"
+    )]
+    PrefetchDType {
+        /// Name.
+        name: String,
+        /// Its dtype.
+        dtype: DType,
+    },
+    /// An operand in `any` memory with a block spec.
+    #[error(
+        "[any-block] operand `{operand}` is in memory space `any`, which passes the whole array; drop its block spec or use vmem"
+    )]
+    AnyWithBlock {
+        /// Operand name.
+        operand: String,
+    },
+    /// A scratch buffer in `any` memory.
+    #[error("[scratch-space] scratch `{name}` must live in vmem or smem, not `any`")]
+    ScratchSpace {
+        /// Name.
+        name: String,
+    },
+    /// The VMEM limit is above the target's physical VMEM.
+    #[error(
+        "[vmem-limit] vmem_limit = {limit} bytes exceeds the {target} VMEM of {physical} bytes; use at most {physical}"
+    )]
+    VmemLimitTooLarge {
+        /// The limit asked for.
+        limit: u64,
+        /// Target.
+        target: Target,
+        /// Physical VMEM.
+        physical: u64,
+    },
+
+    // ---- TPU rules ----
+    /// A VMEM block shape that breaks the (sublane, lane) tiling.
+    #[error(
+        "[tiling] {dtype} operand `{operand}` ({layout}): block dim {dim} is {block}, the physical {which} dim; it must be {rule} or the full array dim {array}; {suggest}"
+    )]
+    Tiling {
+        /// Operand name.
+        operand: String,
+        /// Its dtype.
+        dtype: DType,
+        /// Its layout, printed.
+        layout: String,
+        /// Logical dim.
+        dim: usize,
+        /// `minor (lane)` or `second-minor (sublane)` or `only`.
+        which: &'static str,
+        /// Block size found.
+        block: usize,
+        /// Array size.
+        array: usize,
+        /// The rule, e.g. `a multiple of 128 lanes`.
+        rule: String,
+        /// What would fit.
+        suggest: String,
+    },
+    /// A block start that breaks the operand's alignment.
+    #[error("[align] operand `{operand}` has align = {align} but at grid index {} the block {} starts at byte {offset}; dim {dim} contributes {dim_offset} bytes; make block dim {dim} × {elem_bytes} bytes a multiple of {align}", idx(.grid), idx(.block_index))]
+    Misaligned {
+        /// Operand name.
+        operand: String,
+        /// Required alignment.
+        align: u64,
+        /// Grid point.
+        grid: Vec<i64>,
+        /// Block index there.
+        block_index: Vec<i64>,
+        /// Byte offset of the block start.
+        offset: u64,
+        /// The logical dim at fault.
+        dim: usize,
+        /// Byte offset contributed by that dim.
+        dim_offset: u64,
+        /// Element size.
+        elem_bytes: usize,
+    },
+    /// Windows and scratch do not fit in the scoped VMEM limit.
+    #[error("[vmem-budget] {0}")]
+    VmemOverflow(Box<VmemBudget>),
+    /// An index map selects a block outside the array.
+    #[error("[block-bounds] operand `{operand}`: at grid index {} the index map selects block {}, but dim {dim} has only {blocks} blocks of {block_size} (array dim {array}); valid block indices are 0..{blocks}", idx(.grid), idx(.block_index))]
+    BlockOutOfBounds {
+        /// Operand name.
+        operand: String,
+        /// Grid point.
+        grid: Vec<i64>,
+        /// Block index found.
+        block_index: Vec<i64>,
+        /// Dim at fault.
+        dim: usize,
+        /// Number of blocks along it.
+        blocks: usize,
+        /// Block size along it.
+        block_size: usize,
+        /// Array size along it.
+        array: usize,
+    },
+    /// The index map cannot be evaluated.
+    #[error("[index-map-eval] operand `{operand}` at grid index {}: {reason}", idx(.grid))]
+    IndexMapEval {
+        /// Operand name.
+        operand: String,
+        /// Grid point.
+        grid: Vec<i64>,
+        /// Why.
+        reason: String,
+    },
+    /// Scratch state that flows across a parallel grid dim.
+    #[error(
+        "[parallel-carry] scratch `{scratch}` is read before it is written in a grid step, so it carries state from the previous step, but grid dim {dim} is parallel and its steps may run in any order or on another core; mark dim {dim} `arbitrary`, or initialize `{scratch}` under `when(program_id(d) == 0)` for an arbitrary dim d inner to every parallel dim"
+    )]
+    ParallelCarry {
+        /// Scratch name.
+        scratch: String,
+        /// The parallel grid dim.
+        dim: usize,
+    },
+
+    // ---- body ----
+    /// A value id that does not exist or is not visible here.
+    #[error(
+        "[undefined-value] %{id} is not defined at this point (a value from another region, a later op, or another kernel)"
+    )]
+    UndefinedValue {
+        /// The id.
+        id: u32,
+    },
+    /// An operand of the wrong dtype.
+    #[error("[dtype] {op}: {detail}")]
+    DType {
+        /// The op.
+        op: &'static str,
+        /// What was found and expected.
+        detail: String,
+    },
+    /// Operands of incompatible shapes.
+    #[error("[shape] {op}: {detail}")]
+    Shape {
+        /// The op.
+        op: &'static str,
+        /// What was found and expected.
+        detail: String,
+    },
+    /// `dot_general` operands with different dtypes or a bad accumulator.
+    #[error("[dot-dtype] dot_general: {detail}")]
+    DotDType {
+        /// What was found and expected.
+        detail: String,
+    },
+    /// An axis, dim or permutation entry out of range.
+    #[error("[axis] {op}: {detail}")]
+    Axis {
+        /// The op.
+        op: &'static str,
+        /// What was found and expected.
+        detail: String,
+    },
+    /// A buffer reference that does not exist.
+    #[error("[unknown-buffer] {0}")]
+    UnknownBuffer(String),
+    /// A load/store with the wrong number of indices or a static slice out
+    /// of range.
+    #[error("[index] {op} `{buffer}`: {detail}")]
+    Index {
+        /// `load` or `store`.
+        op: &'static str,
+        /// Buffer name.
+        buffer: String,
+        /// What was found and expected.
+        detail: String,
+    },
+    /// A store to an input operand or to scalar prefetch.
+    #[error(
+        "[read-only] `{buffer}` is {what} and cannot be written; declare it as an output or in-out operand"
+    )]
+    ReadOnly {
+        /// Buffer name.
+        buffer: String,
+        /// Its role.
+        what: &'static str,
+    },
+    /// A region that yields the wrong values.
+    #[error("[yield] {op}: {detail}")]
+    Yield {
+        /// `for` or `if`.
+        op: &'static str,
+        /// What was found and expected.
+        detail: String,
+    },
+    /// A condition or bound that is not a scalar of the right dtype.
+    #[error("[scalar] {op}: {detail}")]
+    NotScalar {
+        /// The op.
+        op: &'static str,
+        /// What was found and expected.
+        detail: String,
+    },
+    /// A tile that was not built by the kernel being built.
+    #[error(
+        "[foreign-tile] a tile or ref from another kernel builder (or one that was already finished) was used here; build every value of a kernel inside its own builder"
+    )]
+    ForeignTile,
+    /// A signature change after the kernel was finished or at a bad time.
+    #[error("[builder] {0}")]
+    Builder(String),
+
+    // ---- execution (interpreter) ----
+    /// Wrong number, dtype or shape of inputs.
+    #[error("[inputs] {0}")]
+    Inputs(String),
+    /// Read of a scratch or output element that holds no value.
+    #[error("[poison] {buffer} `{name}` element {} is read before anything was written to it{why}", idx(.element))]
+    PoisonRead {
+        /// `scratch` or `output`.
+        buffer: &'static str,
+        /// Buffer name.
+        name: String,
+        /// Element index within the buffer (or window).
+        element: Vec<i64>,
+        /// Extra explanation (e.g. scratch is reset when a parallel index
+        /// changes).
+        why: String,
+    },
+    /// Output elements never written.
+    #[error("[unwritten-output] output `{operand}`: {count} of {total} elements were never written (first at {}); check that the grid and index map cover the whole array", idx(.first))]
+    UnwrittenOutput {
+        /// Operand name.
+        operand: String,
+        /// Elements never written.
+        count: usize,
+        /// Elements in total.
+        total: usize,
+        /// Index of the first one.
+        first: Vec<i64>,
+    },
+    /// A dynamic index outside the buffer or the array.
+    #[error("[dynamic-bounds] {op} `{buffer}`: {detail}")]
+    DynamicOutOfBounds {
+        /// `load` or `store`.
+        op: &'static str,
+        /// Buffer name.
+        buffer: String,
+        /// What was found and what fits.
+        detail: String,
+    },
+    /// Integer division or remainder by zero.
+    #[error("[div-by-zero] integer {op} by zero")]
+    DivisionByZero {
+        /// `div` or `rem`.
+        op: &'static str,
+    },
+    /// A loop with more iterations than the interpreter allows.
+    #[error(
+        "[loop-limit] for loop would run {trips} iterations, more than the interpreter's limit of {limit}; raise `InterpOptions::max_loop_trips` if this is intended"
+    )]
+    LoopLimit {
+        /// Iterations asked for.
+        trips: i64,
+        /// The limit.
+        limit: u64,
+    },
+}

@@ -1,0 +1,788 @@
+//! Evaluation of ops on host values.
+
+use super::{Buf, DEFINED, InterpOptions, POISON, UNWRITTEN};
+use crate::error::{ErrorKind, KernelError};
+use crate::{
+    BinaryOp, BufferRef, CompareOp, DType, DotDims, Index, IndexValue, Kernel, Loc, Op, OpKind,
+    ReduceOp, Region, UnaryOp, ValueId,
+};
+
+/// A runtime value: a tile with optional per-element poison.
+#[derive(Clone, Debug)]
+pub(crate) struct Val {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub data: Vec<f64>,
+    /// `None` when every element is defined.
+    pub poison: Option<Vec<bool>>,
+}
+
+impl Val {
+    fn clean(dtype: DType, shape: Vec<usize>, data: Vec<f64>) -> Val {
+        Val {
+            dtype,
+            shape,
+            data,
+            poison: None,
+        }
+    }
+
+    fn is_poison(&self, i: usize) -> bool {
+        self.poison.as_ref().is_some_and(|p| p[i])
+    }
+
+    fn any_poison(&self) -> bool {
+        self.poison.as_ref().is_some_and(|p| p.iter().any(|&b| b))
+    }
+}
+
+pub(crate) struct Machine<'a> {
+    pub k: &'a Kernel,
+    pub opts: &'a InterpOptions,
+    pub prefetch: Vec<Buf>,
+    pub operands: Vec<Buf>,
+    pub scratch: Vec<Buf>,
+    /// Element offset of each operand's window in this step.
+    pub offsets: Vec<Vec<i64>>,
+    pub env: Vec<Option<Val>>,
+    pub grid_point: Vec<i64>,
+}
+
+type R<T> = Result<T, KernelError>;
+
+/// Start and length of the indexed range in each buffer dim.
+type Ranges = Vec<(i64, usize)>;
+
+fn strides_of(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// Calls `f(flat, index)` for every index of `shape`, row-major.
+fn for_each_index(shape: &[usize], mut f: impl FnMut(usize, &[usize])) {
+    let n: usize = shape.iter().product();
+    let mut idx = vec![0usize; shape.len()];
+    for flat in 0..n {
+        f(flat, &idx);
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+fn int(v: f64) -> i64 {
+    v as i64
+}
+
+impl Machine<'_> {
+    fn get(&self, v: ValueId) -> R<&Val> {
+        self.env
+            .get(v.index())
+            .and_then(Option::as_ref)
+            .ok_or_else(|| ErrorKind::UndefinedValue { id: v.0 }.into())
+    }
+
+    fn set(&mut self, v: ValueId, val: Val) {
+        if let Some(slot) = self.env.get_mut(v.index()) {
+            *slot = Some(val);
+        }
+    }
+
+    /// Reads an i32 scalar used for control or indexing; poison is an error.
+    fn scalar(&self, v: ValueId, what: &str, loc: &Option<Loc>) -> R<i64> {
+        let val = self.get(v)?;
+        if val.any_poison() {
+            return Err(KernelError::new(
+                ErrorKind::PoisonRead {
+                    buffer: "value",
+                    name: v.to_string(),
+                    element: Vec::new(),
+                    why: format!(
+                        " (it is used as {what} but depends on elements past the end of an array)"
+                    ),
+                },
+                loc.clone(),
+            ));
+        }
+        Ok(int(val.data.first().copied().unwrap_or(0.0)))
+    }
+
+    fn index_value(&self, iv: &IndexValue, what: &str, loc: &Option<Loc>) -> R<i64> {
+        match iv {
+            IndexValue::Static(s) => Ok(*s),
+            IndexValue::Dynamic(v) => self.scalar(*v, what, loc),
+        }
+    }
+
+    pub(crate) fn region(&mut self, r: &Region, args: Vec<Val>) -> R<Vec<Val>> {
+        for (a, v) in r.args.iter().zip(args) {
+            self.set(*a, v);
+        }
+        for op in &r.ops {
+            self.op(op)?;
+        }
+        r.yields.iter().map(|y| self.get(*y).cloned()).collect()
+    }
+
+    fn op(&mut self, op: &Op) -> R<()> {
+        let loc = &op.loc;
+        let at = |kind: ErrorKind| KernelError::new(kind, loc.clone());
+        let result = match &op.kind {
+            OpKind::Constant { value, ty } => {
+                let v = ty.dtype.round(value.as_f64());
+                Val::clean(ty.dtype, ty.shape.clone(), vec![v; ty.elements()])
+            }
+            OpKind::ProgramId { dim } => Val::clean(
+                DType::I32,
+                vec![],
+                vec![self.grid_point.get(*dim).copied().unwrap_or(0) as f64],
+            ),
+            OpKind::NumPrograms { dim } => Val::clean(
+                DType::I32,
+                vec![],
+                vec![self.k.grid.dims.get(*dim).map_or(0, |d| d.bound) as f64],
+            ),
+            OpKind::Iota { ty, dim } => {
+                let mut data = Vec::with_capacity(ty.elements());
+                for_each_index(&ty.shape, |_, idx| {
+                    data.push(ty.dtype.round(idx[*dim] as f64))
+                });
+                Val::clean(ty.dtype, ty.shape.clone(), data)
+            }
+            OpKind::Load {
+                buffer,
+                indices,
+                mask,
+            } => self.load(*buffer, indices, *mask, loc)?,
+            OpKind::Store {
+                buffer,
+                indices,
+                value,
+                mask,
+            } => {
+                self.store(*buffer, indices, *value, *mask, loc)?;
+                return Ok(());
+            }
+            OpKind::Unary { op: u, x } => {
+                let x = self.get(*x)?;
+                let data = x
+                    .data
+                    .iter()
+                    .map(|&v| x.dtype.round(unary(*u, x.dtype, v)))
+                    .collect();
+                Val { data, ..x.clone() }
+            }
+            OpKind::Binary { op: b, lhs, rhs } => {
+                let (a, c) = (self.get(*lhs)?, self.get(*rhs)?);
+                let mut data = Vec::with_capacity(a.data.len());
+                for (&x, &y) in a.data.iter().zip(&c.data) {
+                    data.push(a.dtype.round(binary(*b, a.dtype, x, y).map_err(at)?));
+                }
+                Val {
+                    dtype: a.dtype,
+                    shape: a.shape.clone(),
+                    data,
+                    poison: merge(&[a, c]),
+                }
+            }
+            OpKind::Compare { op: c, lhs, rhs } => {
+                let (a, b) = (self.get(*lhs)?, self.get(*rhs)?);
+                let data = a
+                    .data
+                    .iter()
+                    .zip(&b.data)
+                    .map(|(&x, &y)| compare(*c, x, y) as u8 as f64)
+                    .collect();
+                Val {
+                    dtype: DType::Bool,
+                    shape: a.shape.clone(),
+                    data,
+                    poison: merge(&[a, b]),
+                }
+            }
+            OpKind::Select {
+                cond,
+                on_true,
+                on_false,
+            } => {
+                let (c, a, b) = (self.get(*cond)?, self.get(*on_true)?, self.get(*on_false)?);
+                let mut data = Vec::with_capacity(c.data.len());
+                let mut poison = Vec::with_capacity(c.data.len());
+                for (i, &cv) in c.data.iter().enumerate() {
+                    let pick = if cv != 0.0 { a } else { b };
+                    data.push(pick.data[i]);
+                    poison.push(c.is_poison(i) || pick.is_poison(i));
+                }
+                Val {
+                    dtype: a.dtype,
+                    shape: a.shape.clone(),
+                    data,
+                    poison: poison.iter().any(|&p| p).then_some(poison),
+                }
+            }
+            OpKind::Convert { x, dtype } => {
+                let x = self.get(*x)?;
+                let data = x.data.iter().map(|&v| dtype.round(v)).collect();
+                Val {
+                    dtype: *dtype,
+                    data,
+                    ..x.clone()
+                }
+            }
+            OpKind::BroadcastInDim { x, shape, dims } => {
+                let x = self.get(*x)?;
+                let xs = strides_of(&x.shape);
+                let n: usize = shape.iter().product();
+                let mut data = Vec::with_capacity(n);
+                let mut poison = x.poison.as_ref().map(|_| Vec::with_capacity(n));
+                for_each_index(shape, |_, idx| {
+                    let src: usize = dims
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &d)| if x.shape[i] == 1 { 0 } else { idx[d] * xs[i] })
+                        .sum();
+                    data.push(x.data[src]);
+                    if let Some(p) = poison.as_mut() {
+                        p.push(x.is_poison(src));
+                    }
+                });
+                Val {
+                    dtype: x.dtype,
+                    shape: shape.clone(),
+                    data,
+                    poison,
+                }
+            }
+            OpKind::Reshape { x, shape } => {
+                let x = self.get(*x)?;
+                Val {
+                    shape: shape.clone(),
+                    ..x.clone()
+                }
+            }
+            OpKind::Transpose { x, perm } => {
+                let x = self.get(*x)?;
+                let xs = strides_of(&x.shape);
+                let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
+                let mut data = Vec::with_capacity(x.data.len());
+                let mut poison = x.poison.as_ref().map(|_| Vec::with_capacity(x.data.len()));
+                for_each_index(&shape, |_, idx| {
+                    let src: usize = perm.iter().enumerate().map(|(i, &p)| idx[i] * xs[p]).sum();
+                    data.push(x.data[src]);
+                    if let Some(p) = poison.as_mut() {
+                        p.push(x.is_poison(src));
+                    }
+                });
+                Val {
+                    dtype: x.dtype,
+                    shape,
+                    data,
+                    poison,
+                }
+            }
+            OpKind::Reduce { op: r, x, axes } => reduce(self.get(*x)?, *r, axes),
+            OpKind::Dot {
+                lhs,
+                rhs,
+                dims,
+                acc,
+            } => dot(self.get(*lhs)?, self.get(*rhs)?, dims, *acc),
+            OpKind::For {
+                lower,
+                upper,
+                step,
+                init,
+                body,
+                ..
+            } => {
+                let lo = self.index_value(lower, "a loop bound", loc)?;
+                let hi = self.index_value(upper, "a loop bound", loc)?;
+                let step = (*step).max(1);
+                let trips = if hi > lo {
+                    (hi - lo + step - 1) / step
+                } else {
+                    0
+                };
+                if trips as u64 > self.opts.max_loop_trips {
+                    return Err(at(ErrorKind::LoopLimit {
+                        trips,
+                        limit: self.opts.max_loop_trips,
+                    }));
+                }
+                let mut carried: Vec<Val> = init
+                    .iter()
+                    .map(|v| self.get(*v).cloned())
+                    .collect::<R<_>>()?;
+                let mut i = lo;
+                while i < hi {
+                    let mut args = vec![Val::clean(
+                        DType::I32,
+                        vec![],
+                        vec![DType::I32.round(i as f64)],
+                    )];
+                    args.extend(carried);
+                    carried = self.region(body, args)?;
+                    i += step;
+                }
+                for (r, v) in op.results.iter().zip(carried) {
+                    self.set(*r, v);
+                }
+                return Ok(());
+            }
+            OpKind::If {
+                cond,
+                then_region,
+                else_region,
+            } => {
+                let c = self.scalar(*cond, "a condition", loc)?;
+                let region = if c != 0 { then_region } else { else_region };
+                let out = self.region(region, Vec::new())?;
+                for (r, v) in op.results.iter().zip(out) {
+                    self.set(*r, v);
+                }
+                return Ok(());
+            }
+        };
+        if let Some(r) = op.results.first() {
+            self.set(*r, result);
+        }
+        Ok(())
+    }
+
+    /// Resolves a buffer: which store, window offset, view shape.
+    fn view(&self, b: BufferRef) -> (Vec<i64>, Vec<usize>) {
+        match b {
+            BufferRef::Operand(i) => (
+                self.offsets[i].clone(),
+                self.k.operands[i].view_shape().to_vec(),
+            ),
+            BufferRef::Scratch(i) => (
+                vec![0; self.scratch[i].shape.len()],
+                self.scratch[i].shape.clone(),
+            ),
+            BufferRef::Prefetch(i) => (
+                vec![0; self.prefetch[i].shape.len()],
+                self.prefetch[i].shape.clone(),
+            ),
+        }
+    }
+
+    fn buf(&self, b: BufferRef) -> &Buf {
+        match b {
+            BufferRef::Operand(i) => &self.operands[i],
+            BufferRef::Scratch(i) => &self.scratch[i],
+            BufferRef::Prefetch(i) => &self.prefetch[i],
+        }
+    }
+
+    fn buf_mut(&mut self, b: BufferRef) -> &mut Buf {
+        match b {
+            BufferRef::Operand(i) => &mut self.operands[i],
+            BufferRef::Scratch(i) => &mut self.scratch[i],
+            BufferRef::Prefetch(i) => &mut self.prefetch[i],
+        }
+    }
+
+    /// Start and length per dim (points have length 1), and the result
+    /// shape.
+    fn ranges(
+        &self,
+        op: &'static str,
+        b: BufferRef,
+        indices: &[Index],
+        loc: &Option<Loc>,
+    ) -> R<(Ranges, Vec<usize>)> {
+        let (_, view) = self.view(b);
+        let mut ranges = Vec::with_capacity(indices.len());
+        let mut shape = Vec::new();
+        for (d, ix) in indices.iter().enumerate() {
+            let (start, len, keep) = match ix {
+                Index::Slice { start, len } => (start, *len, true),
+                Index::Point(start) => (start, 1, false),
+            };
+            let s = self.index_value(start, "an index", loc)?;
+            let size = view.get(d).copied().unwrap_or(0);
+            if s < 0 || s as u64 + len as u64 > size as u64 {
+                return Err(KernelError::new(
+                    ErrorKind::DynamicOutOfBounds {
+                        op,
+                        buffer: self.buf(b).name.clone(),
+                        detail: format!(
+                            "dim {d}: elements {s}..{} are outside the {} 0..{size} (grid index {:?})",
+                            s + len as i64,
+                            if matches!(b, BufferRef::Operand(_)) {
+                                "block"
+                            } else {
+                                "buffer"
+                            },
+                            self.grid_point
+                        ),
+                    },
+                    loc.clone(),
+                ));
+            }
+            ranges.push((s, len));
+            if keep {
+                shape.push(len);
+            }
+        }
+        Ok((ranges, shape))
+    }
+
+    fn load(
+        &self,
+        b: BufferRef,
+        indices: &[Index],
+        mask: Option<ValueId>,
+        loc: &Option<Loc>,
+    ) -> R<Val> {
+        let (ranges, shape) = self.ranges("load", b, indices, loc)?;
+        let (offset, _) = self.view(b);
+        let mask = match mask {
+            Some(m) => Some(self.get(m)?),
+            None => None,
+        };
+        let buf = self.buf(b);
+        let lens: Vec<usize> = ranges.iter().map(|r| r.1).collect();
+        let n: usize = lens.iter().product();
+        let mut data = Vec::with_capacity(n);
+        let mut poison = vec![false; n];
+        let mut err = None;
+        for_each_index(&lens, |k, idx| {
+            if err.is_some() {
+                return;
+            }
+            if let Some(m) = mask {
+                if m.is_poison(k) {
+                    poison[k] = true;
+                }
+                if m.data[k] == 0.0 {
+                    data.push(0.0);
+                    return;
+                }
+            }
+            let mut flat = 0usize;
+            let mut inside = true;
+            let mut coord = Vec::with_capacity(idx.len());
+            for d in 0..idx.len() {
+                let c = offset[d] + ranges[d].0 + idx[d] as i64;
+                coord.push(c);
+                if c as usize >= buf.shape[d] {
+                    inside = false;
+                } else {
+                    flat += c as usize * buf.strides[d];
+                }
+            }
+            if !inside {
+                data.push(0.0);
+                poison[k] = true;
+                return;
+            }
+            match buf.state[flat] {
+                UNWRITTEN => {
+                    err = Some(KernelError::new(
+                        ErrorKind::PoisonRead {
+                            buffer: buf.what,
+                            name: buf.name.clone(),
+                            element: coord,
+                            why: if buf.what == "scratch" {
+                                format!(
+                                    " in this grid step {:?} (scratch starts undefined and is reset when a parallel grid index changes; initialize it under `when(program_id(d) == 0)`)",
+                                    self.grid_point
+                                )
+                            } else {
+                                format!(" (grid index {:?})", self.grid_point)
+                            },
+                        },
+                        loc.clone(),
+                    ));
+                    data.push(0.0);
+                }
+                POISON => {
+                    data.push(buf.data[flat]);
+                    poison[k] = true;
+                }
+                _ => data.push(buf.data[flat]),
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        let dtype = self.k.buffer(b).map_or(DType::F32, |x| x.1);
+        Ok(Val {
+            dtype,
+            shape,
+            data,
+            poison: poison.iter().any(|&p| p).then_some(poison),
+        })
+    }
+
+    fn store(
+        &mut self,
+        b: BufferRef,
+        indices: &[Index],
+        value: ValueId,
+        mask: Option<ValueId>,
+        loc: &Option<Loc>,
+    ) -> R<()> {
+        let (ranges, _) = self.ranges("store", b, indices, loc)?;
+        let (offset, _) = self.view(b);
+        let value = self.get(value)?.clone();
+        let mask = match mask {
+            Some(m) => {
+                let m = self.get(m)?;
+                if m.any_poison() {
+                    return Err(KernelError::new(
+                        ErrorKind::PoisonRead {
+                            buffer: "value",
+                            name: "mask".into(),
+                            element: Vec::new(),
+                            why: " (a store mask depends on elements past the end of an array)"
+                                .into(),
+                        },
+                        loc.clone(),
+                    ));
+                }
+                Some(m.data.clone())
+            }
+            None => None,
+        };
+        let buf = self.buf_mut(b);
+        let lens: Vec<usize> = ranges.iter().map(|r| r.1).collect();
+        for_each_index(&lens, |k, idx| {
+            if mask.as_ref().is_some_and(|m| m[k] == 0.0) {
+                return;
+            }
+            let mut flat = 0usize;
+            for d in 0..idx.len() {
+                let c = (offset[d] + ranges[d].0 + idx[d] as i64) as usize;
+                if c >= buf.shape[d] {
+                    // Past the end of the array in a partial block: dropped,
+                    // as the hardware's write-back clips it.
+                    return;
+                }
+                flat += c * buf.strides[d];
+            }
+            buf.data[flat] = value.data[k];
+            buf.state[flat] = if value.is_poison(k) { POISON } else { DEFINED };
+        });
+        Ok(())
+    }
+}
+
+fn merge(vals: &[&Val]) -> Option<Vec<bool>> {
+    if vals.iter().all(|v| v.poison.is_none()) {
+        return None;
+    }
+    let n = vals[0].data.len();
+    Some(
+        (0..n)
+            .map(|i| vals.iter().any(|v| v.is_poison(i)))
+            .collect(),
+    )
+}
+
+fn unary(op: UnaryOp, dtype: DType, x: f64) -> f64 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Exp2 => x.exp2(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Erf => libm::erf(x),
+        UnaryOp::Logistic => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Not if dtype == DType::Bool => (x == 0.0) as u8 as f64,
+        UnaryOp::Not => !int(x) as f64,
+    }
+}
+
+fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+fn nan_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
+    }
+}
+
+fn binary(op: BinaryOp, dtype: DType, x: f64, y: f64) -> Result<f64, ErrorKind> {
+    if dtype.is_float() {
+        return Ok(match op {
+            BinaryOp::Add => x + y,
+            BinaryOp::Sub => x - y,
+            BinaryOp::Mul => x * y,
+            BinaryOp::Div => x / y,
+            BinaryOp::Rem => x % y,
+            BinaryOp::Max => nan_max(x, y),
+            BinaryOp::Min => nan_min(x, y),
+            BinaryOp::Pow => x.powf(y),
+            // The verifier rejects logical ops on floats.
+            BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => f64::NAN,
+        });
+    }
+    let (a, b) = (int(x), int(y));
+    Ok(match op {
+        BinaryOp::Add => a.wrapping_add(b) as f64,
+        BinaryOp::Sub => a.wrapping_sub(b) as f64,
+        BinaryOp::Mul => a.wrapping_mul(b) as f64,
+        BinaryOp::Div | BinaryOp::Rem if b == 0 => {
+            return Err(ErrorKind::DivisionByZero {
+                op: if op == BinaryOp::Div { "div" } else { "rem" },
+            });
+        }
+        BinaryOp::Div => a.wrapping_div(b) as f64,
+        BinaryOp::Rem => a.wrapping_rem(b) as f64,
+        BinaryOp::Max => a.max(b) as f64,
+        BinaryOp::Min => a.min(b) as f64,
+        BinaryOp::Pow => (x).powf(y),
+        BinaryOp::And => (a & b) as f64,
+        BinaryOp::Or => (a | b) as f64,
+        BinaryOp::Xor => (a ^ b) as f64,
+    })
+}
+
+fn compare(op: CompareOp, x: f64, y: f64) -> bool {
+    match op {
+        CompareOp::Eq => x == y,
+        CompareOp::Ne => x != y,
+        CompareOp::Lt => x < y,
+        CompareOp::Le => x <= y,
+        CompareOp::Gt => x > y,
+        CompareOp::Ge => x >= y,
+    }
+}
+
+fn reduce(x: &Val, op: ReduceOp, axes: &[usize]) -> Val {
+    let shape: Vec<usize> = x
+        .shape
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !axes.contains(i))
+        .map(|(_, &d)| d)
+        .collect();
+    let rs = strides_of(&shape);
+    let n: usize = shape.iter().product();
+    let init = match op {
+        ReduceOp::Sum => 0.0,
+        ReduceOp::Max => f64::NEG_INFINITY,
+        ReduceOp::Min => f64::INFINITY,
+    };
+    let mut acc = vec![init; n];
+    let mut poison = vec![false; n];
+    for_each_index(&x.shape, |flat, idx| {
+        let mut r = 0usize;
+        let mut k = 0usize;
+        for (d, &i) in idx.iter().enumerate() {
+            if !axes.contains(&d) {
+                r += i * rs[k];
+                k += 1;
+            }
+        }
+        let v = x.data[flat];
+        acc[r] = match op {
+            ReduceOp::Sum => acc[r] + v,
+            ReduceOp::Max => nan_max(acc[r], v),
+            ReduceOp::Min => nan_min(acc[r], v),
+        };
+        poison[r] |= x.is_poison(flat);
+    });
+    Val {
+        dtype: x.dtype,
+        shape,
+        data: acc.into_iter().map(|v| x.dtype.round(v)).collect(),
+        poison: poison.iter().any(|&p| p).then_some(poison),
+    }
+}
+
+fn dot(a: &Val, b: &Val, dims: &DotDims, acc: DType) -> Val {
+    let free = |rank: usize, batch: &[usize], contract: &[usize]| -> Vec<usize> {
+        (0..rank)
+            .filter(|d| !batch.contains(d) && !contract.contains(d))
+            .collect()
+    };
+    let (as_, bs) = (strides_of(&a.shape), strides_of(&b.shape));
+    let a_free = free(a.shape.len(), &dims.lhs_batch, &dims.lhs_contract);
+    let b_free = free(b.shape.len(), &dims.rhs_batch, &dims.rhs_contract);
+    // Offsets of every contracting index combination in each operand.
+    let cshape: Vec<usize> = dims.lhs_contract.iter().map(|&d| a.shape[d]).collect();
+    let mut a_c = Vec::new();
+    let mut b_c = Vec::new();
+    for_each_index(&cshape, |_, idx| {
+        a_c.push(
+            dims.lhs_contract
+                .iter()
+                .zip(idx)
+                .map(|(&d, &i)| i * as_[d])
+                .sum::<usize>(),
+        );
+        b_c.push(
+            dims.rhs_contract
+                .iter()
+                .zip(idx)
+                .map(|(&d, &i)| i * bs[d])
+                .sum::<usize>(),
+        );
+    });
+    let mut shape: Vec<usize> = dims.lhs_batch.iter().map(|&d| a.shape[d]).collect();
+    shape.extend(a_free.iter().map(|&d| a.shape[d]));
+    shape.extend(b_free.iter().map(|&d| b.shape[d]));
+    let nb = dims.lhs_batch.len();
+    let nf = a_free.len();
+    let n: usize = shape.iter().product();
+    let mut data = Vec::with_capacity(n);
+    let track = a.poison.is_some() || b.poison.is_some();
+    let mut poison = vec![false; if track { n } else { 0 }];
+    for_each_index(&shape, |flat, idx| {
+        let mut abase = 0usize;
+        let mut bbase = 0usize;
+        for (j, (&la, &lb)) in dims.lhs_batch.iter().zip(&dims.rhs_batch).enumerate() {
+            abase += idx[j] * as_[la];
+            bbase += idx[j] * bs[lb];
+        }
+        for (j, &d) in a_free.iter().enumerate() {
+            abase += idx[nb + j] * as_[d];
+        }
+        for (j, &d) in b_free.iter().enumerate() {
+            bbase += idx[nb + nf + j] * bs[d];
+        }
+        let mut sum = 0.0;
+        for (oa, ob) in a_c.iter().zip(&b_c) {
+            sum += a.data[abase + oa] * b.data[bbase + ob];
+        }
+        data.push(acc.round(sum));
+        if track {
+            poison[flat] = a_c
+                .iter()
+                .zip(&b_c)
+                .any(|(oa, ob)| a.is_poison(abase + oa) || b.is_poison(bbase + ob));
+        }
+    });
+    Val {
+        dtype: acc,
+        shape,
+        data,
+        poison: (track && poison.iter().any(|&p| p)).then_some(poison),
+    }
+}

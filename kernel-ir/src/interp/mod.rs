@@ -1,0 +1,355 @@
+//! The reference interpreter: what a kernel means, checked as it runs.
+//!
+//! It runs the grid in row-major order on host arrays, honouring block
+//! specs, index maps, scalar prefetch, masks and scratch that persists
+//! across steps, and it checks what hardware would not:
+//!
+//! * a block index outside the array is an error naming the operand, grid
+//!   index and block index;
+//! * scratch starts unwritten, and is reset to unwritten whenever a parallel
+//!   grid index changes (that step may run on another core); reading an
+//!   unwritten scratch or output element is an error;
+//! * elements of a partial last block that lie past the end of the array
+//!   read as *poison*, which propagates through arithmetic; poison that
+//!   reaches an output element, a branch, a loop bound or an index is an
+//!   error, poison written to the padding is dropped as on hardware;
+//! * output elements never written are reported;
+//! * [`InterpOptions::shuffle_seed`] runs the parallel part of the grid in a
+//!   shuffled order to expose hidden dependences between parallel steps.
+//!
+//! Arithmetic is exact in f64 and rounded to the result dtype after every
+//! op, so results are those of a correctly rounded implementation.
+
+mod eval;
+
+use crate::array::SplitMix64;
+use crate::error::{ErrorKind, KernelError};
+use crate::verify::VerifiedKernel;
+use crate::{Array, DType, DimSemantics, Kernel, MemorySpace, Role};
+
+/// Options of [`interpret_with`].
+#[derive(Clone, Debug)]
+pub struct InterpOptions {
+    /// Run the parallel grid dims in an order shuffled with this seed
+    /// (arbitrary dims keep their order within each parallel index).
+    pub shuffle_seed: Option<u64>,
+    /// Most iterations one `for` op may run.
+    pub max_loop_trips: u64,
+}
+
+impl Default for InterpOptions {
+    fn default() -> Self {
+        InterpOptions {
+            shuffle_seed: None,
+            max_loop_trips: 1 << 24,
+        }
+    }
+}
+
+/// Element states of a buffer.
+pub(crate) const UNWRITTEN: u8 = 0;
+pub(crate) const DEFINED: u8 = 1;
+pub(crate) const POISON: u8 = 2;
+
+/// A buffer the kernel can touch, with per-element definedness.
+pub(crate) struct Buf {
+    pub name: String,
+    /// `input`, `output`, `scratch` or `scalar prefetch`.
+    pub what: &'static str,
+    pub shape: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub data: Vec<f64>,
+    pub state: Vec<u8>,
+}
+
+impl Buf {
+    fn new(name: &str, what: &'static str, shape: &[usize], data: Vec<f64>, state: u8) -> Buf {
+        let mut strides = vec![1usize; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * shape[d + 1];
+        }
+        let n = data.len();
+        Buf {
+            name: name.to_string(),
+            what,
+            shape: shape.to_vec(),
+            strides,
+            data,
+            state: vec![state; n],
+        }
+    }
+}
+
+/// Runs a kernel with default options. `args` are the scalar-prefetch
+/// arrays, then the input arrays (in and in-out operands) in declaration
+/// order; the result holds the output arrays (out and in-out operands) in
+/// declaration order.
+pub fn interpret(kernel: &VerifiedKernel, args: &[Array]) -> Result<Vec<Array>, KernelError> {
+    interpret_with(kernel, args, &InterpOptions::default())
+}
+
+/// Runs a kernel with options; see [`interpret`].
+pub fn interpret_with(
+    kernel: &VerifiedKernel,
+    args: &[Array],
+    opts: &InterpOptions,
+) -> Result<Vec<Array>, KernelError> {
+    let k = kernel.kernel();
+    let (prefetch, operands) = bind_args(k, args)?;
+    let mut m = eval::Machine {
+        k,
+        opts,
+        prefetch,
+        operands,
+        scratch: k
+            .scratch
+            .iter()
+            .map(|s| {
+                let n = s.shape.iter().product();
+                Buf::new(&s.name, "scratch", &s.shape, vec![0.0; n], UNWRITTEN)
+            })
+            .collect(),
+        offsets: vec![Vec::new(); k.operands.len()],
+        env: vec![None; k.body.values.len()],
+        grid_point: Vec::new(),
+    };
+    let order = grid_order(k, opts.shuffle_seed);
+    let parallel: Vec<usize> = (0..k.grid.rank())
+        .filter(|&d| k.grid.dims[d].semantics == DimSemantics::Parallel)
+        .collect();
+    let mut last_parallel: Option<Vec<i64>> = None;
+    for point in order {
+        let par: Vec<i64> = parallel.iter().map(|&d| point[d]).collect();
+        if last_parallel.as_ref() != Some(&par) {
+            for s in &mut m.scratch {
+                s.state.fill(UNWRITTEN);
+            }
+            last_parallel = Some(par);
+        }
+        m.step(point)?;
+    }
+    collect_outputs(k, m.operands)
+}
+
+fn bind_args(k: &Kernel, args: &[Array]) -> Result<(Vec<Buf>, Vec<Buf>), KernelError> {
+    let expected: Vec<String> = k
+        .prefetch
+        .iter()
+        .map(|p| {
+            format!(
+                "{}: {}{}",
+                p.name,
+                p.dtype,
+                crate::ops::ShapeDisplay(&p.shape)
+            )
+        })
+        .chain(k.inputs().map(|o| {
+            format!(
+                "{}: {}{}",
+                o.name,
+                o.dtype,
+                crate::ops::ShapeDisplay(&o.shape)
+            )
+        }))
+        .collect();
+    if args.len() != expected.len() {
+        return Err(ErrorKind::Inputs(format!(
+            "kernel `{}` takes {} arrays ({}), got {}",
+            k.name,
+            expected.len(),
+            expected.join(", "),
+            args.len()
+        ))
+        .into());
+    }
+    let check = |a: &Array, name: &str, dtype: DType, shape: &[usize]| {
+        if a.dtype() != dtype || a.shape() != shape {
+            return Err(KernelError::from(ErrorKind::Inputs(format!(
+                "`{name}` must be {dtype}{} but got {}{}",
+                crate::ops::ShapeDisplay(shape),
+                a.dtype(),
+                crate::ops::ShapeDisplay(a.shape())
+            ))));
+        }
+        Ok(())
+    };
+    let mut it = args.iter();
+    let mut prefetch = Vec::new();
+    for p in &k.prefetch {
+        let a = it
+            .next()
+            .ok_or_else(|| KernelError::from(ErrorKind::Inputs("missing argument".into())))?;
+        check(a, &p.name, p.dtype, &p.shape)?;
+        prefetch.push(Buf::new(
+            &p.name,
+            "scalar prefetch",
+            &p.shape,
+            a.data().to_vec(),
+            DEFINED,
+        ));
+    }
+    let mut operands = Vec::new();
+    for o in &k.operands {
+        if o.role.is_input() {
+            let a = it
+                .next()
+                .ok_or_else(|| KernelError::from(ErrorKind::Inputs("missing argument".into())))?;
+            check(a, &o.name, o.dtype, &o.shape)?;
+            let what = if o.role == Role::In {
+                "input"
+            } else {
+                "output"
+            };
+            operands.push(Buf::new(
+                &o.name,
+                what,
+                &o.shape,
+                a.data().to_vec(),
+                DEFINED,
+            ));
+        } else {
+            let n = o.shape.iter().product();
+            operands.push(Buf::new(
+                &o.name,
+                "output",
+                &o.shape,
+                vec![0.0; n],
+                UNWRITTEN,
+            ));
+        }
+    }
+    Ok((prefetch, operands))
+}
+
+/// Grid points in execution order: row-major, or with the parallel index
+/// tuples shuffled (each keeping its arbitrary steps in order).
+fn grid_order(k: &Kernel, shuffle: Option<u64>) -> Vec<Vec<i64>> {
+    let bounds = k.grid.bounds();
+    let steps = k.grid.steps();
+    let mut points = Vec::with_capacity(steps);
+    let mut p = vec![0i64; bounds.len()];
+    for _ in 0..steps {
+        points.push(p.clone());
+        for d in (0..bounds.len()).rev() {
+            p[d] += 1;
+            if (p[d] as usize) < bounds[d] {
+                break;
+            }
+            p[d] = 0;
+        }
+    }
+    let Some(seed) = shuffle else {
+        return points;
+    };
+    let parallel: Vec<usize> = (0..bounds.len())
+        .filter(|&d| k.grid.dims[d].semantics == DimSemantics::Parallel)
+        .collect();
+    let mut groups: Vec<(Vec<i64>, Vec<Vec<i64>>)> = Vec::new();
+    for pt in points {
+        let key: Vec<i64> = parallel.iter().map(|&d| pt[d]).collect();
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.push(pt),
+            None => groups.push((key, vec![pt])),
+        }
+    }
+    let mut rng = SplitMix64(seed);
+    for i in (1..groups.len()).rev() {
+        let j = rng.below(i + 1);
+        groups.swap(i, j);
+    }
+    groups.into_iter().flat_map(|(_, g)| g).collect()
+}
+
+fn collect_outputs(k: &Kernel, operands: Vec<Buf>) -> Result<Vec<Array>, KernelError> {
+    let mut out = Vec::new();
+    for (o, b) in k.operands.iter().zip(operands) {
+        if !o.role.is_output() {
+            continue;
+        }
+        let unravel = |flat: usize| -> Vec<i64> {
+            b.strides
+                .iter()
+                .zip(&b.shape)
+                .map(|(&s, &n)| ((flat / s) % n) as i64)
+                .collect()
+        };
+        let unwritten = b.state.iter().filter(|&&s| s == UNWRITTEN).count();
+        if unwritten > 0 {
+            let first = b.state.iter().position(|&s| s == UNWRITTEN).unwrap_or(0);
+            return Err(ErrorKind::UnwrittenOutput {
+                operand: o.name.clone(),
+                count: unwritten,
+                total: b.state.len(),
+                first: unravel(first),
+            }
+            .into());
+        }
+        if let Some(first) = b.state.iter().position(|&s| s == POISON) {
+            return Err(ErrorKind::PoisonRead {
+                buffer: "output",
+                name: o.name.clone(),
+                element: unravel(first),
+                why: ": it was computed from elements past the end of an input array (a partial last block); mask the load or the reduction".into(),
+            }
+            .into());
+        }
+        out.push(Array::from_parts(o.dtype, b.shape, b.data));
+    }
+    Ok(out)
+}
+
+impl eval::Machine<'_> {
+    /// Runs one grid step.
+    fn step(&mut self, point: Vec<i64>) -> Result<(), KernelError> {
+        let k = self.k;
+        for (i, o) in k.operands.iter().enumerate() {
+            if o.space == MemorySpace::Any {
+                self.offsets[i] = vec![0; o.shape.len()];
+                continue;
+            }
+            let prefetch = &self.prefetch;
+            let read = |p: usize, idx: &[i64]| -> Result<i64, crate::IndexEvalError> {
+                let b = prefetch.get(p).ok_or_else(|| {
+                    crate::IndexEvalError::Prefetch(format!("no scalar prefetch {p}"))
+                })?;
+                let mut flat = 0usize;
+                for (d, (&i, &n)) in idx.iter().zip(&b.shape).enumerate() {
+                    if i < 0 || i as usize >= n {
+                        return Err(crate::IndexEvalError::Prefetch(format!(
+                            "`{}` index {i} in dim {d} is outside 0..{n}",
+                            b.name
+                        )));
+                    }
+                    flat += i as usize * b.strides[d];
+                }
+                Ok(b.data[flat] as i64)
+            };
+            let mut bidx = Vec::with_capacity(o.shape.len());
+            for e in &o.block.index_map.exprs {
+                let v = e.eval(&point, &read).map_err(|e| {
+                    KernelError::new(
+                        ErrorKind::IndexMapEval {
+                            operand: o.name.clone(),
+                            grid: point.clone(),
+                            reason: e.to_string(),
+                        },
+                        o.loc.clone(),
+                    )
+                })?;
+                bidx.push(v);
+            }
+            if let Some(kind) = crate::verify::block_in_bounds(o, &point, &bidx) {
+                return Err(KernelError::new(kind, o.loc.clone()));
+            }
+            self.offsets[i] = bidx
+                .iter()
+                .zip(&o.block.shape)
+                .map(|(&b, &s)| b * s as i64)
+                .collect();
+        }
+        self.grid_point = point;
+        let region = &k.body.region;
+        self.region(region, Vec::new())?;
+        Ok(())
+    }
+}

@@ -1,0 +1,90 @@
+//! Tessera's kernel IR: a kernel is data that can be checked, executed and
+//! lowered.
+//!
+//! * [`Kernel`]: the signature ([`Grid`], [`Operand`]s with [`BlockSpec`]s
+//!   and [`Layout`] hints, [`Scratch`], [`ScalarPrefetch`], [`Target`]) and
+//!   the [`Body`], SSA values over typed, shaped tiles;
+//! * [`KernelBuilder`]: writing kernels in plain Rust (the `#[tpu_kernel]`
+//!   macro expands to it);
+//! * `Display` for [`Kernel`]: a stable, readable text form;
+//! * [`Kernel::verify`]: shapes, dtypes, TPU tiling on the physical layout,
+//!   alignment, the [`VmemBudget`], index-map bounds and parallel-dim state;
+//!   the result is a [`VerifiedKernel`];
+//! * [`interpret`]: the reference semantics, with checks hardware does not
+//!   make (out-of-bounds blocks, undefined scratch, unwritten outputs).
+//!
+//! ```
+//! use kernel_ir::prelude::*;
+//!
+//! // Row softmax over [16, 256], one block of 8 rows per grid step.
+//! let mut k = KernelBuilder::new("softmax");
+//! k.grid([2], [Parallel]);
+//! let x = k.input("x", F32, [16, 256]).block([8, 256], |[i]| (i, 0));
+//! let o = k.output("o", F32, [16, 256]).block([8, 256], |[i]| (i, 0));
+//! let v = x.load(..);
+//! let e = (v - v.max_keep(1)).exp();
+//! o.store(.., e / e.sum_keep(1));
+//! let kernel = k.build().unwrap();
+//!
+//! let input = Array::random(F32, [16, 256], 7, -1.0, 1.0);
+//! let out = interpret(&kernel, &[input]).unwrap();
+//! let row0: f64 = out[0].data()[..256].iter().sum();
+//! assert!((row0 - 1.0).abs() < 1e-5);
+//! ```
+
+// Error values carry what was found and what would fit; they are built on
+// the cold path only, so their size does not matter.
+#![allow(clippy::result_large_err)]
+
+mod array;
+mod budget;
+mod builder;
+mod dtype;
+mod error;
+mod index_map;
+mod infer;
+mod interp;
+mod kernel;
+mod layout;
+mod loc;
+mod ops;
+mod printer;
+mod spec;
+mod target;
+mod verify;
+
+pub use array::{Array, ArrayError, SplitMix64};
+pub use budget::{VmemBudget, VmemItem, human_bytes};
+pub use builder::{
+    Carry, Idx, IntoIndices, IntoOperand, KernelBuilder, Ref, Start, Tile, constant, dot,
+    dot_general, ds, for_range, for_range_step, if_else, iota, num_programs, program_id, select,
+    when,
+};
+pub use dtype::{DType, Element, ParseDTypeError};
+pub use error::{ErrorKind, KernelError, KernelErrors};
+pub use half::{bf16, f16};
+pub use index_map::{IndexEvalError, IndexExpr, IndexExprDisplay, IndexMap, IndexOp};
+pub use interp::{InterpOptions, interpret, interpret_with};
+pub use kernel::Kernel;
+pub use layout::{Layout, Order};
+pub use loc::Loc;
+pub use ops::{
+    BinaryOp, Body, BufferRef, CompareOp, DotDims, Index, IndexValue, Literal, Op, OpKind,
+    ReduceOp, Region, ShapeDisplay, TileType, UnaryOp, ValueId,
+};
+pub use spec::{
+    BlockSpec, DimSemantics, Grid, GridDim, MemorySpace, Operand, Role, ScalarPrefetch, Scratch,
+};
+pub use target::{LANES, ParseTargetError, Target};
+pub use verify::VerifiedKernel;
+
+/// Everything a kernel author needs, in one import.
+pub mod prelude {
+    pub use crate::DType::{BF16, Bool, F16, F32, I8, I32};
+    pub use crate::DimSemantics::{Arbitrary, Parallel};
+    pub use crate::{
+        Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, Ref, Target, Tile,
+        bf16, constant, dot, dot_general, ds, f16, for_range, for_range_step, if_else, interpret,
+        iota, num_programs, program_id, select, when,
+    };
+}

@@ -1,0 +1,662 @@
+//! The kernel body: SSA values over typed, shaped tiles.
+//!
+//! A body is a tree of [`Region`]s. Every value is defined once, by an op
+//! result or a region argument, and is visible in its region after its
+//! definition and in regions nested there. Shapes are static.
+
+use std::fmt;
+
+use crate::{DType, Loc};
+
+/// The id of an SSA value; an index into [`Body::values`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId(pub u32);
+
+impl ValueId {
+    /// The index into [`Body::values`].
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for ValueId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+/// The type of a value: an element type and a static shape (rank 0 for a
+/// scalar).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TileType {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape; empty for scalars.
+    pub shape: Vec<usize>,
+}
+
+impl TileType {
+    /// A tile type.
+    pub fn new(dtype: DType, shape: impl Into<Vec<usize>>) -> TileType {
+        TileType {
+            dtype,
+            shape: shape.into(),
+        }
+    }
+
+    /// A rank-0 type.
+    pub fn scalar(dtype: DType) -> TileType {
+        TileType {
+            dtype,
+            shape: Vec::new(),
+        }
+    }
+
+    /// Number of elements (saturating).
+    pub fn elements(&self) -> usize {
+        self.shape.iter().fold(1usize, |a, &d| a.saturating_mul(d))
+    }
+
+    /// True for rank 0.
+    pub fn is_scalar(&self) -> bool {
+        self.shape.is_empty()
+    }
+}
+
+impl fmt::Display for TileType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.dtype)?;
+        if !self.shape.is_empty() {
+            write!(f, "{}", ShapeDisplay(&self.shape))?;
+        }
+        Ok(())
+    }
+}
+
+/// Prints a shape as `[a, b, c]`.
+pub struct ShapeDisplay<'a>(pub &'a [usize]);
+
+impl fmt::Display for ShapeDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// A buffer the body reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BufferRef {
+    /// The window (or whole array, for `any`) of operand `n`.
+    Operand(usize),
+    /// Scratch buffer `n`.
+    Scratch(usize),
+    /// Scalar-prefetch operand `n`.
+    Prefetch(usize),
+}
+
+/// A static index or a rank-0 i32 value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IndexValue {
+    /// Known when the kernel is built.
+    Static(i64),
+    /// Known when the kernel runs.
+    Dynamic(ValueId),
+}
+
+/// How one dimension of a buffer is indexed by a load or store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Index {
+    /// `len` elements from `start`; the dim stays in the tile.
+    Slice {
+        /// First element.
+        start: IndexValue,
+        /// Number of elements.
+        len: usize,
+    },
+    /// One element; the dim is dropped from the tile.
+    Point(IndexValue),
+}
+
+/// A constant's value, splatted over its type's shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Literal {
+    /// A float (stored exactly, rounded to the dtype when used).
+    Float(f64),
+    /// An integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl Literal {
+    /// The value as f64 (bool as 0/1).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Literal::Float(v) => v,
+            Literal::Int(v) => v as f64,
+            Literal::Bool(b) => b as u8 as f64,
+        }
+    }
+}
+
+/// Elementwise unary operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)] // the names are the math
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Exp2,
+    Log,
+    Log1p,
+    Tanh,
+    Sqrt,
+    Rsqrt,
+    Sin,
+    Cos,
+    Erf,
+    /// `1 / (1 + exp(-x))`
+    Logistic,
+    Floor,
+    Ceil,
+    /// Logical not (bool) or bitwise not (integers).
+    Not,
+}
+
+impl UnaryOp {
+    /// The printed name.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Exp2 => "exp2",
+            UnaryOp::Log => "log",
+            UnaryOp::Log1p => "log1p",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Erf => "erf",
+            UnaryOp::Logistic => "logistic",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Not => "not",
+        }
+    }
+
+    /// True for ops defined only on floats.
+    pub fn needs_float(self) -> bool {
+        !matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Not)
+    }
+
+    /// True for transcendental ops (counted by cost estimates).
+    pub fn is_transcendental(self) -> bool {
+        matches!(
+            self,
+            UnaryOp::Exp
+                | UnaryOp::Exp2
+                | UnaryOp::Log
+                | UnaryOp::Log1p
+                | UnaryOp::Tanh
+                | UnaryOp::Sqrt
+                | UnaryOp::Rsqrt
+                | UnaryOp::Sin
+                | UnaryOp::Cos
+                | UnaryOp::Erf
+                | UnaryOp::Logistic
+        )
+    }
+}
+
+/// Elementwise binary operators. Both operands have the same type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    /// Float division, or integer division truncating toward zero.
+    Div,
+    /// Remainder with the sign of the dividend (fmod / C `%`).
+    Rem,
+    /// NaN-propagating maximum.
+    Max,
+    /// NaN-propagating minimum.
+    Min,
+    Pow,
+    /// Logical (bool) or bitwise (integer) and.
+    And,
+    /// Logical (bool) or bitwise (integer) or.
+    Or,
+    /// Logical (bool) or bitwise (integer) exclusive or.
+    Xor,
+}
+
+impl BinaryOp {
+    /// The printed name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Rem => "rem",
+            BinaryOp::Max => "max",
+            BinaryOp::Min => "min",
+            BinaryOp::Pow => "pow",
+            BinaryOp::And => "and",
+            BinaryOp::Or => "or",
+            BinaryOp::Xor => "xor",
+        }
+    }
+
+    /// True for and/or/xor, which take bool or integer operands.
+    pub fn is_logical(self) -> bool {
+        matches!(self, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor)
+    }
+}
+
+/// Comparison directions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum CompareOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CompareOp {
+    /// The printed name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CompareOp::Eq => "eq",
+            CompareOp::Ne => "ne",
+            CompareOp::Lt => "lt",
+            CompareOp::Le => "le",
+            CompareOp::Gt => "gt",
+            CompareOp::Ge => "ge",
+        }
+    }
+}
+
+/// Reductions along axes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+impl ReduceOp {
+    /// The printed name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+        }
+    }
+}
+
+/// Dimension numbers of a `dot_general`, StableHLO style: the result has the
+/// batch dims, then lhs free dims, then rhs free dims.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct DotDims {
+    /// Batch dims of the lhs.
+    pub lhs_batch: Vec<usize>,
+    /// Batch dims of the rhs, paired with `lhs_batch`.
+    pub rhs_batch: Vec<usize>,
+    /// Contracting dims of the lhs.
+    pub lhs_contract: Vec<usize>,
+    /// Contracting dims of the rhs, paired with `lhs_contract`.
+    pub rhs_contract: Vec<usize>,
+}
+
+impl DotDims {
+    /// A plain matrix product `[m, k] x [k, n]`.
+    pub fn matmul() -> DotDims {
+        DotDims {
+            lhs_contract: vec![1],
+            rhs_contract: vec![0],
+            ..DotDims::default()
+        }
+    }
+
+    /// `[m, k] x [n, k]ᵀ`: contract the last dims of both.
+    pub fn matmul_transposed_rhs() -> DotDims {
+        DotDims {
+            lhs_contract: vec![1],
+            rhs_contract: vec![1],
+            ..DotDims::default()
+        }
+    }
+}
+
+/// What an op does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpKind {
+    /// A splat constant of type `ty`.
+    Constant {
+        /// Value of every element.
+        value: Literal,
+        /// Result type.
+        ty: TileType,
+    },
+    /// The current index of grid dim `dim` (i32 scalar).
+    ProgramId {
+        /// Grid dim.
+        dim: usize,
+    },
+    /// The bound of grid dim `dim` (i32 scalar).
+    NumPrograms {
+        /// Grid dim.
+        dim: usize,
+    },
+    /// Element indices along `dim` of a tile of type `ty`.
+    Iota {
+        /// Result type.
+        ty: TileType,
+        /// The dim whose index each element holds.
+        dim: usize,
+    },
+    /// Reads a (sub)block of a buffer. Elements where `mask` is false are
+    /// not read and are 0.
+    Load {
+        /// The buffer.
+        buffer: BufferRef,
+        /// One index per buffer dim.
+        indices: Vec<Index>,
+        /// Optional bool tile of the result shape.
+        mask: Option<ValueId>,
+    },
+    /// Writes a (sub)block of a buffer. Elements where `mask` is false are
+    /// not written.
+    Store {
+        /// The buffer.
+        buffer: BufferRef,
+        /// One index per buffer dim.
+        indices: Vec<Index>,
+        /// The tile to write; its type is the indexed view's.
+        value: ValueId,
+        /// Optional bool tile of the value's shape.
+        mask: Option<ValueId>,
+    },
+    /// Elementwise unary op.
+    Unary {
+        /// The op.
+        op: UnaryOp,
+        /// Operand.
+        x: ValueId,
+    },
+    /// Elementwise binary op; both operands have the same type.
+    Binary {
+        /// The op.
+        op: BinaryOp,
+        /// Left operand.
+        lhs: ValueId,
+        /// Right operand.
+        rhs: ValueId,
+    },
+    /// Elementwise comparison; result is bool.
+    Compare {
+        /// Direction.
+        op: CompareOp,
+        /// Left operand.
+        lhs: ValueId,
+        /// Right operand.
+        rhs: ValueId,
+    },
+    /// Elementwise `cond ? on_true : on_false`.
+    Select {
+        /// Bool tile.
+        cond: ValueId,
+        /// Chosen where `cond` is true.
+        on_true: ValueId,
+        /// Chosen where `cond` is false.
+        on_false: ValueId,
+    },
+    /// Elementwise conversion to `dtype`.
+    Convert {
+        /// Operand.
+        x: ValueId,
+        /// Result dtype.
+        dtype: DType,
+    },
+    /// StableHLO `broadcast_in_dim`: operand dim i becomes result dim
+    /// `dims[i]` (size equal, or 1 and broadcast).
+    BroadcastInDim {
+        /// Operand.
+        x: ValueId,
+        /// Result shape.
+        shape: Vec<usize>,
+        /// Result dim of each operand dim, increasing.
+        dims: Vec<usize>,
+    },
+    /// Row-major reshape to `shape` (same element count).
+    Reshape {
+        /// Operand.
+        x: ValueId,
+        /// Result shape.
+        shape: Vec<usize>,
+    },
+    /// Result dim i is operand dim `perm[i]`.
+    Transpose {
+        /// Operand.
+        x: ValueId,
+        /// Permutation.
+        perm: Vec<usize>,
+    },
+    /// Reduces `axes` away.
+    Reduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// Operand.
+        x: ValueId,
+        /// Axes removed, increasing.
+        axes: Vec<usize>,
+    },
+    /// `dot_general`, accumulating (and returning) `acc`.
+    Dot {
+        /// Left operand.
+        lhs: ValueId,
+        /// Right operand (same dtype as lhs).
+        rhs: ValueId,
+        /// Dimension numbers.
+        dims: DotDims,
+        /// Accumulation and result dtype.
+        acc: DType,
+    },
+    /// `for iv in (lower..upper).step_by(step)` with carried values. The
+    /// body's args are `[iv, carried...]`; it yields the next carried values;
+    /// the results are the final ones.
+    For {
+        /// First index.
+        lower: IndexValue,
+        /// One past the last index.
+        upper: IndexValue,
+        /// Positive step.
+        step: i64,
+        /// Initial carried values.
+        init: Vec<ValueId>,
+        /// Loop body.
+        body: Region,
+        /// Lowering hint: unroll fully (only with static bounds).
+        unroll: bool,
+    },
+    /// Runs `then_region` if the bool scalar `cond` holds, else
+    /// `else_region`; both yield values of the result types.
+    If {
+        /// Bool scalar.
+        cond: ValueId,
+        /// Taken when `cond` is true.
+        then_region: Region,
+        /// Taken when `cond` is false.
+        else_region: Region,
+    },
+}
+
+impl OpKind {
+    /// The op's printed mnemonic.
+    pub fn mnemonic(&self) -> &'static str {
+        match self {
+            OpKind::Constant { .. } => "constant",
+            OpKind::ProgramId { .. } => "program_id",
+            OpKind::NumPrograms { .. } => "num_programs",
+            OpKind::Iota { .. } => "iota",
+            OpKind::Load { .. } => "load",
+            OpKind::Store { .. } => "store",
+            OpKind::Unary { op, .. } => op.name(),
+            OpKind::Binary { op, .. } => op.name(),
+            OpKind::Compare { .. } => "cmp",
+            OpKind::Select { .. } => "select",
+            OpKind::Convert { .. } => "convert",
+            OpKind::BroadcastInDim { .. } => "broadcast_in_dim",
+            OpKind::Reshape { .. } => "reshape",
+            OpKind::Transpose { .. } => "transpose",
+            OpKind::Reduce { .. } => "reduce",
+            OpKind::Dot { .. } => "dot_general",
+            OpKind::For { .. } => "for",
+            OpKind::If { .. } => "if",
+        }
+    }
+
+    /// Values the op reads directly (not those used inside its regions).
+    pub fn operands(&self) -> Vec<ValueId> {
+        let idx = |indices: &[Index], out: &mut Vec<ValueId>| {
+            for i in indices {
+                match i {
+                    Index::Slice {
+                        start: IndexValue::Dynamic(v),
+                        ..
+                    }
+                    | Index::Point(IndexValue::Dynamic(v)) => out.push(*v),
+                    _ => {}
+                }
+            }
+        };
+        let mut out = Vec::new();
+        match self {
+            OpKind::Constant { .. }
+            | OpKind::ProgramId { .. }
+            | OpKind::NumPrograms { .. }
+            | OpKind::Iota { .. } => {}
+            OpKind::Load { indices, mask, .. } => {
+                idx(indices, &mut out);
+                out.extend(mask);
+            }
+            OpKind::Store {
+                indices,
+                value,
+                mask,
+                ..
+            } => {
+                idx(indices, &mut out);
+                out.push(*value);
+                out.extend(mask);
+            }
+            OpKind::Unary { x, .. }
+            | OpKind::Convert { x, .. }
+            | OpKind::BroadcastInDim { x, .. }
+            | OpKind::Reshape { x, .. }
+            | OpKind::Transpose { x, .. }
+            | OpKind::Reduce { x, .. } => out.push(*x),
+            OpKind::Binary { lhs, rhs, .. }
+            | OpKind::Compare { lhs, rhs, .. }
+            | OpKind::Dot { lhs, rhs, .. } => out.extend([*lhs, *rhs]),
+            OpKind::Select {
+                cond,
+                on_true,
+                on_false,
+            } => out.extend([*cond, *on_true, *on_false]),
+            OpKind::For {
+                lower, upper, init, ..
+            } => {
+                for b in [lower, upper] {
+                    if let IndexValue::Dynamic(v) = b {
+                        out.push(*v);
+                    }
+                }
+                out.extend(init);
+            }
+            OpKind::If { cond, .. } => out.push(*cond),
+        }
+        out
+    }
+
+    /// The op's nested regions.
+    pub fn regions(&self) -> Vec<&Region> {
+        match self {
+            OpKind::For { body, .. } => vec![body],
+            OpKind::If {
+                then_region,
+                else_region,
+                ..
+            } => vec![then_region, else_region],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// One operation with its results and source location.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Op {
+    /// What it does.
+    pub kind: OpKind,
+    /// Values it defines.
+    pub results: Vec<ValueId>,
+    /// Where the user wrote it.
+    pub loc: Option<Loc>,
+}
+
+/// A sequence of ops with arguments and yielded values.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Region {
+    /// Values bound on entry.
+    pub args: Vec<ValueId>,
+    /// Ops in program order.
+    pub ops: Vec<Op>,
+    /// Values passed to the parent op on exit.
+    pub yields: Vec<ValueId>,
+}
+
+/// A kernel body: the value table and the top-level region (which has no
+/// args and yields nothing).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Body {
+    /// Type of every value, by id.
+    pub values: Vec<TileType>,
+    /// The top-level region.
+    pub region: Region,
+}
+
+impl Body {
+    /// The type of a value, if the id exists.
+    pub fn ty(&self, v: ValueId) -> Option<&TileType> {
+        self.values.get(v.index())
+    }
+
+    /// Visits every op, parents before their regions' ops.
+    pub fn walk<'a>(&'a self, f: &mut impl FnMut(&'a Op)) {
+        fn go<'a>(r: &'a Region, f: &mut impl FnMut(&'a Op)) {
+            for op in &r.ops {
+                f(op);
+                for sub in op.kind.regions() {
+                    go(sub, f);
+                }
+            }
+        }
+        go(&self.region, f)
+    }
+}

@@ -1,0 +1,207 @@
+//! The kernel signature: grid, operands, scratch and scalar prefetch.
+
+use std::fmt;
+
+use crate::{DType, IndexMap, Layout, Loc};
+
+/// How iterations of one grid dimension relate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DimSemantics {
+    /// Iterations are independent; they may run in any order or on other
+    /// cores. No state may flow between them.
+    Parallel,
+    /// Iterations run in order on one core and may carry state in scratch
+    /// (reductions, online softmax).
+    Arbitrary,
+}
+
+impl fmt::Display for DimSemantics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DimSemantics::Parallel => "parallel",
+            DimSemantics::Arbitrary => "arbitrary",
+        })
+    }
+}
+
+/// One grid dimension.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GridDim {
+    /// Number of iterations.
+    pub bound: usize,
+    /// Parallel or arbitrary.
+    pub semantics: DimSemantics,
+}
+
+/// The iteration space of a kernel. Iterated in row-major order: the last
+/// dim varies fastest.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Grid {
+    /// Dimensions from outermost to innermost.
+    pub dims: Vec<GridDim>,
+}
+
+impl Grid {
+    /// A grid from bounds and per-dim semantics.
+    pub fn new(dims: impl IntoIterator<Item = (usize, DimSemantics)>) -> Grid {
+        Grid {
+            dims: dims
+                .into_iter()
+                .map(|(bound, semantics)| GridDim { bound, semantics })
+                .collect(),
+        }
+    }
+
+    /// Number of dims.
+    pub fn rank(&self) -> usize {
+        self.dims.len()
+    }
+
+    /// Bounds of each dim.
+    pub fn bounds(&self) -> Vec<usize> {
+        self.dims.iter().map(|d| d.bound).collect()
+    }
+
+    /// Total number of grid steps (saturating).
+    pub fn steps(&self) -> usize {
+        self.dims
+            .iter()
+            .fold(1usize, |acc, d| acc.saturating_mul(d.bound))
+    }
+}
+
+/// Where a buffer lives while the kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum MemorySpace {
+    /// Vector memory: operands arrive block by block in windows. The default.
+    #[default]
+    Vmem,
+    /// Scalar memory: small arrays read as scalars (tables, lengths).
+    Smem,
+    /// Left where it is (HBM): the kernel sees the whole array.
+    Any,
+}
+
+impl fmt::Display for MemorySpace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MemorySpace::Vmem => "vmem",
+            MemorySpace::Smem => "smem",
+            MemorySpace::Any => "any",
+        })
+    }
+}
+
+/// Whether an operand is read, written or both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Read only.
+    In,
+    /// Written; its initial contents are undefined.
+    Out,
+    /// Read and written; the output aliases the input.
+    InOut,
+}
+
+impl Role {
+    /// True for `In` and `InOut`.
+    pub fn is_input(self) -> bool {
+        matches!(self, Role::In | Role::InOut)
+    }
+    /// True for `Out` and `InOut`.
+    pub fn is_output(self) -> bool {
+        matches!(self, Role::Out | Role::InOut)
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::In => "in",
+            Role::Out => "out",
+            Role::InOut => "inout",
+        })
+    }
+}
+
+/// The block a grid step sees of an operand: a shape and the map from grid
+/// indices to the block's index (block index × block shape = element offset).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BlockSpec {
+    /// Block shape, one entry per array dim.
+    pub shape: Vec<usize>,
+    /// Block index of each dim as a function of the grid indices.
+    pub index_map: IndexMap,
+}
+
+impl BlockSpec {
+    /// The whole array as a single block.
+    pub fn full(shape: &[usize]) -> BlockSpec {
+        BlockSpec {
+            shape: shape.to_vec(),
+            index_map: IndexMap::zeros(shape.len()),
+        }
+    }
+}
+
+/// A kernel operand: an array passed in or out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Operand {
+    /// Name, unique within the kernel.
+    pub name: String,
+    /// In, out or in-out.
+    pub role: Role,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape of the whole array.
+    pub shape: Vec<usize>,
+    /// Memory space of the kernel's view.
+    pub space: MemorySpace,
+    /// Blocking (ignored for [`MemorySpace::Any`], which sees the whole
+    /// array).
+    pub block: BlockSpec,
+    /// Layout hints.
+    pub layout: Layout,
+    /// Where it was declared.
+    pub loc: Option<Loc>,
+}
+
+impl Operand {
+    /// The shape the kernel body sees: the block, or the whole array for
+    /// `any`.
+    pub fn view_shape(&self) -> &[usize] {
+        match self.space {
+            MemorySpace::Any => &self.shape,
+            _ => &self.block.shape,
+        }
+    }
+}
+
+/// A scratch buffer: lives across grid steps, starts undefined.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scratch {
+    /// Name, unique within the kernel.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Vmem or smem.
+    pub space: MemorySpace,
+    /// Where it was declared.
+    pub loc: Option<Loc>,
+}
+
+/// A scalar-prefetch operand: a small integer array in SMEM, available to
+/// index maps and to the body before the grid starts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScalarPrefetch {
+    /// Name, unique within the kernel.
+    pub name: String,
+    /// Element type; must be i32.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Where it was declared.
+    pub loc: Option<Loc>,
+}

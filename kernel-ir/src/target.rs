@@ -1,0 +1,94 @@
+//! TPU generations and the hardware facts the verifier needs.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::DType;
+
+/// Lanes per vreg row: the tiling unit of the minor dimension.
+pub const LANES: usize = 128;
+
+const MIB: u64 = 1 << 20;
+
+/// The TPU generation a kernel is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Target {
+    /// TPU v5e (v5 lite).
+    #[default]
+    V5e,
+    /// TPU v5p.
+    V5p,
+    /// TPU v6e (Trillium).
+    V6e,
+    /// TPU v7x (Ironwood).
+    V7x,
+}
+
+impl Target {
+    /// Every target, in release order.
+    pub const ALL: [Target; 4] = [Target::V5e, Target::V5p, Target::V6e, Target::V7x];
+
+    /// Short name, as printed and parsed (`v5e`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::V5e => "v5e",
+            Target::V5p => "v5p",
+            Target::V6e => "v6e",
+            Target::V7x => "v7x",
+        }
+    }
+
+    /// Side of the MXU systolic array: 128 up to v5, 256 from v6e on.
+    pub fn mxu_width(self) -> usize {
+        match self {
+            Target::V5e | Target::V5p => 128,
+            Target::V6e | Target::V7x => 256,
+        }
+    }
+
+    /// Physical VMEM per core in bytes.
+    pub fn vmem_bytes(self) -> u64 {
+        match self {
+            Target::V5e | Target::V6e => 128 * MIB,
+            Target::V5p | Target::V7x => 64 * MIB,
+        }
+    }
+
+    /// The scoped VMEM limit a kernel gets when it does not set
+    /// `vmem_limit_bytes`; far below the physical size.
+    pub fn default_scoped_vmem_limit(self) -> u64 {
+        32 * MIB
+    }
+
+    /// Rows of one native (sublane) tile for `dtype`: 8 × packing, so f32
+    /// tiles are (8, 128), bf16 (16, 128), int8 (32, 128).
+    pub fn tile_rows(self, dtype: DType) -> usize {
+        8 * dtype.packing()
+    }
+
+    /// Lanes of one native tile (the minor tile dim): 128 on every generation.
+    pub fn tile_lanes(self) -> usize {
+        LANES
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The error of parsing a target name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown TPU target `{0}`; expected one of v5e, v5p, v6e, v7x")]
+pub struct ParseTargetError(pub String);
+
+impl FromStr for Target {
+    type Err = ParseTargetError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Target::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| ParseTargetError(s.to_string()))
+    }
+}

@@ -1,0 +1,193 @@
+//! No scratch state across a parallel grid dim.
+//!
+//! A scratch buffer read before it is written in a grid step carries state
+//! from the previous step. The grid runs in row-major order, so a parallel
+//! dim `p` changes only when every dim inner to it wraps to 0. State is
+//! therefore safe when it is reset (fully stored under
+//! `when(program_id(d) == 0 && ...)`) for dims `d` that are all inner to
+//! every parallel dim, or when there are no parallel dims at all.
+//!
+//! The analysis is flow-sensitive but conservative inside loops and
+//! branches: a store there defines the buffer only for the rest of that
+//! region.
+
+use std::collections::HashMap;
+
+use crate::error::{ErrorKind, KernelError};
+use crate::{
+    BinaryOp, BufferRef, CompareOp, DimSemantics, Index, IndexValue, Kernel, Literal, OpKind,
+    Region, ValueId,
+};
+
+#[derive(Clone, Debug, PartialEq)]
+enum State {
+    /// Nothing written yet in this step: a read sees the previous step.
+    Carried,
+    /// Reset when all these grid dims are 0.
+    ResetAt(Vec<usize>),
+    /// Fully written earlier in this step.
+    Defined,
+}
+
+pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
+    let parallel: Vec<usize> = k
+        .grid
+        .dims
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.semantics == DimSemantics::Parallel)
+        .map(|(i, _)| i)
+        .collect();
+    let Some(&innermost_parallel) = parallel.iter().max() else {
+        return Vec::new();
+    };
+    let mut defs = HashMap::new();
+    k.body.walk(&mut |op| {
+        for r in &op.results {
+            defs.insert(*r, &op.kind);
+        }
+    });
+    let mut w = Walker {
+        k,
+        defs,
+        innermost_parallel,
+        reported: vec![false; k.scratch.len()],
+        errors: Vec::new(),
+    };
+    let mut states = vec![State::Carried; k.scratch.len()];
+    w.region(&k.body.region, &mut states);
+    w.errors
+}
+
+struct Walker<'a> {
+    k: &'a Kernel,
+    defs: HashMap<ValueId, &'a OpKind>,
+    innermost_parallel: usize,
+    reported: Vec<bool>,
+    errors: Vec<KernelError>,
+}
+
+impl Walker<'_> {
+    /// Grid dims that are all 0 when `cond` holds, if `cond` is recognized
+    /// as `program_id(d) == 0`, possibly and-ed.
+    fn reset_dims(&self, cond: ValueId) -> Option<Vec<usize>> {
+        match self.defs.get(&cond)? {
+            OpKind::Compare {
+                op: CompareOp::Eq,
+                lhs,
+                rhs,
+            } => {
+                let pid = |v: &ValueId| match self.defs.get(v) {
+                    Some(OpKind::ProgramId { dim }) => Some(*dim),
+                    _ => None,
+                };
+                let zero = |v: &ValueId| {
+                    matches!(
+                        self.defs.get(v),
+                        Some(OpKind::Constant {
+                            value: Literal::Int(0),
+                            ..
+                        })
+                    )
+                };
+                match (pid(lhs), pid(rhs)) {
+                    (Some(d), _) if zero(rhs) => Some(vec![d]),
+                    (_, Some(d)) if zero(lhs) => Some(vec![d]),
+                    _ => None,
+                }
+            }
+            OpKind::Binary {
+                op: BinaryOp::And,
+                lhs,
+                rhs,
+            } => {
+                let mut a = self.reset_dims(*lhs)?;
+                a.extend(self.reset_dims(*rhs)?);
+                Some(a)
+            }
+            _ => None,
+        }
+    }
+
+    fn full_store(&self, kind: &OpKind) -> Option<usize> {
+        let OpKind::Store {
+            buffer: BufferRef::Scratch(s),
+            indices,
+            mask: None,
+            ..
+        } = kind
+        else {
+            return None;
+        };
+        let shape = &self.k.scratch.get(*s)?.shape;
+        let full = indices.iter().zip(shape).all(|(i, &n)| match i {
+            Index::Slice {
+                start: IndexValue::Static(0),
+                len,
+            } => *len == n,
+            Index::Point(IndexValue::Static(0)) => n == 1,
+            _ => false,
+        });
+        full.then_some(*s)
+    }
+
+    fn read(&mut self, s: usize, state: &State, loc: &Option<crate::Loc>) {
+        let bad = match state {
+            State::Defined => false,
+            State::Carried => true,
+            State::ResetAt(dims) => dims.iter().any(|&d| d <= self.innermost_parallel),
+        };
+        if bad && !self.reported[s] {
+            self.reported[s] = true;
+            self.errors.push(KernelError::new(
+                ErrorKind::ParallelCarry {
+                    scratch: self.k.scratch[s].name.clone(),
+                    dim: self.innermost_parallel,
+                },
+                loc.clone(),
+            ));
+        }
+    }
+
+    fn region(&mut self, r: &Region, states: &mut [State]) {
+        for op in &r.ops {
+            match &op.kind {
+                OpKind::Load {
+                    buffer: BufferRef::Scratch(s),
+                    ..
+                } if *s < states.len() => {
+                    let st = states[*s].clone();
+                    self.read(*s, &st, &op.loc);
+                }
+                OpKind::If {
+                    cond,
+                    then_region,
+                    else_region,
+                } => {
+                    let mut inner = states.to_vec();
+                    self.region(then_region, &mut inner);
+                    let mut inner_else = states.to_vec();
+                    self.region(else_region, &mut inner_else);
+                    if let Some(dims) = self.reset_dims(*cond) {
+                        for o in &then_region.ops {
+                            if let Some(s) = self.full_store(&o.kind)
+                                && states[s] == State::Carried
+                            {
+                                states[s] = State::ResetAt(dims.clone());
+                            }
+                        }
+                    }
+                }
+                OpKind::For { body, .. } => {
+                    let mut inner = states.to_vec();
+                    self.region(body, &mut inner);
+                }
+                kind => {
+                    if let Some(s) = self.full_store(kind) {
+                        states[s] = State::Defined;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! The verifier: every rule a kernel must satisfy before it is run or
+//! lowered, as small passes over the kernel.
+//!
+//! * [`signature`]: names, shapes, block specs, index-map references,
+//!   layouts, alignment values, memory spaces;
+//! * [`body`]: SSA scoping and the type of every op;
+//! * [`tiling`]: the TPU (sublane, lane) tiling of VMEM blocks, applied to
+//!   the physical minor dims;
+//! * [`grid_walk`]: index maps evaluated over the grid: blocks in bounds
+//!   and block starts aligned;
+//! * the VMEM budget ([`crate::VmemBudget`]);
+//! * [`carry`]: no scratch state across a parallel grid dim.
+//!
+//! A kernel that passes is a [`VerifiedKernel`]; only those are interpreted
+//! and lowered.
+
+mod body;
+mod carry;
+mod grid_walk;
+mod signature;
+mod tiling;
+
+pub(crate) use grid_walk::block_in_bounds;
+
+use std::ops::Deref;
+
+use crate::error::{ErrorKind, KernelError, KernelErrors};
+use crate::{Kernel, VmemBudget};
+
+/// A kernel that passed every check of the verifier. The only way to get
+/// one is [`Kernel::verify`], so code that takes a `VerifiedKernel` can rely
+/// on well-formed shapes, types and index maps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VerifiedKernel {
+    kernel: Kernel,
+}
+
+impl VerifiedKernel {
+    /// The kernel.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// Gives the kernel back (for editing and re-verifying).
+    pub fn into_kernel(self) -> Kernel {
+        self.kernel
+    }
+
+    /// The VMEM budget (which fits, or the kernel would not verify).
+    pub fn vmem_budget(&self) -> VmemBudget {
+        VmemBudget::of(&self.kernel)
+    }
+}
+
+impl Deref for VerifiedKernel {
+    type Target = Kernel;
+    fn deref(&self) -> &Kernel {
+        &self.kernel
+    }
+}
+
+impl Kernel {
+    /// Runs every check; returns the kernel as a [`VerifiedKernel`] or all
+    /// the errors found.
+    pub fn verify(self) -> Result<VerifiedKernel, KernelErrors> {
+        let errors = self.check();
+        if errors.is_empty() {
+            Ok(VerifiedKernel { kernel: self })
+        } else {
+            Err(KernelErrors(errors))
+        }
+    }
+
+    /// Runs every check and returns the errors (empty when valid).
+    pub fn check(&self) -> Vec<KernelError> {
+        let mut errors = signature::check(self);
+        if !errors.is_empty() {
+            // Later passes index blocks and maps by the signature; stop here.
+            return errors;
+        }
+        errors.extend(body::check(self));
+        errors.extend(tiling::check(self));
+        errors.extend(grid_walk::check(self));
+        let budget = VmemBudget::of(self);
+        if !budget.fits() {
+            errors.push(KernelError::new(
+                ErrorKind::VmemOverflow(Box::new(budget)),
+                None,
+            ));
+        }
+        if errors.is_empty() {
+            errors.extend(carry::check(self));
+        }
+        errors
+    }
+}

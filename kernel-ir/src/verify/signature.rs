@@ -1,0 +1,238 @@
+//! Checks of the kernel signature.
+
+use std::collections::HashSet;
+
+use crate::error::{ErrorKind, KernelError};
+use crate::{IndexExpr, Kernel, MemorySpace, Order};
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
+    let mut errors = Vec::new();
+    let mut err = |kind, loc: &Option<crate::Loc>| errors.push(KernelError::new(kind, loc.clone()));
+    if !is_identifier(&k.name) {
+        err(
+            ErrorKind::BadName {
+                name: k.name.clone(),
+            },
+            &None,
+        );
+    }
+    if let Some(limit) = k.vmem_limit
+        && limit > k.target.vmem_bytes()
+    {
+        err(
+            ErrorKind::VmemLimitTooLarge {
+                limit,
+                target: k.target,
+                physical: k.target.vmem_bytes(),
+            },
+            &None,
+        );
+    }
+    if k.grid.dims.iter().any(|d| d.bound == 0) {
+        err(
+            ErrorKind::ZeroSize {
+                what: "the grid".into(),
+                shape: k.grid.bounds(),
+            },
+            &None,
+        );
+    }
+
+    let mut names = HashSet::new();
+    let decls = k
+        .prefetch
+        .iter()
+        .map(|p| (&p.name, &p.loc))
+        .chain(k.operands.iter().map(|o| (&o.name, &o.loc)))
+        .chain(k.scratch.iter().map(|s| (&s.name, &s.loc)));
+    for (name, loc) in decls {
+        if !is_identifier(name) {
+            err(ErrorKind::BadName { name: name.clone() }, loc);
+        } else if !names.insert(name.clone()) {
+            err(ErrorKind::DuplicateName { name: name.clone() }, loc);
+        }
+    }
+
+    for p in &k.prefetch {
+        if p.dtype != crate::DType::I32 {
+            err(
+                ErrorKind::PrefetchDType {
+                    name: p.name.clone(),
+                    dtype: p.dtype,
+                },
+                &p.loc,
+            );
+        }
+        if p.shape.contains(&0) {
+            err(
+                ErrorKind::ZeroSize {
+                    what: format!("scalar prefetch `{}`", p.name),
+                    shape: p.shape.clone(),
+                },
+                &p.loc,
+            );
+        }
+    }
+    for s in &k.scratch {
+        if s.shape.contains(&0) {
+            err(
+                ErrorKind::ZeroSize {
+                    what: format!("scratch `{}`", s.name),
+                    shape: s.shape.clone(),
+                },
+                &s.loc,
+            );
+        }
+        if s.space == MemorySpace::Any {
+            err(
+                ErrorKind::ScratchSpace {
+                    name: s.name.clone(),
+                },
+                &s.loc,
+            );
+        }
+    }
+
+    for o in &k.operands {
+        let name = || o.name.clone();
+        let rank = o.shape.len();
+        if o.shape.contains(&0) {
+            err(
+                ErrorKind::ZeroSize {
+                    what: format!("operand `{}`", o.name),
+                    shape: o.shape.clone(),
+                },
+                &o.loc,
+            );
+            continue;
+        }
+        if let Order::MinorToMajor(order) = &o.layout.order
+            && o.layout.minor_to_major_dims(rank).is_none()
+        {
+            err(
+                ErrorKind::BadLayout {
+                    operand: name(),
+                    order: order.clone(),
+                    rank,
+                },
+                &o.loc,
+            );
+        }
+        if let Some(a) = o.layout.align
+            && !a.is_power_of_two()
+        {
+            err(
+                ErrorKind::BadAlign {
+                    operand: name(),
+                    align: a,
+                },
+                &o.loc,
+            );
+        }
+        if o.space == MemorySpace::Any {
+            let full = o.block.shape == o.shape
+                && o.block
+                    .index_map
+                    .exprs
+                    .iter()
+                    .all(|e| *e == IndexExpr::Const(0));
+            if !full {
+                err(ErrorKind::AnyWithBlock { operand: name() }, &o.loc);
+            }
+            continue;
+        }
+        let block = &o.block.shape;
+        if block.len() != rank {
+            err(
+                ErrorKind::BlockRank {
+                    operand: name(),
+                    block: block.clone(),
+                    block_rank: block.len(),
+                    array_rank: rank,
+                },
+                &o.loc,
+            );
+            continue;
+        }
+        if block.contains(&0) {
+            err(
+                ErrorKind::ZeroSize {
+                    what: format!("the block of `{}`", o.name),
+                    shape: block.clone(),
+                },
+                &o.loc,
+            );
+        }
+        for (dim, (&b, &a)) in block.iter().zip(&o.shape).enumerate() {
+            if b > a {
+                err(
+                    ErrorKind::BlockTooLarge {
+                        operand: name(),
+                        dim,
+                        block: b,
+                        array: a,
+                    },
+                    &o.loc,
+                );
+            }
+        }
+        let exprs = &o.block.index_map.exprs;
+        if exprs.len() != rank {
+            err(
+                ErrorKind::IndexMapArity {
+                    operand: name(),
+                    found: exprs.len(),
+                    expected: rank,
+                },
+                &o.loc,
+            );
+        }
+        for e in exprs {
+            let mut bad = None;
+            e.visit(&mut |n| match n {
+                IndexExpr::Grid(d) if *d >= k.grid.rank() => {
+                    bad.get_or_insert(format!(
+                        "uses grid dim {d} but the grid has {} dims",
+                        k.grid.rank()
+                    ));
+                }
+                IndexExpr::Prefetch { operand, at } => match k.prefetch.get(*operand) {
+                    None => {
+                        bad.get_or_insert(format!(
+                            "reads scalar-prefetch operand {operand}, but the kernel has {}",
+                            k.prefetch.len()
+                        ));
+                    }
+                    Some(p) if p.shape.len() != at.len() => {
+                        bad.get_or_insert(format!(
+                            "reads `{}` with {} indices but it has rank {}",
+                            p.name,
+                            at.len(),
+                            p.shape.len()
+                        ));
+                    }
+                    _ => {}
+                },
+                _ => {}
+            });
+            if let Some(detail) = bad {
+                err(
+                    ErrorKind::IndexMapRef {
+                        operand: name(),
+                        detail,
+                    },
+                    &o.loc,
+                );
+            }
+        }
+    }
+    errors
+}

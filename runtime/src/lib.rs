@@ -1,0 +1,6 @@
+//! The deferred graph runtime.
+//!
+//! This crate will hold Tessera's runtime: thin bindings over the PJRT C API,
+//! `Tensor` handles that record a lazy graph, sync points that lower the
+//! pending graph to one StableHLO module, a compile cache (in-process, on disk,
+//! remote), shape buckets, and kernel nodes that lower per platform.
