@@ -144,8 +144,13 @@ impl Printer<'_> {
             let m = op.kind.mnemonic();
             let res_ty = op.results.first().map(|v| self.ty(*v)).unwrap_or_default();
             let line = match &op.kind {
-                OpKind::Constant { value, .. } => {
+                OpKind::Constant { value, ty } => {
                     let v = match value {
+                        // Print the value the dtype holds, in the shortest
+                        // form that reads back to it.
+                        Literal::Float(x) if ty.dtype == crate::DType::F32 => {
+                            format!("{:?}", *x as f32)
+                        }
                         Literal::Float(x) => format!("{x:?}"),
                         Literal::Int(x) => x.to_string(),
                         Literal::Bool(b) => b.to_string(),

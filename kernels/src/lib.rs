@@ -1,1 +1,12 @@
-//! Fused kernels.
+//! Tessera's kernels, each with its reference op.
+//!
+//! Every kernel is a function from a config (block sizes, shapes, flags) to
+//! a [`kernel_ir::VerifiedKernel`], next to a plain f64 host implementation
+//! of the same math in [`reference`]. [`check`] compares the two.
+//!
+//! * [`foundation`]: tiled elementwise add, tiled matmul with an f32
+//!   accumulator in scratch, row softmax, layer norm.
+
+pub mod check;
+pub mod foundation;
+pub mod reference;

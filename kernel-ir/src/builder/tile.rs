@@ -533,12 +533,15 @@ impl Tile {
         select(self, on_true, on_false)
     }
 
-    /// Converts to `dtype`.
+    /// Converts to `dtype` (no op when the dtype is already `dtype`).
     #[track_caller]
     pub fn cast(self, dtype: DType) -> Tile {
         let loc = Loc::caller();
         record(self.builder, |st| {
             let x = st.own(self, &loc)?;
+            if st.ty(x).is_some_and(|t| t.dtype == dtype) {
+                return Some(x);
+            }
             st.push_op(OpKind::Convert { x, dtype }, loc)
                 .first()
                 .copied()

@@ -1,0 +1,4 @@
+//! Tessera's integration tests, one binary (see the crate docs).
+
+mod foundation;
+mod invalid;
