@@ -245,7 +245,7 @@ pub enum ErrorKind {
         suggest: String,
     },
     /// A block start that breaks the operand's alignment.
-    #[error("[align] operand `{operand}` has align = {align} but at grid index {} the block {} starts at byte {offset}; dim {dim} contributes {dim_offset} bytes; make block dim {dim} × {elem_bytes} bytes a multiple of {align}", idx(.grid), idx(.block_index))]
+    #[error("[align] operand `{operand}` has align = {align} but at grid index {} block {} starts at byte {offset}: each block along dim {dim} advances {step_bytes} bytes; make block dim {dim} a multiple of {elements} elements", idx(.grid), idx(.block_index))]
     Misaligned {
         /// Operand name.
         operand: String,
@@ -259,10 +259,10 @@ pub enum ErrorKind {
         offset: u64,
         /// The logical dim at fault.
         dim: usize,
-        /// Byte offset contributed by that dim.
-        dim_offset: u64,
-        /// Element size.
-        elem_bytes: usize,
+        /// Bytes one block step along that dim moves the start.
+        step_bytes: u64,
+        /// Block dim multiple that would keep every start aligned.
+        elements: u64,
     },
     /// Windows and scratch do not fit in the scoped VMEM limit.
     #[error("[vmem-budget] {0}")]

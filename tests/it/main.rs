@@ -2,3 +2,5 @@
 
 mod foundation;
 mod invalid;
+mod random_kernels;
+mod snapshots_ir;

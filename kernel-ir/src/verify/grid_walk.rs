@@ -80,6 +80,7 @@ fn check_operand(o: &Operand, pts: &[Vec<i64>]) -> Option<ErrorKind> {
                     .iter()
                     .position(|p| !p.is_multiple_of(align))
                     .unwrap_or(0);
+                let unit = strides[dim] as u64 * bytes;
                 return Some(ErrorKind::Misaligned {
                     operand: o.name.clone(),
                     align,
@@ -87,8 +88,8 @@ fn check_operand(o: &Operand, pts: &[Vec<i64>]) -> Option<ErrorKind> {
                     block_index: bidx,
                     offset,
                     dim,
-                    dim_offset: parts[dim],
-                    elem_bytes: o.dtype.bytes(),
+                    step_bytes: o.block.shape[dim] as u64 * unit,
+                    elements: align / gcd(align, unit),
                 });
             }
         }
@@ -115,4 +116,8 @@ pub(crate) fn block_in_bounds(o: &Operand, grid: &[i64], bidx: &[i64]) -> Option
         }
     }
     None
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a.max(1) } else { gcd(b, a % b) }
 }

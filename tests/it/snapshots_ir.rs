@@ -1,0 +1,75 @@
+//! The printed IR of the foundation kernels, pinned with insta.
+//! Review changes with `cargo insta review`.
+
+use kernel_ir::prelude::*;
+use kernels::foundation::*;
+
+#[test]
+fn add_ir() {
+    let k = add(&AddConfig {
+        rows: 64,
+        cols: 256,
+        block_rows: 16,
+        block_cols: 128,
+        dtype: F32,
+    })
+    .unwrap();
+    insta::assert_snapshot!(k.to_string());
+}
+
+#[test]
+fn matmul_ir() {
+    let k = matmul(&MatmulConfig {
+        m: 256,
+        n: 256,
+        k: 512,
+        bm: 128,
+        bn: 128,
+        bk: 128,
+        dtype: BF16,
+        out_dtype: F32,
+    })
+    .unwrap();
+    insta::assert_snapshot!(format!("{}\n{}", *k, k.vmem_budget()));
+}
+
+#[test]
+fn matmul_ragged_k_ir() {
+    let k = matmul(&MatmulConfig {
+        m: 64,
+        n: 128,
+        k: 200,
+        bm: 64,
+        bn: 128,
+        bk: 128,
+        dtype: F32,
+        out_dtype: F32,
+    })
+    .unwrap();
+    insta::assert_snapshot!(k.to_string());
+}
+
+#[test]
+fn softmax_ir() {
+    let k = softmax(&SoftmaxConfig {
+        rows: 64,
+        cols: 512,
+        block_rows: 16,
+        dtype: BF16,
+    })
+    .unwrap();
+    insta::assert_snapshot!(k.to_string());
+}
+
+#[test]
+fn layer_norm_ir() {
+    let k = layer_norm(&LayerNormConfig {
+        rows: 64,
+        cols: 256,
+        block_rows: 8,
+        eps: 1e-5,
+        dtype: F32,
+    })
+    .unwrap();
+    insta::assert_snapshot!(k.to_string());
+}
