@@ -86,7 +86,7 @@ pub fn matmul(c: &MatmulConfig) -> Result<VerifiedKernel, KernelErrors> {
 
     let l = program_id(2);
     when(l.eq(0), || acc.store(.., 0.0));
-    let (xv, yv) = if c.k % c.bk == 0 {
+    let (xv, yv) = if c.k.is_multiple_of(c.bk) {
         (x.load(..), y.load(..))
     } else {
         let valid = c.k as i32;

@@ -120,7 +120,7 @@ fn softmax_matches_reference() {
         };
         let k = softmax(&c).unwrap();
         let x = Array::random(dtype, [c.rows, c.cols], 5, -6.0, 6.0);
-        let out = interpret(&k, &[x.clone()]).unwrap();
+        let out = interpret(&k, std::slice::from_ref(&x)).unwrap();
         assert_close(
             &out[0],
             &reference::softmax_rows(&x),

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs what Tessera needs on a fresh Debian 12 machine, each piece only
+# when it is missing, and prints nothing when everything is already there.
+#
+#  * MLIR/LLVM 22 from Debian (melior 0.27 / mlir-sys 220), mlir-opt-22, and
+#    the mold linker (.cargo/config.toml points cargo at both);
+#  * the PJRT CPU plugin: the pinned `lammps-jax-pjrt-cpu` wheel from PyPI,
+#    hash-checked, unpacked into the cache folder outside git
+#    ($TESSERA_CACHE, default ~/.cache/tessera).
+set -euo pipefail
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+run_quiet() {
+  if ! "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup: failed: $*" >&2
+    exit 1
+  fi
+}
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+
+# --- MLIR 22, tools, linker -------------------------------------------------
+packages=(libmlir-22-dev llvm-22-dev libpolly-22-dev libclang1-22 libclang-common-22-dev
+  libzstd-dev mlir-22-tools mold)
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  run_quiet $sudo apt-get update -q
+  run_quiet env DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# --- PJRT CPU plugin ----------------------------------------------------------
+# XLA's CPU plugin as shipped in a PyPI wheel (PJRT C API 0.115, the XLA of
+# jax 0.11.2). The hash pins the exact file.
+wheel_name="lammps-jax-pjrt-cpu==0.11.2"
+wheel_sha256="1319390d948b39f69f7dade496b7c385149d9ca6097a6b62114da113216d9ad1"
+cache="${TESSERA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}"
+plugin_dir="$cache/pjrt/cpu-0.11.2"
+plugin="$plugin_dir/pjrt_c_api_cpu_plugin.so"
+if [ ! -s "$plugin" ]; then
+  echo "setup: fetching the PJRT CPU plugin ($wheel_name) into $plugin_dir"
+  mkdir -p "$cache/pjrt"
+  tmp=$(mktemp -d "$cache/pjrt/download.XXXXXX")
+  printf '%s --hash=sha256:%s\n' "$wheel_name" "$wheel_sha256" >"$tmp/requirements.txt"
+  run_quiet python3 -m pip download --quiet --no-deps --require-hashes \
+    -r "$tmp/requirements.txt" -d "$tmp"
+  whl=$(ls "$tmp"/*.whl)
+  echo "$wheel_sha256  $whl" | sha256sum --check --quiet
+  python3 - "$whl" "$tmp/plugin.so" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    name = next(n for n in z.namelist() if n.endswith("pjrt_c_api_cpu_plugin.so"))
+    with z.open(name) as src, open(sys.argv[2], "wb") as dst:
+        shutil.copyfileobj(src, dst)
+PY
+  mkdir -p "$plugin_dir"
+  mv "$tmp/plugin.so" "$plugin"
+  rm -rf "$tmp"
+fi

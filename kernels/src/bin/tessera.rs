@@ -1,0 +1,187 @@
+//! The `tessera` command. Today: `tessera demo`, the main job: build the
+//! foundation kernels, verify them, show one's IR and VMEM budget, run each
+//! in the reference interpreter on random inputs and compare with its f64
+//! reference.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use kernel_ir::prelude::*;
+use kernel_ir::{KernelErrors, VerifiedKernel};
+use kernels::check::{ErrorStats, Tolerance};
+use kernels::foundation::*;
+use kernels::reference;
+
+const HELP: &str = "\
+tessera: write, check and run TPU-style kernels in Rust
+
+USAGE:
+    tessera demo      build the example kernels, show IR and VMEM budget,
+                      run them in the interpreter and compare with references
+    tessera --help    this text
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("demo") if args.len() == 1 => demo(),
+        Some("--help" | "-h" | "help") => {
+            print!("{HELP}");
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!(
+                "tessera: unknown invocation `{}`; see `tessera --help`",
+                args.join(" ")
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// One demo case: a kernel, its inputs and its reference output.
+struct Case {
+    name: &'static str,
+    kernel: Result<VerifiedKernel, KernelErrors>,
+    inputs: Vec<Array>,
+    reference: fn(&[Array]) -> Vec<f64>,
+    tol: Tolerance,
+}
+
+fn cases() -> Vec<Case> {
+    let x = |shape: &[usize], seed| Array::random(F32, shape.to_vec(), seed, -2.0, 2.0);
+    vec![
+        Case {
+            name: "add 512x1024 (blocks 64x512)",
+            kernel: add(&AddConfig {
+                rows: 512,
+                cols: 1024,
+                block_rows: 64,
+                block_cols: 512,
+                dtype: F32,
+            }),
+            inputs: vec![x(&[512, 1024], 1), x(&[512, 1024], 2)],
+            reference: |a| reference::add(&a[0], &a[1]),
+            tol: Tolerance::for_dtype(F32),
+        },
+        Case {
+            name: "matmul 256x256x512 bf16 -> f32",
+            kernel: matmul(&MatmulConfig {
+                m: 256,
+                n: 256,
+                k: 512,
+                bm: 128,
+                bn: 128,
+                bk: 128,
+                dtype: BF16,
+                out_dtype: F32,
+            }),
+            inputs: vec![x(&[256, 512], 3).cast(BF16), x(&[512, 256], 4).cast(BF16)],
+            reference: |a| reference::matmul(&a[0], &a[1]),
+            tol: Tolerance {
+                abs: 1e-3,
+                rel: 1e-5,
+            },
+        },
+        Case {
+            name: "softmax 256x1024 (rows of 32)",
+            kernel: softmax(&SoftmaxConfig {
+                rows: 256,
+                cols: 1024,
+                block_rows: 32,
+                dtype: F32,
+            }),
+            inputs: vec![x(&[256, 1024], 5)],
+            reference: |a| reference::softmax_rows(&a[0]),
+            tol: Tolerance::for_dtype(F32),
+        },
+        Case {
+            name: "layer_norm 256x1024 (rows of 16)",
+            kernel: layer_norm(&LayerNormConfig {
+                rows: 256,
+                cols: 1024,
+                block_rows: 16,
+                eps: 1e-5,
+                dtype: F32,
+            }),
+            inputs: vec![
+                x(&[256, 1024], 6),
+                Array::random(F32, [1024], 7, 0.5, 1.5),
+                Array::random(F32, [1024], 8, -0.5, 0.5),
+            ],
+            reference: |a| reference::layer_norm(&a[0], &a[1], &a[2], 1e-5),
+            tol: Tolerance {
+                abs: 1e-4,
+                rel: 1e-4,
+            },
+        },
+    ]
+}
+
+fn demo() -> ExitCode {
+    println!("== set-up");
+    match lowering::mlir_version_check() {
+        Ok(_) => println!("MLIR 22 via melior: ok"),
+        Err(e) => println!("MLIR: {e}"),
+    }
+    match runtime::plugin::locate().and_then(|p| runtime::plugin::PluginInfo::probe(&p)) {
+        Ok(i) => println!(
+            "PJRT plugin: {} (C API {}.{})",
+            i.path.display(),
+            i.major,
+            i.minor
+        ),
+        Err(e) => println!("PJRT plugin: {e}"),
+    }
+
+    let cases = cases();
+    let mut ok = true;
+    for (i, c) in cases.iter().enumerate() {
+        if let Err(e) = &c.kernel {
+            println!("\n{}: the kernel does not verify:\n{e}", c.name);
+            ok = false;
+        } else if i == 1
+            && let Ok(k) = &c.kernel
+        {
+            println!("\n== {} : IR", c.name);
+            print!("{}", **k);
+            println!("\n== VMEM budget\n{}", k.vmem_budget());
+        }
+    }
+
+    println!("\n== interpreter vs f64 reference");
+    println!(
+        "{:<34} {:>11} {:>11} {:>6} {:>10}  result",
+        "kernel", "max abs", "max rel", "NaN", "time"
+    );
+    for c in &cases {
+        let Ok(k) = &c.kernel else { continue };
+        let t = Instant::now();
+        let out = interpret(k, &c.inputs);
+        let dt = t.elapsed();
+        match out {
+            Ok(out) => {
+                let s = ErrorStats::between(&out[0], &(c.reference)(&c.inputs), c.tol);
+                ok &= s.passes();
+                println!(
+                    "{:<34} {:>11.3e} {:>11.3e} {:>6} {:>8.1}ms  {}",
+                    c.name,
+                    s.max_abs,
+                    s.max_rel,
+                    s.nan_count,
+                    dt.as_secs_f64() * 1e3,
+                    if s.passes() { "ok" } else { "MISMATCH" }
+                );
+            }
+            Err(e) => {
+                ok = false;
+                println!("{:<34} error: {e}", c.name);
+            }
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
