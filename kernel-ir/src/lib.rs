@@ -36,9 +36,14 @@
 // the cold path only, so their size does not matter.
 #![allow(clippy::result_large_err)]
 
+// The macros expand to `::kernel_ir::...` paths; this lets them (and doc
+// tests) work inside this crate too.
+extern crate self as kernel_ir;
+
 mod array;
 mod budget;
 mod builder;
+pub mod dsl;
 mod dtype;
 mod error;
 mod index_map;
@@ -56,7 +61,7 @@ mod verify;
 pub use array::{Array, ArrayError, SplitMix64};
 pub use budget::{VmemBudget, VmemItem, human_bytes};
 pub use builder::{
-    Carry, Idx, IntoIndices, IntoOperand, KernelBuilder, Ref, Start, Tile, constant, dot,
+    Bound, Carry, Idx, IntoIndices, IntoOperand, KernelBuilder, Ref, Start, Tile, constant, dot,
     dot_general, ds, for_range, for_range_step, if_else, iota, num_programs, program_id, select,
     when,
 };
@@ -78,12 +83,36 @@ pub use spec::{
 pub use target::{LANES, ParseTargetError, Target};
 pub use verify::VerifiedKernel;
 
+#[doc = include_str!("../doc/tpu_kernel.md")]
+pub use kernel_macros::tpu_kernel;
+
+/// Makes a function callable from `#[tpu_kernel]` bodies.
+///
+/// The body is rewritten like a kernel body (`if`, `for`, comparisons), and
+/// calls from kernels are checked to go to functions marked this way. A
+/// kernel function cannot be generic.
+///
+/// ```
+/// use kernel_ir::prelude::*;
+///
+/// /// One step of an online softmax: new running max and rescale factor.
+/// #[kernel_fn]
+/// fn rescale(m_prev: Tile, s: Tile) -> (Tile, Tile) {
+///     let m = m_prev.max(s.max_keep(1));
+///     (m, (m_prev - m).exp())
+/// }
+/// # let _ = rescale;
+/// ```
+pub use kernel_macros::kernel_fn;
+
 /// Everything a kernel author needs, in one import.
 pub mod prelude {
     pub use crate::DType::{BF16, Bool, F16, F32, I8, I32};
     pub use crate::DimSemantics::{Arbitrary, Parallel};
+    pub use crate::dsl::{In, InOut, Out, Prefetch, Scratch};
     pub use crate::{
         Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, Ref, Target, Tile,
+        kernel_fn, tpu_kernel,
         bf16, constant, dot, dot_general, ds, f16, for_range, for_range_step, if_else, interpret,
         iota, num_programs, program_id, select, when,
     };

@@ -1,7 +1,29 @@
-//! The `#[tpu_kernel]` attribute macro.
+//! The `#[tpu_kernel]` and `#[kernel_fn]` attribute macros of Tessera.
 //!
-//! This crate will hold the kernel DSL: it parses a Rust function into a small
-//! AST with spans, checks at compile time what it can (unsupported syntax,
-//! tiling of literal block shapes), and expands to a function that builds a
-//! `kernel_ir::Kernel` through the builder API. Users reach it through the
-//! `kernel-ir` re-export, so a kernel crate depends on one crate.
+//! Use them through `kernel_ir` (`kernel_ir::tpu_kernel`), which documents
+//! the syntax in full. The macro parses the kernel's signature into its own
+//! small model (`sig`), checks what it can while compiling (`checks`),
+//! rewrites the body where Rust cannot be overloaded (`body`), and expands to
+//! a module with `Dims`, `kernel` and `build` (`expand`). On error it emits
+//! the errors, and the function itself so IDEs keep working.
+
+mod attr;
+mod body;
+mod checks;
+mod expand;
+mod kernel_fn;
+mod sig;
+
+use proc_macro::TokenStream;
+
+/// Turns a function into a Tessera kernel; see `kernel_ir::tpu_kernel`.
+#[proc_macro_attribute]
+pub fn tpu_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::tpu_kernel(attr.into(), item.into()).into()
+}
+
+/// Makes a function callable from kernel bodies; see `kernel_ir::kernel_fn`.
+#[proc_macro_attribute]
+pub fn kernel_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
+    kernel_fn::kernel_fn(attr.into(), item.into()).into()
+}

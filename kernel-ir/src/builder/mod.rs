@@ -25,7 +25,7 @@ mod refs;
 mod state;
 mod tile;
 
-pub use control::{Carry, for_range, for_range_step, if_else, when};
+pub use control::{Bound, Carry, for_range, for_range_step, if_else, when};
 pub use index::{Idx, IntoIndices, Start, ds};
 pub use refs::Ref;
 pub use tile::{

@@ -750,3 +750,18 @@ impl ops::Not for Tile {
         self.unary(UnaryOp::Not, Loc::caller())
     }
 }
+
+macro_rules! assign_trait {
+    ($trait:ident, $method:ident, $op:expr) => {
+        impl<R: IntoOperand> ops::$trait<R> for Tile {
+            #[track_caller]
+            fn $method(&mut self, rhs: R) {
+                *self = binary($op, self.into_operand(), rhs.into_operand());
+            }
+        }
+    };
+}
+assign_trait!(AddAssign, add_assign, BinaryOp::Add);
+assign_trait!(SubAssign, sub_assign, BinaryOp::Sub);
+assign_trait!(MulAssign, mul_assign, BinaryOp::Mul);
+assign_trait!(DivAssign, div_assign, BinaryOp::Div);

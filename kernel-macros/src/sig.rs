@@ -1,0 +1,266 @@
+//! The kernel's parameters: config values, array operands, scratch and
+//! scalar prefetch, with their attributes.
+
+use proc_macro2::Span;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{Attribute, Expr, ExprClosure, FnArg, GenericArgument, Ident, PatType, PathArguments, Token, Type};
+
+/// In, out or in-out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    In,
+    Out,
+    InOut,
+}
+
+/// Memory space of an operand or scratch buffer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Space {
+    Vmem,
+    Smem,
+    Any,
+}
+
+/// The layout attribute of an operand.
+pub enum LayoutAttr {
+    RowMajor,
+    ColMajor,
+    MinorToMajor(Vec<Expr>),
+}
+
+/// `#[block([..], |g0, g1| (..))]`.
+pub struct Block {
+    pub shape: Vec<Expr>,
+    pub map: ExprClosure,
+    pub span: Span,
+}
+
+/// An element type named in `In<f32>` and friends.
+pub struct DTypeName {
+    pub ident: Ident,
+}
+
+impl DTypeName {
+    /// Bytes per element, `None` if the name is not a kernel dtype.
+    pub fn bytes(&self) -> Option<usize> {
+        Some(match self.ident.to_string().as_str() {
+            "f32" | "i32" => 4,
+            "bf16" | "f16" => 2,
+            "i8" | "bool" => 1,
+            _ => return None,
+        })
+    }
+
+    /// The `DType` variant name.
+    pub fn variant(&self) -> &'static str {
+        match self.ident.to_string().as_str() {
+            "f32" => "F32",
+            "bf16" => "BF16",
+            "f16" => "F16",
+            "i32" => "I32",
+            "i8" => "I8",
+            _ => "Bool",
+        }
+    }
+}
+
+/// An array operand.
+pub struct ArrayParam {
+    pub name: Ident,
+    pub role: Role,
+    pub dtype: DTypeName,
+    pub shape: Vec<Expr>,
+    pub block: Option<Block>,
+    pub layout: LayoutAttr,
+    pub align: Option<Expr>,
+    pub space: Space,
+}
+
+/// A scratch buffer.
+pub struct ScratchParam {
+    pub name: Ident,
+    pub dtype: DTypeName,
+    pub shape: Vec<Expr>,
+    pub space: Space,
+}
+
+/// A scalar-prefetch operand.
+pub struct PrefetchParam {
+    pub name: Ident,
+    pub shape: Vec<Expr>,
+}
+
+/// One kernel parameter.
+pub enum Param {
+    /// A value passed to `build` (block sizes, flags, a config struct).
+    Config(PatType),
+    Array(ArrayParam),
+    Scratch(ScratchParam),
+    Prefetch(PrefetchParam),
+}
+
+const OUR_ATTRS: [&str; 8] = ["shape", "block", "col_major", "row_major", "minor_to_major", "align", "smem", "any"];
+
+/// True for attributes this macro consumes on parameters.
+pub fn is_our_attr(a: &Attribute) -> bool {
+    a.path().get_ident().is_some_and(|i| OUR_ATTRS.contains(&i.to_string().as_str()) || i == "vmem")
+}
+
+fn list(a: &Attribute) -> syn::Result<Vec<Expr>> {
+    Ok(a.parse_args_with(Punctuated::<Expr, Token![,]>::parse_terminated)?
+        .into_iter()
+        .collect())
+}
+
+/// The last path segment of a type and its generic arguments.
+fn type_head(ty: &Type) -> Option<(Ident, Vec<GenericArgument>)> {
+    let Type::Path(p) = ty else { return None };
+    let seg = p.path.segments.last()?;
+    let args = match &seg.arguments {
+        PathArguments::AngleBracketed(a) => a.args.iter().cloned().collect(),
+        _ => Vec::new(),
+    };
+    Some((seg.ident.clone(), args))
+}
+
+fn dtype_arg(head: &Ident, args: &[GenericArgument], ty: &Type) -> syn::Result<DTypeName> {
+    match args {
+        [GenericArgument::Type(Type::Path(p))] if p.path.get_ident().is_some() => {
+            let d = DTypeName {
+                ident: p.path.get_ident().cloned().expect("checked above"),
+            };
+            if d.bytes().is_none() {
+                return Err(syn::Error::new_spanned(
+                    p,
+                    format!("unknown kernel dtype `{}`; use f32, bf16, f16, i32, i8 or bool", d.ident),
+                ));
+            }
+            Ok(d)
+        }
+        _ => Err(syn::Error::new_spanned(ty, format!("write `{head}<dtype>`, e.g. `{head}<f32>`"))),
+    }
+}
+
+/// Parses one parameter.
+pub fn parse_param(arg: &FnArg) -> syn::Result<Param> {
+    let FnArg::Typed(pt) = arg else {
+        return Err(syn::Error::new_spanned(arg, "a kernel takes no `self`"));
+    };
+    let head = type_head(&pt.ty);
+    let kind = head.as_ref().map(|(i, _)| i.to_string()).unwrap_or_default();
+    if !["In", "Out", "InOut", "Scratch", "Prefetch"].contains(&kind.as_str()) {
+        if let Some(a) = pt.attrs.iter().find(|a| is_our_attr(a)) {
+            return Err(syn::Error::new_spanned(
+                a,
+                "this attribute applies to array operands (`In<T>`, `Out<T>`, `InOut<T>`), `Scratch<T>` and `Prefetch` parameters",
+            ));
+        }
+        return Ok(Param::Config(pt.clone()));
+    }
+    let (head, args) = head.expect("kind is known");
+    let syn::Pat::Ident(pi) = &*pt.pat else {
+        return Err(syn::Error::new_spanned(&pt.pat, "name operands with a plain identifier"));
+    };
+    let name = pi.ident.clone();
+    let mut shape = None;
+    let mut block = None;
+    let mut layout = LayoutAttr::RowMajor;
+    let mut align = None;
+    let mut space = Space::Vmem;
+    for a in &pt.attrs {
+        let Some(id) = a.path().get_ident() else { continue };
+        match id.to_string().as_str() {
+            "shape" => shape = Some(list(a)?),
+            "block" => {
+                let items = list(a)?;
+                let [shape_e, map_e]: [Expr; 2] = items.try_into().map_err(|_| {
+                    syn::Error::new_spanned(a, "write `#[block([d0, d1, ..], |g0, g1, ..| (b0, b1, ..))]`: a block shape and an index map")
+                })?;
+                let Expr::Array(arr) = shape_e else {
+                    return Err(syn::Error::new_spanned(shape_e, "the block shape is an array `[d0, d1, ..]`"));
+                };
+                let Expr::Closure(map) = map_e else {
+                    return Err(syn::Error::new_spanned(
+                        map_e,
+                        "the index map is a closure from grid indices to block indices: `|i, j| (i, 0)`",
+                    ));
+                };
+                block = Some(Block {
+                    shape: arr.elems.into_iter().collect(),
+                    map,
+                    span: a.span(),
+                });
+            }
+            "col_major" => layout = LayoutAttr::ColMajor,
+            "row_major" => layout = LayoutAttr::RowMajor,
+            "minor_to_major" => layout = LayoutAttr::MinorToMajor(list(a)?),
+            "align" => align = Some(a.parse_args::<Expr>()?),
+            "smem" => space = Space::Smem,
+            "any" => space = Space::Any,
+            "vmem" => space = Space::Vmem,
+            _ => {}
+        }
+    }
+    let need_shape = |what: &str| {
+        syn::Error::new_spanned(
+            &pt.pat,
+            format!("declare the shape of {what} `{name}` with `#[shape(..)]`, e.g. `#[shape(m, k)]` (lowercase names are shape symbols bound at build time)"),
+        )
+    };
+    Ok(match kind.as_str() {
+        "Scratch" => {
+            if block.is_some() || align.is_some() || space == Space::Any {
+                return Err(syn::Error::new_spanned(&pt.pat, "scratch takes `#[shape(..)]` and optionally `#[smem]`, nothing else"));
+            }
+            Param::Scratch(ScratchParam {
+                dtype: dtype_arg(&head, &args, &pt.ty)?,
+                shape: shape.ok_or_else(|| need_shape("scratch"))?,
+                name,
+                space,
+            })
+        }
+        "Prefetch" => {
+            if !args.is_empty() {
+                return Err(syn::Error::new_spanned(&pt.ty, "scalar prefetch always holds i32; write `Prefetch`"));
+            }
+            Param::Prefetch(PrefetchParam {
+                shape: shape.ok_or_else(|| need_shape("scalar prefetch"))?,
+                name,
+            })
+        }
+        _ => {
+            let role = match kind.as_str() {
+                "In" => Role::In,
+                "Out" => Role::Out,
+                _ => Role::InOut,
+            };
+            let dtype = dtype_arg(&head, &args, &pt.ty)?;
+            let shape = shape.ok_or_else(|| need_shape("array operand"))?;
+            if space == Space::Any && block.is_some() {
+                return Err(syn::Error::new_spanned(
+                    &pt.pat,
+                    "an `#[any]` operand is the whole array; drop its `#[block]`",
+                ));
+            }
+            Param::Array(ArrayParam {
+                name,
+                role,
+                dtype,
+                shape,
+                block,
+                layout,
+                align,
+                space,
+            })
+        }
+    })
+}
+
+/// A shape entry that is a shape symbol: a bare lowercase identifier.
+pub fn symbol(e: &Expr) -> Option<&Ident> {
+    let Expr::Path(p) = e else { return None };
+    let id = p.path.get_ident()?;
+    let s = id.to_string();
+    (s.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_') && p.qself.is_none()).then_some(id)
+}
