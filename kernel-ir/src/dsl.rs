@@ -82,7 +82,11 @@ impl<C: Carry> Cond<C> for Tile {
 
 /// What `if cond { .. } else { .. }` expands to in a kernel body.
 #[track_caller]
-pub fn branch<B: Cond<C>, C>(cond: B, then: impl FnOnce() -> C, otherwise: impl FnOnce() -> C) -> C {
+pub fn branch<B: Cond<C>, C>(
+    cond: B,
+    then: impl FnOnce() -> C,
+    otherwise: impl FnOnce() -> C,
+) -> C {
     cond.branch(then, otherwise)
 }
 

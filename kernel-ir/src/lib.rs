@@ -61,9 +61,9 @@ mod verify;
 pub use array::{Array, ArrayError, SplitMix64};
 pub use budget::{VmemBudget, VmemItem, human_bytes};
 pub use builder::{
-    Bound, Carry, Idx, IntoIndices, IntoOperand, KernelBuilder, Ref, Start, Tile, constant, dot,
-    dot_general, ds, for_range, for_range_step, if_else, iota, num_programs, program_id, select,
-    when,
+    Bound, Carry, Idx, IntoIndexExprs, IntoIndices, IntoOperand, KernelBuilder, Ref, Start, Tile,
+    constant, dot, dot_general, ds, for_range, for_range_step, if_else, iota, num_programs,
+    program_id, select, when,
 };
 pub use dtype::{DType, Element, ParseDTypeError};
 pub use error::{ErrorKind, KernelError, KernelErrors};
@@ -112,8 +112,7 @@ pub mod prelude {
     pub use crate::dsl::{In, InOut, Out, Prefetch, Scratch};
     pub use crate::{
         Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, Ref, Target, Tile,
-        kernel_fn, tpu_kernel,
         bf16, constant, dot, dot_general, ds, f16, for_range, for_range_step, if_else, interpret,
-        iota, num_programs, program_id, select, when,
+        iota, kernel_fn, num_programs, program_id, select, tpu_kernel, when,
     };
 }

@@ -43,7 +43,10 @@ impl Parse for KernelAttr {
         let items = Punctuated::<syn::MetaNameValue, Token![,]>::parse_terminated(input)?;
         for item in items {
             let Some(key) = item.path.get_ident() else {
-                return Err(syn::Error::new_spanned(&item.path, "expected `grid`, `semantics`, `target` or `vmem_limit`"));
+                return Err(syn::Error::new_spanned(
+                    &item.path,
+                    "expected `grid`, `semantics`, `target` or `vmem_limit`",
+                ));
             };
             match key.to_string().as_str() {
                 "grid" => {
@@ -54,8 +57,13 @@ impl Parse for KernelAttr {
                     attr.semantics_span = Some(key.span());
                     for e in tuple_items(item.value) {
                         match &e {
-                            Expr::Path(p) if p.path.get_ident().is_some_and(|i| i == "parallel" || i == "arbitrary") => {
-                                attr.semantics.push(p.path.get_ident().cloned().expect("checked above"));
+                            Expr::Path(p)
+                                if p.path
+                                    .get_ident()
+                                    .is_some_and(|i| i == "parallel" || i == "arbitrary") =>
+                            {
+                                attr.semantics
+                                    .push(p.path.get_ident().cloned().expect("checked above"));
                             }
                             _ => {
                                 return Err(syn::Error::new_spanned(
@@ -67,18 +75,27 @@ impl Parse for KernelAttr {
                     }
                 }
                 "target" => match &item.value {
-                    Expr::Path(p) if p.path.get_ident().is_some_and(|i| ["v5e", "v5p", "v6e", "v7x"].contains(&i.to_string().as_str())) => {
+                    Expr::Path(p)
+                        if p.path.get_ident().is_some_and(|i| {
+                            ["v5e", "v5p", "v6e", "v7x"].contains(&i.to_string().as_str())
+                        }) =>
+                    {
                         attr.target = p.path.get_ident().cloned();
                     }
                     v => {
-                        return Err(syn::Error::new_spanned(v, "unknown TPU target; expected one of v5e, v5p, v6e, v7x"));
+                        return Err(syn::Error::new_spanned(
+                            v,
+                            "unknown TPU target; expected one of v5e, v5p, v6e, v7x",
+                        ));
                     }
                 },
                 "vmem_limit" => attr.vmem_limit = Some(item.value),
                 _ => {
                     return Err(syn::Error::new_spanned(
                         key,
-                        format!("unknown `#[tpu_kernel]` argument `{key}`; expected `grid`, `semantics`, `target` or `vmem_limit`"),
+                        format!(
+                            "unknown `#[tpu_kernel]` argument `{key}`; expected `grid`, `semantics`, `target` or `vmem_limit`"
+                        ),
                     ));
                 }
             }

@@ -40,8 +40,23 @@ const BUILTINS: &[&str] = &[
 
 /// Path roots whose functions are ordinary Rust, run while building.
 const RUST_ROOTS: &[&str] = &[
-    "std", "core", "alloc", "usize", "isize", "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "f32", "f64",
-    "bool", "kernel_ir",
+    "std",
+    "core",
+    "alloc",
+    "usize",
+    "isize",
+    "u8",
+    "u16",
+    "u32",
+    "u64",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "f32",
+    "f64",
+    "bool",
+    "kernel_ir",
 ];
 
 /// Rewrites a kernel body (or a `#[kernel_fn]` body) in place.
@@ -133,8 +148,14 @@ impl Assigned {
             Expr::Binary(b)
                 if matches!(
                     b.op,
-                    BinOp::AddAssign(_) | BinOp::SubAssign(_) | BinOp::MulAssign(_) | BinOp::DivAssign(_) | BinOp::RemAssign(_)
-                        | BinOp::BitAndAssign(_) | BinOp::BitOrAssign(_) | BinOp::BitXorAssign(_)
+                    BinOp::AddAssign(_)
+                        | BinOp::SubAssign(_)
+                        | BinOp::MulAssign(_)
+                        | BinOp::DivAssign(_)
+                        | BinOp::RemAssign(_)
+                        | BinOp::BitAndAssign(_)
+                        | BinOp::BitOrAssign(_)
+                        | BinOp::BitXorAssign(_)
                 ) =>
             {
                 self.target(&b.left);
@@ -162,9 +183,11 @@ impl Assigned {
                 impl<'ast> syn::visit::Visit<'ast> for Inner<'_> {
                     fn visit_expr(&mut self, e: &'ast Expr) {
                         match e {
-                            Expr::Assign(_) | Expr::Block(_) | Expr::If(_) | Expr::ForLoop(_) | Expr::Binary(_) => {
-                                self.0.expr(e)
-                            }
+                            Expr::Assign(_)
+                            | Expr::Block(_)
+                            | Expr::If(_)
+                            | Expr::ForLoop(_)
+                            | Expr::Binary(_) => self.0.expr(e),
                             _ => syn::visit::visit_expr(self, e),
                         }
                     }
@@ -349,7 +372,10 @@ impl BodyTransform {
     fn rewrite_if(&mut self, mut i: syn::ExprIf) -> Expr {
         let if_span = i.if_token.span;
         if let Expr::Let(l) = &*i.cond {
-            return self.reject(l.span(), "`if let` is not supported in a kernel body; use a plain `if`");
+            return self.reject(
+                l.span(),
+                "`if let` is not supported in a kernel body; use a plain `if`",
+            );
         }
         // Which outside variables the branches assign (analysed before the
         // branches are rewritten).
@@ -407,7 +433,10 @@ impl BodyTransform {
             return Expr::ForLoop(f);
         }
         if !matches!(&*f.pat, Pat::Ident(_) | Pat::Wild(_)) {
-            return self.reject(f.pat.span(), "the loop variable of a kernel `for` is a name or `_`");
+            return self.reject(
+                f.pat.span(),
+                "the loop variable of a kernel `for` is a name or `_`",
+            );
         }
         let names = assigned_outer(&f.body);
         let mut range = match *f.expr {
@@ -420,10 +449,16 @@ impl BodyTransform {
             }
         };
         if matches!(range.limits, RangeLimits::Closed(_)) {
-            return self.reject(range.span(), "write the kernel loop range as `a..b` (half-open), not `a..=b`");
+            return self.reject(
+                range.span(),
+                "write the kernel loop range as `a..b` (half-open), not `a..=b`",
+            );
         }
         let (Some(mut lo), Some(mut hi)) = (range.start.take(), range.end.take()) else {
-            return self.reject(range.span(), "a kernel loop range needs both bounds: `a..b`");
+            return self.reject(
+                range.span(),
+                "a kernel loop range needs both bounds: `a..b`",
+            );
         };
         self.visit_expr_mut(&mut lo);
         self.visit_expr_mut(&mut hi);

@@ -99,7 +99,9 @@ pub fn check_array(a: &ArrayParam, grid_rank: usize, errors: &mut Vec<syn::Error
     if a.space != Space::Vmem {
         return;
     }
-    let Some(order) = minor_to_major(&a.layout, rank) else { return };
+    let Some(order) = minor_to_major(&a.layout, rank) else {
+        return;
+    };
     let layout = match a.layout {
         LayoutAttr::ColMajor => "col-major",
         LayoutAttr::RowMajor => "row-major",
@@ -117,7 +119,10 @@ pub fn check_array(a: &ArrayParam, grid_rank: usize, errors: &mut Vec<syn::Error
         if let Some(bv) = literal(&block.shape[0]) {
             let min_pow2 = LANES * packing;
             let sv = literal(&a.shape[0]);
-            if sv.is_some_and(|s| s != bv) && bv % 1024 != 0 && !(bv.is_power_of_two() && bv >= min_pow2) {
+            if sv.is_some_and(|s| s != bv)
+                && bv % 1024 != 0
+                && !(bv.is_power_of_two() && bv >= min_pow2)
+            {
                 errors.push(syn::Error::new_spanned(
                     &block.shape[0],
                     format!(
@@ -156,7 +161,7 @@ pub fn check_array(a: &ArrayParam, grid_rank: usize, errors: &mut Vec<syn::Error
         && align.is_power_of_two()
         && let (Some(bv), Some(sv)) = (literal(&block.shape[minor]), literal(&a.shape[minor]))
         && sv > bv
-        && (bv * bytes) % align != 0
+        && !(bv * bytes).is_multiple_of(align)
     {
         errors.push(syn::Error::new_spanned(
             &block.shape[minor],
@@ -202,12 +207,16 @@ pub fn check_vmem(
     let mut lines = Vec::new();
     for a in arrays.iter().filter(|a| a.space == Space::Vmem) {
         let Some(b) = &a.block else { return };
-        let Some(p) = padded_bytes(&b.shape, &a.layout, a.dtype.bytes().unwrap_or(4) as u64) else { return };
+        let Some(bytes) = a.dtype.bytes() else { return };
+        let Some(p) = padded_bytes(&b.shape, &a.layout, bytes as u64) else {
+            return;
+        };
         total += 2 * p;
         lines.push(format!("{}: 2 × {p} B", a.name));
     }
     for s in scratch.iter().filter(|s| s.space == Space::Vmem) {
-        let Some(p) = padded_bytes(&s.shape, &LayoutAttr::RowMajor, s.dtype.bytes().unwrap_or(4) as u64) else {
+        let Some(bytes) = s.dtype.bytes() else { return };
+        let Some(p) = padded_bytes(&s.shape, &LayoutAttr::RowMajor, bytes as u64) else {
             return;
         };
         total += p;

@@ -31,9 +31,15 @@ pub fn tpu_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
             None
         }
     };
+    let type_params: Vec<Ident> = func
+        .sig
+        .generics
+        .type_params()
+        .map(|t| t.ident.clone())
+        .collect();
     let mut params = Vec::new();
     for arg in &func.sig.inputs {
-        match sig::parse_param(arg) {
+        match sig::parse_param(arg, &type_params) {
             Ok(p) => params.push(p),
             Err(e) => errors.push(e),
         }
@@ -62,7 +68,10 @@ pub fn tpu_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
         if let Param::Config(pt) = p
             && !matches!(&*pt.pat, Pat::Ident(_))
         {
-            errors.push(syn::Error::new_spanned(&pt.pat, "name config parameters with a plain identifier"));
+            errors.push(syn::Error::new_spanned(
+                &pt.pat,
+                "name config parameters with a plain identifier",
+            ));
         }
     }
     let symbols = shape_symbols(&params, &config_names);
@@ -77,7 +86,7 @@ pub fn tpu_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
         let arrays: Vec<&ArrayParam> = params
             .iter()
             .filter_map(|p| match p {
-                Param::Array(a) => Some(a),
+                Param::Array(a) => Some(&**a),
                 _ => None,
             })
             .collect();
@@ -157,7 +166,11 @@ fn fallback(func: &ItemFn, symbols: &[Ident], body: &syn::Block) -> TokenStream 
 }
 
 fn semantics_tokens(i: &Ident) -> TokenStream {
-    let v = if i == "parallel" { quote!(Parallel) } else { quote!(Arbitrary) };
+    let v = if i == "parallel" {
+        quote!(Parallel)
+    } else {
+        quote!(Arbitrary)
+    };
     quote_spanned!(i.span()=> ::kernel_ir::DimSemantics::#v)
 }
 
@@ -165,7 +178,9 @@ fn semantics_tokens(i: &Ident) -> TokenStream {
 fn index_map(map: &syn::ExprClosure, prefetch: &[Ident], rank: usize) -> TokenStream {
     let mut names = Vec::new();
     let mut binds = Vec::new();
-    let gs: Vec<Ident> = (0..rank).map(|i| format_ident!("__tessera_g{}", i)).collect();
+    let gs: Vec<Ident> = (0..rank)
+        .map(|i| format_ident!("__tessera_g{}", i))
+        .collect();
     for (i, p) in map.inputs.iter().enumerate() {
         let Some(g) = gs.get(i) else { break };
         match p {
@@ -188,8 +203,7 @@ fn index_map(map: &syn::ExprClosure, prefetch: &[Ident], rank: usize) -> TokenSt
                     let id = p.path.get_ident().cloned();
                     *e = syn::parse_quote_spanned!(p.span()=> ::core::clone::Clone::clone(&#id));
                 }
-                Expr::Index(ix)
-                    if matches!(&*ix.expr, Expr::Path(p) if p.path.get_ident().is_some_and(|i| self.prefetch.contains(i))) =>
+                Expr::Index(ix) if matches!(&*ix.expr, Expr::Path(p) if p.path.get_ident().is_some_and(|i| self.prefetch.contains(i))) =>
                 {
                     self.visit_expr_mut(&mut ix.index);
                     let (t, i) = (&ix.expr, &ix.index);
@@ -259,16 +273,17 @@ fn module(
             Param::Scratch(sc) => {
                 let (n, s) = (&sc.name, &sc.shape);
                 let ns = n.to_string();
-                let dt = Ident::new(sc.dtype.variant(), sc.dtype.ident.span());
-                let space = (sc.space == Space::Smem).then(|| quote!(.space(::kernel_ir::MemorySpace::Smem)));
+                let dt = sc.dtype.tokens();
+                let space = (sc.space == Space::Smem)
+                    .then(|| quote!(.space(::kernel_ir::MemorySpace::Smem)));
                 decls.push(quote_spanned!(n.span()=>
-                    let #n = #b.scratch(#ns, ::kernel_ir::DType::#dt, [#((#s) as usize),*])#space;
+                    let #n = #b.scratch(#ns, #dt, [#((#s) as usize),*])#space;
                 ));
             }
             Param::Array(a) => {
                 let (n, s) = (&a.name, &a.shape);
                 let ns = n.to_string();
-                let dt = Ident::new(a.dtype.variant(), a.dtype.ident.span());
+                let dt = a.dtype.tokens();
                 let ctor = match a.role {
                     Role::In => quote!(input),
                     Role::Out => quote!(output),
@@ -282,16 +297,21 @@ fn module(
                 let layout = match &a.layout {
                     LayoutAttr::RowMajor => None,
                     LayoutAttr::ColMajor => Some(quote!(.col_major())),
-                    LayoutAttr::MinorToMajor(es) => Some(quote!(.layout(::kernel_ir::Layout::minor_to_major(vec![#((#es) as usize),*])))),
+                    LayoutAttr::MinorToMajor(es) => Some(
+                        quote!(.layout(::kernel_ir::Layout::minor_to_major(vec![#((#es) as usize),*]))),
+                    ),
                 };
-                let align = a.align.as_ref().map(|al| quote_spanned!(al.span()=> .align((#al) as u64)));
+                let align = a
+                    .align
+                    .as_ref()
+                    .map(|al| quote_spanned!(al.span()=> .align((#al) as u64)));
                 let space = match a.space {
                     Space::Vmem => None,
                     Space::Smem => Some(quote!(.space(::kernel_ir::MemorySpace::Smem))),
                     Space::Any => Some(quote!(.space(::kernel_ir::MemorySpace::Any))),
                 };
                 decls.push(quote_spanned!(n.span()=>
-                    let #n = #b.#ctor(#ns, ::kernel_ir::DType::#dt, [#((#s) as usize),*])#block #layout #align #space;
+                    let #n = #b.#ctor(#ns, #dt, [#((#s) as usize),*])#block #layout #align #space;
                 ));
             }
         }
@@ -351,11 +371,19 @@ fn module(
     let sym_strs: Vec<String> = symbols.iter().map(Ident::to_string).collect();
     let dims_doc = format!(
         "The shape symbols of kernel `{name_str}`: {}.",
-        if sym_strs.is_empty() { "none".to_string() } else { sym_strs.join(", ") }
+        if sym_strs.is_empty() {
+            "none".to_string()
+        } else {
+            sym_strs.join(", ")
+        }
     );
     let from_doc = format!(
         "Binds the shape symbols from the shapes of the kernel's inputs, in call order: {}.",
-        if input_list.is_empty() { "none".to_string() } else { input_list.clone() }
+        if input_list.is_empty() {
+            "none".to_string()
+        } else {
+            input_list.clone()
+        }
     );
     let mod_doc = format!("Kernel `{name_str}`, generated by `#[tpu_kernel]`.");
 

@@ -20,7 +20,10 @@ pub fn kernel_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     let mut errors = Vec::new();
     if !attr.is_empty() {
-        errors.push(syn::Error::new_spanned(&attr, "`#[kernel_fn]` takes no arguments"));
+        errors.push(syn::Error::new_spanned(
+            &attr,
+            "`#[kernel_fn]` takes no arguments",
+        ));
     }
     if !func.sig.generics.params.is_empty() {
         errors.push(syn::Error::new_spanned(
@@ -37,7 +40,12 @@ pub fn kernel_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
     let name = func.sig.ident.clone();
     let vis = func.vis.clone();
-    let docs: Vec<_> = func.attrs.iter().filter(|a| a.path().is_ident("doc")).cloned().collect();
+    let docs: Vec<_> = func
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .cloned()
+        .collect();
     let inner = format_ident!("__tessera_kernel_fn_{}", name);
     let arg_types = func.sig.inputs.iter().map(|a| match a {
         syn::FnArg::Typed(t) => {

@@ -4,7 +4,10 @@
 use proc_macro2::Span;
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{Attribute, Expr, ExprClosure, FnArg, GenericArgument, Ident, PatType, PathArguments, Token, Type};
+use syn::{
+    Attribute, Expr, ExprClosure, FnArg, GenericArgument, Ident, PatType, PathArguments, Token,
+    Type,
+};
 
 /// In, out or in-out.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -23,6 +26,7 @@ pub enum Space {
 }
 
 /// The layout attribute of an operand.
+#[allow(clippy::enum_variant_names)] // the names are the layouts' names
 pub enum LayoutAttr {
     RowMajor,
     ColMajor,
@@ -36,14 +40,19 @@ pub struct Block {
     pub span: Span,
 }
 
-/// An element type named in `In<f32>` and friends.
+/// An element type named in `In<f32>` and friends: a dtype name, or a
+/// type parameter of the kernel (`In<T>`, `T: Element`).
 pub struct DTypeName {
     pub ident: Ident,
+    pub generic: bool,
 }
 
 impl DTypeName {
-    /// Bytes per element, `None` if the name is not a kernel dtype.
+    /// Bytes per element; `None` for a type parameter or an unknown name.
     pub fn bytes(&self) -> Option<usize> {
+        if self.generic {
+            return None;
+        }
         Some(match self.ident.to_string().as_str() {
             "f32" | "i32" => 4,
             "bf16" | "f16" => 2,
@@ -52,16 +61,22 @@ impl DTypeName {
         })
     }
 
-    /// The `DType` variant name.
-    pub fn variant(&self) -> &'static str {
-        match self.ident.to_string().as_str() {
+    /// An expression of type `kernel_ir::DType`.
+    pub fn tokens(&self) -> proc_macro2::TokenStream {
+        let t = &self.ident;
+        if self.generic {
+            return quote::quote_spanned!(t.span()=> <#t as ::kernel_ir::Element>::DTYPE);
+        }
+        let v = match t.to_string().as_str() {
             "f32" => "F32",
             "bf16" => "BF16",
             "f16" => "F16",
             "i32" => "I32",
             "i8" => "I8",
             _ => "Bool",
-        }
+        };
+        let v = Ident::new(v, t.span());
+        quote::quote_spanned!(t.span()=> ::kernel_ir::DType::#v)
     }
 }
 
@@ -95,22 +110,35 @@ pub struct PrefetchParam {
 pub enum Param {
     /// A value passed to `build` (block sizes, flags, a config struct).
     Config(PatType),
-    Array(ArrayParam),
+    Array(Box<ArrayParam>),
     Scratch(ScratchParam),
     Prefetch(PrefetchParam),
 }
 
-const OUR_ATTRS: [&str; 8] = ["shape", "block", "col_major", "row_major", "minor_to_major", "align", "smem", "any"];
+const OUR_ATTRS: [&str; 8] = [
+    "shape",
+    "block",
+    "col_major",
+    "row_major",
+    "minor_to_major",
+    "align",
+    "smem",
+    "any",
+];
 
 /// True for attributes this macro consumes on parameters.
 pub fn is_our_attr(a: &Attribute) -> bool {
-    a.path().get_ident().is_some_and(|i| OUR_ATTRS.contains(&i.to_string().as_str()) || i == "vmem")
+    a.path()
+        .get_ident()
+        .is_some_and(|i| OUR_ATTRS.contains(&i.to_string().as_str()) || i == "vmem")
 }
 
 fn list(a: &Attribute) -> syn::Result<Vec<Expr>> {
-    Ok(a.parse_args_with(Punctuated::<Expr, Token![,]>::parse_terminated)?
-        .into_iter()
-        .collect())
+    Ok(
+        a.parse_args_with(Punctuated::<Expr, Token![,]>::parse_terminated)?
+            .into_iter()
+            .collect(),
+    )
 }
 
 /// The last path segment of a type and its generic arguments.
@@ -124,31 +152,48 @@ fn type_head(ty: &Type) -> Option<(Ident, Vec<GenericArgument>)> {
     Some((seg.ident.clone(), args))
 }
 
-fn dtype_arg(head: &Ident, args: &[GenericArgument], ty: &Type) -> syn::Result<DTypeName> {
+fn dtype_arg(
+    head: &Ident,
+    args: &[GenericArgument],
+    ty: &Type,
+    generics: &[Ident],
+) -> syn::Result<DTypeName> {
     match args {
         [GenericArgument::Type(Type::Path(p))] if p.path.get_ident().is_some() => {
-            let d = DTypeName {
-                ident: p.path.get_ident().cloned().expect("checked above"),
-            };
+            let ident = p.path.get_ident().cloned().expect("checked above");
+            let generic = generics.contains(&ident);
+            let d = DTypeName { ident, generic };
+            if generic {
+                return Ok(d);
+            }
             if d.bytes().is_none() {
                 return Err(syn::Error::new_spanned(
                     p,
-                    format!("unknown kernel dtype `{}`; use f32, bf16, f16, i32, i8 or bool", d.ident),
+                    format!(
+                        "unknown kernel dtype `{}`; use f32, bf16, f16, i32, i8, bool, or a type parameter `T: Element`",
+                        d.ident
+                    ),
                 ));
             }
             Ok(d)
         }
-        _ => Err(syn::Error::new_spanned(ty, format!("write `{head}<dtype>`, e.g. `{head}<f32>`"))),
+        _ => Err(syn::Error::new_spanned(
+            ty,
+            format!("write `{head}<dtype>`, e.g. `{head}<f32>`"),
+        )),
     }
 }
 
 /// Parses one parameter.
-pub fn parse_param(arg: &FnArg) -> syn::Result<Param> {
+pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
     let FnArg::Typed(pt) = arg else {
         return Err(syn::Error::new_spanned(arg, "a kernel takes no `self`"));
     };
     let head = type_head(&pt.ty);
-    let kind = head.as_ref().map(|(i, _)| i.to_string()).unwrap_or_default();
+    let kind = head
+        .as_ref()
+        .map(|(i, _)| i.to_string())
+        .unwrap_or_default();
     if !["In", "Out", "InOut", "Scratch", "Prefetch"].contains(&kind.as_str()) {
         if let Some(a) = pt.attrs.iter().find(|a| is_our_attr(a)) {
             return Err(syn::Error::new_spanned(
@@ -160,7 +205,10 @@ pub fn parse_param(arg: &FnArg) -> syn::Result<Param> {
     }
     let (head, args) = head.expect("kind is known");
     let syn::Pat::Ident(pi) = &*pt.pat else {
-        return Err(syn::Error::new_spanned(&pt.pat, "name operands with a plain identifier"));
+        return Err(syn::Error::new_spanned(
+            &pt.pat,
+            "name operands with a plain identifier",
+        ));
     };
     let name = pi.ident.clone();
     let mut shape = None;
@@ -169,7 +217,9 @@ pub fn parse_param(arg: &FnArg) -> syn::Result<Param> {
     let mut align = None;
     let mut space = Space::Vmem;
     for a in &pt.attrs {
-        let Some(id) = a.path().get_ident() else { continue };
+        let Some(id) = a.path().get_ident() else {
+            continue;
+        };
         match id.to_string().as_str() {
             "shape" => shape = Some(list(a)?),
             "block" => {
@@ -178,7 +228,10 @@ pub fn parse_param(arg: &FnArg) -> syn::Result<Param> {
                     syn::Error::new_spanned(a, "write `#[block([d0, d1, ..], |g0, g1, ..| (b0, b1, ..))]`: a block shape and an index map")
                 })?;
                 let Expr::Array(arr) = shape_e else {
-                    return Err(syn::Error::new_spanned(shape_e, "the block shape is an array `[d0, d1, ..]`"));
+                    return Err(syn::Error::new_spanned(
+                        shape_e,
+                        "the block shape is an array `[d0, d1, ..]`",
+                    ));
                 };
                 let Expr::Closure(map) = map_e else {
                     return Err(syn::Error::new_spanned(
@@ -205,16 +258,21 @@ pub fn parse_param(arg: &FnArg) -> syn::Result<Param> {
     let need_shape = |what: &str| {
         syn::Error::new_spanned(
             &pt.pat,
-            format!("declare the shape of {what} `{name}` with `#[shape(..)]`, e.g. `#[shape(m, k)]` (lowercase names are shape symbols bound at build time)"),
+            format!(
+                "declare the shape of {what} `{name}` with `#[shape(..)]`, e.g. `#[shape(m, k)]` (lowercase names are shape symbols bound at build time)"
+            ),
         )
     };
     Ok(match kind.as_str() {
         "Scratch" => {
             if block.is_some() || align.is_some() || space == Space::Any {
-                return Err(syn::Error::new_spanned(&pt.pat, "scratch takes `#[shape(..)]` and optionally `#[smem]`, nothing else"));
+                return Err(syn::Error::new_spanned(
+                    &pt.pat,
+                    "scratch takes `#[shape(..)]` and optionally `#[smem]`, nothing else",
+                ));
             }
             Param::Scratch(ScratchParam {
-                dtype: dtype_arg(&head, &args, &pt.ty)?,
+                dtype: dtype_arg(&head, &args, &pt.ty, generics)?,
                 shape: shape.ok_or_else(|| need_shape("scratch"))?,
                 name,
                 space,
@@ -222,7 +280,10 @@ pub fn parse_param(arg: &FnArg) -> syn::Result<Param> {
         }
         "Prefetch" => {
             if !args.is_empty() {
-                return Err(syn::Error::new_spanned(&pt.ty, "scalar prefetch always holds i32; write `Prefetch`"));
+                return Err(syn::Error::new_spanned(
+                    &pt.ty,
+                    "scalar prefetch always holds i32; write `Prefetch`",
+                ));
             }
             Param::Prefetch(PrefetchParam {
                 shape: shape.ok_or_else(|| need_shape("scalar prefetch"))?,
@@ -235,7 +296,7 @@ pub fn parse_param(arg: &FnArg) -> syn::Result<Param> {
                 "Out" => Role::Out,
                 _ => Role::InOut,
             };
-            let dtype = dtype_arg(&head, &args, &pt.ty)?;
+            let dtype = dtype_arg(&head, &args, &pt.ty, generics)?;
             let shape = shape.ok_or_else(|| need_shape("array operand"))?;
             if space == Space::Any && block.is_some() {
                 return Err(syn::Error::new_spanned(
@@ -243,7 +304,7 @@ pub fn parse_param(arg: &FnArg) -> syn::Result<Param> {
                     "an `#[any]` operand is the whole array; drop its `#[block]`",
                 ));
             }
-            Param::Array(ArrayParam {
+            Param::Array(Box::new(ArrayParam {
                 name,
                 role,
                 dtype,
@@ -252,7 +313,7 @@ pub fn parse_param(arg: &FnArg) -> syn::Result<Param> {
                 layout,
                 align,
                 space,
-            })
+            }))
         }
     })
 }
@@ -262,5 +323,9 @@ pub fn symbol(e: &Expr) -> Option<&Ident> {
     let Expr::Path(p) = e else { return None };
     let id = p.path.get_ident()?;
     let s = id.to_string();
-    (s.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_') && p.qself.is_none()).then_some(id)
+    (s.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && p.qself.is_none())
+    .then_some(id)
 }

@@ -1,16 +1,47 @@
-//! The four foundation kernels, written with the builder API: the smallest
+//! The four foundation kernels, written with `#[tpu_kernel]`: the smallest
 //! kernels that exercise blocking, an `arbitrary` reduction dim with scratch,
 //! row reductions, and broadcasting of a rank-1 operand.
+//!
+//! Each kernel is generic over its element types; the config functions
+//! (`add(&AddConfig)`, ...) pick the instance from a runtime dtype.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{KernelErrors, VerifiedKernel};
+use kernel_ir::{Element, ErrorKind, KernelError, KernelErrors, VerifiedKernel};
 
 /// Number of blocks of `block` needed to cover `n`.
 pub fn cdiv(n: usize, block: usize) -> usize {
     n.div_ceil(block.max(1))
 }
 
-/// Config of [`add`].
+fn unsupported(what: &str, dtype: DType) -> KernelErrors {
+    KernelErrors::from(KernelError::from(ErrorKind::Builder(format!(
+        "{what} is instantiated for f32, bf16 and f16, not {dtype}"
+    ))))
+}
+
+/// Runs `$body` with the type alias `$t` set to the Rust type of a float
+/// dtype.
+macro_rules! with_float {
+    ($what:expr, $dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::BF16 => {
+                type $t = bf16;
+                $body
+            }
+            DType::F16 => {
+                type $t = f16;
+                $body
+            }
+            other => Err(unsupported($what, other)),
+        }
+    };
+}
+
+/// Config of [`add()`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct AddConfig {
     /// Array rows.
@@ -27,22 +58,36 @@ pub struct AddConfig {
 
 /// Tiled elementwise `o = x + y` over a 2-D grid of blocks. Partial last
 /// blocks are allowed: their padding is computed and dropped.
-pub fn add(c: &AddConfig) -> Result<VerifiedKernel, KernelErrors> {
-    let shape = [c.rows, c.cols];
-    let block = [c.block_rows, c.block_cols];
-    let mut k = KernelBuilder::new("add");
-    k.grid(
-        [cdiv(c.rows, c.block_rows), cdiv(c.cols, c.block_cols)],
-        [Parallel, Parallel],
-    );
-    let x = k.input("x", c.dtype, shape).block(block, |[i, j]| (i, j));
-    let y = k.input("y", c.dtype, shape).block(block, |[i, j]| (i, j));
-    let o = k.output("o", c.dtype, shape).block(block, |[i, j]| (i, j));
+#[tpu_kernel(
+    grid = (rows.div_ceil(block_rows), cols.div_ceil(block_cols)),
+    semantics = (parallel, parallel)
+)]
+pub fn add<T: Element>(
+    block_rows: usize,
+    block_cols: usize,
+    #[shape(rows, cols)]
+    #[block([block_rows, block_cols], |i, j| (i, j))]
+    x: In<T>,
+    #[shape(rows, cols)]
+    #[block([block_rows, block_cols], |i, j| (i, j))]
+    y: In<T>,
+    #[shape(rows, cols)]
+    #[block([block_rows, block_cols], |i, j| (i, j))]
+    o: Out<T>,
+) {
     o.store(.., x.load(..) + y.load(..));
-    k.build()
 }
 
-/// Config of [`matmul`].
+/// The [`add`](mod@add) kernel for a config.
+pub fn add(c: &AddConfig) -> Result<VerifiedKernel, KernelErrors> {
+    let dims = add::Dims {
+        rows: c.rows,
+        cols: c.cols,
+    };
+    with_float!("add", c.dtype, T => add::build::<T>(c.block_rows, c.block_cols, dims))
+}
+
+/// Config of [`matmul()`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct MatmulConfig {
     /// Rows of x and o.
@@ -66,45 +111,59 @@ pub struct MatmulConfig {
 /// Tiled `o = x · y` with an f32 accumulator in scratch over the
 /// `arbitrary` k grid dim: zeroed at the first k step, written out at the
 /// last. A ragged k tail is masked so padding never enters the sum.
-pub fn matmul(c: &MatmulConfig) -> Result<VerifiedKernel, KernelErrors> {
-    let mut b = KernelBuilder::new("matmul");
-    let steps_k = cdiv(c.k, c.bk);
-    b.grid(
-        [cdiv(c.m, c.bm), cdiv(c.n, c.bn), steps_k],
-        [Parallel, Parallel, Arbitrary],
-    );
-    let x = b
-        .input("x", c.dtype, [c.m, c.k])
-        .block([c.bm, c.bk], |[i, _, l]| (i, l));
-    let y = b
-        .input("y", c.dtype, [c.k, c.n])
-        .block([c.bk, c.bn], |[_, j, l]| (l, j));
-    let o = b
-        .output("o", c.out_dtype, [c.m, c.n])
-        .block([c.bm, c.bn], |[i, j, _]| (i, j));
-    let acc = b.scratch("acc", F32, [c.bm, c.bn]);
-
+#[tpu_kernel(
+    grid = (m.div_ceil(bm), n.div_ceil(bn), k.div_ceil(bk)),
+    semantics = (parallel, parallel, arbitrary)
+)]
+pub fn matmul<T: Element, O: Element>(
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    #[shape(m, k)]
+    #[block([bm, bk], |i, _, l| (i, l))]
+    x: In<T>,
+    #[shape(k, n)]
+    #[block([bk, bn], |_, j, l| (l, j))]
+    y: In<T>,
+    #[shape(m, n)]
+    #[block([bm, bn], |i, j, _| (i, j))]
+    o: Out<O>,
+    #[shape(bm, bn)] acc: Scratch<f32>,
+) {
     let l = program_id(2);
-    when(l.eq(0), || acc.store(.., 0.0));
-    let (xv, yv) = if c.k.is_multiple_of(c.bk) {
+    if l == 0 {
+        acc.store(.., 0.0);
+    }
+    let (xv, yv) = if k % bk == 0 {
         (x.load(..), y.load(..))
     } else {
-        let valid = c.k as i32;
-        let col = iota(I32, [c.bm, c.bk], 1) + l * c.bk;
-        let row = iota(I32, [c.bk, c.bn], 0) + l * c.bk;
+        let valid = k as i32;
+        let col = iota(I32, [bm, bk], 1) + l * bk;
+        let row = iota(I32, [bk, bn], 0) + l * bk;
         (
-            x.load_masked(.., col.lt(valid)),
-            y.load_masked(.., row.lt(valid)),
+            x.load_masked(.., col < valid),
+            y.load_masked(.., row < valid),
         )
     };
     acc.store(.., acc.load(..) + dot(xv, yv));
-    when(l.eq(num_programs(2) - 1), || {
-        o.store(.., acc.load(..).cast(c.out_dtype))
-    });
-    b.build()
+    if l == num_programs(2) - 1 {
+        o.store(.., acc.load(..).cast_to::<O>());
+    }
 }
 
-/// Config of [`softmax`].
+/// The [`matmul`](mod@matmul) kernel for a config.
+pub fn matmul(c: &MatmulConfig) -> Result<VerifiedKernel, KernelErrors> {
+    let dims = matmul::Dims {
+        m: c.m,
+        k: c.k,
+        n: c.n,
+    };
+    with_float!("matmul", c.dtype, T => with_float!("matmul", c.out_dtype, O => {
+        matmul::build::<T, O>(c.bm, c.bn, c.bk, dims)
+    }))
+}
+
+/// Config of [`softmax()`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct SoftmaxConfig {
     /// Array rows.
@@ -119,23 +178,31 @@ pub struct SoftmaxConfig {
 
 /// Numerically stable softmax of each row, one block of whole rows per
 /// grid step, computed in f32.
-pub fn softmax(c: &SoftmaxConfig) -> Result<VerifiedKernel, KernelErrors> {
-    let mut k = KernelBuilder::new("softmax");
-    k.grid([cdiv(c.rows, c.block_rows)], [Parallel]);
-    let block = [c.block_rows, c.cols];
-    let x = k
-        .input("x", c.dtype, [c.rows, c.cols])
-        .block(block, |[i]| (i, 0));
-    let o = k
-        .output("o", c.dtype, [c.rows, c.cols])
-        .block(block, |[i]| (i, 0));
-    let v = to_f32(x.load(..));
+#[tpu_kernel(grid = (rows.div_ceil(block_rows),), semantics = (parallel,))]
+pub fn softmax<T: Element>(
+    block_rows: usize,
+    #[shape(rows, cols)]
+    #[block([block_rows, cols], |i| (i, 0))]
+    x: In<T>,
+    #[shape(rows, cols)]
+    #[block([block_rows, cols], |i| (i, 0))]
+    o: Out<T>,
+) {
+    let v = x.load(..).cast(F32);
     let e = (v - v.max_keep(1)).exp();
-    o.store(.., from_f32(e / e.sum_keep(1), c.dtype));
-    k.build()
+    o.store(.., (e / e.sum_keep(1)).cast_to::<T>());
 }
 
-/// Config of [`layer_norm`].
+/// The [`softmax`](mod@softmax) kernel for a config.
+pub fn softmax(c: &SoftmaxConfig) -> Result<VerifiedKernel, KernelErrors> {
+    let dims = softmax::Dims {
+        rows: c.rows,
+        cols: c.cols,
+    };
+    with_float!("softmax", c.dtype, T => softmax::build::<T>(c.block_rows, dims))
+}
+
+/// Config of [`layer_norm()`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct LayerNormConfig {
     /// Array rows.
@@ -152,31 +219,36 @@ pub struct LayerNormConfig {
 
 /// Layer norm over the last dim: `(x − mean) / sqrt(var + eps) · gamma +
 /// beta`, with rank-1 gamma and beta broadcast over the rows of a block.
-pub fn layer_norm(c: &LayerNormConfig) -> Result<VerifiedKernel, KernelErrors> {
-    let mut k = KernelBuilder::new("layer_norm");
-    k.grid([cdiv(c.rows, c.block_rows)], [Parallel]);
-    let block = [c.block_rows, c.cols];
-    let x = k
-        .input("x", c.dtype, [c.rows, c.cols])
-        .block(block, |[i]| (i, 0));
-    let gamma = k.input("gamma", F32, [c.cols]).block([c.cols], |[_]| [0]);
-    let beta = k.input("beta", F32, [c.cols]).block([c.cols], |[_]| [0]);
-    let o = k
-        .output("o", c.dtype, [c.rows, c.cols])
-        .block(block, |[i]| (i, 0));
-    let v = to_f32(x.load(..));
-    let n = c.cols as f32;
+#[tpu_kernel(grid = (rows.div_ceil(block_rows),), semantics = (parallel,))]
+pub fn layer_norm<T: Element>(
+    block_rows: usize,
+    eps: f32,
+    #[shape(rows, cols)]
+    #[block([block_rows, cols], |i| (i, 0))]
+    x: In<T>,
+    #[shape(cols)]
+    #[block([cols], |_| 0)]
+    gamma: In<f32>,
+    #[shape(cols)]
+    #[block([cols], |_| 0)]
+    beta: In<f32>,
+    #[shape(rows, cols)]
+    #[block([block_rows, cols], |i| (i, 0))]
+    o: Out<T>,
+) {
+    let v = x.load(..).cast(F32);
+    let n = cols as f32;
     let centered = v - v.sum_keep(1) / n;
     let var = (centered * centered).sum_keep(1) / n;
-    let y = centered * (var + c.eps).rsqrt() * gamma.load(..) + beta.load(..);
-    o.store(.., from_f32(y, c.dtype));
-    k.build()
+    let y = centered * (var + eps).rsqrt() * gamma.load(..) + beta.load(..);
+    o.store(.., y.cast_to::<T>());
 }
 
-fn to_f32(t: Tile) -> Tile {
-    if t.dtype() == F32 { t } else { t.cast(F32) }
-}
-
-fn from_f32(t: Tile, dtype: DType) -> Tile {
-    if dtype == F32 { t } else { t.cast(dtype) }
+/// The [`layer_norm`](mod@layer_norm) kernel for a config.
+pub fn layer_norm(c: &LayerNormConfig) -> Result<VerifiedKernel, KernelErrors> {
+    let dims = layer_norm::Dims {
+        rows: c.rows,
+        cols: c.cols,
+    };
+    with_float!("layer_norm", c.dtype, T => layer_norm::build::<T>(c.block_rows, c.eps, dims))
 }

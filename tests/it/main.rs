@@ -1,5 +1,7 @@
 //! Tessera's integration tests, one binary (see the crate docs).
 
+mod builder_kernels;
+mod dsl_vs_builder;
 mod foundation;
 mod invalid;
 mod random_kernels;

@@ -27,7 +27,7 @@ mod tile;
 
 pub use control::{Bound, Carry, for_range, for_range_step, if_else, when};
 pub use index::{Idx, IntoIndices, Start, ds};
-pub use refs::Ref;
+pub use refs::{IntoIndexExprs, Ref};
 pub use tile::{
     IntoOperand, Tile, constant, dot, dot_general, iota, num_programs, program_id, select,
 };

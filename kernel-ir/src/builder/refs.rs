@@ -28,6 +28,17 @@ impl IntoIndexExprs for IndexExpr {
         vec![self]
     }
 }
+macro_rules! int_exprs {
+    ($($t:ty),*) => {$(
+        impl IntoIndexExprs for $t {
+            fn into_exprs(self) -> Vec<IndexExpr> {
+                vec![self.into()]
+            }
+        }
+    )*};
+}
+int_exprs!(i32, i64, usize);
+
 impl IntoIndexExprs for Vec<IndexExpr> {
     fn into_exprs(self) -> Vec<IndexExpr> {
         self
