@@ -4,9 +4,12 @@
 //! a [`kernel_ir::VerifiedKernel`], next to a plain f64 host implementation
 //! of the same math in [`reference`]. [`check`] compares the two.
 //!
+//! * [`attention`]: flash attention forward (online softmax, causal, K
+//!   column-major);
 //! * [`foundation`]: tiled elementwise add, tiled matmul with an f32
 //!   accumulator in scratch, row softmax, layer norm.
 
+pub mod attention;
 pub mod check;
 pub mod foundation;
 pub mod reference;

@@ -60,3 +60,38 @@ pub fn layer_norm(x: &Array, gamma: &Array, beta: &Array, eps: f64) -> Vec<f64> 
         })
         .collect()
 }
+
+/// Attention over `[b, h, s, d]` arrays: `softmax(q·kᵀ·scale)·v`, causal
+/// meaning key `j` is visible to query `i` only when `j ≤ i`.
+pub fn attention(q: &Array, k: &Array, v: &Array, causal: bool, scale: f64) -> Vec<f64> {
+    let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
+    let skv = k.shape()[2];
+    let (qd, kd, vd) = (q.data(), k.data(), v.data());
+    let mut out = vec![0.0; b * h * sq * d];
+    for bh in 0..b * h {
+        let (qo, ko) = (bh * sq * d, bh * skv * d);
+        for i in 0..sq {
+            let visible = if causal { (i + 1).min(skv) } else { skv };
+            let scores: Vec<f64> = (0..visible)
+                .map(|j| {
+                    (0..d)
+                        .map(|t| qd[qo + i * d + t] * kd[ko + j * d + t])
+                        .sum::<f64>()
+                        * scale
+                })
+                .collect();
+            let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let total: f64 = e.iter().sum();
+            for t in 0..d {
+                out[qo + i * d + t] = e
+                    .iter()
+                    .enumerate()
+                    .map(|(j, w)| w * vd[ko + j * d + t])
+                    .sum::<f64>()
+                    / total;
+            }
+        }
+    }
+    out
+}

@@ -1,5 +1,6 @@
 //! Tessera's integration tests, one binary (see the crate docs).
 
+mod attention;
 mod builder_kernels;
 mod dsl_vs_builder;
 mod foundation;

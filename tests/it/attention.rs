@@ -1,0 +1,180 @@
+//! Flash attention forward (DSL) in the interpreter against an f64
+//! reference attention.
+
+use kernel_ir::prelude::*;
+use kernel_ir::{InterpOptions, interpret_with};
+use kernels::attention::{AttnConfig, flash_attention};
+use kernels::check::{ErrorStats, Tolerance};
+use kernels::reference;
+use proptest::prelude::*;
+
+struct Case {
+    b: usize,
+    h: usize,
+    sq: usize,
+    skv: usize,
+    d: usize,
+    cfg: AttnConfig,
+    dtype: DType,
+}
+
+fn run(c: &Case, seed: u64, shuffle: Option<u64>) -> Result<ErrorStats, String> {
+    let dims = kernels::attention::flash_attention::Dims {
+        b: c.b,
+        h: c.h,
+        sq: c.sq,
+        skv: c.skv,
+        d: c.d,
+    };
+    let k = flash_attention(&c.cfg, c.dtype, dims).map_err(|e| e.to_string())?;
+    let q = Array::random(c.dtype, [c.b, c.h, c.sq, c.d], seed, -1.0, 1.0);
+    let kk = Array::random(c.dtype, [c.b, c.h, c.skv, c.d], seed + 1, -1.0, 1.0);
+    let v = Array::random(c.dtype, [c.b, c.h, c.skv, c.d], seed + 2, -1.0, 1.0);
+    let opts = InterpOptions {
+        shuffle_seed: shuffle,
+        ..InterpOptions::default()
+    };
+    let out = interpret_with(&k, &[q.clone(), kk.clone(), v.clone()], &opts)
+        .map_err(|e| e.to_string())?;
+    let want = reference::attention(&q, &kk, &v, c.cfg.causal, c.cfg.sm_scale as f64);
+    let tol = match c.dtype {
+        DType::F32 => Tolerance {
+            abs: 2e-5,
+            rel: 1e-4,
+        },
+        d => Tolerance::for_dtype(d),
+    };
+    Ok(ErrorStats::between(&out[0], &want, tol))
+}
+
+#[test]
+fn causal_and_full_attention_match_f64() {
+    for causal in [false, true] {
+        let c = Case {
+            b: 2,
+            h: 2,
+            sq: 64,
+            skv: 256,
+            d: 64,
+            cfg: AttnConfig {
+                causal,
+                sm_scale: 0.125,
+                block_q: 16,
+                block_k: 128,
+            },
+            dtype: F32,
+        };
+        let s = run(&c, 11, None).unwrap();
+        assert!(s.passes(), "causal={causal}: {s}");
+    }
+}
+
+#[test]
+fn bf16_inputs_accumulate_in_f32() {
+    let c = Case {
+        b: 1,
+        h: 2,
+        sq: 128,
+        skv: 256,
+        d: 128,
+        cfg: AttnConfig {
+            causal: true,
+            sm_scale: 1.0 / 128f32.sqrt(),
+            block_q: 32,
+            block_k: 128,
+        },
+        dtype: BF16,
+    };
+    let s = run(&c, 12, None).unwrap();
+    assert!(s.passes(), "{s}");
+}
+
+#[test]
+fn causal_skips_blocks_above_the_diagonal() {
+    // A q block of rows 0..16 never needs the second k block (keys
+    // 128..256): the kernel must not touch it, which a poisoned
+    // (all-NaN) second k block shows.
+    let dims = kernels::attention::flash_attention::Dims {
+        b: 1,
+        h: 1,
+        sq: 128,
+        skv: 256,
+        d: 32,
+    };
+    let cfg = AttnConfig {
+        causal: true,
+        sm_scale: 0.2,
+        block_q: 16,
+        block_k: 128,
+    };
+    let k = flash_attention(&cfg, F32, dims).unwrap();
+    let q = Array::random(F32, [1, 1, 128, 32], 1, -1.0, 1.0);
+    let mut kv: Vec<f64> = Array::random(F32, [1, 1, 256, 32], 2, -1.0, 1.0)
+        .data()
+        .to_vec();
+    kv[128 * 32..].iter_mut().for_each(|x| *x = f64::NAN);
+    let kk = Array::new(F32, [1, 1, 256, 32], kv.clone()).unwrap();
+    let v = Array::new(F32, [1, 1, 256, 32], kv).unwrap();
+    let out = interpret(&k, &[q.clone(), kk.clone(), v.clone()]).unwrap();
+    // All 128 query rows see only keys 0..128, so nothing is NaN.
+    let want = reference::attention(&q, &kk, &v, true, 0.2);
+    let s = ErrorStats::between(
+        &out[0],
+        &want,
+        Tolerance {
+            abs: 2e-5,
+            rel: 1e-4,
+        },
+    );
+    assert!(s.passes(), "{s}");
+}
+
+#[test]
+fn k_is_tiled_on_its_physical_minor_dim() {
+    // K is col-major: its block's lane dim is the key dim, so block_k = 64
+    // (< 128, and not the full 256) is rejected while block_q = 8 is fine.
+    let dims = kernels::attention::flash_attention::Dims {
+        b: 1,
+        h: 1,
+        sq: 64,
+        skv: 256,
+        d: 64,
+    };
+    let cfg = AttnConfig {
+        causal: false,
+        sm_scale: 0.125,
+        block_q: 8,
+        block_k: 64,
+    };
+    let e = flash_attention(&cfg, F32, dims).unwrap_err();
+    assert!(
+        e.any(|k| matches!(k, kernel_ir::ErrorKind::Tiling { operand, dim: 2, which: "minor (lane)", .. } if operand == "k")),
+        "{e}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn flash_attention_matches_f64_over_shapes_and_blocks(
+        b in 1usize..3, h in 1usize..3,
+        q_blocks in 1usize..4, bq in prop::sample::select(vec![8usize, 16, 32]),
+        skv in prop::sample::select(vec![128usize, 256]), full_k in any::<bool>(),
+        d in prop::sample::select(vec![32usize, 64, 128]),
+        causal in any::<bool>(), seed in any::<u64>(), shuffle in proptest::option::of(any::<u64>()),
+    ) {
+        let c = Case {
+            b, h, sq: q_blocks * bq, skv, d,
+            cfg: AttnConfig {
+                causal,
+                sm_scale: 1.0 / (d as f32).sqrt(),
+                block_q: bq,
+                block_k: if full_k { skv } else { 128 },
+            },
+            dtype: F32,
+        };
+        let s = run(&c, seed, shuffle).map_err(TestCaseError::fail)?;
+        prop_assert!(s.passes(), "{s}");
+    }
+}
