@@ -232,6 +232,11 @@ pub fn input_error(msg: String) -> crate::KernelErrors {
 
 /// Stands in for a construct the macro rejected (it has already reported a
 /// compile error there); never runs.
-pub fn unsupported<T>() -> T {
+pub fn unsupported() -> Tile {
+    unreachable!("#[tpu_kernel] reported a compile error for this expression")
+}
+
+/// [`unsupported`] where the rejected expression's type is inferred.
+pub fn unsupported_any<T>() -> T {
     unreachable!("#[tpu_kernel] reported a compile error for this expression")
 }

@@ -69,11 +69,24 @@ impl BodyTransform {
         BodyTransform { errors: Vec::new() }
     }
 
-    /// Records an error and returns a placeholder of any type, so the
-    /// error is reported once and the rest of the body still type-checks.
+    /// Records an error and returns a placeholder (a block, so it is valid
+    /// in statement position too) of type `Tile`, the type most rejected
+    /// constructs would have had, so the error is reported once.
     fn reject(&mut self, span: Span, msg: &str) -> Expr {
         self.errors.push(syn::Error::new(span, msg));
-        syn::parse_quote_spanned!(span=> ::kernel_ir::dsl::unsupported())
+        syn::parse_quote_spanned!(span=> { ::kernel_ir::dsl::unsupported() })
+    }
+
+    /// Like [`BodyTransform::reject`] for statements: the placeholder is `()`.
+    fn reject_unit(&mut self, span: Span, msg: &str) -> Expr {
+        self.errors.push(syn::Error::new(span, msg));
+        syn::parse_quote_spanned!(span=> {})
+    }
+
+    /// Like [`BodyTransform::reject`] with a placeholder of an inferred type.
+    fn reject_any(&mut self, span: Span, msg: &str) -> Expr {
+        self.errors.push(syn::Error::new(span, msg));
+        syn::parse_quote_spanned!(span=> { ::kernel_ir::dsl::unsupported_any() })
     }
 }
 
@@ -272,31 +285,33 @@ impl VisitMut for BodyTransform {
                 )
             }
             Expr::Loop(_) => {
-                *e = self.reject(
+                *e = self.reject_unit(
                     span,
                     "`loop` is not supported in a kernel body: kernel loops have bounds; write `for i in a..b { .. }` and assign the values it carries",
                 )
             }
             Expr::While(_) => {
-                *e = self.reject(
+                *e = self.reject_unit(
                     span,
                     "`while` is not supported in a kernel body: write `for i in a..b { .. }` with a (possibly dynamic) bound, and use `if` inside for early exits",
                 )
             }
             Expr::Closure(_) => {
-                *e = self.reject(
+                // Left in place: the error is the macro's, and calls of the
+                // closure report it as not a kernel function.
+                self.errors.push(syn::Error::new(
                     span,
                     "closures are not supported in a kernel body (tiles they capture would escape the kernel's control flow); move the code into a `#[kernel_fn]` helper",
-                )
+                ));
             }
             Expr::Return(_) => {
-                *e = self.reject(
+                *e = self.reject_unit(
                     span,
                     "`return` is not supported in a kernel body; a kernel ends at the end of its body, use `if` to skip work",
                 )
             }
             Expr::Break(_) | Expr::Continue(_) => {
-                *e = self.reject(
+                *e = self.reject_unit(
                     span,
                     "`break`/`continue` are not supported in a kernel body; kernel loops run all their iterations, use `if` to skip work in some",
                 )
@@ -308,13 +323,13 @@ impl VisitMut for BodyTransform {
                 *e = self.reject(span, "`unsafe` blocks are not allowed in a kernel body")
             }
             Expr::TryBlock(_) | Expr::Try(_) => {
-                *e = self.reject(
+                *e = self.reject_any(
                     span,
                     "`?` is not supported in a kernel body; errors are reported when the kernel is built",
                 )
             }
             Expr::Let(_) => {
-                *e = self.reject(
+                *e = self.reject_unit(
                     span,
                     "`if let` / `let` conditions are not supported in a kernel body; use a plain `if`",
                 )
@@ -372,7 +387,7 @@ impl BodyTransform {
     fn rewrite_if(&mut self, mut i: syn::ExprIf) -> Expr {
         let if_span = i.if_token.span;
         if let Expr::Let(l) = &*i.cond {
-            return self.reject(
+            return self.reject_unit(
                 l.span(),
                 "`if let` is not supported in a kernel body; use a plain `if`",
             );
@@ -402,17 +417,20 @@ impl BodyTransform {
         let (tuple, pat) = carried(&names);
         Expr::Verbatim(quote_spanned! {if_span=>
             {
+                #[allow(clippy::let_unit_value)]
                 let (__tessera_value, __tessera_carried) = ::kernel_ir::dsl::branch(
                     #cond,
                     || {
                         #[allow(unused_mut)]
                         let #pat = #tuple;
+                        #[allow(clippy::let_unit_value)]
                         let __tessera_value = #then;
                         (__tessera_value, #tuple)
                     },
                     || {
                         #[allow(unused_mut)]
                         let #pat = #tuple;
+                        #[allow(clippy::let_unit_value)]
                         let __tessera_value = #else_body;
                         (__tessera_value, #tuple)
                     },

@@ -44,6 +44,7 @@ pub fn tpu_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
             Err(e) => errors.push(e),
         }
     }
+    let signature_ok = errors.is_empty();
     if let Some(a) = &func.sig.asyncness {
         errors.push(syn::Error::new_spanned(a, "a kernel cannot be `async`"));
     }
@@ -81,45 +82,60 @@ pub fn tpu_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     tr.visit_block_mut(&mut body);
     errors.extend(tr.errors);
 
-    let module = attr.as_ref().map(|attr| {
-        let grid_rank = attr.grid.len();
-        let arrays: Vec<&ArrayParam> = params
-            .iter()
-            .filter_map(|p| match p {
-                Param::Array(a) => Some(&**a),
-                _ => None,
-            })
-            .collect();
-        for a in &arrays {
-            checks::check_array(a, grid_rank, &mut errors);
-        }
-        let scratch: Vec<_> = params
-            .iter()
-            .filter_map(|p| match p {
-                Param::Scratch(s) => Some(s),
-                _ => None,
-            })
-            .collect();
-        // Every target's default scoped limit (kernel_ir::Target).
-        let default_limit = 32 * MIB;
-        checks::check_vmem(
-            &arrays,
-            &scratch,
-            attr.vmem_limit.as_ref().and_then(checks::literal),
-            default_limit,
-            func.sig.ident.span(),
-            &mut errors,
-        );
-        module(&func, attr, &params, &config_names, &symbols, &body)
-    });
+    let checked = attr.as_ref().filter(|_| signature_ok);
+    if let Some(attr) = checked {
+        check_literals(attr, &params, &func, &mut errors);
+    }
+    // With errors, the module keeps its API (so call sites resolve) but not
+    // the body, which lives in the fallback only: each error once.
+    let stub = !errors.is_empty();
+    let module =
+        checked.map(|attr| module(&func, attr, &params, &config_names, &symbols, &body, stub));
 
     let errs = errors.iter().map(syn::Error::to_compile_error);
-    let fallback = (!errors.is_empty()).then(|| fallback(&func, &symbols, &body));
+    let fallback = stub.then(|| fallback(&func, &symbols, &body));
     quote! {
         #(#errs)*
         #module
         #fallback
     }
+}
+
+/// The compile-time TPU checks over literal shapes (see `checks`).
+fn check_literals(
+    attr: &KernelAttr,
+    params: &[Param],
+    func: &ItemFn,
+    errors: &mut Vec<syn::Error>,
+) {
+    let grid_rank = attr.grid.len();
+    let arrays: Vec<&ArrayParam> = params
+        .iter()
+        .filter_map(|p| match p {
+            Param::Array(a) => Some(&**a),
+            _ => None,
+        })
+        .collect();
+    for a in &arrays {
+        checks::check_array(a, grid_rank, errors);
+    }
+    let scratch: Vec<_> = params
+        .iter()
+        .filter_map(|p| match p {
+            Param::Scratch(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    // Every target's default scoped limit (kernel_ir::Target).
+    let default_limit = 32 * MIB;
+    checks::check_vmem(
+        &arrays,
+        &scratch,
+        attr.vmem_limit.as_ref().and_then(checks::literal),
+        default_limit,
+        func.sig.ident.span(),
+        errors,
+    );
 }
 
 /// Shape symbols in first-occurrence order: bare lowercase identifiers in
@@ -145,13 +161,18 @@ fn shape_symbols(params: &[Param], config: &[Ident]) -> Vec<Ident> {
     out
 }
 
-/// The user's function with our parameter attributes removed and the
-/// rewritten body, so tools that analyse expanded code still see it.
+/// The user's function, emitted when there are errors so that IDEs keep
+/// analysing it: our parameter attributes removed, operands typed as the
+/// `Ref` they are inside a kernel, shape symbols bound, and the rewritten
+/// body.
 fn fallback(func: &ItemFn, symbols: &[Ident], body: &syn::Block) -> TokenStream {
     let mut f = func.clone();
     for arg in &mut f.sig.inputs {
         if let syn::FnArg::Typed(pt) = arg {
             pt.attrs.retain(|a| !sig::is_our_attr(a));
+            if sig::is_operand_type(&pt.ty) {
+                *pt.ty = syn::parse_quote_spanned!(pt.ty.span()=> ::kernel_ir::Ref);
+            }
         }
     }
     let stmts = &body.stmts;
@@ -232,6 +253,7 @@ fn module(
     config_names: &[Ident],
     symbols: &[Ident],
     body: &syn::Block,
+    stub: bool,
 ) -> TokenStream {
     let name = &func.sig.ident;
     let name_str = name.to_string();
@@ -328,6 +350,21 @@ fn module(
     let turbofish = ty_generics.as_turbofish();
     let stmts = &body.stmts;
 
+    let kernel_body = if stub {
+        quote!(::core::unreachable!("kernel `{}` did not compile", #name_str))
+    } else {
+        quote! {
+            let Dims { #(#symbols,)* } = dims;
+            let mut #b = ::kernel_ir::KernelBuilder::new(#name_str);
+            #b.grid([#((#grid) as usize),*], [#(#sem),*]);
+            #target
+            #vmem
+            #(#decls)*
+            let _: () = { #(#stmts)* };
+            #b.finish()
+        }
+    };
+
     // Dims::from_shapes: bind symbols from the inputs' shapes.
     let inputs: Vec<(String, &Vec<Expr>)> = params
         .iter()
@@ -422,14 +459,7 @@ fn module(
 
             /// Builds the kernel IR for a config and shape symbols, without verifying it.
             pub fn kernel #impl_generics (#(#config_params,)* dims: Dims) -> ::core::result::Result<::kernel_ir::Kernel, ::kernel_ir::KernelErrors> #where_clause {
-                let Dims { #(#symbols,)* } = dims;
-                let mut #b = ::kernel_ir::KernelBuilder::new(#name_str);
-                #b.grid([#((#grid) as usize),*], [#(#sem),*]);
-                #target
-                #vmem
-                #(#decls)*
-                let _: () = { #(#stmts)* };
-                #b.finish()
+                #kernel_body
             }
 
             /// Builds and verifies the kernel for a config and shape symbols.

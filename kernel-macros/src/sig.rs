@@ -184,6 +184,14 @@ fn dtype_arg(
     }
 }
 
+/// True for the operand marker types (`In<T>`, `Out<T>`, `InOut<T>`,
+/// `Scratch<T>`, `Prefetch`).
+pub fn is_operand_type(ty: &Type) -> bool {
+    type_head(ty).is_some_and(|(i, _)| {
+        ["In", "Out", "InOut", "Scratch", "Prefetch"].contains(&i.to_string().as_str())
+    })
+}
+
 /// Parses one parameter.
 pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
     let FnArg::Typed(pt) = arg else {

@@ -7,6 +7,11 @@ use crate::{DType, IndexValue, Loc, OpKind, Region, TileType, ValueId};
 
 /// Values carried through a loop or returned from branches: `()`, a
 /// [`Tile`], tuples of them, or a `Vec<Tile>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be carried through a kernel `for` loop or a branch on a tile",
+    label = "this value changes inside the kernel loop or branch",
+    note = "only tiles (and tuples of tiles) can change inside a kernel loop or a branch decided at run time; compute Rust values outside it, or unroll the loop with `#[unroll] for`"
+)]
 pub trait Carry: Sized {
     /// The tiles, in order.
     fn tiles(&self) -> Vec<Tile>;

@@ -1,0 +1,10 @@
+use kernel_ir::prelude::*;
+
+#[tpu_kernel(grid = (m / 8,), semantics = (parallel,))]
+fn copy(
+    #[shape(m, 128)] #[block([8, 128], |i| (i, 0))] x: In<f32>,
+) -> Tile {
+    x.load(..)
+}
+
+fn main() {}

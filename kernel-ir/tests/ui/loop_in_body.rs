@@ -1,0 +1,15 @@
+use kernel_ir::prelude::*;
+
+#[tpu_kernel(grid = (m / 8,), semantics = (parallel,))]
+fn spin(
+    #[shape(m, 128)] #[block([8, 128], |i| (i, 0))] x: In<f32>,
+    #[shape(m, 128)] #[block([8, 128], |i| (i, 0))] o: Out<f32>,
+) {
+    let mut v = x.load(..);
+    loop {
+        v = v * 0.5;
+    }
+    o.store(.., v);
+}
+
+fn main() {}
