@@ -258,7 +258,10 @@ fn module(
     let name = &func.sig.ident;
     let name_str = name.to_string();
     let vis = &func.vis;
-    let b = Ident::new("__tessera_builder", Span::mixed_site());
+    // Call-site hygiene: `#[track_caller]` reports a span's location only when
+    // it comes from the user's own tokens, so builder calls are written with
+    // the operand's span and must see this name from there.
+    let b = Ident::new("__tessera_builder", Span::call_site());
     let rank = attr.grid.len();
     let grid = &attr.grid;
     let sem = attr.semantics.iter().map(semantics_tokens);
@@ -290,7 +293,11 @@ fn module(
             Param::Prefetch(pf) => {
                 let (n, s) = (&pf.name, &pf.shape);
                 let ns = n.to_string();
-                decls.push(quote_spanned!(n.span()=> let #n = #b.scalar_prefetch(#ns, [#((#s) as usize),*]);));
+                let sp = n.span();
+                let b = Ident::new("__tessera_builder", sp);
+                decls.push(
+                    quote_spanned!(sp=> let #n = #b.scalar_prefetch(#ns, [#((#s) as usize),*]);),
+                );
             }
             Param::Scratch(sc) => {
                 let (n, s) = (&sc.name, &sc.shape);
@@ -298,7 +305,9 @@ fn module(
                 let dt = sc.dtype.tokens();
                 let space = (sc.space == Space::Smem)
                     .then(|| quote!(.space(::kernel_ir::MemorySpace::Smem)));
-                decls.push(quote_spanned!(n.span()=>
+                let sp = n.span();
+                let b = Ident::new("__tessera_builder", sp);
+                decls.push(quote_spanned!(sp=>
                     let #n = #b.scratch(#ns, #dt, [#((#s) as usize),*])#space;
                 ));
             }
@@ -306,11 +315,16 @@ fn module(
                 let (n, s) = (&a.name, &a.shape);
                 let ns = n.to_string();
                 let dt = a.dtype.tokens();
-                let ctor = match a.role {
-                    Role::In => quote!(input),
-                    Role::Out => quote!(output),
-                    Role::InOut => quote!(inout),
-                };
+                // `#[track_caller]` reports a method call at its name: give
+                // it the operand's span.
+                let ctor = Ident::new(
+                    match a.role {
+                        Role::In => "input",
+                        Role::Out => "output",
+                        Role::InOut => "inout",
+                    },
+                    n.span(),
+                );
                 let block = a.block.as_ref().map(|blk| {
                     let bs = &blk.shape;
                     let map = index_map(&blk.map, &prefetch_names, rank);
@@ -332,7 +346,9 @@ fn module(
                     Space::Smem => Some(quote!(.space(::kernel_ir::MemorySpace::Smem))),
                     Space::Any => Some(quote!(.space(::kernel_ir::MemorySpace::Any))),
                 };
-                decls.push(quote_spanned!(n.span()=>
+                let sp = n.span();
+                let b = Ident::new("__tessera_builder", sp);
+                decls.push(quote_spanned!(sp=>
                     let #n = #b.#ctor(#ns, #dt, [#((#s) as usize),*])#block #layout #align #space;
                 ));
             }

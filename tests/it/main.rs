@@ -2,6 +2,7 @@
 
 mod attention;
 mod builder_kernels;
+mod dsl;
 mod dsl_vs_builder;
 mod foundation;
 mod invalid;
