@@ -44,6 +44,15 @@ mod array;
 mod budget;
 mod builder;
 pub mod dsl;
+
+/// Guides for kernel authors.
+pub mod guide {
+    /// Triton's vector add and fused softmax next to their Tessera versions.
+    pub mod from_triton {
+        #![doc = include_str!("../doc/guide-triton.md")]
+    }
+}
+
 mod dtype;
 mod error;
 mod index_map;

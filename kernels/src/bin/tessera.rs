@@ -1,13 +1,14 @@
-//! The `tessera` command. Today: `tessera demo`, the main job: build the
-//! foundation kernels, verify them, show one's IR and VMEM budget, run each
-//! in the reference interpreter on random inputs and compare with its f64
-//! reference.
+//! The `tessera` command. Today: `tessera demo`, the main job: build flash
+//! attention from the `#[tpu_kernel]` DSL, verify it, show its grid, tiling,
+//! IR and VMEM budget, run it and the foundation kernels in the reference
+//! interpreter on random inputs and compare each with its f64 reference.
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
+use kernels::attention::{AttnConfig, flash_attention};
 use kernels::check::{ErrorStats, Tolerance};
 use kernels::foundation::*;
 use kernels::reference;
@@ -16,8 +17,9 @@ const HELP: &str = "\
 tessera: write, check and run TPU-style kernels in Rust
 
 USAGE:
-    tessera demo      build the example kernels, show IR and VMEM budget,
-                      run them in the interpreter and compare with references
+    tessera demo      build flash attention from the DSL, show its tiling, IR
+                      and VMEM budget, run it and the other example kernels in
+                      the interpreter and compare with f64 references
     tessera --help    this text
 ";
 
@@ -48,9 +50,52 @@ struct Case {
     tol: Tolerance,
 }
 
+/// The attention shapes of the demo.
+const ATTN: kernels::attention::flash_attention::Dims = kernels::attention::flash_attention::Dims {
+    b: 1,
+    h: 2,
+    sq: 256,
+    skv: 256,
+    d: 64,
+};
+
+fn attn_config(causal: bool) -> AttnConfig {
+    AttnConfig {
+        causal,
+        sm_scale: 0.125,
+        block_q: 64,
+        block_k: 128,
+    }
+}
+
+fn attention_case(name: &'static str, causal: bool, dtype: DType, seed: u64) -> Case {
+    let shape = [ATTN.b, ATTN.h, ATTN.sq, ATTN.d];
+    let r = |s| Array::random(dtype, shape, s, -1.0, 1.0);
+    Case {
+        name,
+        kernel: flash_attention(&attn_config(causal), dtype, ATTN),
+        inputs: vec![r(seed), r(seed + 1), r(seed + 2)],
+        reference: if causal {
+            |a| reference::attention(&a[0], &a[1], &a[2], true, 0.125)
+        } else {
+            |a| reference::attention(&a[0], &a[1], &a[2], false, 0.125)
+        },
+        tol: match dtype {
+            DType::F32 => Tolerance {
+                abs: 2e-5,
+                rel: 1e-4,
+            },
+            d => Tolerance::for_dtype(d),
+        },
+    }
+}
+
 fn cases() -> Vec<Case> {
     let x = |shape: &[usize], seed| Array::random(F32, shape.to_vec(), seed, -2.0, 2.0);
     vec![
+        attention_case("flash attention f32", false, F32, 20),
+        attention_case("flash attention f32 causal", true, F32, 30),
+        attention_case("flash attention bf16 causal", true, BF16, 40),
         Case {
             name: "add 512x1024 (blocks 64x512)",
             kernel: add(&AddConfig {
@@ -118,6 +163,41 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// Prints what a kernel author checks first: grid, blocks, IR, VMEM.
+fn show_kernel(name: &str, k: &VerifiedKernel) {
+    println!("\n== {name}: built from the #[tpu_kernel] DSL and verified");
+    println!(
+        "shapes b={} h={} sq={} skv={} d={}; config {:?}",
+        ATTN.b,
+        ATTN.h,
+        ATTN.sq,
+        ATTN.skv,
+        ATTN.d,
+        attn_config(true)
+    );
+    let grid: Vec<String> = k
+        .grid
+        .dims
+        .iter()
+        .map(|d| format!("{} {}", d.bound, d.semantics))
+        .collect();
+    println!("grid: [{}] = {} steps", grid.join(", "), k.grid.steps());
+    for o in &k.operands {
+        println!(
+            "  {:<3} {:<5} {}{} block {} {}",
+            o.role,
+            o.name,
+            o.dtype,
+            kernel_ir::ShapeDisplay(&o.shape),
+            kernel_ir::ShapeDisplay(&o.block.shape),
+            o.layout
+        );
+    }
+    println!("\n== {name}: IR");
+    print!("{}", **k);
+    println!("\n== {name}: VMEM budget\n{}", k.vmem_budget());
+}
+
 fn demo() -> ExitCode {
     println!("== set-up");
     match lowering::mlir_version_check() {
@@ -137,22 +217,22 @@ fn demo() -> ExitCode {
     let cases = cases();
     let mut ok = true;
     for (i, c) in cases.iter().enumerate() {
-        if let Err(e) = &c.kernel {
-            println!("\n{}: the kernel does not verify:\n{e}", c.name);
-            ok = false;
-        } else if i == 1
-            && let Ok(k) = &c.kernel
-        {
-            println!("\n== {} : IR", c.name);
-            print!("{}", **k);
-            println!("\n== VMEM budget\n{}", k.vmem_budget());
+        match &c.kernel {
+            Err(e) => {
+                println!("\n{}: the kernel does not verify:\n{e}", c.name);
+                ok = false;
+            }
+            Ok(k) if i == 1 => show_kernel(c.name, k),
+            Ok(_) => {}
         }
     }
 
-    println!("\n== interpreter vs f64 reference");
     println!(
-        "{:<34} {:>11} {:>11} {:>6} {:>10}  result",
-        "kernel", "max abs", "max rel", "NaN", "time"
+        "\n== interpreter vs f64 reference (err/tol: worst error over its tolerance, ≤ 1 passes)"
+    );
+    println!(
+        "{:<34} {:>11} {:>11} {:>8} {:>5} {:>10}  result",
+        "kernel", "max abs", "max rel", "err/tol", "NaN", "time"
     );
     for c in &cases {
         let Ok(k) = &c.kernel else { continue };
@@ -164,10 +244,11 @@ fn demo() -> ExitCode {
                 let s = ErrorStats::between(&out[0], &(c.reference)(&c.inputs), c.tol);
                 ok &= s.passes();
                 println!(
-                    "{:<34} {:>11.3e} {:>11.3e} {:>6} {:>8.1}ms  {}",
+                    "{:<34} {:>11.3e} {:>11.3e} {:>8.3} {:>5} {:>8.1}ms  {}",
                     c.name,
                     s.max_abs,
                     s.max_rel,
+                    s.worst_ratio,
                     s.nan_count,
                     dt.as_secs_f64() * 1e3,
                     if s.passes() { "ok" } else { "MISMATCH" }
