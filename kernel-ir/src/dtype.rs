@@ -150,7 +150,7 @@ impl FromStr for DType {
 /// A Rust type that is the host representation of a [`DType`].
 ///
 /// Implemented for `f32`, [`half::bf16`], [`half::f16`], `i32`, `i8` and
-/// `bool`; lets typed code say `x.cast_to::<bf16>()` or
+/// `bool`; lets typed code say `x.cast::<bf16>()` or
 /// `Array::from_vec::<f32>(..)`.
 pub trait Element: Copy + Send + Sync + 'static {
     /// The dtype this Rust type stands for.

@@ -60,7 +60,7 @@ fn attend_block(
     let m_new = m_prev.max(s.max_keep(1));
     let p = (s - m_new).exp();
     let alpha = (m_prev - m_new).exp();
-    acc.store(.., acc.load(..) * alpha + dot(p.cast(vb.dtype()), vb));
+    acc.store(.., acc.load(..) * alpha + dot(p.convert(vb.dtype()), vb));
     m.store(.., m_new.broadcast_to([bq, 128]));
     l.store(.., (l_prev * alpha + p.sum_keep(1)).broadcast_to([bq, 128]));
 }
@@ -105,7 +105,7 @@ pub fn flash_attention<T: Element>(
     }
     if ki == num_programs(3) - 1 {
         let out = acc.load(..) / l.load((.., 0..1));
-        o.store((0, 0, .., ..), out.cast_to::<T>());
+        o.store((0, 0, .., ..), out.cast::<T>());
     }
 }
 

@@ -147,7 +147,7 @@ pub fn matmul<T: Element, O: Element>(
     };
     acc.store(.., acc.load(..) + dot(xv, yv));
     if l == num_programs(2) - 1 {
-        o.store(.., acc.load(..).cast_to::<O>());
+        o.store(.., acc.load(..).cast::<O>());
     }
 }
 
@@ -188,9 +188,9 @@ pub fn softmax<T: Element>(
     #[block([block_rows, cols], |i| (i, 0))]
     o: Out<T>,
 ) {
-    let v = x.load(..).cast(F32);
+    let v = x.load(..).convert(F32);
     let e = (v - v.max_keep(1)).exp();
-    o.store(.., (e / e.sum_keep(1)).cast_to::<T>());
+    o.store(.., (e / e.sum_keep(1)).cast::<T>());
 }
 
 /// The [`softmax`](mod@softmax) kernel for a config.
@@ -236,12 +236,12 @@ pub fn layer_norm<T: Element>(
     #[block([block_rows, cols], |i| (i, 0))]
     o: Out<T>,
 ) {
-    let v = x.load(..).cast(F32);
+    let v = x.load(..).convert(F32);
     let n = cols as f32;
     let centered = v - v.sum_keep(1) / n;
     let var = (centered * centered).sum_keep(1) / n;
     let y = centered * (var + eps).rsqrt() * gamma.load(..) + beta.load(..);
-    o.store(.., y.cast_to::<T>());
+    o.store(.., y.cast::<T>());
 }
 
 /// The [`layer_norm`](mod@layer_norm) kernel for a config.

@@ -58,7 +58,7 @@ pub fn matmul(c: &MatmulConfig) -> Result<VerifiedKernel, KernelErrors> {
     };
     acc.store(.., acc.load(..) + dot(xv, yv));
     when(l.eq(num_programs(2) - 1), || {
-        o.store(.., acc.load(..).cast(c.out_dtype))
+        o.store(.., acc.load(..).convert(c.out_dtype))
     });
     b.build()
 }
@@ -105,9 +105,9 @@ pub fn layer_norm(c: &LayerNormConfig) -> Result<VerifiedKernel, KernelErrors> {
 }
 
 fn to_f32(t: Tile) -> Tile {
-    if t.dtype() == F32 { t } else { t.cast(F32) }
+    if t.dtype() == F32 { t } else { t.convert(F32) }
 }
 
 fn from_f32(t: Tile, dtype: DType) -> Tile {
-    if dtype == F32 { t } else { t.cast(dtype) }
+    if dtype == F32 { t } else { t.convert(dtype) }
 }

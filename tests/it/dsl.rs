@@ -220,3 +220,57 @@ fn build_time_errors_point_at_the_kernel_source() {
     let line = src.lines().nth(loc.line as usize - 1).unwrap();
     assert!(line.contains("x: In<f32>"), "points at `{line}`");
 }
+
+/// Block size as a const generic; the loop bound is a run-time value read
+/// from scalar prefetch (how many 128-lane chunks of each row are valid).
+#[tpu_kernel(grid = (m / BR,), semantics = (parallel,))]
+fn prefix_chunks<const BR: usize>(
+    #[shape(m)] valid: Prefetch,
+    #[shape(m, 512)]
+    #[block([BR, 512], |i| (i, 0))]
+    x: In<f32>,
+    #[shape(m, 128)]
+    #[block([BR, 128], |i| (i, 0))]
+    o: Out<f32>,
+) {
+    let n = valid.load([program_id(0) * BR]);
+    let mut acc = x.load((.., 0..128)) * 0.0;
+    for j in 0..n {
+        acc = acc + x.load((.., ds(j * 128, 128)));
+    }
+    o.store(.., acc);
+}
+
+#[test]
+fn const_generics_and_dynamic_loop_bounds() {
+    let k = prefix_chunks::build::<8>(prefix_chunks::Dims { m: 16 }).unwrap();
+    assert!(k.to_string().contains("block [8, 512]"));
+    let mut found_dynamic = false;
+    k.body.walk(&mut |op| {
+        if let OpKind::For {
+            upper: kernel_ir::IndexValue::Dynamic(_),
+            ..
+        } = op.kind
+        {
+            found_dynamic = true;
+        }
+    });
+    assert!(found_dynamic, "the loop bound is a run-time value");
+    // Rows 0..8 sum 1 chunk, rows 8..16 sum 3 chunks (each block reads its
+    // first row's count).
+    let mut valid = vec![0i32; 16];
+    valid[0] = 1;
+    valid[8] = 3;
+    let valid = Array::from_elems([16], &valid).unwrap();
+    let x = Array::random(F32, [16, 512], 5, -1.0, 1.0);
+    let out = interpret(&k, &[valid, x.clone()]).unwrap();
+    let want: Vec<f64> = (0..16 * 128)
+        .map(|e| {
+            let (r, c) = (e / 128, e % 128);
+            let chunks = if r < 8 { 1 } else { 3 };
+            (0..chunks).map(|j| x.data()[r * 512 + j * 128 + c]).sum()
+        })
+        .collect();
+    let s = ErrorStats::between(&out[0], &want, Tolerance::for_dtype(F32));
+    assert!(s.passes(), "{s}");
+}

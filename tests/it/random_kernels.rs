@@ -239,7 +239,7 @@ fn seed_kernels() -> Vec<Kernel> {
         if_else(
             i.eq(1),
             || acc * 2.0,
-            || acc + t.load([ds(0, 1)]).cast(F32).sum_all(),
+            || acc + t.load([ds(0, 1)]).convert(F32).sum_all(),
         )
     });
     o.store(.., s);

@@ -535,7 +535,7 @@ impl Tile {
 
     /// Converts to `dtype` (no op when the dtype is already `dtype`).
     #[track_caller]
-    pub fn cast(self, dtype: DType) -> Tile {
+    pub fn convert(self, dtype: DType) -> Tile {
         let loc = Loc::caller();
         record(self.builder, |st| {
             let x = st.own(self, &loc)?;
@@ -548,10 +548,10 @@ impl Tile {
         })
     }
 
-    /// Converts to the dtype of Rust type `T`: `x.cast_to::<bf16>()`.
+    /// Converts to the dtype of Rust type `T`: `x.cast::<bf16>()`.
     #[track_caller]
-    pub fn cast_to<T: Element>(self) -> Tile {
-        self.cast(T::DTYPE)
+    pub fn cast<T: Element>(self) -> Tile {
+        self.convert(T::DTYPE)
     }
 
     /// Reduces `axes` away with `op`.
