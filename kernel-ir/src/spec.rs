@@ -62,6 +62,25 @@ impl Grid {
         self.dims.iter().map(|d| d.bound).collect()
     }
 
+    /// Every grid point in execution (row-major) order.
+    pub fn points(&self) -> impl Iterator<Item = Vec<i64>> + '_ {
+        let bounds = self.bounds();
+        let mut next = (!bounds.contains(&0)).then(|| vec![0i64; bounds.len()]);
+        std::iter::from_fn(move || {
+            let current = next.take()?;
+            let mut p = current.clone();
+            for d in (0..bounds.len()).rev() {
+                p[d] += 1;
+                if (p[d] as usize) < bounds[d] {
+                    next = Some(p);
+                    break;
+                }
+                p[d] = 0;
+            }
+            Some(current)
+        })
+    }
+
     /// Total number of grid steps (saturating).
     pub fn steps(&self) -> usize {
         self.dims

@@ -224,24 +224,11 @@ fn bind_args(k: &Kernel, args: &[Array]) -> Result<(Vec<Buf>, Vec<Buf>), KernelE
 /// Grid points in execution order: row-major, or with the parallel index
 /// tuples shuffled (each keeping its arbitrary steps in order).
 fn grid_order(k: &Kernel, shuffle: Option<u64>) -> Vec<Vec<i64>> {
-    let bounds = k.grid.bounds();
-    let steps = k.grid.steps();
-    let mut points = Vec::with_capacity(steps);
-    let mut p = vec![0i64; bounds.len()];
-    for _ in 0..steps {
-        points.push(p.clone());
-        for d in (0..bounds.len()).rev() {
-            p[d] += 1;
-            if (p[d] as usize) < bounds[d] {
-                break;
-            }
-            p[d] = 0;
-        }
-    }
+    let points: Vec<Vec<i64>> = k.grid.points().collect();
     let Some(seed) = shuffle else {
         return points;
     };
-    let parallel: Vec<usize> = (0..bounds.len())
+    let parallel: Vec<usize> = (0..k.grid.rank())
         .filter(|&d| k.grid.dims[d].semantics == DimSemantics::Parallel)
         .collect();
     let mut groups: Vec<(Vec<i64>, Vec<Vec<i64>>)> = Vec::new();

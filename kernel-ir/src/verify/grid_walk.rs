@@ -11,23 +11,11 @@ use crate::{Kernel, MemorySpace, Operand};
 /// Grids up to this many steps are checked at every step.
 pub const MAX_POINTS: usize = 1 << 16;
 
-/// The grid points to check.
-fn points(bounds: &[usize]) -> Vec<Vec<i64>> {
-    let steps = bounds.iter().fold(1usize, |a, &b| a.saturating_mul(b));
-    if steps <= MAX_POINTS {
-        let mut out = Vec::with_capacity(steps);
-        let mut p = vec![0i64; bounds.len()];
-        for _ in 0..steps {
-            out.push(p.clone());
-            for d in (0..bounds.len()).rev() {
-                p[d] += 1;
-                if (p[d] as usize) < bounds[d] {
-                    break;
-                }
-                p[d] = 0;
-            }
-        }
-        out
+/// The grid points to check: all of them, or the corners of a large grid.
+fn points(grid: &crate::Grid) -> Vec<Vec<i64>> {
+    let bounds = grid.bounds();
+    if grid.steps() <= MAX_POINTS {
+        grid.points().collect()
     } else {
         (0..1usize << bounds.len())
             .map(|mask| {
@@ -42,7 +30,7 @@ fn points(bounds: &[usize]) -> Vec<Vec<i64>> {
 }
 
 pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
-    let pts = points(&k.grid.bounds());
+    let pts = points(&k.grid);
     k.operands
         .iter()
         .filter(|o| o.space != MemorySpace::Any && !o.block.index_map.uses_prefetch())
