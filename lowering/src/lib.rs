@@ -1,55 +1,99 @@
 //! Lowering of verified Tessera kernels to MLIR.
 //!
-//! This crate will hold the three lowering targets of a kernel (see
-//! `ARCHITECTURE.md`): the kernel module in upstream dialects, the Mosaic-shaped
-//! body wrapped in `stablehlo.custom_call @tpu_custom_call`, and decomposed
-//! StableHLO that any PJRT back end runs. Today it proves the MLIR 22 tool chain
-//! is wired up: [`mlir_version_check`] builds, verifies and prints a module.
+//! Three targets, each built with melior on a fresh MLIR context and
+//! verified by MLIR before it is printed or serialized:
+//!
+//! 1. [`kernel_module`]: the kernel in upstream dialects (func, memref,
+//!    vector, arith, math, scf), with the grid, window and transform
+//!    metadata Mosaic uses;
+//! 2. [`tpu_custom_call`]: the same kernel in Mosaic's conventions,
+//!    serialized to bytecode inside `stablehlo.custom_call
+//!    @tpu_custom_call` in a complete StableHLO module;
+//! 3. [`decomposed`]: the kernel as plain StableHLO (the grid as loops),
+//!    which any PJRT back end runs.
+//!
+//! Only [`kernel_ir::VerifiedKernel`]s are lowered.
 
-use melior::{
-    Context,
-    dialect::DialectRegistry,
-    ir::{Location, Module, operation::OperationLike},
-    utility::register_all_dialects,
-};
+mod body;
+mod cost;
+mod custom_call;
+mod kernel_module;
+mod mlir;
+
+pub use cost::CostEstimate;
+pub use custom_call::{TpuCustomCall, Transpose, tpu_custom_call};
+pub use kernel_module::{Flavor, MOSAIC_VERSION};
+
+use kernel_ir::VerifiedKernel;
+
+use crate::kernel_module::ModuleOptions;
+use crate::mlir::{Ir, Mlir};
 
 /// Errors of the lowering crate.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LoweringError {
-    /// MLIR rejected a module we built; this is a bug in Tessera's lowering.
-    #[error(
-        "MLIR verification failed for the {what} module; this is a Tessera bug, please report it"
-    )]
-    Verify {
-        /// Which module failed.
-        what: &'static str,
+    /// An op the target cannot express.
+    #[error("{}{op} cannot be lowered to the {target} target: {reason}", .loc.as_ref().map(|l| format!("{l}: ")).unwrap_or_default())]
+    Unsupported {
+        /// The op's mnemonic.
+        op: String,
+        /// Where the user wrote it.
+        loc: Option<String>,
+        /// The target.
+        target: &'static str,
+        /// Why.
+        reason: String,
     },
+    /// MLIR rejected a module Tessera built: a Tessera bug.
+    #[error("MLIR rejected the {what} Tessera built (a Tessera bug, please report it):\n{message}")]
+    Mlir {
+        /// Which module.
+        what: &'static str,
+        /// MLIR's diagnostics.
+        message: String,
+    },
+    /// An internal inconsistency: a Tessera bug.
+    #[error("internal lowering error (a Tessera bug, please report it): {0}")]
+    Internal(String),
 }
 
-/// Builds an empty module in a fresh MLIR context with every upstream dialect
-/// registered, verifies it and returns its printed form.
-///
-/// Used by the set-up and tests to prove that melior links against MLIR 22.
-pub fn mlir_version_check() -> Result<String, LoweringError> {
-    let registry = DialectRegistry::new();
-    register_all_dialects(&registry);
-    let context = Context::new();
-    context.append_dialect_registry(&registry);
-    context.load_all_available_dialects();
-    let module = Module::new(Location::unknown(&context));
-    if !module.as_operation().verify() {
-        return Err(LoweringError::Verify { what: "empty" });
-    }
+/// Target 1: the kernel module in upstream dialects, printed.
+pub fn kernel_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
+    let m = Mlir::new();
+    let ir = Ir::new(&m.ctx, "");
+    let module = kernel_module::build(
+        &ir,
+        kernel,
+        ModuleOptions {
+            flavor: Flavor::Upstream,
+            no_memory_spaces: false,
+        },
+    )?;
+    m.verify(&module, "kernel module")?;
     Ok(module.as_operation().to_string())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The Mosaic-flavored kernel module, printed (for reading; the custom call
+/// carries its serialized form).
+pub fn mosaic_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
+    let m = Mlir::new();
+    let ir = Ir::new(&m.ctx, "");
+    let module = kernel_module::build(
+        &ir,
+        kernel,
+        ModuleOptions {
+            flavor: Flavor::Mosaic,
+            no_memory_spaces: false,
+        },
+    )?;
+    m.verify(&module, "Mosaic kernel module")?;
+    Ok(module.as_operation().to_string())
+}
 
-    #[test]
-    fn empty_module_verifies_and_prints() {
-        let text = mlir_version_check().expect("MLIR works");
-        assert!(text.starts_with("module"), "unexpected module text: {text}");
-    }
+/// Checks that melior links against MLIR 22 (used by the set-up check).
+pub fn mlir_version_check() -> Result<String, LoweringError> {
+    let m = Mlir::new();
+    let module = melior::ir::Module::new(melior::ir::Location::unknown(&m.ctx));
+    m.verify(&module, "empty module")?;
+    Ok(module.as_operation().to_string())
 }

@@ -1,0 +1,1155 @@
+//! Kernel body ops → vector/arith/math/scf (and a few tpu ops in the Mosaic
+//! flavor).
+//!
+//! Tiles of rank ≥ 1 are vectors, rank-0 tiles are scalars, bool is `i1`.
+
+use melior::ir::{Block, Type};
+
+use kernel_ir::{
+    BinaryOp, BufferRef, CompareOp, DType, DotDims, Index, IndexValue, Kernel, Op, OpKind,
+    ReduceOp, Region, TileType, UnaryOp, ValueId,
+};
+
+use crate::LoweringError;
+use crate::kernel_module::{ArgLayout, Flavor, Window};
+use crate::mlir::{Ir, Raw};
+
+pub(crate) struct BodyEmitter<'a, 'c> {
+    ir: &'a Ir<'c>,
+    k: &'a Kernel,
+    flavor: Flavor,
+    layout: &'a ArgLayout,
+    args: &'a [Raw],
+    windows: &'a [Window],
+    values: Vec<Option<Raw>>,
+}
+
+/// One dim of an indexed buffer access.
+struct Access {
+    start: Raw,
+    len: usize,
+    keep: bool,
+}
+
+impl<'a, 'c> BodyEmitter<'a, 'c> {
+    pub fn new(
+        ir: &'a Ir<'c>,
+        k: &'a Kernel,
+        flavor: Flavor,
+        layout: &'a ArgLayout,
+        args: &'a [Raw],
+        windows: &'a [Window],
+    ) -> Self {
+        BodyEmitter {
+            ir,
+            k,
+            flavor,
+            layout,
+            args,
+            windows,
+            values: vec![None; k.body.values.len()],
+        }
+    }
+
+    /// Emits the top-level region into the kernel function's entry block.
+    pub fn top(&mut self, block: &Block<'c>) -> Result<(), LoweringError> {
+        let region = &self.k.body.region;
+        self.region(block, region)?;
+        Ok(())
+    }
+
+    fn v(&self, id: ValueId) -> Result<Raw, LoweringError> {
+        self.values
+            .get(id.index())
+            .copied()
+            .flatten()
+            .ok_or_else(|| LoweringError::Internal(format!("value %{} has no lowering", id.0)))
+    }
+
+    fn ty(&self, id: ValueId) -> &TileType {
+        &self.k.body.values[id.index()]
+    }
+
+    fn set(&mut self, id: ValueId, raw: Raw) {
+        if let Some(s) = self.values.get_mut(id.index()) {
+            *s = Some(raw);
+        }
+    }
+
+    fn tile_type(&self, id: ValueId) -> Type<'c> {
+        self.ir.tile(self.ty(id))
+    }
+
+    /// Emits a region's ops into `block`; returns the yielded values.
+    fn region(&mut self, block: &Block<'c>, r: &Region) -> Result<Vec<Raw>, LoweringError> {
+        for op in &r.ops {
+            self.op(block, op)?;
+        }
+        r.yields.iter().map(|y| self.v(*y)).collect()
+    }
+
+    fn constant(&self, block: &Block<'c>, v: f64, t: &TileType) -> Result<Raw, LoweringError> {
+        let ty = self.ir.tile(t);
+        let attr = self.ir.literal(v, t.dtype, ty)?;
+        self.ir
+            .op1(block, "arith.constant", &[], ty, vec![("value", attr)])
+    }
+
+    fn index_const(&self, block: &Block<'c>, v: i64) -> Result<Raw, LoweringError> {
+        self.ir.op1(
+            block,
+            "arith.constant",
+            &[],
+            self.ir.index(),
+            vec![("value", self.ir.index_attr(v))],
+        )
+    }
+
+    fn i32_const(&self, block: &Block<'c>, v: i64) -> Result<Raw, LoweringError> {
+        self.ir.op1(
+            block,
+            "arith.constant",
+            &[],
+            self.ir.i32(),
+            vec![("value", self.ir.i32_attr(v))],
+        )
+    }
+
+    fn index_value(&self, block: &Block<'c>, iv: &IndexValue) -> Result<Raw, LoweringError> {
+        match iv {
+            IndexValue::Static(s) => self.index_const(block, *s),
+            IndexValue::Dynamic(v) => self.ir.op1(
+                block,
+                "arith.index_cast",
+                &[self.v(*v)?],
+                self.ir.index(),
+                Vec::new(),
+            ),
+        }
+    }
+
+    fn i32_value(&self, block: &Block<'c>, iv: &IndexValue) -> Result<Raw, LoweringError> {
+        match iv {
+            IndexValue::Static(s) => self.i32_const(block, *s),
+            IndexValue::Dynamic(v) => self.v(*v),
+        }
+    }
+
+    fn unsupported(&self, op: &Op, reason: &str) -> LoweringError {
+        LoweringError::Unsupported {
+            op: op.kind.mnemonic().to_string(),
+            loc: op.loc.as_ref().map(|l| l.to_string()),
+            target: match self.flavor {
+                Flavor::Upstream => "kernel module",
+                Flavor::Mosaic => "Mosaic",
+            },
+            reason: reason.to_string(),
+        }
+    }
+
+    fn op(&mut self, block: &Block<'c>, op: &Op) -> Result<(), LoweringError> {
+        let ir = self.ir;
+        let res = op.results.first().copied();
+        let out = match &op.kind {
+            OpKind::Constant { value, ty } => Some(self.constant(block, value.as_f64(), ty)?),
+            OpKind::ProgramId { dim } => Some(self.args[*dim]),
+            OpKind::NumPrograms { dim } => {
+                Some(self.i32_const(block, self.k.grid.dims[*dim].bound as i64)?)
+            }
+            OpKind::Iota { ty, dim } => Some(self.iota(block, ty, *dim)?),
+            OpKind::Load {
+                buffer,
+                indices,
+                mask,
+            } => {
+                let rt = res
+                    .map(|r| self.ty(r).clone())
+                    .unwrap_or_else(|| TileType::scalar(DType::F32));
+                let v = self.load(block, *buffer, indices, &rt)?;
+                Some(match mask {
+                    Some(m) => {
+                        let zero = self.constant(block, 0.0, &rt)?;
+                        ir.op1(
+                            block,
+                            "arith.select",
+                            &[self.v(*m)?, v, zero],
+                            ir.tile(&rt),
+                            Vec::new(),
+                        )?
+                    }
+                    None => v,
+                })
+            }
+            OpKind::Store {
+                buffer,
+                indices,
+                value,
+                mask,
+            } => {
+                self.store(op, block, *buffer, indices, *value, *mask)?;
+                None
+            }
+            OpKind::Unary { op: u, x } => Some(self.unary(block, *u, *x)?),
+            OpKind::Binary { op: b, lhs, rhs } => Some(self.binary(block, *b, *lhs, *rhs)?),
+            OpKind::Compare { op: c, lhs, rhs } => {
+                let t = self.ty(*lhs).clone();
+                let bool_ty = ir.tile(&TileType::new(DType::Bool, t.shape.clone()));
+                let (name, pred) = compare_predicate(*c, t.dtype);
+                Some(ir.op1(
+                    block,
+                    name,
+                    &[self.v(*lhs)?, self.v(*rhs)?],
+                    bool_ty,
+                    vec![("predicate", ir.i64_attr(pred))],
+                )?)
+            }
+            OpKind::Select {
+                cond,
+                on_true,
+                on_false,
+            } => Some(ir.op1(
+                block,
+                "arith.select",
+                &[self.v(*cond)?, self.v(*on_true)?, self.v(*on_false)?],
+                self.tile_type(*on_true),
+                Vec::new(),
+            )?),
+            OpKind::Convert { x, dtype } => {
+                Some(self.convert(block, self.v(*x)?, self.ty(*x).clone(), *dtype)?)
+            }
+            OpKind::BroadcastInDim { x, shape, dims } => {
+                Some(self.broadcast_in_dim(block, self.v(*x)?, self.ty(*x).clone(), shape, dims)?)
+            }
+            OpKind::Reshape { x, shape } => {
+                let t = self.ty(*x).clone();
+                Some(self.reshape(block, self.v(*x)?, &t, shape)?)
+            }
+            OpKind::Transpose { x, perm } => {
+                let t = self.ty(*x).clone();
+                Some(self.transpose(block, self.v(*x)?, &t, perm)?)
+            }
+            OpKind::Reduce { op: r, x, axes } => Some(self.reduce(block, *r, *x, axes)?),
+            OpKind::Dot {
+                lhs,
+                rhs,
+                dims,
+                acc,
+            } => {
+                let rt = res
+                    .map(|r| self.ty(r).clone())
+                    .unwrap_or_else(|| TileType::scalar(*acc));
+                Some(self.dot(block, *lhs, *rhs, dims, &rt)?)
+            }
+            OpKind::For {
+                lower,
+                upper,
+                step,
+                init,
+                body,
+                ..
+            } => {
+                let lo = self.i32_value(block, lower)?;
+                let hi = self.i32_value(block, upper)?;
+                let st = self.i32_const(block, *step)?;
+                let mut types = vec![ir.i32()];
+                types.extend(init.iter().map(|v| self.tile_type(*v)));
+                let inner = ir.block(&types);
+                let bargs = ir.args(&inner);
+                for (a, raw) in body.args.iter().zip(&bargs) {
+                    self.set(*a, *raw);
+                }
+                let yields = self.region(&inner, body)?;
+                ir.op(&inner, "scf.yield", &yields, &[], Vec::new(), Vec::new())?;
+                let mut operands = vec![lo, hi, st];
+                operands.extend(
+                    init.iter()
+                        .map(|v| self.v(*v))
+                        .collect::<Result<Vec<_>, _>>()?,
+                );
+                let results = ir.op(
+                    block,
+                    "scf.for",
+                    &operands,
+                    &types[1..],
+                    Vec::new(),
+                    vec![ir.region(inner)],
+                )?;
+                for (r, raw) in op.results.iter().zip(results) {
+                    self.set(*r, raw);
+                }
+                return Ok(());
+            }
+            OpKind::If {
+                cond,
+                then_region,
+                else_region,
+            } => {
+                let types: Vec<Type<'c>> = op.results.iter().map(|r| self.tile_type(*r)).collect();
+                let then_block = ir.block(&[]);
+                let ty = self.region(&then_block, then_region)?;
+                ir.op(&then_block, "scf.yield", &ty, &[], Vec::new(), Vec::new())?;
+                let else_reg = if else_region.ops.is_empty() && types.is_empty() {
+                    melior::ir::Region::new()
+                } else {
+                    let else_block = ir.block(&[]);
+                    let ey = self.region(&else_block, else_region)?;
+                    ir.op(&else_block, "scf.yield", &ey, &[], Vec::new(), Vec::new())?;
+                    ir.region(else_block)
+                };
+                let results = ir.op(
+                    block,
+                    "scf.if",
+                    &[self.v(*cond)?],
+                    &types,
+                    Vec::new(),
+                    vec![ir.region(then_block), else_reg],
+                )?;
+                for (r, raw) in op.results.iter().zip(results) {
+                    self.set(*r, raw);
+                }
+                return Ok(());
+            }
+        };
+        if let (Some(r), Some(raw)) = (res, out) {
+            self.set(r, raw);
+        }
+        let _ = op;
+        Ok(())
+    }
+
+    // ---- memory ----
+
+    fn window(&self, b: BufferRef) -> Option<&Window> {
+        match b {
+            BufferRef::Operand(i) => self.windows.get(i),
+            _ => None,
+        }
+    }
+
+    /// Starts, lengths and kept flags of an access, in memref dim order.
+    fn accesses(
+        &self,
+        block: &Block<'c>,
+        b: BufferRef,
+        indices: &[Index],
+    ) -> Result<Vec<Access>, LoweringError> {
+        let mut logical = Vec::with_capacity(indices.len());
+        for ix in indices {
+            logical.push(match ix {
+                Index::Slice { start, len } => Access {
+                    start: self.index_value(block, start)?,
+                    len: *len,
+                    keep: true,
+                },
+                Index::Point(start) => Access {
+                    start: self.index_value(block, start)?,
+                    len: 1,
+                    keep: false,
+                },
+            });
+        }
+        Ok(match self.window(b) {
+            Some(w) if !w.physical.is_empty() => {
+                let mut slots: Vec<Option<Access>> = logical.into_iter().map(Some).collect();
+                w.physical
+                    .iter()
+                    .map(|&d| slots[d].take().expect("a permutation"))
+                    .collect()
+            }
+            _ => logical,
+        })
+    }
+
+    /// Logical kept dims in memref order, when the memref is permuted.
+    fn kept_physical(&self, b: BufferRef, indices: &[Index]) -> Option<Vec<usize>> {
+        let w = self.window(b)?;
+        if w.physical.is_empty() {
+            return None;
+        }
+        Some(
+            w.physical
+                .iter()
+                .copied()
+                .filter(|&d| matches!(indices[d], Index::Slice { .. }))
+                .collect(),
+        )
+    }
+
+    fn strided(&self, b: BufferRef) -> bool {
+        self.window(b).is_some_and(|w| w.strides.is_some())
+    }
+
+    /// The vector shape a load/store moves: lengths from the first kept dim
+    /// on (points before it are plain indices, after it unit dims).
+    fn moved_shape(acc: &[Access]) -> Vec<usize> {
+        match acc.iter().position(|a| a.keep) {
+            Some(first) => acc[first..].iter().map(|a| a.len).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    fn load(
+        &mut self,
+        block: &Block<'c>,
+        b: BufferRef,
+        indices: &[Index],
+        rt: &TileType,
+    ) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let base = self.args[self.layout.arg(b, false)];
+        let acc = self.accesses(block, b, indices)?;
+        let starts: Vec<Raw> = acc.iter().map(|a| a.start).collect();
+        let elem = ir.elem(rt.dtype);
+        if acc.iter().all(|a| !a.keep) {
+            let mut ops = vec![base];
+            ops.extend(starts);
+            return ir.op1(block, "memref.load", &ops, elem, Vec::new());
+        }
+        let moved = Self::moved_shape(&acc);
+        let moved_ty = ir.shaped_vector(&moved, elem);
+        let mut ops = vec![base];
+        ops.extend(&starts);
+        let mut v = if self.strided(b) {
+            let pad = ir.op1(
+                block,
+                "arith.constant",
+                &[],
+                elem,
+                vec![("value", ir.literal(0.0, rt.dtype, elem)?)],
+            )?;
+            ops.push(pad);
+            let rank = acc.len();
+            let first = rank - moved.len();
+            let dims: Vec<String> = (0..rank).map(|d| format!("d{d}")).collect();
+            let map = format!(
+                "affine_map<({}) -> ({})>",
+                dims.join(", "),
+                dims[first..].join(", ")
+            );
+            let in_bounds: Vec<melior::ir::Attribute<'c>> = moved
+                .iter()
+                .map(|_| ir.parse_attr("true"))
+                .collect::<Result<_, _>>()?;
+            ir.op1(
+                block,
+                "vector.transfer_read",
+                &ops,
+                moved_ty,
+                vec![
+                    ("permutation_map", ir.parse_attr(&map)?),
+                    ("in_bounds", ir.array_attr(&in_bounds)),
+                    ("operandSegmentSizes", ir.i32_array(&[1, rank as i32, 1, 0])),
+                ],
+            )?
+        } else {
+            ir.op1(block, "vector.load", &ops, moved_ty, Vec::new())?
+        };
+        // Drop unit dims of points after the first kept dim.
+        let kept_shape: Vec<usize> = acc.iter().filter(|a| a.keep).map(|a| a.len).collect();
+        if kept_shape != moved {
+            v = ir.op1(
+                block,
+                "vector.shape_cast",
+                &[v],
+                ir.shaped_vector(&kept_shape, elem),
+                Vec::new(),
+            )?;
+        }
+        // Back to logical order for a permuted (Mosaic, layout-hinted) window.
+        if let Some(kept) = self.kept_physical(b, indices) {
+            let mut sorted = kept.clone();
+            sorted.sort_unstable();
+            if sorted != kept {
+                let perm: Vec<usize> = sorted
+                    .iter()
+                    .map(|d| kept.iter().position(|k| k == d).unwrap_or(0))
+                    .collect();
+                v = self.transpose(
+                    block,
+                    v,
+                    &TileType::new(rt.dtype, kept_shape_of(&kept, indices)),
+                    &perm,
+                )?;
+            }
+        }
+        Ok(v)
+    }
+
+    fn store(
+        &mut self,
+        op: &Op,
+        block: &Block<'c>,
+        b: BufferRef,
+        indices: &[Index],
+        value: ValueId,
+        mask: Option<ValueId>,
+    ) -> Result<(), LoweringError> {
+        let ir = self.ir;
+        let base = self.args[self.layout.arg(b, true)];
+        let acc = self.accesses(block, b, indices)?;
+        let starts: Vec<Raw> = acc.iter().map(|a| a.start).collect();
+        let vt = self.ty(value).clone();
+        let elem = ir.elem(vt.dtype);
+        let mut v = self.v(value)?;
+        let mut m = match mask {
+            Some(m) => Some(self.v(m)?),
+            None => None,
+        };
+        if acc.iter().all(|a| !a.keep) {
+            let mut ops = vec![v, base];
+            ops.extend(starts);
+            ir.op(block, "memref.store", &ops, &[], Vec::new(), Vec::new())?;
+            return Ok(());
+        }
+        // To memref order for a permuted window.
+        if let Some(kept) = self.kept_physical(b, indices) {
+            let mut sorted = kept.clone();
+            sorted.sort_unstable();
+            if sorted != kept {
+                let perm: Vec<usize> = kept
+                    .iter()
+                    .map(|d| sorted.iter().position(|s| s == d).unwrap_or(0))
+                    .collect();
+                v = self.transpose(block, v, &vt, &perm)?;
+                if let Some(mv) = m {
+                    m = Some(self.transpose(
+                        block,
+                        mv,
+                        &TileType::new(DType::Bool, vt.shape.clone()),
+                        &perm,
+                    )?);
+                }
+            }
+        }
+        let moved = Self::moved_shape(&acc);
+        let kept_shape: Vec<usize> = acc.iter().filter(|a| a.keep).map(|a| a.len).collect();
+        if kept_shape != moved {
+            v = ir.op1(
+                block,
+                "vector.shape_cast",
+                &[v],
+                ir.shaped_vector(&moved, elem),
+                Vec::new(),
+            )?;
+            if let Some(mv) = m {
+                m = Some(ir.op1(
+                    block,
+                    "vector.shape_cast",
+                    &[mv],
+                    ir.shaped_vector(&moved, ir.i1()),
+                    Vec::new(),
+                )?);
+            }
+        }
+        let moved_ty = ir.shaped_vector(&moved, elem);
+        let rank = acc.len();
+        match self.flavor {
+            Flavor::Mosaic => {
+                let mut ops = vec![v, base];
+                ops.extend(&starts);
+                let nmask = m.is_some() as i32;
+                ops.extend(m);
+                ir.op(
+                    block,
+                    "tpu.vector_store",
+                    &ops,
+                    &[],
+                    vec![
+                        ("strides", ir.i32_array(&[])),
+                        (
+                            "operandSegmentSizes",
+                            ir.i32_array(&[1, 1, rank as i32, nmask]),
+                        ),
+                    ],
+                    Vec::new(),
+                )?;
+            }
+            Flavor::Upstream => {
+                if let Some(mv) = m {
+                    // Read-modify-write: masked-off elements keep their value.
+                    let mut ops = vec![base];
+                    ops.extend(&starts);
+                    let old = if self.strided(b) {
+                        return Err(
+                            self.unsupported(op, "a masked store into a non-row-major window")
+                        );
+                    } else {
+                        ir.op1(block, "vector.load", &ops, moved_ty, Vec::new())?
+                    };
+                    v = ir.op1(block, "arith.select", &[mv, v, old], moved_ty, Vec::new())?;
+                }
+                let mut ops = vec![v, base];
+                ops.extend(&starts);
+                if self.strided(b) {
+                    let first = rank - moved.len();
+                    let dims: Vec<String> = (0..rank).map(|d| format!("d{d}")).collect();
+                    let map = format!(
+                        "affine_map<({}) -> ({})>",
+                        dims.join(", "),
+                        dims[first..].join(", ")
+                    );
+                    let in_bounds: Vec<melior::ir::Attribute<'c>> = moved
+                        .iter()
+                        .map(|_| ir.parse_attr("true"))
+                        .collect::<Result<_, _>>()?;
+                    ir.op(
+                        block,
+                        "vector.transfer_write",
+                        &ops,
+                        &[],
+                        vec![
+                            ("permutation_map", ir.parse_attr(&map)?),
+                            ("in_bounds", ir.array_attr(&in_bounds)),
+                            ("operandSegmentSizes", ir.i32_array(&[1, 1, rank as i32, 0])),
+                        ],
+                        Vec::new(),
+                    )?;
+                } else {
+                    ir.op(block, "vector.store", &ops, &[], Vec::new(), Vec::new())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // ---- compute ----
+
+    fn iota(&self, block: &Block<'c>, ty: &TileType, dim: usize) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let i32v = ir.tile(&TileType::new(DType::I32, ty.shape.clone()));
+        let ints = match self.flavor {
+            Flavor::Mosaic => ir.op1(
+                block,
+                "tpu.iota",
+                &[],
+                i32v,
+                vec![("dimensions", ir.i32_array(&[dim as i32]))],
+            )?,
+            Flavor::Upstream => {
+                // vector.step along `dim`, broadcast with `dim` last, then
+                // moved into place.
+                let n = ty.shape[dim];
+                let step = ir.op1(
+                    block,
+                    "vector.step",
+                    &[],
+                    ir.shaped_vector(&[n], ir.index()),
+                    Vec::new(),
+                )?;
+                let step = ir.op1(
+                    block,
+                    "arith.index_cast",
+                    &[step],
+                    ir.shaped_vector(&[n], ir.i32()),
+                    Vec::new(),
+                )?;
+                let rank = ty.shape.len();
+                let mut moved: Vec<usize> = (0..rank).filter(|&d| d != dim).collect();
+                moved.push(dim);
+                let moved_shape: Vec<usize> = moved.iter().map(|&d| ty.shape[d]).collect();
+                let b = if rank > 1 {
+                    ir.op1(
+                        block,
+                        "vector.broadcast",
+                        &[step],
+                        ir.shaped_vector(&moved_shape, ir.i32()),
+                        Vec::new(),
+                    )?
+                } else {
+                    step
+                };
+                if dim == rank - 1 {
+                    b
+                } else {
+                    // Result dim i is moved dim position of i.
+                    let perm: Vec<usize> = (0..rank)
+                        .map(|d| moved.iter().position(|&m| m == d).unwrap_or(0))
+                        .collect();
+                    self.transpose(block, b, &TileType::new(DType::I32, moved_shape), &perm)?
+                }
+            }
+        };
+        if ty.dtype == DType::I32 {
+            Ok(ints)
+        } else {
+            self.convert(
+                block,
+                ints,
+                TileType::new(DType::I32, ty.shape.clone()),
+                ty.dtype,
+            )
+        }
+    }
+
+    fn unary(&self, block: &Block<'c>, u: UnaryOp, x: ValueId) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let t = self.ty(x).clone();
+        let ty = ir.tile(&t);
+        let xv = self.v(x)?;
+        let float = t.dtype.is_float();
+        let simple = |name: &str| ir.op1(block, name, &[xv], ty, Vec::new());
+        match u {
+            UnaryOp::Neg if float => simple("arith.negf"),
+            UnaryOp::Neg => {
+                let zero = self.constant(block, 0.0, &t)?;
+                ir.op1(block, "arith.subi", &[zero, xv], ty, Vec::new())
+            }
+            UnaryOp::Abs if float => simple("math.absf"),
+            UnaryOp::Abs => simple("math.absi"),
+            UnaryOp::Exp => simple("math.exp"),
+            UnaryOp::Exp2 => simple("math.exp2"),
+            UnaryOp::Log => simple("math.log"),
+            UnaryOp::Log1p => simple("math.log1p"),
+            UnaryOp::Tanh => simple("math.tanh"),
+            UnaryOp::Sqrt => simple("math.sqrt"),
+            UnaryOp::Rsqrt => simple("math.rsqrt"),
+            UnaryOp::Sin => simple("math.sin"),
+            UnaryOp::Cos => simple("math.cos"),
+            UnaryOp::Erf => simple("math.erf"),
+            UnaryOp::Floor => simple("math.floor"),
+            UnaryOp::Ceil => simple("math.ceil"),
+            UnaryOp::Logistic => {
+                // 1 / (1 + exp(-x))
+                let neg = simple("arith.negf")?;
+                let e = ir.op1(block, "math.exp", &[neg], ty, Vec::new())?;
+                let one = self.constant(block, 1.0, &t)?;
+                let d = ir.op1(block, "arith.addf", &[one, e], ty, Vec::new())?;
+                ir.op1(block, "arith.divf", &[one, d], ty, Vec::new())
+            }
+            UnaryOp::Not => {
+                let ones =
+                    self.constant(block, if t.dtype == DType::Bool { 1.0 } else { -1.0 }, &t)?;
+                ir.op1(block, "arith.xori", &[xv, ones], ty, Vec::new())
+            }
+        }
+    }
+
+    fn binary(
+        &self,
+        block: &Block<'c>,
+        b: BinaryOp,
+        l: ValueId,
+        r: ValueId,
+    ) -> Result<Raw, LoweringError> {
+        let t = self.ty(l).clone();
+        let float = t.dtype.is_float();
+        let name = match (b, float) {
+            (BinaryOp::Add, true) => "arith.addf",
+            (BinaryOp::Add, false) => "arith.addi",
+            (BinaryOp::Sub, true) => "arith.subf",
+            (BinaryOp::Sub, false) => "arith.subi",
+            (BinaryOp::Mul, true) => "arith.mulf",
+            (BinaryOp::Mul, false) => "arith.muli",
+            (BinaryOp::Div, true) => "arith.divf",
+            (BinaryOp::Div, false) => "arith.divsi",
+            (BinaryOp::Rem, true) => "arith.remf",
+            (BinaryOp::Rem, false) => "arith.remsi",
+            (BinaryOp::Max, true) => "arith.maximumf",
+            (BinaryOp::Max, false) => "arith.maxsi",
+            (BinaryOp::Min, true) => "arith.minimumf",
+            (BinaryOp::Min, false) => "arith.minsi",
+            (BinaryOp::Pow, _) => "math.powf",
+            (BinaryOp::And, _) => "arith.andi",
+            (BinaryOp::Or, _) => "arith.ori",
+            (BinaryOp::Xor, _) => "arith.xori",
+        };
+        self.ir.op1(
+            block,
+            name,
+            &[self.v(l)?, self.v(r)?],
+            self.ir.tile(&t),
+            Vec::new(),
+        )
+    }
+
+    fn convert(
+        &self,
+        block: &Block<'c>,
+        x: Raw,
+        from: TileType,
+        to: DType,
+    ) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let out = TileType::new(to, from.shape.clone());
+        let ty = ir.tile(&out);
+        let f = from.dtype;
+        if f == to {
+            return Ok(x);
+        }
+        let one = |name: &str, v: Raw| ir.op1(block, name, &[v], ty, Vec::new());
+        if to == DType::Bool {
+            let zero = self.constant(block, 0.0, &from)?;
+            let (name, pred) = compare_predicate(CompareOp::Ne, f);
+            return ir.op1(
+                block,
+                name,
+                &[x, zero],
+                ty,
+                vec![("predicate", ir.i64_attr(pred))],
+            );
+        }
+        match (f.is_float(), to.is_float()) {
+            (true, true) => {
+                if f.bits() < to.bits() {
+                    one("arith.extf", x)
+                } else if f.bits() > to.bits() {
+                    one("arith.truncf", x)
+                } else {
+                    // bf16 <-> f16: through f32.
+                    let mid_t = ir.tile(&TileType::new(DType::F32, from.shape.clone()));
+                    let mid = ir.op1(block, "arith.extf", &[x], mid_t, Vec::new())?;
+                    one("arith.truncf", mid)
+                }
+            }
+            (true, false) => one("arith.fptosi", x),
+            (false, true) => one(
+                if f == DType::Bool {
+                    "arith.uitofp"
+                } else {
+                    "arith.sitofp"
+                },
+                x,
+            ),
+            (false, false) => {
+                if f == DType::Bool {
+                    one("arith.extui", x)
+                } else if f.bits() < to.bits() {
+                    one("arith.extsi", x)
+                } else {
+                    one("arith.trunci", x)
+                }
+            }
+        }
+    }
+
+    fn broadcast_in_dim(
+        &self,
+        block: &Block<'c>,
+        x: Raw,
+        from: TileType,
+        shape: &[usize],
+        dims: &[usize],
+    ) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let elem = ir.elem(from.dtype);
+        if from.shape == shape {
+            return Ok(x);
+        }
+        if shape.is_empty() {
+            return Ok(x);
+        }
+        // Insert unit dims so operand dims sit at `dims`, then broadcast.
+        let mut v = x;
+        if !from.shape.is_empty() {
+            let mut unit = vec![1usize; shape.len()];
+            for (i, &d) in dims.iter().enumerate() {
+                unit[d] = from.shape[i];
+            }
+            if unit != from.shape {
+                v = ir.op1(
+                    block,
+                    "vector.shape_cast",
+                    &[v],
+                    ir.shaped_vector(&unit, elem),
+                    Vec::new(),
+                )?;
+            }
+            if unit == shape {
+                return Ok(v);
+            }
+        }
+        ir.op1(
+            block,
+            "vector.broadcast",
+            &[v],
+            ir.shaped_vector(shape, elem),
+            Vec::new(),
+        )
+    }
+
+    fn reshape(
+        &self,
+        block: &Block<'c>,
+        x: Raw,
+        from: &TileType,
+        shape: &[usize],
+    ) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let elem = ir.elem(from.dtype);
+        if from.shape == shape {
+            return Ok(x);
+        }
+        if from.shape.is_empty() {
+            return ir.op1(
+                block,
+                "vector.broadcast",
+                &[x],
+                ir.shaped_vector(shape, elem),
+                Vec::new(),
+            );
+        }
+        if shape.is_empty() {
+            let zeros = vec![0i64; from.shape.len()];
+            return ir.op1(
+                block,
+                "vector.extract",
+                &[x],
+                elem,
+                vec![("static_position", ir.i64_array(&zeros))],
+            );
+        }
+        ir.op1(
+            block,
+            "vector.shape_cast",
+            &[x],
+            ir.shaped_vector(shape, elem),
+            Vec::new(),
+        )
+    }
+
+    fn transpose(
+        &self,
+        block: &Block<'c>,
+        x: Raw,
+        from: &TileType,
+        perm: &[usize],
+    ) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return Ok(x);
+        }
+        let shape: Vec<usize> = perm.iter().map(|&p| from.shape[p]).collect();
+        let p: Vec<i64> = perm.iter().map(|&p| p as i64).collect();
+        ir.op1(
+            block,
+            "vector.transpose",
+            &[x],
+            ir.shaped_vector(&shape, ir.elem(from.dtype)),
+            vec![("permutation", ir.i64_array(&p))],
+        )
+    }
+
+    fn reduce(
+        &self,
+        block: &Block<'c>,
+        r: ReduceOp,
+        x: ValueId,
+        axes: &[usize],
+    ) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let t = self.ty(x).clone();
+        let out_shape: Vec<usize> = t
+            .shape
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !axes.contains(i))
+            .map(|(_, &d)| d)
+            .collect();
+        let out = TileType::new(t.dtype, out_shape);
+        let float = t.dtype.is_float();
+        let (kind, init) = match (r, float) {
+            (ReduceOp::Sum, _) => ("add", 0.0),
+            (ReduceOp::Max, true) => ("maximumf", f64::NEG_INFINITY),
+            (ReduceOp::Min, true) => ("minimumf", f64::INFINITY),
+            (ReduceOp::Max, false) => (
+                "maxsi",
+                if t.dtype == DType::I8 {
+                    -128.0
+                } else {
+                    i32::MIN as f64
+                },
+            ),
+            (ReduceOp::Min, false) => (
+                "minsi",
+                if t.dtype == DType::I8 {
+                    127.0
+                } else {
+                    i32::MAX as f64
+                },
+            ),
+        };
+        let acc = self.constant(block, init, &out)?;
+        let a: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
+        ir.op1(
+            block,
+            "vector.multi_reduction",
+            &[self.v(x)?, acc],
+            ir.tile(&out),
+            vec![
+                ("kind", ir.parse_attr(&format!("#vector.kind<{kind}>"))?),
+                ("reduction_dims", ir.i64_array(&a)),
+            ],
+        )
+    }
+
+    fn dot(
+        &self,
+        block: &Block<'c>,
+        l: ValueId,
+        r: ValueId,
+        dims: &DotDims,
+        rt: &TileType,
+    ) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let (lt, rtt) = (self.ty(l).clone(), self.ty(r).clone());
+        let acc = self.constant(block, 0.0, rt)?;
+        let free = |rank: usize, b: &[usize], c: &[usize]| -> Vec<usize> {
+            (0..rank)
+                .filter(|d| !b.contains(d) && !c.contains(d))
+                .collect()
+        };
+        let lf = free(lt.shape.len(), &dims.lhs_batch, &dims.lhs_contract);
+        let rf = free(rtt.shape.len(), &dims.rhs_batch, &dims.rhs_contract);
+        match self.flavor {
+            Flavor::Mosaic => {
+                let list = |v: &[usize]| {
+                    let s: Vec<String> = v.iter().map(usize::to_string).collect();
+                    format!("[{}]", s.join(", "))
+                };
+                let mut order: Vec<String> = Vec::new();
+                for &d in &dims.lhs_batch {
+                    order.push(format!("0, {d}"));
+                }
+                for &d in &lf {
+                    order.push(format!("0, {d}"));
+                }
+                for &d in &rf {
+                    order.push(format!("1, {d}"));
+                }
+                let dn = format!(
+                    "#tpu.dot_dimension_numbers<{}, {}, {}, {}, [{}], {}, {}>",
+                    list(&dims.lhs_contract),
+                    list(&dims.rhs_contract),
+                    list(&lf),
+                    list(&rf),
+                    order.join(", "),
+                    list(&dims.lhs_batch),
+                    list(&dims.rhs_batch)
+                );
+                ir.op1(
+                    block,
+                    "tpu.matmul",
+                    &[self.v(l)?, self.v(r)?, acc],
+                    ir.tile(rt),
+                    vec![
+                        ("dimension_numbers", ir.parse_attr(&dn)?),
+                        ("transpose_lhs_hint", ir.parse_attr("false")?),
+                    ],
+                )
+            }
+            Flavor::Upstream => {
+                // Iteration space: batch, lhs free, rhs free, contracting.
+                let nb = dims.lhs_batch.len();
+                let (nl, nr, nc) = (lf.len(), rf.len(), dims.lhs_contract.len());
+                let n = nb + nl + nr + nc;
+                let d = |i: usize| format!("d{i}");
+                let lhs_map: Vec<String> = (0..lt.shape.len())
+                    .map(|dim| {
+                        if let Some(p) = dims.lhs_batch.iter().position(|&x| x == dim) {
+                            d(p)
+                        } else if let Some(p) = lf.iter().position(|&x| x == dim) {
+                            d(nb + p)
+                        } else {
+                            d(nb + nl
+                                + nr
+                                + dims
+                                    .lhs_contract
+                                    .iter()
+                                    .position(|&x| x == dim)
+                                    .unwrap_or(0))
+                        }
+                    })
+                    .collect();
+                let rhs_map: Vec<String> = (0..rtt.shape.len())
+                    .map(|dim| {
+                        if let Some(p) = dims.rhs_batch.iter().position(|&x| x == dim) {
+                            d(p)
+                        } else if let Some(p) = rf.iter().position(|&x| x == dim) {
+                            d(nb + nl + p)
+                        } else {
+                            d(nb + nl
+                                + nr
+                                + dims
+                                    .rhs_contract
+                                    .iter()
+                                    .position(|&x| x == dim)
+                                    .unwrap_or(0))
+                        }
+                    })
+                    .collect();
+                let out_map: Vec<String> = (0..nb + nl + nr).map(d).collect();
+                let all: Vec<String> = (0..n).map(d).collect();
+                let map = |m: &[String]| {
+                    format!("affine_map<({}) -> ({})>", all.join(", "), m.join(", "))
+                };
+                let maps = format!("[{}, {}, {}]", map(&lhs_map), map(&rhs_map), map(&out_map));
+                let iters: Vec<&str> = (0..n)
+                    .map(|i| {
+                        if i < nb + nl + nr {
+                            "#vector.iterator_type<parallel>"
+                        } else {
+                            "#vector.iterator_type<reduction>"
+                        }
+                    })
+                    .collect();
+                // Widen the inputs to the accumulator type first: the host
+                // lowering handles same-type contractions best.
+                let widen = |v: ValueId, t: &TileType| -> Result<Raw, LoweringError> {
+                    self.convert(block, self.v(v)?, t.clone(), rt.dtype)
+                };
+                let (lv, rv) = (widen(l, &lt)?, widen(r, &rtt)?);
+                ir.op1(
+                    block,
+                    "vector.contract",
+                    &[lv, rv, acc],
+                    ir.tile(rt),
+                    vec![
+                        ("indexing_maps", ir.parse_attr(&maps)?),
+                        (
+                            "iterator_types",
+                            ir.parse_attr(&format!("[{}]", iters.join(", ")))?,
+                        ),
+                        ("kind", ir.parse_attr("#vector.kind<add>")?),
+                    ],
+                )
+            }
+        }
+    }
+}
+
+/// Shape of the kept dims `kept` (logical dim numbers) of an access.
+fn kept_shape_of(kept: &[usize], indices: &[Index]) -> Vec<usize> {
+    kept.iter()
+        .map(|&d| match indices[d] {
+            Index::Slice { len, .. } => len,
+            Index::Point(_) => 1,
+        })
+        .collect()
+}
+
+/// `arith.cmpf`/`arith.cmpi` and the predicate's enum value.
+fn compare_predicate(c: CompareOp, d: DType) -> (&'static str, i64) {
+    if d.is_float() {
+        // oeq=1 ogt=2 oge=3 olt=4 ole=5 une=13 (`!=` is true on NaN)
+        let p = match c {
+            CompareOp::Eq => 1,
+            CompareOp::Gt => 2,
+            CompareOp::Ge => 3,
+            CompareOp::Lt => 4,
+            CompareOp::Le => 5,
+            CompareOp::Ne => 13,
+        };
+        ("arith.cmpf", p)
+    } else {
+        // eq=0 ne=1 slt=2 sle=3 sgt=4 sge=5
+        let p = match c {
+            CompareOp::Eq => 0,
+            CompareOp::Ne => 1,
+            CompareOp::Lt => 2,
+            CompareOp::Le => 3,
+            CompareOp::Gt => 4,
+            CompareOp::Ge => 5,
+        };
+        ("arith.cmpi", p)
+    }
+}

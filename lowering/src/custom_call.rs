@@ -1,0 +1,277 @@
+//! Target 2: the kernel in Mosaic's conventions, serialized into
+//! `stablehlo.custom_call @tpu_custom_call` inside a complete StableHLO
+//! module, as Pallas emits it.
+//!
+//! A layout hint becomes an explicit `stablehlo.transpose` into the
+//! operand's physical order before the call (and back after it, for
+//! outputs), and the kernel sees that operand in physical order. The call's
+//! `operand_layouts`/`result_layouts` are then row-major: XLA inserts no
+//! layout copies of its own, so every layout change is one visible,
+//! countable transpose.
+
+use base64::Engine;
+use melior::ir::operation::{OperationLike, OperationMutLike};
+use melior::ir::{BlockLike, Module, Type};
+
+use kernel_ir::{Kernel, Role, VerifiedKernel};
+
+use crate::LoweringError;
+use crate::cost::CostEstimate;
+use crate::kernel_module::{self, ArgLayout, Flavor, ModuleOptions, physical_order};
+use crate::mlir::{Ir, Mlir, Raw};
+
+/// A layout change the wrapper makes explicit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transpose {
+    /// The operand it applies to.
+    pub operand: String,
+    /// The permutation (result dim i is source dim `perm[i]`).
+    pub perm: Vec<usize>,
+    /// Bytes it moves.
+    pub bytes: u64,
+}
+
+/// A kernel lowered for TPU: the StableHLO module calling it, and what is
+/// inside the call.
+#[derive(Clone, Debug)]
+pub struct TpuCustomCall {
+    /// The complete StableHLO module (`func.func @main`).
+    pub module: String,
+    /// The Mosaic kernel module the call carries, printed (the call holds
+    /// its serialized bytecode).
+    pub body: String,
+    /// The serialized body: MLIR bytecode with Mosaic's `stable_mosaic.`
+    /// op names, as the Mosaic deserializer expects.
+    pub body_bytecode: Vec<u8>,
+    /// The `backend_config` JSON string.
+    pub backend_config: String,
+    /// The cost estimate in it.
+    pub cost: CostEstimate,
+    /// Scoped VMEM limit in it.
+    pub vmem_limit: u64,
+    /// The explicit layout changes around the call.
+    pub transposes: Vec<Transpose>,
+}
+
+/// Lowers `kernel` to a `tpu_custom_call` module.
+pub fn tpu_custom_call(kernel: &VerifiedKernel) -> Result<TpuCustomCall, LoweringError> {
+    let k: &Kernel = kernel;
+    let m = Mlir::new();
+    let opts = ModuleOptions {
+        flavor: Flavor::Mosaic,
+        no_memory_spaces: false,
+    };
+    let plain = kernel_module::build(&Ir::new(&m.ctx, ""), k, opts)?;
+    m.verify(&plain, "Mosaic kernel module")?;
+    let body = plain.as_operation().to_string();
+    // The serialized form: every op renamed `stable_mosaic.<op>` (so
+    // unregistered here), which the deserializer maps back and upgrades.
+    let serialized = kernel_module::build(&Ir::new(&m.ctx, "stable_mosaic."), k, opts)?;
+    let body_bytecode = serialized.as_operation().write_bytecode();
+    let cost = CostEstimate::of(k);
+    let vmem_limit = k.effective_vmem_limit();
+    let backend_config = backend_config(&body_bytecode, &cost, vmem_limit);
+    let (module, transposes) = wrapper(&m, k, &backend_config)?;
+    Ok(TpuCustomCall {
+        module,
+        body,
+        body_bytecode,
+        backend_config,
+        cost,
+        vmem_limit,
+        transposes,
+    })
+}
+
+/// The JSON `backend_config`, keys in the order Pallas writes them.
+fn backend_config(body: &[u8], cost: &CostEstimate, vmem_limit: u64) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(body);
+    format!(
+        concat!(
+            "{{\"custom_call_config\": {{\"body\": \"{}\", ",
+            "\"cost_estimate\": {{\"bytes_accessed\": {}, \"flops\": {}, ",
+            "\"remote_bytes_transferred\": 0, \"transcendentals\": {}}}, ",
+            "\"serialization_format\": 1, \"needs_layout_passes\": true}}, ",
+            "\"scoped_memory_configs\": [{{\"memory_space\": 1, \"offset\": 0, \"size\": {}}}]}}"
+        ),
+        b64, cost.bytes_accessed, cost.flops, cost.transcendentals, vmem_limit
+    )
+}
+
+fn wrapper(
+    m: &Mlir,
+    k: &Kernel,
+    backend_config: &str,
+) -> Result<(String, Vec<Transpose>), LoweringError> {
+    let ir = Ir::new(&m.ctx, "");
+    let layout = ArgLayout::of(k);
+    let mut main_in: Vec<Type> = Vec::new();
+    for p in &k.prefetch {
+        main_in.push(ir.tensor(&p.shape, p.dtype));
+    }
+    let inputs: Vec<usize> = k
+        .operands
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.role.is_input())
+        .map(|(i, _)| i)
+        .collect();
+    let outputs: Vec<usize> = k
+        .operands
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.role.is_output())
+        .map(|(i, _)| i)
+        .collect();
+    for &i in &inputs {
+        main_in.push(ir.tensor(&k.operands[i].shape, k.operands[i].dtype));
+    }
+    let main_out: Vec<Type> = outputs
+        .iter()
+        .map(|&i| ir.tensor(&k.operands[i].shape, k.operands[i].dtype))
+        .collect();
+    let block = ir.block(&main_in);
+    let args = ir.args(&block);
+    let mut transposes = Vec::new();
+    let mut call_args: Vec<Raw> = args[..k.prefetch.len()].to_vec();
+    let mut layouts = Vec::new();
+    for p in &k.prefetch {
+        layouts.push(row_major_layout(&ir, p.shape.len())?);
+    }
+    for (n, &i) in inputs.iter().enumerate() {
+        let o = &k.operands[i];
+        let mut v = args[k.prefetch.len() + n];
+        if let Some(perm) = physical_order(o) {
+            let shape: Vec<usize> = perm.iter().map(|&d| o.shape[d]).collect();
+            v = transpose(&ir, &block, v, &perm, ir.tensor(&shape, o.dtype))?;
+            transposes.push(Transpose {
+                operand: o.name.clone(),
+                perm: perm.clone(),
+                bytes: (o.shape.iter().product::<usize>() * o.dtype.bytes()) as u64,
+            });
+        }
+        call_args.push(v);
+        layouts.push(row_major_layout(&ir, o.shape.len())?);
+    }
+    let mut result_types = Vec::new();
+    let mut result_layouts = Vec::new();
+    for &i in &outputs {
+        let o = &k.operands[i];
+        let shape: Vec<usize> = match physical_order(o) {
+            Some(perm) => perm.iter().map(|&d| o.shape[d]).collect(),
+            None => o.shape.clone(),
+        };
+        result_types.push(ir.tensor(&shape, o.dtype));
+        result_layouts.push(row_major_layout(&ir, o.shape.len())?);
+    }
+    let mut attrs = vec![
+        ("api_version", ir.i32_attr(1)),
+        ("backend_config", ir.str_attr(backend_config)),
+        ("call_target_name", ir.str_attr("tpu_custom_call")),
+        ("kernel_name", ir.str_attr(&k.name)),
+        (
+            "mhlo.frontend_attributes",
+            ir.dict(&[("kernel_metadata", ir.str_attr("{}"))]),
+        ),
+        ("operand_layouts", ir.array_attr(&layouts)),
+        ("result_layouts", ir.array_attr(&result_layouts)),
+    ];
+    // In-out operands: result r aliases the call operand it came in as.
+    let mut aliases = Vec::new();
+    for (r, &i) in outputs.iter().enumerate() {
+        if k.operands[i].role == Role::InOut {
+            let operand = k.prefetch.len() + inputs.iter().position(|&x| x == i).unwrap_or(0);
+            let out_idx = if outputs.len() > 1 {
+                format!("[{r}]")
+            } else {
+                "[]".into()
+            };
+            aliases.push(ir.parse_attr(&format!(
+                "#stablehlo.output_operand_alias<output_tuple_indices = {out_idx}, operand_index = {operand}, operand_tuple_indices = []>"
+            ))?);
+        }
+    }
+    if !aliases.is_empty() {
+        attrs.push(("output_operand_aliases", ir.array_attr(&aliases)));
+    }
+    let _ = &layout;
+    let results = ir.op(
+        &block,
+        "stablehlo.custom_call",
+        &call_args,
+        &result_types,
+        attrs,
+        Vec::new(),
+    )?;
+    let mut rets = Vec::new();
+    for (r, &i) in outputs.iter().enumerate() {
+        let o = &k.operands[i];
+        let mut v = results[r];
+        if let Some(perm) = physical_order(o) {
+            let inverse: Vec<usize> = (0..perm.len())
+                .map(|d| perm.iter().position(|&p| p == d).unwrap_or(0))
+                .collect();
+            v = transpose(&ir, &block, v, &inverse, ir.tensor(&o.shape, o.dtype))?;
+            transposes.push(Transpose {
+                operand: o.name.clone(),
+                perm: inverse,
+                bytes: (o.shape.iter().product::<usize>() * o.dtype.bytes()) as u64,
+            });
+        }
+        rets.push(v);
+    }
+    ir.op(&block, "func.return", &rets, &[], Vec::new(), Vec::new())?;
+    let func = ir.build(
+        "func.func",
+        &[],
+        &[],
+        vec![
+            ("sym_name", ir.str_attr("main")),
+            ("sym_visibility", ir.str_attr("public")),
+            (
+                "function_type",
+                ir.type_attr(ir.func_type(&main_in, &main_out)),
+            ),
+        ],
+        vec![ir.region(block)],
+    )?;
+    let mut module = Module::new(ir.loc);
+    module.body().append_operation(func);
+    let mut op = module.as_operation_mut();
+    op.set_attribute("sym_name", ir.str_attr(&format!("tessera_{}", k.name)));
+    op.set_attribute("mhlo.num_partitions", ir.i32_attr(1));
+    op.set_attribute("mhlo.num_replicas", ir.i32_attr(1));
+    m.verify(&module, "tpu_custom_call module")?;
+    Ok((module.as_operation().to_string(), transposes))
+}
+
+fn transpose<'c>(
+    ir: &Ir<'c>,
+    block: &melior::ir::Block<'c>,
+    v: Raw,
+    perm: &[usize],
+    ty: Type<'c>,
+) -> Result<Raw, LoweringError> {
+    let p: Vec<i64> = perm.iter().map(|&x| x as i64).collect();
+    ir.op1(
+        block,
+        "stablehlo.transpose",
+        &[v],
+        ty,
+        vec![("permutation", ir.i64_array(&p))],
+    )
+}
+
+/// `dense<[r-1, ..., 0]> : tensor<rxindex>`: row-major minor-to-major.
+fn row_major_layout<'c>(
+    ir: &Ir<'c>,
+    rank: usize,
+) -> Result<melior::ir::Attribute<'c>, LoweringError> {
+    let dims: Vec<String> = (0..rank).rev().map(|d| d.to_string()).collect();
+    let text = match rank {
+        0 => "dense<> : tensor<0xindex>".to_string(),
+        1 => "dense<0> : tensor<1xindex>".to_string(),
+        _ => format!("dense<[{}]> : tensor<{rank}xindex>", dims.join(", ")),
+    };
+    ir.parse_attr(&text)
+}

@@ -1,0 +1,433 @@
+//! The kernel module: the kernel `func.func` over grid indices, scalar
+//! prefetch, operand windows and scratch, plus one `@transform_i` per
+//! blocked operand, in one of two flavors:
+//!
+//! * **upstream** (target 1): only upstream dialects (func, memref, vector,
+//!   arith, math, scf); memory spaces are integers (1 = vmem, 2 = smem, none
+//!   = any), a non-row-major layout is a strided memref, alignment is the
+//!   `llvm.align` argument attribute. It round-trips through `mlir-opt` and is
+//!   what the host JIT compiles.
+//! * **Mosaic** (target 2): the conventions Pallas emits for TPU:
+//!   `#tpu.memory_space<..>`, `#tpu.dimension_semantics<..>`,
+//!   `tpu.core_type`, `tpu.matmul`, `tpu.iota`, `tpu.vector_store`, and
+//!   `stable_mosaic.version`. An operand with a layout hint is seen in its
+//!   *physical* dimension order (the wrapper transposes it at the boundary),
+//!   and loads and stores of it transpose in registers.
+//!
+//! Both flavors come from the same walk over the kernel IR (`body`).
+
+use melior::ir::operation::OperationMutLike;
+use melior::ir::{Block, BlockLike, Module};
+
+use kernel_ir::{BufferRef, DimSemantics, IndexExpr, IndexOp, Kernel, MemorySpace, Operand, Role};
+
+use crate::LoweringError;
+use crate::body::BodyEmitter;
+use crate::mlir::{Attrs, Ir, Raw};
+
+/// The `stable_mosaic.version` that jax 0.11.2's Pallas emits (read from
+/// its TPU export); the Mosaic deserializer upgrades older versions.
+pub const MOSAIC_VERSION: i64 = 15;
+
+/// Which conventions the kernel module follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// Upstream dialects only (target 1, and the host JIT).
+    Upstream,
+    /// Mosaic's conventions (target 2).
+    Mosaic,
+}
+
+/// How a kernel buffer appears to the kernel function.
+#[derive(Clone, Debug)]
+pub(crate) struct Window {
+    /// Shape of the memref, in the order the function sees.
+    pub shape: Vec<usize>,
+    /// For Mosaic: logical dim of each memref dim (physical order). Empty
+    /// when the memref is in logical order.
+    pub physical: Vec<usize>,
+    /// Strides for a strided (upstream, non-row-major) memref.
+    pub strides: Option<Vec<usize>>,
+}
+
+/// Major-to-minor physical order of an operand, when it differs from the
+/// logical order (only the Mosaic flavor uses it).
+pub(crate) fn physical_order(o: &Operand) -> Option<Vec<usize>> {
+    let rank = o.shape.len();
+    if o.layout.is_row_major(rank) {
+        return None;
+    }
+    let mut m2m = o.layout.minor_to_major_dims(rank)?;
+    m2m.reverse();
+    Some(m2m)
+}
+
+/// The window an operand's kernel argument has.
+pub(crate) fn window(o: &Operand, flavor: Flavor) -> Window {
+    let view = o.view_shape().to_vec();
+    match (flavor, physical_order(o)) {
+        (Flavor::Mosaic, Some(p)) => Window {
+            shape: p.iter().map(|&d| view[d]).collect(),
+            physical: p,
+            strides: None,
+        },
+        (Flavor::Upstream, Some(_)) => Window {
+            strides: o.layout.strides(&view),
+            shape: view,
+            physical: Vec::new(),
+        },
+        _ => Window {
+            shape: view,
+            physical: Vec::new(),
+            strides: None,
+        },
+    }
+}
+
+/// The position of each kernel buffer among the kernel function's
+/// arguments: grid indices, scalar prefetch, inputs, outputs, scratch.
+pub(crate) struct ArgLayout {
+    pub grid: usize,
+    pub prefetch: Vec<usize>,
+    /// Argument read by loads of operand i.
+    pub load: Vec<usize>,
+    /// Argument written by stores to operand i.
+    pub store: Vec<usize>,
+    pub scratch: Vec<usize>,
+    /// Operands in custom-call order: inputs (in, in-out), then outputs
+    /// (out, in-out); an in-out operand appears twice.
+    pub call_order: Vec<(usize, Role)>,
+}
+
+impl ArgLayout {
+    pub fn of(k: &Kernel) -> ArgLayout {
+        let grid = k.grid.rank();
+        let mut next = grid;
+        let prefetch = (0..k.prefetch.len()).map(|i| next + i).collect();
+        next += k.prefetch.len();
+        let mut load = vec![usize::MAX; k.operands.len()];
+        let mut store = vec![usize::MAX; k.operands.len()];
+        let mut call_order = Vec::new();
+        for (i, o) in k.operands.iter().enumerate() {
+            if o.role.is_input() {
+                load[i] = next;
+                call_order.push((i, Role::In));
+                next += 1;
+            }
+        }
+        for (i, o) in k.operands.iter().enumerate() {
+            if o.role.is_output() {
+                store[i] = next;
+                if o.role == Role::Out {
+                    load[i] = next;
+                }
+                call_order.push((i, Role::Out));
+                next += 1;
+            }
+        }
+        for (i, o) in k.operands.iter().enumerate() {
+            if o.role == Role::In {
+                store[i] = load[i];
+            }
+        }
+        let scratch = (0..k.scratch.len()).map(|i| next + i).collect();
+        ArgLayout {
+            grid,
+            prefetch,
+            load,
+            store,
+            scratch,
+            call_order,
+        }
+    }
+
+    /// The argument a load (`write == false`) or store reaches.
+    pub fn arg(&self, b: BufferRef, write: bool) -> usize {
+        match b {
+            BufferRef::Operand(i) if write => self.store[i],
+            BufferRef::Operand(i) => self.load[i],
+            BufferRef::Scratch(i) => self.scratch[i],
+            BufferRef::Prefetch(i) => self.prefetch[i],
+        }
+    }
+}
+
+/// The memory-space attribute of a buffer in `flavor`.
+pub(crate) fn memory_space<'c>(
+    ir: &Ir<'c>,
+    space: MemorySpace,
+    flavor: Flavor,
+) -> Result<Option<melior::ir::Attribute<'c>>, LoweringError> {
+    Ok(match (flavor, space) {
+        (Flavor::Mosaic, s) => Some(ir.parse_attr(&format!("#tpu.memory_space<{s}>"))?),
+        (Flavor::Upstream, MemorySpace::Vmem) => Some(ir.i64_attr(1)),
+        (Flavor::Upstream, MemorySpace::Smem) => Some(ir.i64_attr(2)),
+        (Flavor::Upstream, MemorySpace::Any) => None,
+    })
+}
+
+/// Options of one kernel-module build.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ModuleOptions {
+    pub flavor: Flavor,
+    /// Leave memory spaces out of memref types (the host JIT's form).
+    pub no_memory_spaces: bool,
+}
+
+/// Builds the kernel module into a fresh module of `ir`'s context.
+pub(crate) fn build<'c>(
+    ir: &Ir<'c>,
+    k: &Kernel,
+    opts: ModuleOptions,
+) -> Result<Module<'c>, LoweringError> {
+    let flavor = opts.flavor;
+    let module = Module::new(ir.loc);
+    let space = |s: MemorySpace| -> Result<_, LoweringError> {
+        if opts.no_memory_spaces {
+            Ok(None)
+        } else {
+            memory_space(ir, s, flavor)
+        }
+    };
+    let layout = ArgLayout::of(k);
+
+    // Argument types.
+    let mut arg_types = vec![ir.i32(); layout.grid];
+    for p in &k.prefetch {
+        arg_types.push(ir.memref(&p.shape, p.dtype, None, space(MemorySpace::Smem)?));
+    }
+    let mut windows = Vec::new();
+    for &(i, _) in &layout.call_order {
+        let o = &k.operands[i];
+        let w = window(o, flavor);
+        arg_types.push(ir.memref(&w.shape, o.dtype, w.strides.as_deref(), space(o.space)?));
+        windows.push(w);
+    }
+    for s in &k.scratch {
+        arg_types.push(ir.memref(&s.shape, s.dtype, None, space(s.space)?));
+    }
+
+    // The kernel body.
+    let entry = ir.block(&arg_types);
+    let args = ir.args(&entry);
+    let op_windows: Vec<Window> = k.operands.iter().map(|o| window(o, flavor)).collect();
+    let mut emitter = BodyEmitter::new(ir, k, flavor, &layout, &args, &op_windows);
+    emitter.top(&entry)?;
+    ir.op(&entry, "func.return", &[], &[], Vec::new(), Vec::new())?;
+
+    // Function attributes, as Pallas writes them.
+    let mut window_params = Vec::new();
+    let mut transforms = Vec::new();
+    for (n, &(i, _)) in layout.call_order.iter().enumerate() {
+        let o = &k.operands[i];
+        if o.space == MemorySpace::Any {
+            window_params.push(ir.dict(&[]));
+            continue;
+        }
+        let name = format!("transform_{n}");
+        let w = &windows[n];
+        let bounds: Vec<i64> = w.shape.iter().map(|&d| d as i64).collect();
+        let mut entries: Vec<(&str, melior::ir::Attribute<'c>)> = Vec::new();
+        let constant = o
+            .block
+            .index_map
+            .exprs
+            .iter()
+            .all(|e| matches!(e, IndexExpr::Const(_)));
+        if flavor == Flavor::Mosaic && constant && k.grid.steps() > 1 {
+            entries.push((
+                "pipeline_mode",
+                ir.parse_attr("#tpu.pipeline_mode<synchronous>")?,
+            ));
+        }
+        entries.push(("transform_indices", ir.symbol(&name)));
+        entries.push(("window_bounds", ir.i64_array(&bounds)));
+        window_params.push(ir.dict(&entries));
+        let exprs: Vec<&IndexExpr> = if w.physical.is_empty() {
+            o.block.index_map.exprs.iter().collect()
+        } else {
+            w.physical
+                .iter()
+                .map(|&d| &o.block.index_map.exprs[d])
+                .collect()
+        };
+        transforms.push(transform_fn(ir, k, &name, &exprs, flavor, opts)?);
+    }
+    let sem: Vec<melior::ir::Attribute<'c>> = k
+        .grid
+        .dims
+        .iter()
+        .map(|d| {
+            let s = match d.semantics {
+                DimSemantics::Parallel => "parallel",
+                DimSemantics::Arbitrary => "arbitrary",
+            };
+            match flavor {
+                Flavor::Mosaic => ir.parse_attr(&format!("#tpu.dimension_semantics<{s}>")),
+                Flavor::Upstream => Ok(ir.str_attr(s)),
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let bounds: Vec<i64> = k.grid.dims.iter().map(|d| d.bound as i64).collect();
+    let mut attrs: Attrs<'c> = vec![
+        ("sym_name", ir.str_attr(&k.name)),
+        ("function_type", ir.type_attr(ir.func_type(&arg_types, &[]))),
+        ("dimension_semantics", ir.array_attr(&sem)),
+        ("iteration_bounds", ir.i64_array(&bounds)),
+        ("scalar_prefetch", ir.i64_attr(k.prefetch.len() as i64)),
+        ("scratch_operands", ir.i64_attr(k.scratch.len() as i64)),
+        ("window_params", ir.array_attr(&window_params)),
+    ];
+    if flavor == Flavor::Mosaic {
+        attrs.push(("tpu.core_type", ir.parse_attr("#tpu.core_type<tc>")?));
+    }
+    if flavor == Flavor::Upstream && k.operands.iter().any(|o| o.layout.align.is_some()) {
+        // Alignment travels as LLVM's argument attribute, which the host
+        // lowering turns into `align` on the pointer.
+        let mut arg_attrs = vec![ir.dict(&[]); arg_types.len()];
+        for &(i, role) in &layout.call_order {
+            if let Some(a) = k.operands[i].layout.align {
+                let arg = if role == Role::In {
+                    layout.load[i]
+                } else {
+                    layout.store[i]
+                };
+                arg_attrs[arg] = ir.dict(&[("llvm.align", ir.i64_attr(a as i64))]);
+            }
+        }
+        attrs.push(("arg_attrs", ir.array_attr(&arg_attrs)));
+    }
+    let func = ir.build("func.func", &[], &[], attrs, vec![ir.region(entry)])?;
+    module.body().append_operation(func);
+    for t in transforms {
+        module.body().append_operation(t);
+    }
+    if flavor == Flavor::Mosaic {
+        let mut m = module;
+        m.as_operation_mut()
+            .set_attribute("stable_mosaic.version", ir.i64_attr(MOSAIC_VERSION));
+        return Ok(m);
+    }
+    Ok(module)
+}
+
+/// `@transform_i(grid indices.., scalar prefetch..) -> block indices`.
+fn transform_fn<'c>(
+    ir: &Ir<'c>,
+    k: &Kernel,
+    name: &str,
+    exprs: &[&IndexExpr],
+    flavor: Flavor,
+    opts: ModuleOptions,
+) -> Result<melior::ir::Operation<'c>, LoweringError> {
+    let mut types = vec![ir.i32(); k.grid.rank()];
+    for p in &k.prefetch {
+        let space = if opts.no_memory_spaces {
+            None
+        } else {
+            memory_space(ir, MemorySpace::Smem, flavor)?
+        };
+        types.push(ir.memref(&p.shape, p.dtype, None, space));
+    }
+    let block = ir.block(&types);
+    let args = ir.args(&block);
+    let results = exprs
+        .iter()
+        .map(|e| {
+            index_expr(
+                ir,
+                &block,
+                e,
+                &args[..k.grid.rank()],
+                &args[k.grid.rank()..],
+            )
+        })
+        .collect::<Result<Vec<Raw>, _>>()?;
+    ir.op(&block, "func.return", &results, &[], Vec::new(), Vec::new())?;
+    let fty = ir.func_type(&types, &vec![ir.i32(); exprs.len()]);
+    ir.build(
+        "func.func",
+        &[],
+        &[],
+        vec![
+            ("sym_name", ir.str_attr(name)),
+            ("function_type", ir.type_attr(fty)),
+        ],
+        vec![ir.region(block)],
+    )
+}
+
+/// Emits an index expression as i32 arithmetic.
+pub(crate) fn index_expr<'c>(
+    ir: &Ir<'c>,
+    block: &Block<'c>,
+    e: &IndexExpr,
+    grid: &[Raw],
+    prefetch: &[Raw],
+) -> Result<Raw, LoweringError> {
+    let i32t = ir.i32();
+    let c = |v: i64| {
+        ir.op1(
+            block,
+            "arith.constant",
+            &[],
+            i32t,
+            vec![("value", ir.i32_attr(v))],
+        )
+    };
+    Ok(match e {
+        IndexExpr::Const(v) => c(*v)?,
+        IndexExpr::Grid(d) => *grid
+            .get(*d)
+            .ok_or_else(|| LoweringError::Internal(format!("grid dim {d}")))?,
+        IndexExpr::Prefetch { operand, at } => {
+            let mut idx = Vec::new();
+            for a in at {
+                let v = index_expr(ir, block, a, grid, prefetch)?;
+                idx.push(ir.op1(block, "arith.index_cast", &[v], ir.index(), Vec::new())?);
+            }
+            let base = *prefetch
+                .get(*operand)
+                .ok_or_else(|| LoweringError::Internal(format!("prefetch {operand}")))?;
+            let mut ops = vec![base];
+            ops.extend(idx);
+            ir.op1(block, "memref.load", &ops, i32t, Vec::new())?
+        }
+        IndexExpr::Binary(op, a, b) => {
+            let x = index_expr(ir, block, a, grid, prefetch)?;
+            let y = index_expr(ir, block, b, grid, prefetch)?;
+            let bin = |name: &str, x: Raw, y: Raw| ir.op1(block, name, &[x, y], i32t, Vec::new());
+            match op {
+                IndexOp::Add => bin("arith.addi", x, y)?,
+                IndexOp::Sub => bin("arith.subi", x, y)?,
+                IndexOp::Mul => bin("arith.muli", x, y)?,
+                IndexOp::FloorDiv => bin("arith.floordivsi", x, y)?,
+                IndexOp::Min => bin("arith.minsi", x, y)?,
+                IndexOp::Max => bin("arith.maxsi", x, y)?,
+                IndexOp::Rem => {
+                    // The remainder takes the divisor's sign: r + (r != 0
+                    // && sign(r) != sign(y) ? y : 0).
+                    let r = bin("arith.remsi", x, y)?;
+                    let zero = c(0)?;
+                    let i1 = ir.i1();
+                    let cmp = |p: i64, a: Raw, b: Raw| {
+                        ir.op1(
+                            block,
+                            "arith.cmpi",
+                            &[a, b],
+                            i1,
+                            vec![("predicate", ir.i64_attr(p))],
+                        )
+                    };
+                    let nonzero = cmp(1, r, zero)?;
+                    let r_neg = cmp(2, r, zero)?;
+                    let y_neg = cmp(2, y, zero)?;
+                    let differ = ir.op1(block, "arith.xori", &[r_neg, y_neg], i1, Vec::new())?;
+                    let fix = ir.op1(block, "arith.andi", &[differ, nonzero], i1, Vec::new())?;
+                    let shifted = bin("arith.addi", r, y)?;
+                    ir.op1(block, "arith.select", &[fix, shifted, r], i32t, Vec::new())?
+                }
+            }
+        }
+    })
+}
