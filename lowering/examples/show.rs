@@ -3,6 +3,7 @@ use kernel_ir::DType::*;
 use kernels::foundation::*;
 fn main() {
     let which = std::env::args().nth(1).unwrap_or_default();
+    let target = std::env::args().nth(2).unwrap_or_default();
     let k = match which.as_str() {
         "attn" => kernels::attention::flash_attention(
             &kernels::attention::AttnConfig {
@@ -11,7 +12,7 @@ fn main() {
                 block_q: 64,
                 block_k: 128,
             },
-            BF16,
+            F32,
             kernels::attention::flash_attention::Dims {
                 b: 1,
                 h: 2,
@@ -30,8 +31,8 @@ fn main() {
         })
         .unwrap(),
         "add" => add(&AddConfig {
-            rows: 64,
-            cols: 256,
+            rows: 60,
+            cols: 200,
             block_rows: 8,
             block_cols: 128,
             dtype: F32,
@@ -41,7 +42,7 @@ fn main() {
             rows: 64,
             cols: 256,
             block_rows: 16,
-            dtype: BF16,
+            dtype: F32,
         })
         .unwrap(),
         _ => matmul(&MatmulConfig {
@@ -51,17 +52,20 @@ fn main() {
             bm: 64,
             bn: 128,
             bk: 128,
-            dtype: BF16,
+            dtype: F32,
             out_dtype: F32,
         })
         .unwrap(),
     };
     let t = std::time::Instant::now();
-    match lowering::tpu_custom_call(&k) {
-        Ok(c) => {
-            eprintln!("lowered in {:?}", t.elapsed());
-            println!("{}", c.module)
-        }
+    let r = match target.as_str() {
+        "k" => lowering::kernel_module(&k),
+        "d" => lowering::decomposed(&k),
+        _ => lowering::tpu_custom_call(&k).map(|c| c.module),
+    };
+    eprintln!("lowered in {:?}", t.elapsed());
+    match r {
+        Ok(s) => println!("{s}"),
         Err(e) => println!("ERR {e}"),
     }
 }

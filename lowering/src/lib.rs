@@ -17,11 +17,13 @@
 mod body;
 mod cost;
 mod custom_call;
+mod decomposed;
 mod kernel_module;
 mod mlir;
 
 pub use cost::CostEstimate;
 pub use custom_call::{TpuCustomCall, Transpose, tpu_custom_call};
+pub use decomposed::decomposed;
 pub use kernel_module::{Flavor, MOSAIC_VERSION};
 
 use kernel_ir::VerifiedKernel;
