@@ -165,6 +165,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                 let rt = res
                     .map(|r| self.ty(r).clone())
                     .unwrap_or_else(|| TileType::scalar(DType::F32));
+                self.check_reachable(op, *buffer)?;
                 let v = self.load(block, *buffer, indices, &rt)?;
                 Some(match mask {
                     Some(m) => {
@@ -186,6 +187,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                 value,
                 mask,
             } => {
+                self.check_reachable(op, *buffer)?;
                 self.store(op, block, *buffer, indices, *value, *mask)?;
                 None
             }
@@ -318,6 +320,22 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
     }
 
     // ---- memory ----
+
+    /// Mosaic reaches `any` (HBM) memory only by DMA.
+    fn check_reachable(&self, op: &Op, b: BufferRef) -> Result<(), LoweringError> {
+        if let (Flavor::Mosaic, BufferRef::Operand(i)) = (self.flavor, b)
+            && self.k.operands[i].space == kernel_ir::MemorySpace::Any
+        {
+            return Err(self.unsupported(
+                op,
+                &format!(
+                    "operand `{}` is in memory space `any` (HBM), which a TPU kernel reaches only by DMA, and Tessera does not model DMA yet; give it a block spec so it arrives in VMEM",
+                    self.k.operands[i].name
+                ),
+            ));
+        }
+        Ok(())
+    }
 
     fn window(&self, b: BufferRef) -> Option<&Window> {
         match b {

@@ -15,7 +15,7 @@ fn count_ops(k: &kernel_ir::Kernel, f: impl Fn(&OpKind) -> bool) -> usize {
 /// Sums `steps` column blocks of width 128 with a kernel loop whose bound is
 /// a config value, carrying the running sum.
 #[tpu_kernel(grid = (m / 8,), semantics = (parallel,))]
-fn strip_sum(
+pub(crate) fn strip_sum(
     steps: usize,
     #[shape(m, n)]
     #[block([8, n], |i| (i, 0))]
@@ -84,7 +84,7 @@ fn unrolled_loops_leave_no_loop_op() {
 /// Branches: on a build-time flag (specializes the kernel) and on a scalar
 /// tile (a conditional block); a branch on a tile assigns an outside tile.
 #[tpu_kernel(grid = (4,), semantics = (arbitrary,))]
-fn branches(
+pub(crate) fn branches(
     negate: bool,
     #[shape(32, 128)]
     #[block([8, 128], |i| (i, 0))]
@@ -148,7 +148,7 @@ fn stable_exp(s: Tile) -> (Tile, Tile) {
 /// Rows gathered through a scalar-prefetch table in the index map, then a
 /// softmax through a kernel function.
 #[tpu_kernel(grid = (rows,), semantics = (parallel,))]
-fn gather_softmax(
+pub(crate) fn gather_softmax(
     #[shape(rows)] table: Prefetch,
     #[shape(n, 8, 128)]
     #[block([1, 8, 128], |i| (table[i], 0, 0))]
@@ -224,7 +224,7 @@ fn build_time_errors_point_at_the_kernel_source() {
 /// Block size as a const generic; the loop bound is a run-time value read
 /// from scalar prefetch (how many 128-lane chunks of each row are valid).
 #[tpu_kernel(grid = (m / BR,), semantics = (parallel,))]
-fn prefix_chunks<const BR: usize>(
+pub(crate) fn prefix_chunks<const BR: usize>(
     #[shape(m)] valid: Prefetch,
     #[shape(m, 512)]
     #[block([BR, 512], |i| (i, 0))]

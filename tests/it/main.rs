@@ -6,5 +6,6 @@ mod dsl;
 mod dsl_vs_builder;
 mod foundation;
 mod invalid;
+mod lowered;
 mod random_kernels;
 mod snapshots_ir;
