@@ -22,6 +22,10 @@ pub(crate) struct BodyEmitter<'a, 'c> {
     args: &'a [Raw],
     windows: &'a [Window],
     values: Vec<Option<Raw>>,
+    /// Results of `vector.transpose` this emitter made: source and
+    /// permutation, so that a transpose undoing one yields the source (the
+    /// transposed view of a layout-hinted operand, then `.t()` in the body).
+    transposes: std::cell::RefCell<Vec<(Raw, Raw, Vec<usize>)>>,
 }
 
 /// One dim of an indexed buffer access.
@@ -48,6 +52,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
             args,
             windows,
             values: vec![None; k.body.values.len()],
+            transposes: std::cell::RefCell::new(Vec::new()),
         }
     }
 
@@ -936,15 +941,26 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok(x);
         }
+        let undone = self.transposes.borrow().iter().find_map(|(out, src, p1)| {
+            let inverse = out.ptr == x.ptr
+                && p1.len() == perm.len()
+                && perm.iter().enumerate().all(|(i, &p2)| p1[p2] == i);
+            inverse.then_some(*src)
+        });
+        if let Some(src) = undone {
+            return Ok(src);
+        }
         let shape: Vec<usize> = perm.iter().map(|&p| from.shape[p]).collect();
         let p: Vec<i64> = perm.iter().map(|&p| p as i64).collect();
-        ir.op1(
+        let out = ir.op1(
             block,
             "vector.transpose",
             &[x],
             ir.shaped_vector(&shape, ir.elem(from.dtype)),
             vec![("permutation", ir.i64_array(&p))],
-        )
+        )?;
+        self.transposes.borrow_mut().push((out, x, perm.to_vec()));
+        Ok(out)
     }
 
     fn reduce(
