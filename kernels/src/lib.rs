@@ -11,5 +11,6 @@
 
 pub mod attention;
 pub mod check;
+pub mod examples;
 pub mod foundation;
 pub mod reference;

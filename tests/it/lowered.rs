@@ -6,8 +6,6 @@ use std::process::Command;
 
 use kernel_ir::prelude::*;
 use kernel_ir::{ErrorKind, VerifiedKernel};
-use kernels::attention::{AttnConfig, flash_attention};
-use kernels::foundation::*;
 use lowering::LoweringError;
 
 /// y += a * x in place: an in-out operand.
@@ -39,101 +37,14 @@ pub(crate) fn scatter_rows(
     o.store((dest.load([i]), .., ..), x.load((0, .., ..)));
 }
 
-/// The kernels every target is checked on, by snapshot name.
+/// The kernels every target is checked on, by snapshot name: the examples
+/// of `kernels` and the test kernels.
 pub(crate) fn catalog() -> Vec<(&'static str, VerifiedKernel)> {
-    let attn = |causal, bq, bk, dtype, sq, skv| {
-        let dims = kernels::attention::flash_attention::Dims {
-            b: 1,
-            h: 2,
-            sq,
-            skv,
-            d: 64,
-        };
-        let cfg = AttnConfig {
-            causal,
-            sm_scale: 0.125,
-            block_q: bq,
-            block_k: bk,
-        };
-        flash_attention(&cfg, dtype, dims).unwrap()
-    };
-    vec![
-        (
-            "add_f32",
-            add(&AddConfig {
-                rows: 64,
-                cols: 256,
-                block_rows: 16,
-                block_cols: 128,
-                dtype: F32,
-            })
-            .unwrap(),
-        ),
-        (
-            "add_bf16_ragged",
-            add(&AddConfig {
-                rows: 40,
-                cols: 200,
-                block_rows: 16,
-                block_cols: 128,
-                dtype: BF16,
-            })
-            .unwrap(),
-        ),
-        (
-            "matmul_bf16_f32",
-            matmul(&MatmulConfig {
-                m: 256,
-                n: 256,
-                k: 512,
-                bm: 128,
-                bn: 128,
-                bk: 128,
-                dtype: BF16,
-                out_dtype: F32,
-            })
-            .unwrap(),
-        ),
-        (
-            "matmul_ragged_k",
-            matmul(&MatmulConfig {
-                m: 64,
-                n: 128,
-                k: 200,
-                bm: 64,
-                bn: 128,
-                bk: 128,
-                dtype: F32,
-                out_dtype: F32,
-            })
-            .unwrap(),
-        ),
-        (
-            "softmax_bf16",
-            softmax(&SoftmaxConfig {
-                rows: 64,
-                cols: 512,
-                block_rows: 16,
-                dtype: BF16,
-            })
-            .unwrap(),
-        ),
-        (
-            "layer_norm",
-            layer_norm(&LayerNormConfig {
-                rows: 64,
-                cols: 256,
-                block_rows: 8,
-                eps: 1e-5,
-                dtype: F32,
-            })
-            .unwrap(),
-        ),
-        (
-            "flash_attention_causal_bf16",
-            attn(true, 64, 128, BF16, 256, 256),
-        ),
-        ("flash_attention_f32", attn(false, 32, 128, F32, 128, 256)),
+    let mut all: Vec<(&'static str, VerifiedKernel)> = kernels::examples::examples()
+        .into_iter()
+        .map(|e| (e.name, (e.build)().unwrap()))
+        .collect();
+    all.extend([
         (
             "strip_sum_loop",
             crate::dsl::strip_sum::build(3, crate::dsl::strip_sum::Dims { m: 16, n: 384 }).unwrap(),
@@ -156,7 +67,8 @@ pub(crate) fn catalog() -> Vec<(&'static str, VerifiedKernel)> {
             "axpy_inout",
             axpy::build(2.0, axpy::Dims { n: 32 }).unwrap(),
         ),
-    ]
+    ]);
+    all
 }
 
 #[test]

@@ -20,6 +20,13 @@ USAGE:
     tessera demo      build flash attention from the DSL, show its tiling, IR
                       and VMEM budget, run it and the other example kernels in
                       the interpreter and compare with f64 references
+    tessera list      the example kernels
+    tessera lower KERNEL --target kernel|mosaic|mosaic-body|decomposed [--out FILE]
+                      print (or write) a kernel lowered to a target:
+                        kernel       the kernel module in upstream MLIR dialects
+                        mosaic       StableHLO calling it via tpu_custom_call
+                        mosaic-body  the Mosaic kernel module inside that call
+                        decomposed   plain StableHLO, runnable on any PJRT back end
     tessera --help    this text
 ";
 
@@ -27,6 +34,19 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("demo") if args.len() == 1 => demo(),
+        Some("list") if args.len() == 1 => {
+            for e in kernels::examples::examples() {
+                println!("{:<30} {}", e.name, e.about);
+            }
+            ExitCode::SUCCESS
+        }
+        Some("lower") => match lower(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(msg) => {
+                eprintln!("tessera lower: {msg}");
+                ExitCode::from(2)
+            }
+        },
         Some("--help" | "-h" | "help") => {
             print!("{HELP}");
             ExitCode::SUCCESS
@@ -37,6 +57,49 @@ fn main() -> ExitCode {
                 args.join(" ")
             );
             ExitCode::from(2)
+        }
+    }
+}
+
+/// `tessera lower KERNEL --target T [--out FILE]`.
+fn lower(args: &[String]) -> Result<(), String> {
+    let mut name = None;
+    let mut target = None;
+    let mut out = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--target" => target = Some(it.next().ok_or("--target needs a value")?.clone()),
+            "--out" => out = Some(it.next().ok_or("--out needs a file")?.clone()),
+            s if s.starts_with("--") => {
+                return Err(format!("unknown option `{s}`; see `tessera --help`"));
+            }
+            s if name.is_none() => name = Some(s.to_string()),
+            s => return Err(format!("unexpected argument `{s}`")),
+        }
+    }
+    let name = name.ok_or("name a kernel; `tessera list` shows them")?;
+    let example = kernels::examples::example(&name)
+        .ok_or_else(|| format!("unknown kernel `{name}`; `tessera list` shows them"))?;
+    let kernel = (example.build)().map_err(|e| e.to_string())?;
+    let text = match target.as_deref() {
+        Some("kernel") => lowering::kernel_module(&kernel),
+        Some("mosaic") => lowering::tpu_custom_call(&kernel).map(|c| c.module),
+        Some("mosaic-body") => lowering::tpu_custom_call(&kernel).map(|c| c.body),
+        Some("decomposed") => lowering::decomposed(&kernel),
+        Some(t) => {
+            return Err(format!(
+                "unknown target `{t}`; use kernel, mosaic, mosaic-body or decomposed"
+            ));
+        }
+        None => return Err("give a --target: kernel, mosaic, mosaic-body or decomposed".into()),
+    }
+    .map_err(|e| e.to_string())?;
+    match out {
+        Some(path) => std::fs::write(&path, text).map_err(|e| format!("cannot write {path}: {e}")),
+        None => {
+            print!("{text}");
+            Ok(())
         }
     }
 }

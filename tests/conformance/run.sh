@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Conformance of Tessera's tpu_custom_call output with Pallas itself.
+#
+# Creates (once, in the cache folder) a Python 3.12 venv with jax/jaxlib
+# 0.11.2 from PyPI, exports the Pallas equivalents of three Tessera kernels
+# for platforms=["tpu"] on this CPU-only machine, and compares: custom_call
+# attributes, backend_config keys, kernel signature and attributes. Tessera's
+# Mosaic body must deserialize (mosaic-serde{serialize=false}), verify with
+# the tpu dialect registered, and survive a serialize/deserialize round trip.
+# Writes target/conformance/report.md listing every remaining difference
+# with its reason; exits non-zero on a failed check or an unexplained
+# difference.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+python=""
+for candidate in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12; do
+  if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+    python=$(command -v "$candidate")
+    break
+  fi
+done
+if [ -z "$python" ]; then
+  echo "conformance: skipped, no Python 3.12 on this machine (jaxlib 0.11.2 needs it)"
+  exit 0
+fi
+
+cache="${TESSERA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}"
+venv="$cache/conformance-venv-jax-0.11.2"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import jax' 2>/dev/null; then
+  echo "conformance: creating $venv (jax==0.11.2, jaxlib==0.11.2)"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check jax==0.11.2 jaxlib==0.11.2
+fi
+
+out=target/conformance
+mkdir -p "$out"
+cargo build --quiet --release -p kernels --bin tessera
+for k in add_f32 matmul_bf16_f32 flash_attention_causal_bf16; do
+  ./target/release/tessera lower "$k" --target mosaic --out "$out/$k.tessera.mlir"
+done
+"$venv/bin/python" tests/conformance/compare.py "$out"
