@@ -8,4 +8,5 @@
 //! Today it finds the PJRT plugin the set-up installed and reads its API
 //! version: [`plugin::locate`] and [`plugin::PluginInfo::probe`].
 
+pub mod pjrt;
 pub mod plugin;

@@ -14,7 +14,7 @@ pub const SUPPORTED_MAJOR: i32 = 0;
 pub const MIN_MINOR: i32 = 81;
 
 /// Why a plugin could not be found or used.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum PluginError {
     /// No plugin at the configured or default path.
     #[error(
@@ -91,59 +91,22 @@ pub struct PluginInfo {
     pub minor: i32,
 }
 
-/// The head of `PJRT_Api` (pjrt_c_api.h): its size, the extension chain and
-/// the API version, which every PJRT C API version lays out the same way.
-#[repr(C)]
-struct ApiHead {
-    struct_size: usize,
-    extension_start: *const std::ffi::c_void,
-    version_struct_size: usize,
-    version_extension_start: *const std::ffi::c_void,
-    major: i32,
-    minor: i32,
-}
-
 impl PluginInfo {
-    /// Loads the plugin, calls `GetPjrtApi` and reads its API version.
-    ///
-    /// The library stays loaded for the life of the process: PJRT plugins
-    /// register process-wide state and must not be unloaded.
+    /// Loads the plugin (once per process), checks its PJRT C API version
+    /// and initializes it.
     pub fn probe(path: &Path) -> Result<PluginInfo, PluginError> {
-        let bad = |reason: String| PluginError::NotAPlugin {
-            path: path.to_path_buf(),
-            reason,
-        };
-        // SAFETY: loading a shared library runs its initializers; the file
-        // is the PJRT plugin the user or the set-up chose.
-        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| bad(e.to_string()))?;
-        // SAFETY: `GetPjrtApi` has this signature in every PJRT plugin.
-        let get: libloading::Symbol<unsafe extern "C" fn() -> *const ApiHead> =
-            unsafe { lib.get(b"GetPjrtApi\0") }.map_err(|e| bad(e.to_string()))?;
-        // SAFETY: the plugin returns a pointer to its static PJRT_Api, or null.
-        let api = unsafe { get() };
-        if api.is_null() {
-            return Err(bad("GetPjrtApi returned null".into()));
+        match crate::pjrt::Plugin::load(path) {
+            Ok(p) => Ok(PluginInfo {
+                path: p.path.clone(),
+                major: p.version.0,
+                minor: p.version.1,
+            }),
+            Err(crate::pjrt::PjrtError::Load(e)) => Err(std::sync::Arc::unwrap_or_clone(e)),
+            Err(e) => Err(PluginError::NotAPlugin {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            }),
         }
-        // SAFETY: non-null and points at a PJRT_Api, whose head is ApiHead;
-        // struct_size is checked before reading past the first field.
-        let head = unsafe { &*api };
-        if head.struct_size < std::mem::size_of::<ApiHead>() {
-            return Err(bad(format!("PJRT_Api is only {} bytes", head.struct_size)));
-        }
-        let info = PluginInfo {
-            path: path.to_path_buf(),
-            major: head.major,
-            minor: head.minor,
-        };
-        std::mem::forget(lib);
-        if info.major != SUPPORTED_MAJOR || info.minor < MIN_MINOR {
-            return Err(PluginError::Incompatible {
-                path: info.path,
-                major: info.major,
-                minor: info.minor,
-            });
-        }
-        Ok(info)
     }
 }
 
