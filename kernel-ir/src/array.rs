@@ -59,6 +59,66 @@ impl Array {
         Array::new(T::DTYPE, shape, data.iter().map(|v| v.to_f64()).collect())
     }
 
+    /// The elements as little-endian bytes of the dtype (what PJRT buffers
+    /// and native kernels hold; bool is one byte, 0 or 1).
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        let d = &self.data;
+        match self.dtype {
+            DType::F32 => d.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
+            DType::BF16 => d
+                .iter()
+                .flat_map(|&v| half::bf16::from_f64(v).to_le_bytes())
+                .collect(),
+            DType::F16 => d
+                .iter()
+                .flat_map(|&v| half::f16::from_f64(v).to_le_bytes())
+                .collect(),
+            DType::I32 => d.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
+            DType::I8 => d.iter().map(|&v| v as i8 as u8).collect(),
+            DType::Bool => d.iter().map(|&v| (v != 0.0) as u8).collect(),
+        }
+    }
+
+    /// An array from little-endian bytes of `dtype`, the inverse of
+    /// [`Array::to_le_bytes`]; the byte count must match the shape.
+    pub fn from_le_bytes(
+        dtype: DType,
+        shape: impl Into<Vec<usize>>,
+        bytes: &[u8],
+    ) -> Result<Array, ArrayError> {
+        let shape = shape.into();
+        let expected = count(&shape);
+        let width = dtype.bytes();
+        if bytes.len() != expected.saturating_mul(width) {
+            return Err(ArrayError {
+                shape,
+                expected,
+                found: bytes.len() / width.max(1),
+            });
+        }
+        let data: Vec<f64> = match dtype {
+            DType::F32 => bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+                .collect(),
+            DType::BF16 => bytes
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
+                .collect(),
+            DType::F16 => bytes
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
+                .collect(),
+            DType::I32 => bytes
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+                .collect(),
+            DType::I8 => bytes.iter().map(|&b| b as i8 as f64).collect(),
+            DType::Bool => bytes.iter().map(|&b| (b != 0) as u8 as f64).collect(),
+        };
+        Ok(Array { dtype, shape, data })
+    }
+
     /// All zeros (false for bool).
     pub fn zeros(dtype: DType, shape: impl Into<Vec<usize>>) -> Array {
         let shape = shape.into();

@@ -51,6 +51,42 @@ impl Kernel {
         }
     }
 
+    /// The block index operand `i` uses at grid `point`, from its index
+    /// map, with scalar-prefetch values read through `prefetch`; an index
+    /// map that fails to evaluate or a block outside the array is an error
+    /// naming the operand and grid point (the interpreter and the native
+    /// driver both report it this way).
+    pub fn block_index(
+        &self,
+        i: usize,
+        point: &[i64],
+        prefetch: &crate::index_map::PrefetchRead<'_>,
+    ) -> Result<Vec<i64>, crate::KernelError> {
+        use crate::{ErrorKind, KernelError};
+        let o = self
+            .operands
+            .get(i)
+            .ok_or_else(|| KernelError::from(ErrorKind::Inputs(format!("no operand {i}"))))?;
+        let mut bidx = Vec::with_capacity(o.shape.len());
+        for e in &o.block.index_map.exprs {
+            let v = e.eval(point, prefetch).map_err(|e| {
+                KernelError::new(
+                    ErrorKind::IndexMapEval {
+                        operand: o.name.clone(),
+                        grid: point.to_vec(),
+                        reason: e.to_string(),
+                    },
+                    o.loc.clone(),
+                )
+            })?;
+            bidx.push(v);
+        }
+        if let Some(kind) = crate::verify::block_in_bounds(o, point, &bidx) {
+            return Err(KernelError::new(kind, o.loc.clone()));
+        }
+        Ok(bidx)
+    }
+
     /// Operands the kernel reads from the caller (in and in-out), in order.
     pub fn inputs(&self) -> impl Iterator<Item = &Operand> {
         self.operands.iter().filter(|o| o.role.is_input())

@@ -18,12 +18,14 @@ mod body;
 mod cost;
 mod custom_call;
 mod decomposed;
+mod host;
 mod kernel_module;
 mod mlir;
 
 pub use cost::CostEstimate;
 pub use custom_call::{TpuCustomCall, Transpose, tpu_custom_call};
 pub use decomposed::decomposed;
+pub use host::{HostKernel, HostOptions, host_module};
 pub use kernel_module::{Flavor, MOSAIC_VERSION};
 
 use kernel_ir::VerifiedKernel;
@@ -54,6 +56,10 @@ pub enum LoweringError {
         /// MLIR's diagnostics.
         message: String,
     },
+    /// A native (host) kernel run failed: bad arguments, or a block index
+    /// outside its array at run time.
+    #[error("{0}")]
+    Run(String),
     /// An internal inconsistency: a Tessera bug.
     #[error("internal lowering error (a Tessera bug, please report it): {0}")]
     Internal(String),

@@ -59,6 +59,16 @@ impl Mlir {
         Mlir { ctx, diagnostics }
     }
 
+    /// Forgets the diagnostics collected so far.
+    pub fn clear_diagnostics(&self) {
+        self.diagnostics.borrow_mut().clear();
+    }
+
+    /// The diagnostics collected since the last clear, one per line.
+    pub fn diagnostics(&self) -> String {
+        self.diagnostics.borrow().join("\n")
+    }
+
     /// Verifies a module; on failure returns MLIR's diagnostics.
     pub fn verify(&self, module: &Module, what: &'static str) -> Result<(), LoweringError> {
         self.diagnostics.borrow_mut().clear();

@@ -311,23 +311,7 @@ impl eval::Machine<'_> {
                 }
                 Ok(b.data[flat] as i64)
             };
-            let mut bidx = Vec::with_capacity(o.shape.len());
-            for e in &o.block.index_map.exprs {
-                let v = e.eval(&point, &read).map_err(|e| {
-                    KernelError::new(
-                        ErrorKind::IndexMapEval {
-                            operand: o.name.clone(),
-                            grid: point.clone(),
-                            reason: e.to_string(),
-                        },
-                        o.loc.clone(),
-                    )
-                })?;
-                bidx.push(v);
-            }
-            if let Some(kind) = crate::verify::block_in_bounds(o, &point, &bidx) {
-                return Err(KernelError::new(kind, o.loc.clone()));
-            }
+            let bidx = k.block_index(i, &point, &read)?;
             self.offsets[i] = bidx
                 .iter()
                 .zip(&o.block.shape)

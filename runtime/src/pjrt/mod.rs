@@ -388,7 +388,7 @@ impl Client {
                 self.inner.devices.len()
             ))
         })?;
-        let bytes = encode(array);
+        let bytes = array.to_le_bytes();
         let dims: Vec<i64> = array.shape().iter().map(|&d| d as i64).collect();
         let mut a = sys::BufferFromHostArgs::new();
         a.client = self.inner.raw;
@@ -505,7 +505,8 @@ impl Buffer {
         a.dst_size = n;
         p.call(p.api.buffer_to_host_buffer, &mut a, "device-to-host copy")?;
         p.await_event(a.event, "device-to-host copy")?;
-        Ok(decode(&bytes, self.dtype, &self.shape))
+        Array::from_le_bytes(self.dtype, self.shape.clone(), &bytes)
+            .map_err(|e| PjrtError::Usage(format!("buffer holds the wrong number of bytes: {e}")))
     }
 
     fn from_raw(client: &Arc<ClientInner>, raw: *mut sys::Buffer) -> Result<Buffer, PjrtError> {
@@ -660,50 +661,6 @@ fn dtype_of(t: i32) -> Option<DType> {
         sys::TYPE_PRED => DType::Bool,
         _ => return None,
     })
-}
-
-/// Little-endian bytes of an array in its dtype.
-pub fn encode(a: &Array) -> Vec<u8> {
-    let d = a.data();
-    match a.dtype() {
-        DType::F32 => d.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
-        DType::BF16 => d
-            .iter()
-            .flat_map(|&v| half::bf16::from_f64(v).to_le_bytes())
-            .collect(),
-        DType::F16 => d
-            .iter()
-            .flat_map(|&v| half::f16::from_f64(v).to_le_bytes())
-            .collect(),
-        DType::I32 => d.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
-        DType::I8 => d.iter().map(|&v| v as i8 as u8).collect(),
-        DType::Bool => d.iter().map(|&v| (v != 0.0) as u8).collect(),
-    }
-}
-
-/// An array from little-endian bytes.
-pub fn decode(bytes: &[u8], d: DType, shape: &[usize]) -> Array {
-    let vals: Vec<f64> = match d {
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-            .collect(),
-        DType::BF16 => bytes
-            .chunks_exact(2)
-            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
-            .collect(),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
-            .collect(),
-        DType::I32 => bytes
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-            .collect(),
-        DType::I8 => bytes.iter().map(|&b| b as i8 as f64).collect(),
-        DType::Bool => bytes.iter().map(|&b| (b != 0) as u8 as f64).collect(),
-    };
-    Array::new(d, shape.to_vec(), vals).unwrap_or_else(|_| Array::zeros(d, shape.to_vec()))
 }
 
 #[cfg(test)]

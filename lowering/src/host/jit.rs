@@ -1,0 +1,160 @@
+//! From the host kernel module to machine code: the upstream lowering
+//! pipeline, a check that only the LLVM dialect is left, and MLIR's
+//! ExecutionEngine.
+
+use std::ffi::c_void;
+
+use melior::ir::operation::OperationLike;
+use melior::ir::{BlockLike, Module, OperationRef, RegionLike};
+use mlir_sys::MlirExecutionEngine;
+
+use crate::LoweringError;
+use crate::mlir::Mlir;
+
+/// The passes that take the host module (func, scf, vector, memref, arith,
+/// math) to the LLVM dialect. Math ops without an LLVM intrinsic (erf, tanh,
+/// …) become libm calls, which the engine resolves in the process; bf16
+/// conversions are expanded to integer ops because LLVM's x86 back end
+/// would otherwise call a compiler-rt helper the process may not have.
+pub(crate) const PIPELINE: &str = concat!(
+    "builtin.module(",
+    "convert-vector-to-scf,",
+    "convert-scf-to-cf,",
+    "arith-expand{include-bf16=true},",
+    "convert-vector-to-llvm,",
+    "convert-math-to-llvm,",
+    "convert-math-to-libm,",
+    "expand-strided-metadata,",
+    "finalize-memref-to-llvm,",
+    "convert-arith-to-llvm,",
+    "convert-index-to-llvm,",
+    "convert-func-to-llvm,",
+    "convert-cf-to-llvm,",
+    "reconcile-unrealized-casts)"
+);
+
+/// Runs [`PIPELINE`] on `module`.
+pub(crate) fn lower_to_llvm(m: &Mlir, module: &mut Module) -> Result<(), LoweringError> {
+    melior::utility::register_all_passes();
+    let pm = melior::pass::PassManager::new(&m.ctx);
+    melior::utility::parse_pass_pipeline(pm.as_operation_pass_manager(), PIPELINE)
+        .map_err(|e| LoweringError::Internal(format!("host pass pipeline: {e}")))?;
+    m.clear_diagnostics();
+    pm.run(module).map_err(|_| LoweringError::Mlir {
+        what: "host kernel module (lowering to LLVM)",
+        message: m.diagnostics(),
+    })
+}
+
+/// Ops outside the LLVM dialect (by name, first few), which the engine
+/// would crash on instead of reporting.
+pub(crate) fn non_llvm_ops(module: &Module) -> Vec<String> {
+    fn walk(op: OperationRef, out: &mut Vec<String>) {
+        let name = op
+            .name()
+            .as_string_ref()
+            .as_str()
+            .unwrap_or("?")
+            .to_string();
+        if !name.starts_with("llvm.") && name != "builtin.module" && !out.contains(&name) {
+            out.push(name);
+        }
+        for region in op.regions() {
+            let mut block = region.first_block();
+            while let Some(b) = block {
+                let mut next = b.first_operation();
+                while let Some(o) = next {
+                    walk(o, out);
+                    next = o.next_in_block();
+                }
+                block = b.next_in_region();
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(module.as_operation().into(), &mut out);
+    out
+}
+
+/// A packed entry point: one pointer per scalar of the lowered signature.
+pub(crate) type PackedFn = unsafe extern "C" fn(*mut *mut c_void);
+
+/// A JIT-compiled module and its entry point.
+pub(crate) struct Engine {
+    raw: MlirExecutionEngine,
+    entry: PackedFn,
+}
+
+// SAFETY: the engine owns machine code and its own LLVM context; after
+// construction it is only read (calls into the code, and its destruction).
+// Nothing in it refers to the MLIR context it was built from.
+unsafe impl Send for Engine {}
+// SAFETY: see `Send`; calling the compiled code concurrently is sound
+// because the code keeps no global state.
+unsafe impl Sync for Engine {}
+
+impl Engine {
+    /// JIT-compiles an LLVM-dialect module and finds `_mlir_<entry>`.
+    pub fn new(m: &Mlir, module: &Module, entry: &str) -> Result<Engine, LoweringError> {
+        let left = non_llvm_ops(module);
+        if !left.is_empty() {
+            return Err(LoweringError::Internal(format!(
+                "ops outside the LLVM dialect remain after the host pipeline: {}",
+                left.join(", ")
+            )));
+        }
+        melior::utility::register_all_llvm_translations(&m.ctx);
+        m.clear_diagnostics();
+        // SAFETY: the module is a valid, verified LLVM-dialect module; no
+        // shared libraries are passed.
+        let raw = unsafe {
+            mlir_sys::mlirExecutionEngineCreate(
+                module.to_raw(),
+                3,
+                0,
+                std::ptr::null(),
+                false,
+                false,
+            )
+        };
+        if raw.ptr.is_null() {
+            return Err(LoweringError::Mlir {
+                what: "host kernel (JIT compilation)",
+                message: m.diagnostics(),
+            });
+        }
+        // SAFETY: `raw` is a live engine.
+        unsafe { mlir_sys::mlirExecutionEngineInitialize(raw) };
+        let name = melior::StringRef::new(entry);
+        // SAFETY: `raw` is live; the name outlives the call.
+        let f = unsafe { mlir_sys::mlirExecutionEngineLookupPacked(raw, name.to_raw()) };
+        if f.is_null() {
+            // SAFETY: created above, destroyed once.
+            unsafe { mlir_sys::mlirExecutionEngineDestroy(raw) };
+            return Err(LoweringError::Internal(format!(
+                "the JIT has no packed entry point for `{entry}`"
+            )));
+        }
+        // SAFETY: MLIR generates `_mlir_<entry>` as `void(void**)`.
+        let entry: PackedFn = unsafe { std::mem::transmute::<*mut c_void, PackedFn>(f) };
+        Ok(Engine { raw, entry })
+    }
+
+    /// Calls the entry point.
+    ///
+    /// # Safety
+    /// `args` must hold one valid pointer per scalar of the lowered
+    /// signature, pointing at values of the right types, and every memref
+    /// descriptor must describe memory valid for what the kernel touches.
+    pub unsafe fn call(&self, args: &mut [*mut c_void]) {
+        // SAFETY: upheld by the caller.
+        unsafe { (self.entry)(args.as_mut_ptr()) }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, destroyed once.
+        unsafe { mlir_sys::mlirExecutionEngineDestroy(self.raw) }
+    }
+}

@@ -1,0 +1,351 @@
+//! Native host kernels: a kernel compiled for this CPU and run over host
+//! buffers.
+//!
+//! Three steps, one module each:
+//!
+//! * [`emit`] builds the *host flavor* of the kernel module: the same
+//!   signature shape as target 1 (grid indices, scalar prefetch, operand
+//!   windows, scratch) plus a workspace buffer, with a body written for a
+//!   CPU (loops over short vectors, fused elementwise chains, a
+//!   register-blocked matmul) instead of whole-block vectors;
+//! * [`jit`] lowers it with the upstream pipeline to the LLVM dialect,
+//!   checks that nothing else is left and JIT-compiles it with MLIR's
+//!   ExecutionEngine;
+//! * [`driver`] runs the grid: block windows as strided memref descriptors
+//!   into padded storage, `parallel` groups on threads.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use kernel_ir::{Array, DType};
+//! # let kernel: kernel_ir::VerifiedKernel = unimplemented!();
+//! let native = lowering::HostKernel::compile(&kernel)?;
+//! let x = Array::random(DType::F32, vec![256, 256], 7, -1.0, 1.0);
+//! let outputs = native.run(&[x])?;
+//! # Ok(()) }
+//! ```
+
+mod driver;
+mod emit;
+mod jit;
+
+use melior::ir::attribute::StridedLayoutAttribute;
+use melior::ir::r#type::MemRefType;
+use melior::ir::{BlockLike, Module, Type};
+
+use kernel_ir::{Array, DType, Kernel, VerifiedKernel};
+
+use crate::LoweringError;
+use crate::mlir::{Ir, Mlir};
+use driver::{Program, Storage};
+use emit::{HostArgs, HostEmitter, window_is_contiguous};
+
+/// The name of the kernel function in every host module.
+const ENTRY: &str = "tessera_host_kernel";
+
+/// Bytes per element of `d` in host memory (bool is a byte).
+pub(crate) fn mem_bytes(d: DType) -> usize {
+    d.bytes().max(1)
+}
+
+/// Options of a host kernel run.
+#[derive(Clone, Copy, Debug)]
+pub struct HostOptions {
+    /// Threads for the `parallel` grid dims (1: run on the calling thread).
+    pub threads: usize,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        HostOptions {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// A kernel compiled to native code for this machine.
+///
+/// Safe to share between threads; one compiled kernel serves any number of
+/// concurrent runs.
+pub struct HostKernel {
+    kernel: Kernel,
+    engine: jit::Engine,
+    storage: Vec<Storage>,
+    workspace_bytes: usize,
+    options: HostOptions,
+}
+
+impl std::fmt::Debug for HostKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostKernel")
+            .field("kernel", &self.kernel.name)
+            .field("workspace_bytes", &self.workspace_bytes)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// The host flavor of the kernel module, printed (what the JIT compiles,
+/// before the pipeline to LLVM).
+pub fn host_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
+    let m = Mlir::new();
+    let ir = Ir::new(&m.ctx, "");
+    let (module, _) = build(&ir, kernel)?;
+    m.verify(&module, "host kernel module")?;
+    Ok(module.as_operation().to_string())
+}
+
+impl HostKernel {
+    /// Builds the host module, lowers it to LLVM and JIT-compiles it.
+    pub fn compile(kernel: &VerifiedKernel) -> Result<HostKernel, LoweringError> {
+        let k: &Kernel = kernel;
+        let m = Mlir::new();
+        let ir = Ir::new(&m.ctx, "");
+        let (mut module, workspace_bytes) = build(&ir, k)?;
+        m.verify(&module, "host kernel module")?;
+        jit::lower_to_llvm(&m, &mut module)?;
+        let engine = jit::Engine::new(&m, &module, ENTRY)?;
+        Ok(HostKernel {
+            kernel: k.clone(),
+            engine,
+            storage: (0..k.operands.len()).map(|i| Storage::of(k, i)).collect(),
+            workspace_bytes,
+            options: HostOptions::default(),
+        })
+    }
+
+    /// The same compiled kernel with other run options.
+    pub fn with_options(mut self, options: HostOptions) -> HostKernel {
+        self.options = options;
+        self
+    }
+
+    /// The kernel it runs.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
+    /// Workspace bytes each thread needs for intermediate tiles.
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace_bytes
+    }
+
+    /// Runs the kernel on arrays: scalar prefetch first, then the inputs
+    /// (in and in-out operands) in operand order, as
+    /// [`kernel_ir::interpret`] takes them; returns the outputs (out and
+    /// in-out operands) in operand order.
+    pub fn run(&self, args: &[Array]) -> Result<Vec<Array>, LoweringError> {
+        let k = &self.kernel;
+        let expected = self.expected_args();
+        if args.len() != expected.len() {
+            return Err(LoweringError::Run(format!(
+                "kernel `{}` takes {} arrays ({}), got {}",
+                k.name,
+                expected.len(),
+                expected
+                    .iter()
+                    .map(|(n, d, s)| format!("{n}: {d}{s:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                args.len()
+            )));
+        }
+        for (a, (name, d, shape)) in args.iter().zip(&expected) {
+            if a.dtype() != *d || a.shape() != shape.as_slice() {
+                return Err(LoweringError::Run(format!(
+                    "`{name}` must be {d}{shape:?} but got {}{:?}",
+                    a.dtype(),
+                    a.shape()
+                )));
+            }
+        }
+        let bytes: Vec<Vec<u8>> = args.iter().map(Array::to_le_bytes).collect();
+        let np = k.prefetch.len();
+        let mut outs: Vec<Vec<u8>> = k
+            .outputs()
+            .map(|o| vec![0u8; o.shape.iter().product::<usize>() * mem_bytes(o.dtype)])
+            .collect();
+        let prefetch: Vec<&[u8]> = bytes[..np].iter().map(Vec::as_slice).collect();
+        let inputs: Vec<&[u8]> = bytes[np..].iter().map(Vec::as_slice).collect();
+        let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+        self.run_bytes(&prefetch, &inputs, &mut out_refs)?;
+        k.outputs()
+            .zip(&outs)
+            .map(|(o, b)| {
+                Array::from_le_bytes(o.dtype, o.shape.clone(), b)
+                    .map_err(|e| LoweringError::Internal(e.to_string()))
+            })
+            .collect()
+    }
+
+    /// (name, dtype, shape) of each argument [`HostKernel::run`] takes.
+    fn expected_args(&self) -> Vec<(String, DType, Vec<usize>)> {
+        let k = &self.kernel;
+        k.prefetch
+            .iter()
+            .map(|p| (p.name.clone(), p.dtype, p.shape.clone()))
+            .chain(
+                k.inputs()
+                    .map(|o| (o.name.clone(), o.dtype, o.shape.clone())),
+            )
+            .collect()
+    }
+
+    /// Runs the kernel on little-endian byte buffers (prefetch, inputs,
+    /// outputs as in [`HostKernel::run`]); every length is checked.
+    pub fn run_bytes(
+        &self,
+        prefetch: &[&[u8]],
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+    ) -> Result<(), LoweringError> {
+        let k = &self.kernel;
+        let check = |what: &str, name: &str, have: usize, want: usize| {
+            if have == want {
+                Ok(())
+            } else {
+                Err(LoweringError::Run(format!(
+                    "{what} `{name}` of kernel `{}` must be {want} bytes, got {have}",
+                    k.name
+                )))
+            }
+        };
+        let count = |want: usize, have: usize, what: &str| {
+            if want == have {
+                Ok(())
+            } else {
+                Err(LoweringError::Run(format!(
+                    "kernel `{}` takes {want} {what}, got {have}",
+                    k.name
+                )))
+            }
+        };
+        count(k.prefetch.len(), prefetch.len(), "scalar-prefetch arrays")?;
+        count(k.inputs().count(), inputs.len(), "inputs")?;
+        count(k.outputs().count(), outputs.len(), "outputs")?;
+        for (p, b) in k.prefetch.iter().zip(prefetch) {
+            check(
+                "scalar prefetch",
+                &p.name,
+                b.len(),
+                p.shape.iter().product::<usize>() * 4,
+            )?;
+        }
+        for (o, b) in k.inputs().zip(inputs) {
+            let want = o.shape.iter().product::<usize>() * mem_bytes(o.dtype);
+            check("input", &o.name, b.len(), want)?;
+        }
+        for (o, b) in k.outputs().zip(outputs.iter()) {
+            let want = o.shape.iter().product::<usize>() * mem_bytes(o.dtype);
+            check("output", &o.name, b.len(), want)?;
+        }
+        let p: Vec<*const u8> = prefetch.iter().map(|b| b.as_ptr()).collect();
+        let i: Vec<*const u8> = inputs.iter().map(|b| b.as_ptr()).collect();
+        let o: Vec<*mut u8> = outputs.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        // SAFETY: lengths checked above; `&mut` outputs cannot alias
+        // anything else.
+        unsafe { self.run_raw(&p, &i, &o) }
+    }
+
+    /// Runs the kernel on raw buffers (the FFI handler's entry).
+    ///
+    /// # Safety
+    /// Every pointer must be valid for its whole array in the kernel's
+    /// shape and dtype (outputs writable, bool as one byte), and no output
+    /// may overlap another buffer except an in-out operand's input, which
+    /// may be the very same buffer.
+    pub unsafe fn run_raw(
+        &self,
+        prefetch: &[*const u8],
+        inputs: &[*const u8],
+        outputs: &[*mut u8],
+    ) -> Result<(), LoweringError> {
+        let k = &self.kernel;
+        if prefetch.len() != k.prefetch.len()
+            || inputs.len() != k.inputs().count()
+            || outputs.len() != k.outputs().count()
+        {
+            return Err(LoweringError::Run(format!(
+                "kernel `{}` got the wrong number of buffers",
+                k.name
+            )));
+        }
+        let program = Program {
+            kernel: k,
+            engine: &self.engine,
+            storage: &self.storage,
+            workspace_bytes: self.workspace_bytes,
+            threads: self.options.threads,
+        };
+        // SAFETY: upheld by the caller.
+        unsafe { program.run(prefetch, inputs, outputs) }
+    }
+}
+
+/// The memref type of an operand window: static block shape, dynamic
+/// offset and strides (unit innermost stride when the storage is
+/// row-major, so vector loads apply).
+fn window_type<'c>(ir: &Ir<'c>, shape: &[usize], d: DType, contiguous: bool) -> Type<'c> {
+    let dynamic = i64::MIN;
+    let mut strides = vec![dynamic; shape.len()];
+    if contiguous && let Some(last) = strides.last_mut() {
+        *last = 1;
+    }
+    let layout = StridedLayoutAttribute::new(ir.ctx, dynamic, &strides);
+    let dims: Vec<i64> = shape.iter().map(|&x| x as i64).collect();
+    MemRefType::new(ir.elem(host_dtype(d)), &dims, Some(layout.into()), None).into()
+}
+
+/// The dtype a buffer of `d` has in host memory.
+fn host_dtype(d: DType) -> DType {
+    if d == DType::Bool { DType::I8 } else { d }
+}
+
+/// Builds the host module: `func.func @tessera_host_kernel(grid i32...,
+/// prefetch, operand windows, scratch, workspace)`. Returns it with the
+/// workspace bytes the body needs.
+fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<(Module<'c>, usize), LoweringError> {
+    let module = Module::new(ir.loc);
+    let mut types: Vec<Type<'c>> = vec![ir.i32(); k.grid.rank()];
+    for p in &k.prefetch {
+        types.push(ir.memref(&p.shape, host_dtype(p.dtype), None, None));
+    }
+    let contiguous: Vec<bool> = (0..k.operands.len())
+        .map(|i| window_is_contiguous(k, i))
+        .collect();
+    for (i, o) in k.operands.iter().enumerate() {
+        types.push(window_type(ir, o.view_shape(), o.dtype, contiguous[i]));
+    }
+    for s in &k.scratch {
+        types.push(ir.memref(&s.shape, host_dtype(s.dtype), None, None));
+    }
+    let ws_type: Type<'c> = MemRefType::new(ir.elem(DType::I8), &[i64::MIN], None, None).into();
+    types.push(ws_type);
+    let entry = ir.block(&types);
+    let a = ir.args(&entry);
+    let g = k.grid.rank();
+    let np = k.prefetch.len();
+    let no = k.operands.len();
+    let args = HostArgs {
+        grid: a[..g].to_vec(),
+        prefetch: a[g..g + np].to_vec(),
+        operands: a[g + np..g + np + no].to_vec(),
+        scratch: a[g + np + no..a.len() - 1].to_vec(),
+        workspace: a[a.len() - 1],
+    };
+    let mut emitter = HostEmitter::new(ir, k, args, contiguous);
+    emitter.top(&entry)?;
+    let workspace_bytes = emitter.workspace_bytes;
+    ir.op(&entry, "func.return", &[], &[], Vec::new(), Vec::new())?;
+    let func = ir.build(
+        "func.func",
+        &[],
+        &[],
+        vec![
+            ("sym_name", ir.str_attr(ENTRY)),
+            ("function_type", ir.type_attr(ir.func_type(&types, &[]))),
+        ],
+        vec![ir.region(entry)],
+    )?;
+    module.body().append_operation(func);
+    Ok((module, workspace_bytes))
+}
