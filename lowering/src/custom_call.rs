@@ -71,7 +71,7 @@ pub fn tpu_custom_call(kernel: &VerifiedKernel) -> Result<TpuCustomCall, Lowerin
     let cost = CostEstimate::of(k);
     let vmem_limit = k.effective_vmem_limit();
     let backend_config = backend_config(&body_bytecode, &cost, vmem_limit);
-    let (module, transposes) = wrapper(&m, k, &backend_config)?;
+    let (module, transposes) = wrapper(&m, k, CallTarget::Tpu(&backend_config))?;
     Ok(TpuCustomCall {
         module,
         body,
@@ -98,12 +98,38 @@ fn backend_config(body: &[u8], cost: &CostEstimate, vmem_limit: u64) -> String {
     )
 }
 
+/// The custom call name a host kernel call uses; the runtime registers its
+/// XLA FFI handler under it.
+pub const HOST_CALL_TARGET: &str = "tessera_host_kernel";
+
+/// A StableHLO module (`func.func @main`) that calls a native host kernel
+/// through XLA's typed FFI: `stablehlo.custom_call @tessera_host_kernel`
+/// with `api_version = 4` and a dictionary `backend_config` whose `kernel`
+/// entry is `key`, the name under which the runtime registered the
+/// compiled kernel. Operands are row-major: the host driver applies layout
+/// hints itself, so no transposes surround the call.
+pub fn host_custom_call(kernel: &VerifiedKernel, key: &str) -> Result<String, LoweringError> {
+    let m = Mlir::new();
+    Ok(wrapper(&m, kernel, CallTarget::Host(key))?.0)
+}
+
+/// What a wrapper module calls.
+#[derive(Clone, Copy)]
+enum CallTarget<'a> {
+    /// `tpu_custom_call` with this JSON backend config.
+    Tpu(&'a str),
+    /// The host FFI handler, with this registry key.
+    Host(&'a str),
+}
+
 fn wrapper(
     m: &Mlir,
     k: &Kernel,
-    backend_config: &str,
+    target: CallTarget<'_>,
 ) -> Result<(String, Vec<Transpose>), LoweringError> {
     let ir = Ir::new(&m.ctx, "");
+    let tpu = matches!(target, CallTarget::Tpu(_));
+    let physical_order = |o: &kernel_ir::Operand| if tpu { physical_order(o) } else { None };
     let layout = ArgLayout::of(k);
     let mut main_in: Vec<Type> = Vec::new();
     for p in &k.prefetch {
@@ -164,18 +190,27 @@ fn wrapper(
         result_types.push(ir.tensor(&shape, o.dtype));
         result_layouts.push(row_major_layout(&ir, o.shape.len())?);
     }
-    let mut attrs = vec![
-        ("api_version", ir.i32_attr(1)),
-        ("backend_config", ir.str_attr(backend_config)),
-        ("call_target_name", ir.str_attr("tpu_custom_call")),
-        ("kernel_name", ir.str_attr(&k.name)),
-        (
-            "mhlo.frontend_attributes",
-            ir.dict(&[("kernel_metadata", ir.str_attr("{}"))]),
-        ),
-        ("operand_layouts", ir.array_attr(&layouts)),
-        ("result_layouts", ir.array_attr(&result_layouts)),
-    ];
+    let mut attrs = match target {
+        CallTarget::Tpu(backend_config) => vec![
+            ("api_version", ir.i32_attr(1)),
+            ("backend_config", ir.str_attr(backend_config)),
+            ("call_target_name", ir.str_attr("tpu_custom_call")),
+            ("kernel_name", ir.str_attr(&k.name)),
+            (
+                "mhlo.frontend_attributes",
+                ir.dict(&[("kernel_metadata", ir.str_attr("{}"))]),
+            ),
+            ("operand_layouts", ir.array_attr(&layouts)),
+            ("result_layouts", ir.array_attr(&result_layouts)),
+        ],
+        CallTarget::Host(key) => vec![
+            ("api_version", ir.i32_attr(4)),
+            ("backend_config", ir.dict(&[("kernel", ir.str_attr(key))])),
+            ("call_target_name", ir.str_attr(HOST_CALL_TARGET)),
+            ("operand_layouts", ir.array_attr(&layouts)),
+            ("result_layouts", ir.array_attr(&result_layouts)),
+        ],
+    };
     // In-out operands: result r aliases the call operand it came in as.
     let mut aliases = Vec::new();
     for (r, &i) in outputs.iter().enumerate() {
@@ -241,7 +276,7 @@ fn wrapper(
     op.set_attribute("sym_name", ir.str_attr(&format!("tessera_{}", k.name)));
     op.set_attribute("mhlo.num_partitions", ir.i32_attr(1));
     op.set_attribute("mhlo.num_replicas", ir.i32_attr(1));
-    m.verify(&module, "tpu_custom_call module")?;
+    m.verify(&module, "custom call module")?;
     Ok((module.as_operation().to_string(), transposes))
 }
 

@@ -23,7 +23,9 @@ mod kernel_module;
 mod mlir;
 
 pub use cost::CostEstimate;
-pub use custom_call::{TpuCustomCall, Transpose, tpu_custom_call};
+pub use custom_call::{
+    HOST_CALL_TARGET, TpuCustomCall, Transpose, host_custom_call, tpu_custom_call,
+};
 pub use decomposed::decomposed;
 pub use host::{HostKernel, HostOptions, host_module};
 pub use kernel_module::{Flavor, MOSAIC_VERSION};

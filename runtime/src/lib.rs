@@ -8,5 +8,7 @@
 //! Today it finds the PJRT plugin the set-up installed and reads its API
 //! version: [`plugin::locate`] and [`plugin::PluginInfo::probe`].
 
+pub mod backend;
+pub mod host_call;
 pub mod pjrt;
 pub mod plugin;

@@ -227,7 +227,6 @@ impl Plugin {
             struct_size: std::mem::size_of::<sys::FfiRegisterHandlerArgs>(),
             target_name: target.as_ptr() as *const c_char,
             target_name_size: target.len(),
-            api_version: 1,
             handler,
             platform_name: platform.as_ptr() as *const c_char,
             platform_name_size: platform.len(),

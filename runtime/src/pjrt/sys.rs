@@ -296,13 +296,16 @@ pub struct FfiExtension {
     pub register_handler: Option<Fn>,
 }
 
-/// `PJRT_FFI_Register_Handler_Args` (no extension field in this struct).
+/// `PJRT_FFI_Register_Handler_Args` as the pinned CPU plugin reads it (no
+/// extension field, and no `api_version` field: newer headers add one
+/// before `handler`, but this plugin reads the handler at offset 0x18 and
+/// the platform name at 0x20, measured from its machine code). The plugin
+/// only registers typed (XLA FFI) handlers.
 #[repr(C)]
 pub struct FfiRegisterHandlerArgs {
     pub struct_size: usize,
     pub target_name: *const c_char,
     pub target_name_size: usize,
-    pub api_version: c_int,
     pub handler: *const c_void,
     pub platform_name: *const c_char,
     pub platform_name_size: usize,

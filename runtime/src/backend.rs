@@ -1,0 +1,232 @@
+//! One kernel, every CPU path.
+//!
+//! A verified kernel runs four ways on this machine, and they must agree:
+//!
+//! | [`Backend`] | what runs |
+//! |---|---|
+//! | `interp` | the reference interpreter ([`kernel_ir::interpret`]) |
+//! | `jit` | the native JIT ([`lowering::HostKernel`]) called directly |
+//! | `pjrt-decomposed` | the decomposed StableHLO ([`lowering::decomposed`]) on the PJRT CPU plugin |
+//! | `pjrt-ffi` | a StableHLO module calling the native kernel through the FFI handler ([`crate::host_call`]) on the PJRT CPU plugin |
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let kernel: kernel_ir::VerifiedKernel = unimplemented!();
+//! # let args: Vec<kernel_ir::Array> = Vec::new();
+//! use runtime::backend::{Backend, Prepared};
+//! for b in Backend::ALL {
+//!     let outputs = Prepared::new(b, &kernel)?.run(&args)?;
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
+
+use kernel_ir::{Array, KernelError, VerifiedKernel};
+use lowering::{HostKernel, LoweringError};
+
+use crate::host_call::{self, HostCallError};
+use crate::pjrt::{Buffer, Client, CompileOptions, Executable, PjrtError};
+
+/// A way to run a kernel on the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The reference interpreter.
+    Interpreter,
+    /// The native JIT, called directly.
+    Native,
+    /// Decomposed StableHLO on the PJRT CPU plugin.
+    Decomposed,
+    /// The native kernel as an FFI custom call on the PJRT CPU plugin.
+    HostCall,
+}
+
+impl Backend {
+    /// Every backend, in the order reports list them.
+    pub const ALL: [Backend; 4] = [
+        Backend::Interpreter,
+        Backend::Native,
+        Backend::Decomposed,
+        Backend::HostCall,
+    ];
+
+    /// The name the CLI and reports use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Interpreter => "interp",
+            Backend::Native => "jit",
+            Backend::Decomposed => "pjrt-decomposed",
+            Backend::HostCall => "pjrt-ffi",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Backend::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown backend `{s}`; expected one of {}",
+                    Backend::ALL.map(Backend::name).join(", ")
+                )
+            })
+    }
+}
+
+/// Why a backend could not run a kernel.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The interpreter rejected the run.
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    /// Lowering or the native kernel failed.
+    #[error(transparent)]
+    Lowering(#[from] LoweringError),
+    /// PJRT failed.
+    #[error(transparent)]
+    Pjrt(#[from] PjrtError),
+}
+
+impl From<HostCallError> for BackendError {
+    fn from(e: HostCallError) -> Self {
+        match e {
+            HostCallError::Lowering(e) => BackendError::Lowering(e),
+            HostCallError::Pjrt(e) => BackendError::Pjrt(e),
+        }
+    }
+}
+
+/// The process's one-device CPU client, created on first use.
+pub fn cpu_client() -> Result<&'static Client, PjrtError> {
+    static CLIENT: OnceLock<Result<Client, String>> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| Client::cpu(1).map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| PjrtError::Usage(e.clone()))
+}
+
+/// A kernel compiled for one backend, ready to run many times.
+pub enum Prepared {
+    /// The interpreter needs no compilation.
+    Interpreter(VerifiedKernel),
+    /// A native kernel.
+    Native(Arc<HostKernel>),
+    /// A PJRT executable (decomposed or FFI call).
+    Pjrt {
+        /// Which of the two.
+        backend: Backend,
+        /// The compiled program.
+        executable: Executable,
+        /// The client it runs on.
+        client: &'static Client,
+    },
+}
+
+impl Prepared {
+    /// Compiles `kernel` for `backend` (native kernels are compiled once
+    /// per process and shared).
+    pub fn new(backend: Backend, kernel: &VerifiedKernel) -> Result<Prepared, BackendError> {
+        Ok(match backend {
+            Backend::Interpreter => Prepared::Interpreter(kernel.clone()),
+            Backend::Native => {
+                let key = host_call::register_kernel(kernel)?;
+                let k = host_call::registered(&key).ok_or_else(|| {
+                    LoweringError::Internal(format!("kernel `{key}` vanished from the registry"))
+                })?;
+                Prepared::Native(k)
+            }
+            Backend::Decomposed => {
+                let client = cpu_client()?;
+                let module = lowering::decomposed(kernel)?;
+                let executable = client.compile(module.as_bytes(), &CompileOptions::default())?;
+                Prepared::Pjrt {
+                    backend,
+                    executable,
+                    client,
+                }
+            }
+            Backend::HostCall => {
+                let client = cpu_client()?;
+                let module = host_call::host_call_module(client.plugin(), kernel)?;
+                let executable = client.compile(module.as_bytes(), &CompileOptions::default())?;
+                Prepared::Pjrt {
+                    backend,
+                    executable,
+                    client,
+                }
+            }
+        })
+    }
+
+    /// The backend it was compiled for.
+    pub fn backend(&self) -> Backend {
+        match self {
+            Prepared::Interpreter(_) => Backend::Interpreter,
+            Prepared::Native(_) => Backend::Native,
+            Prepared::Pjrt { backend, .. } => *backend,
+        }
+    }
+
+    /// Runs on host arrays (scalar prefetch, then inputs; as
+    /// [`kernel_ir::interpret`]) and returns the outputs.
+    pub fn run(&self, args: &[Array]) -> Result<Vec<Array>, BackendError> {
+        match self {
+            Prepared::Interpreter(k) => Ok(kernel_ir::interpret(k, args)?),
+            Prepared::Native(k) => Ok(k.run(args)?),
+            Prepared::Pjrt {
+                executable, client, ..
+            } => {
+                let bufs = self.upload(args)?;
+                let refs: Vec<&Buffer> = bufs.iter().collect();
+                let outs = executable.execute(&refs)?;
+                let _ = client;
+                outs.iter()
+                    .map(|b| b.to_host().map_err(BackendError::from))
+                    .collect()
+            }
+        }
+    }
+
+    /// For PJRT backends: the arguments as device buffers (for timing
+    /// execution alone with [`Prepared::execute`]).
+    pub fn upload(&self, args: &[Array]) -> Result<Vec<Buffer>, BackendError> {
+        match self {
+            Prepared::Pjrt { client, .. } => Ok(args
+                .iter()
+                .map(|a| client.upload(a, 0))
+                .collect::<Result<_, _>>()?),
+            _ => Err(PjrtError::Usage(format!("{} has no device buffers", self.backend())).into()),
+        }
+    }
+
+    /// For PJRT backends: runs on device buffers, leaving results there.
+    pub fn execute(&self, args: &[Buffer]) -> Result<Vec<Buffer>, BackendError> {
+        match self {
+            Prepared::Pjrt { executable, .. } => {
+                let refs: Vec<&Buffer> = args.iter().collect();
+                Ok(executable.execute(&refs)?)
+            }
+            _ => Err(PjrtError::Usage(format!("{} has no device buffers", self.backend())).into()),
+        }
+    }
+}
+
+/// Compiles and runs `kernel` on `backend` once.
+pub fn run(
+    backend: Backend,
+    kernel: &VerifiedKernel,
+    args: &[Array],
+) -> Result<Vec<Array>, BackendError> {
+    Prepared::new(backend, kernel)?.run(args)
+}
