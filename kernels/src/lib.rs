@@ -6,6 +6,8 @@
 //!
 //! * [`attention`]: flash attention forward (online softmax, causal, K
 //!   column-major);
+//! * [`paths`]: one kernel on every CPU path (interpreter, native JIT,
+//!   PJRT decomposed, PJRT FFI call) against the reference;
 //! * [`foundation`]: tiled elementwise add, tiled matmul with an f32
 //!   accumulator in scratch, row softmax, layer norm.
 
@@ -13,4 +15,5 @@ pub mod attention;
 pub mod check;
 pub mod examples;
 pub mod foundation;
+pub mod paths;
 pub mod reference;

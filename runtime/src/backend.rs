@@ -89,13 +89,19 @@ impl FromStr for Backend {
 pub enum BackendError {
     /// The interpreter rejected the run.
     #[error(transparent)]
-    Kernel(#[from] KernelError),
+    Kernel(Box<KernelError>),
     /// Lowering or the native kernel failed.
     #[error(transparent)]
     Lowering(#[from] LoweringError),
     /// PJRT failed.
     #[error(transparent)]
     Pjrt(#[from] PjrtError),
+}
+
+impl From<KernelError> for BackendError {
+    fn from(e: KernelError) -> Self {
+        BackendError::Kernel(Box::new(e))
+    }
 }
 
 impl From<HostCallError> for BackendError {

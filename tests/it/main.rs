@@ -7,5 +7,6 @@ mod dsl_vs_builder;
 mod foundation;
 mod invalid;
 mod lowered;
+mod paths;
 mod random_kernels;
 mod snapshots_ir;

@@ -11,7 +11,9 @@ use kernel_ir::{
 };
 use kernels::check::{ErrorStats, Tolerance};
 use kernels::foundation::*;
+use kernels::paths::run_paths;
 use proptest::prelude::*;
+use runtime::backend::Backend;
 
 /// An elementwise expression over inputs `x` and `y`.
 #[derive(Clone, Debug)]
@@ -145,7 +147,7 @@ fn reference(e: &Expr, r: Rowwise, x: &Array, y: &Array, cols: usize) -> Vec<f64
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
     fn random_elementwise_and_row_kernels_match_f64(
@@ -181,6 +183,11 @@ proptest! {
         let tol = Tolerance { abs: 1e-4 * (cols as f64 / 128.0), rel: 1e-4 };
         let s = ErrorStats::between(&got[0], &want, tol);
         prop_assert!(s.passes(), "{s}\n{}", *kernel);
+        // The native and PJRT paths compute the same expression.
+        let others = [Backend::Native, Backend::Decomposed, Backend::HostCall];
+        for r in run_paths(&kernel, &[xa, ya], &others, &[want], &[tol]) {
+            prop_assert!(r.passes(), "{r}\n{}", *kernel);
+        }
     }
 }
 
@@ -525,8 +532,16 @@ proptest! {
         }
         let _ = k.to_string();
         if let Ok(v) = k.clone().verify() {
+            // A verified kernel compiles natively (or is refused with an
+            // error), and where the interpreter runs it the native code
+            // runs it too, without touching memory it must not.
+            let native = lowering::HostKernel::compile(&v);
             if let Some(args) = random_args(&v, &mut r) {
-                let _ = interpret(&v, &args);
+                let interpreted = interpret(&v, &args);
+                if let (Ok(_), Ok(native)) = (&interpreted, &native) {
+                    let ran = native.run(&args);
+                    prop_assert!(ran.is_ok(), "{}\n{}", ran.unwrap_err(), *v);
+                }
             }
         } else {
             // The errors print without panicking too.

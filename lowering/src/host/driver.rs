@@ -241,7 +241,7 @@ impl Program<'_> {
                 match (o.role, input, output) {
                     (Role::In, Some(src), _) => src as *mut u8,
                     (Role::InOut, Some(src), Some(dst)) => {
-                        if src != dst as *const u8 {
+                        if !std::ptr::eq(src, dst) {
                             // SAFETY: both hold the whole array; they do not
                             // overlap unless identical (checked).
                             unsafe {

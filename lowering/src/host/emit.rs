@@ -77,6 +77,9 @@ enum Expr {
     },
 }
 
+/// What runs at each chunk of a loop nest: the block and the indices.
+type ChunkBody<'f, 'c> = dyn FnMut(&Block<'c>, &[Raw]) -> Result<(), LoweringError> + 'f;
+
 /// An expression with its type.
 struct Node {
     e: Expr,
@@ -982,7 +985,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         b: &Block<'c>,
         shape: &[usize],
         w: usize,
-        body: &mut dyn FnMut(&Block<'c>, &[Raw]) -> Result<(), LoweringError>,
+        body: &mut ChunkBody<'_, 'c>,
     ) -> Result<(), LoweringError> {
         self.nest(b, shape, w, 0, &mut Vec::new(), body)
     }
@@ -994,7 +997,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         w: usize,
         d: usize,
         idx: &mut Vec<Raw>,
-        body: &mut dyn FnMut(&Block<'c>, &[Raw]) -> Result<(), LoweringError>,
+        body: &mut ChunkBody<'_, 'c>,
     ) -> Result<(), LoweringError> {
         if d == shape.len() {
             return body(b, idx);
@@ -1041,7 +1044,6 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
     /// Writes `n` into a buffer of its shape.
     fn write(&self, b: &Block<'c>, n: &Node, mem: Raw) -> Result<(), LoweringError> {
         let w = chunk(*n.ty.shape.last().unwrap_or(&1));
-        let ir = self.ir;
         self.for_each_chunk(b, &n.ty.shape.clone(), w, &mut |blk, idx| {
             let v = self.eval(blk, n, idx, w)?;
             self.store_vec(blk, v, mem, idx, w, n.ty.dtype)
@@ -1968,7 +1970,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                 bufs.push(Some(self.alloc(b, &ty)?));
             }
         }
-        let mut branch =
+        let branch =
             |this: &mut Self, r: &Region| -> Result<melior::ir::Region<'c>, LoweringError> {
                 let blk = ir.block(&[]);
                 let ys = this.region(&blk, r)?;

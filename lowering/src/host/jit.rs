@@ -72,7 +72,7 @@ pub(crate) fn non_llvm_ops(module: &Module) -> Vec<String> {
         }
     }
     let mut out = Vec::new();
-    walk(module.as_operation().into(), &mut out);
+    walk(module.as_operation(), &mut out);
     out
 }
 
