@@ -3,7 +3,8 @@
 # when it is missing, and prints nothing when everything is already there.
 #
 #  * MLIR/LLVM 22 from Debian (melior 0.27 / mlir-sys 220), mlir-opt-22, and
-#    the mold linker (.cargo/config.toml points cargo at both);
+#    the mold linker (.cargo/config.toml points cargo at both); valgrind for
+#    the leak check of the PJRT bindings (tests/leaks/run.sh);
 #  * the PJRT CPU plugin: the pinned `lammps-jax-pjrt-cpu` wheel from PyPI,
 #    hash-checked, unpacked into the cache folder outside git
 #    ($TESSERA_CACHE, default ~/.cache/tessera).
@@ -24,7 +25,7 @@ if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 
 # --- MLIR 22, tools, linker -------------------------------------------------
 packages=(libmlir-22-dev llvm-22-dev libpolly-22-dev libclang1-22 libclang-common-22-dev
-  libzstd-dev mlir-22-tools mold)
+  libzstd-dev mlir-22-tools mold valgrind)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
