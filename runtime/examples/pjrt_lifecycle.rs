@@ -23,7 +23,14 @@ func.func @main(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> tensor<4x8xf32> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Client::cpu(1)?;
-    for d in [DType::F32, DType::BF16, DType::F16, DType::I32, DType::I8, DType::Bool] {
+    for d in [
+        DType::F32,
+        DType::BF16,
+        DType::F16,
+        DType::I32,
+        DType::I8,
+        DType::Bool,
+    ] {
         let a = Array::random(d, vec![3, 5], 1, -4.0, 4.0);
         let b = client.upload(&a, 0)?;
         assert_eq!(b.to_host()?.data(), a.data());

@@ -7,6 +7,7 @@ mod dsl_vs_builder;
 mod foundation;
 mod invalid;
 mod lowered;
+mod native;
 mod paths;
 mod random_kernels;
 mod snapshots_ir;

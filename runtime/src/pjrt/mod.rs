@@ -469,6 +469,12 @@ pub struct Buffer {
     shape: Vec<usize>,
 }
 
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buffer({}{:?})", self.dtype, self.shape)
+    }
+}
+
 // SAFETY: PJRT buffers are thread-safe handles.
 unsafe impl Send for Buffer {}
 unsafe impl Sync for Buffer {}
