@@ -12,6 +12,7 @@
 //!   accumulator in scratch, row softmax, layer norm.
 
 pub mod attention;
+pub mod bench;
 pub mod check;
 pub mod examples;
 pub mod foundation;

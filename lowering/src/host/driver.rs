@@ -65,6 +65,9 @@ pub(crate) struct Storage {
     pub in_place: bool,
     /// Bytes per element.
     pub elem: usize,
+    /// Logical dims in physical major-to-minor order, when not row-major
+    /// (the window memref is in this order).
+    pub order: Option<Vec<usize>>,
 }
 
 impl Storage {
@@ -89,6 +92,7 @@ impl Storage {
             strides,
             in_place,
             elem: o.dtype.bytes(),
+            order: crate::kernel_module::physical_order(o),
         }
     }
 
@@ -399,13 +403,13 @@ impl Program<'_> {
             );
         }
         for (i, o) in k.operands.iter().enumerate() {
-            desc(
-                &mut vals,
-                &mut at,
-                base[i].0,
-                o.view_shape(),
-                &self.storage[i].strides,
-            );
+            let st = &self.storage[i];
+            let view = o.view_shape();
+            let (sizes, strides): (Vec<usize>, Vec<usize>) = match &st.order {
+                Some(order) => order.iter().map(|&d| (view[d], st.strides[d])).unzip(),
+                None => (view.to_vec(), st.strides.clone()),
+            };
+            desc(&mut vals, &mut at, base[i].0, &sizes, &strides);
         }
         for (i, s) in k.scratch.iter().enumerate() {
             desc(

@@ -107,8 +107,10 @@ pub(crate) struct HostEmitter<'a, 'c> {
     ir: &'a Ir<'c>,
     k: &'a Kernel,
     args: HostArgs,
-    /// Which window args are row-major (unit innermost stride).
-    contiguous: Vec<bool>,
+    /// For each operand whose layout is not row-major, its logical dims in
+    /// physical major-to-minor order: the window memref is in that order,
+    /// with unit stride on its last dim.
+    physical: Vec<Option<Vec<usize>>>,
     values: Vec<Option<Val>>,
     /// Bytes of workspace used so far (buffers are 64-byte aligned).
     pub workspace_bytes: usize,
@@ -131,7 +133,12 @@ fn chunk(n: usize) -> usize {
 }
 
 impl<'a, 'c> HostEmitter<'a, 'c> {
-    pub fn new(ir: &'a Ir<'c>, k: &'a Kernel, args: HostArgs, contiguous: Vec<bool>) -> Self {
+    pub fn new(
+        ir: &'a Ir<'c>,
+        k: &'a Kernel,
+        args: HostArgs,
+        physical: Vec<Option<Vec<usize>>>,
+    ) -> Self {
         let mut uses = vec![Vec::new(); k.body.values.len()];
         let mut pos = 0;
         fn collect(r: &Region, uses: &mut [Vec<usize>], pos: &mut usize) {
@@ -158,7 +165,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             ir,
             k,
             args,
-            contiguous,
+            physical,
             values: vec![None; k.body.values.len()],
             workspace_bytes: 0,
             uses,
@@ -412,7 +419,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             } => {
                 let r = op.results[0];
                 let rt = self.ty(r);
-                let (mem, contiguous) = self.buffer(*buffer, false);
+                let mem = self.buffer(*buffer);
                 let (start, out_of) = self.starts(b, *buffer, indices)?;
                 if rt.shape.is_empty() {
                     let s = self.load_scalar(b, mem, &start, rt.dtype)?;
@@ -432,7 +439,9 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                     self.set(r, Val::Scalar(s));
                     return Ok(());
                 }
-                let contiguous = contiguous && out_of.last().is_some_and(|o| o.is_some());
+                // Vector loads apply when the memref's unit-stride last dim
+                // is the tile's last dim.
+                let contiguous = out_of.last() == Some(&Some(rt.shape.len() - 1));
                 let window = Expr::Window {
                     mem,
                     start,
@@ -614,6 +623,13 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                 kept - 1
             }));
         }
+        if let BufferRef::Operand(i) = bref
+            && let Some(Some(order)) = self.physical.get(i)
+        {
+            // The window memref is in physical order.
+            start = order.iter().map(|&d| start[d]).collect();
+            out_of = order.iter().map(|&d| out_of[d]).collect();
+        }
         Ok((start, out_of))
     }
 
@@ -630,13 +646,12 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         }
     }
 
-    /// The memref argument of a buffer, and whether its last dim is unit
-    /// stride.
-    fn buffer(&self, bref: BufferRef, _write: bool) -> (Raw, bool) {
+    /// The memref argument of a buffer (its last dim has unit stride).
+    fn buffer(&self, bref: BufferRef) -> Raw {
         match bref {
-            BufferRef::Operand(i) => (self.args.operands[i], self.contiguous[i]),
-            BufferRef::Scratch(i) => (self.args.scratch[i], true),
-            BufferRef::Prefetch(i) => (self.args.prefetch[i], true),
+            BufferRef::Operand(i) => self.args.operands[i],
+            BufferRef::Scratch(i) => self.args.scratch[i],
+            BufferRef::Prefetch(i) => self.args.prefetch[i],
         }
     }
 
@@ -1059,7 +1074,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         mask: Option<ValueId>,
     ) -> Result<(), LoweringError> {
         let ir = self.ir;
-        let (mem, contiguous) = self.buffer(bref, true);
+        let mem = self.buffer(bref);
         self.freeze_readers(b, mem)?;
         let (start, out_of) = self.starts(b, bref, indices)?;
         let vt = self.ty(value);
@@ -1091,7 +1106,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             None => None,
         };
         let rank = vt.shape.len();
-        let vector_ok = contiguous && out_of.last().is_some_and(|o| *o == Some(rank - 1));
+        let vector_ok = out_of.last() == Some(&Some(rank - 1));
         let w = if vector_ok {
             chunk(vt.shape[rank - 1])
         } else {
@@ -2080,11 +2095,4 @@ fn compare(c: CompareOp, d: DType) -> (&'static str, i64) {
         };
         ("arith.cmpi", p)
     }
-}
-
-/// Whether operand `i` of `k` is seen through a window with unit innermost
-/// stride (row-major), as opposed to a strided (layout-hinted) view.
-pub(crate) fn window_is_contiguous(k: &Kernel, i: usize) -> bool {
-    let o = &k.operands[i];
-    o.layout.is_row_major(o.shape.len())
 }

@@ -37,7 +37,7 @@ use kernel_ir::{Array, DType, Kernel, VerifiedKernel};
 use crate::LoweringError;
 use crate::mlir::{Ir, Mlir};
 use driver::{Program, Storage};
-use emit::{HostArgs, HostEmitter, window_is_contiguous};
+use emit::{HostArgs, HostEmitter};
 
 /// The name of the kernel function in every host module.
 const ENTRY: &str = "tessera_host_kernel";
@@ -281,13 +281,13 @@ impl HostKernel {
     }
 }
 
-/// The memref type of an operand window: static block shape, dynamic
-/// offset and strides (unit innermost stride when the storage is
-/// row-major, so vector loads apply).
-fn window_type<'c>(ir: &Ir<'c>, shape: &[usize], d: DType, contiguous: bool) -> Type<'c> {
+/// The memref type of an operand window: static block shape (in physical
+/// dim order), dynamic offset and strides except a unit stride on the last
+/// dim, so that vector loads apply along it.
+fn window_type<'c>(ir: &Ir<'c>, shape: &[usize], d: DType) -> Type<'c> {
     let dynamic = i64::MIN;
     let mut strides = vec![dynamic; shape.len()];
-    if contiguous && let Some(last) = strides.last_mut() {
+    if let Some(last) = strides.last_mut() {
         *last = 1;
     }
     let layout = StridedLayoutAttribute::new(ir.ctx, dynamic, &strides);
@@ -309,11 +309,18 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<(Module<'c>, usize), LoweringErr
     for p in &k.prefetch {
         types.push(ir.memref(&p.shape, host_dtype(p.dtype), None, None));
     }
-    let contiguous: Vec<bool> = (0..k.operands.len())
-        .map(|i| window_is_contiguous(k, i))
+    let physical: Vec<Option<Vec<usize>>> = k
+        .operands
+        .iter()
+        .map(crate::kernel_module::physical_order)
         .collect();
-    for (i, o) in k.operands.iter().enumerate() {
-        types.push(window_type(ir, o.view_shape(), o.dtype, contiguous[i]));
+    for (o, p) in k.operands.iter().zip(&physical) {
+        let view = o.view_shape();
+        let shape: Vec<usize> = match p {
+            Some(order) => order.iter().map(|&d| view[d]).collect(),
+            None => view.to_vec(),
+        };
+        types.push(window_type(ir, &shape, o.dtype));
     }
     for s in &k.scratch {
         types.push(ir.memref(&s.shape, host_dtype(s.dtype), None, None));
@@ -332,7 +339,7 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<(Module<'c>, usize), LoweringErr
         scratch: a[g + np + no..a.len() - 1].to_vec(),
         workspace: a[a.len() - 1],
     };
-    let mut emitter = HostEmitter::new(ir, k, args, contiguous);
+    let mut emitter = HostEmitter::new(ir, k, args, physical);
     emitter.top(&entry)?;
     let workspace_bytes = emitter.workspace_bytes;
     ir.op(&entry, "func.return", &[], &[], Vec::new(), Vec::new())?;

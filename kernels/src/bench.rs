@@ -1,0 +1,461 @@
+//! Benchmarks of the CPU paths, each next to its baseline measured in the
+//! same run.
+//!
+//! | workload | methods | baseline |
+//! |---|---|---|
+//! | matmul 1024³ f32 | native JIT of [`crate::foundation::matmul`] | XLA's `dot_general` on the same PJRT plugin |
+//! | attention forward, B=1 H=8 D=128, S=1024…8192, causal or not | native JIT and decomposed StableHLO of [`crate::attention::flash_attention`] | XLA's unfused `softmax(QKᵀ)V` graph |
+//!
+//! Every (workload, method) runs in its own child process (the benchmark
+//! binary re-executed with [`CHILD_FLAG`]), so that one measurement's
+//! allocations cannot hide another's peak. Time is the median of repeated
+//! runs after one warm-up; *peak memory* is how far the process's resident
+//! set grows above where it stood just before the first run (inputs already
+//! resident), read from `/proc/self/status` after resetting the high-water
+//! mark — one method for every path, native or XLA.
+
+use std::fmt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kernel_ir::{Array, DType, VerifiedKernel};
+use lowering::HostKernel;
+use runtime::backend::{Backend, Prepared, cpu_client};
+use runtime::pjrt::{Buffer, CompileOptions};
+
+use crate::attention::{AttnConfig, flash_attention};
+use crate::foundation::{MatmulConfig, matmul};
+
+/// The argument that makes a benchmark binary measure one case and exit.
+pub const CHILD_FLAG: &str = "--tessera-bench-child";
+
+/// What is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// `n × n × n` f32 matmul.
+    Matmul {
+        /// The size.
+        n: usize,
+    },
+    /// Attention forward, B = 1, H = 8, D = 128, f32.
+    Attention {
+        /// Sequence length (queries and keys).
+        s: usize,
+        /// Causal mask.
+        causal: bool,
+    },
+}
+
+/// Heads of the attention benchmark.
+pub const HEADS: usize = 8;
+/// Head dim of the attention benchmark.
+pub const HEAD_DIM: usize = 128;
+
+impl Workload {
+    /// Floating-point operations (multiply-adds count two); a causal
+    /// attention counts the half it needs.
+    pub fn flops(self) -> f64 {
+        match self {
+            Workload::Matmul { n } => 2.0 * (n as f64).powi(3),
+            Workload::Attention { s, causal } => {
+                let full = 4.0 * HEADS as f64 * (s as f64).powi(2) * HEAD_DIM as f64;
+                if causal { full / 2.0 } else { full }
+            }
+        }
+    }
+
+    fn args(self) -> String {
+        match self {
+            Workload::Matmul { n } => format!("matmul {n}"),
+            Workload::Attention { s, causal } => format!("attention {s} {causal}"),
+        }
+    }
+
+    fn parse(words: &[String]) -> Option<Workload> {
+        match words {
+            [w, n] if w == "matmul" => Some(Workload::Matmul { n: n.parse().ok()? }),
+            [w, s, c] if w == "attention" => Some(Workload::Attention {
+                s: s.parse().ok()?,
+                causal: c.parse().ok()?,
+            }),
+            _ => None,
+        }
+    }
+
+    fn inputs(self) -> Vec<Array> {
+        match self {
+            Workload::Matmul { n } => vec![
+                Array::random(DType::F32, [n, n], 1, -1.0, 1.0),
+                Array::random(DType::F32, [n, n], 2, -1.0, 1.0),
+            ],
+            Workload::Attention { s, .. } => (0..3)
+                .map(|i| Array::random(DType::F32, [1, HEADS, s, HEAD_DIM], 10 + i, -1.0, 1.0))
+                .collect(),
+        }
+    }
+
+    /// The Tessera kernel of this workload, configured for method `m`.
+    pub fn kernel(self, m: Method) -> Result<VerifiedKernel, String> {
+        match self {
+            Workload::Matmul { n } => matmul(&MatmulConfig {
+                m: n,
+                n,
+                k: n,
+                bm: 128,
+                bn: 256,
+                bk: 256,
+                dtype: DType::F32,
+                out_dtype: DType::F32,
+            }),
+            Workload::Attention { s, causal } => flash_attention(
+                &AttnConfig {
+                    causal,
+                    sm_scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+                    block_q: attention_block(m, s),
+                    block_k: attention_block(m, s),
+                },
+                DType::F32,
+                crate::attention::flash_attention::Dims {
+                    b: 1,
+                    h: HEADS,
+                    sq: s,
+                    skv: s,
+                    d: HEAD_DIM,
+                },
+            ),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// The plain-StableHLO baseline XLA compiles.
+    pub fn baseline_module(self) -> String {
+        match self {
+            Workload::Matmul { n } => format!(
+                "func.func @main(%a: tensor<{n}x{n}xf32>, %b: tensor<{n}x{n}xf32>) -> tensor<{n}x{n}xf32> {{\n  \
+                 %c = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<{n}x{n}xf32>, tensor<{n}x{n}xf32>) -> tensor<{n}x{n}xf32>\n  \
+                 return %c : tensor<{n}x{n}xf32>\n}}\n"
+            ),
+            Workload::Attention { s, causal } => unfused_attention(s, causal),
+        }
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Workload::Matmul { n } => write!(f, "matmul {n}x{n}x{n} f32"),
+            Workload::Attention { s, causal } => {
+                write!(f, "attention S={s}{}", if *causal { " causal" } else { "" })
+            }
+        }
+    }
+}
+
+/// Attention block size per method, tuned on this machine's CPUs: the JIT
+/// is fastest with 256 × 256 blocks (fewer block copies per multiply-add
+/// than 128, still cache-resident); XLA runs the decomposed grid loop with
+/// a per-iteration cost, so fewer, larger 512 × 512 blocks win there.
+pub fn attention_block(m: Method, s: usize) -> usize {
+    let b = if m == Method::Decomposed { 512 } else { 256 };
+    b.min(s)
+}
+
+/// softmax(Q·Kᵀ·scale [+ causal mask])·V over [1, H, S, D], op by op.
+fn unfused_attention(s: usize, causal: bool) -> String {
+    let (h, d) = (HEADS, HEAD_DIM);
+    let qt = format!("tensor<1x{h}x{s}x{d}xf32>");
+    let st = format!("tensor<1x{h}x{s}x{s}xf32>");
+    let rt = format!("tensor<1x{h}x{s}xf32>");
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut m = format!("func.func @main(%q: {qt}, %k: {qt}, %v: {qt}) -> {qt} {{\n");
+    m += &format!(
+        "  %s0 = stablehlo.dot_general %q, %k, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [3] : ({qt}, {qt}) -> {st}\n"
+    );
+    m += &format!("  %scale = stablehlo.constant dense<{scale:e}> : {st}\n");
+    m += &format!("  %s1 = stablehlo.multiply %s0, %scale : {st}\n");
+    let scores = if causal {
+        m += &format!("  %iq = stablehlo.iota dim = 2 : tensor<1x{h}x{s}x{s}xi32>\n");
+        m += &format!("  %ik = stablehlo.iota dim = 3 : tensor<1x{h}x{s}x{s}xi32>\n");
+        m += &format!(
+            "  %keep = stablehlo.compare GE, %iq, %ik : (tensor<1x{h}x{s}x{s}xi32>, tensor<1x{h}x{s}x{s}xi32>) -> tensor<1x{h}x{s}x{s}xi1>\n"
+        );
+        m += &format!("  %ninf = stablehlo.constant dense<0xFF800000> : {st}\n");
+        m += &format!(
+            "  %s2 = stablehlo.select %keep, %s1, %ninf : tensor<1x{h}x{s}x{s}xi1>, {st}\n"
+        );
+        "%s2"
+    } else {
+        "%s1"
+    };
+    m += "  %minf = stablehlo.constant dense<0xFF800000> : tensor<f32>\n";
+    m += "  %zero = stablehlo.constant dense<0.0> : tensor<f32>\n";
+    m += &format!(
+        "  %mx = stablehlo.reduce({scores} init: %minf) applies stablehlo.maximum across dimensions = [3] : ({st}, tensor<f32>) -> {rt}\n"
+    );
+    m += &format!("  %mxb = stablehlo.broadcast_in_dim %mx, dims = [0, 1, 2] : ({rt}) -> {st}\n");
+    m += &format!("  %c = stablehlo.subtract {scores}, %mxb : {st}\n");
+    m += &format!("  %e = stablehlo.exponential %c : {st}\n");
+    m += &format!(
+        "  %l = stablehlo.reduce(%e init: %zero) applies stablehlo.add across dimensions = [3] : ({st}, tensor<f32>) -> {rt}\n"
+    );
+    m += &format!("  %lb = stablehlo.broadcast_in_dim %l, dims = [0, 1, 2] : ({rt}) -> {st}\n");
+    m += &format!("  %p = stablehlo.divide %e, %lb : {st}\n");
+    m += &format!(
+        "  %o = stablehlo.dot_general %p, %v, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : ({st}, {qt}) -> {qt}\n"
+    );
+    m += &format!("  return %o : {qt}\n}}\n");
+    m
+}
+
+/// How a workload is run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// The Tessera kernel, native JIT.
+    Jit,
+    /// The Tessera kernel as decomposed StableHLO on PJRT.
+    Decomposed,
+    /// The plain StableHLO baseline on PJRT.
+    Xla,
+}
+
+impl Method {
+    /// Its name in reports.
+    pub fn name(self, w: Workload) -> &'static str {
+        match (self, w) {
+            (Method::Jit, _) => "tessera jit",
+            (Method::Decomposed, _) => "tessera pjrt-decomposed",
+            (Method::Xla, Workload::Matmul { .. }) => "xla dot_general",
+            (Method::Xla, Workload::Attention { .. }) => "xla unfused",
+        }
+    }
+
+    fn arg(self) -> &'static str {
+        match self {
+            Method::Jit => "jit",
+            Method::Decomposed => "decomposed",
+            Method::Xla => "xla",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Method> {
+        [Method::Jit, Method::Decomposed, Method::Xla]
+            .into_iter()
+            .find(|m| m.arg() == s)
+    }
+}
+
+/// One measured (workload, method).
+#[derive(Clone, Debug)]
+pub struct Measurement {
+    /// What ran.
+    pub workload: Workload,
+    /// How.
+    pub method: Method,
+    /// Median seconds per run.
+    pub seconds: f64,
+    /// Timed runs (after one warm-up).
+    pub runs: usize,
+    /// Resident-set growth of the first run, bytes.
+    pub peak_bytes: u64,
+}
+
+impl Measurement {
+    /// GFLOP/s at the median time.
+    pub fn gflops(&self) -> f64 {
+        self.workload.flops() / self.seconds / 1e9
+    }
+}
+
+fn status_kib(field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Resets the resident-set high-water mark; returns the current RSS.
+fn reset_peak() -> Option<u64> {
+    std::fs::write("/proc/self/clear_refs", "5").ok()?;
+    status_kib("VmRSS:").map(|k| k * 1024)
+}
+
+fn peak() -> Option<u64> {
+    status_kib("VmHWM:").map(|k| k * 1024)
+}
+
+/// Measures in this process: compile, reset the peak, run once (memory),
+/// then time runs until `budget` is spent (at least two, at most 10).
+pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, String> {
+    let inputs = w.inputs();
+    let mut run: Box<dyn FnMut() -> Result<(), String>> = match m {
+        Method::Jit => {
+            let k = HostKernel::compile(&w.kernel(m)?).map_err(|e| e.to_string())?;
+            let bytes: Vec<Vec<u8>> = inputs.iter().map(Array::to_le_bytes).collect();
+            let out_len: Vec<usize> = k
+                .kernel()
+                .outputs()
+                .map(|o| o.shape.iter().product::<usize>() * o.dtype.bytes())
+                .collect();
+            Box::new(move || {
+                let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+                let mut outs: Vec<Vec<u8>> = out_len.iter().map(|&n| vec![0u8; n]).collect();
+                let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+                k.run_bytes(&[], &refs, &mut out_refs)
+                    .map_err(|e| e.to_string())
+            })
+        }
+        Method::Decomposed | Method::Xla => {
+            let exe = if m == Method::Decomposed {
+                Prepared::new(Backend::Decomposed, &w.kernel(m)?).map_err(|e| e.to_string())?
+            } else {
+                let client = cpu_client().map_err(|e| e.to_string())?;
+                let executable = client
+                    .compile(w.baseline_module().as_bytes(), &CompileOptions::default())
+                    .map_err(|e| e.to_string())?;
+                Prepared::Pjrt {
+                    backend: Backend::Decomposed,
+                    executable,
+                    client,
+                }
+            };
+            let bufs: Vec<Buffer> = exe.upload(&inputs).map_err(|e| e.to_string())?;
+            Box::new(move || exe.execute(&bufs).map(drop).map_err(|e| e.to_string()))
+        }
+    };
+    let before = reset_peak().unwrap_or(0);
+    let t = Instant::now();
+    run()?;
+    let first = t.elapsed();
+    let peak_bytes = peak().unwrap_or(0).saturating_sub(before);
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 10 && (times.len() < 2 || start.elapsed() + first < budget) {
+        let t = Instant::now();
+        run()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(Measurement {
+        workload: w,
+        method: m,
+        seconds: times[times.len() / 2],
+        runs: times.len(),
+        peak_bytes,
+    })
+}
+
+/// If `args` (without the program name) ask for one child measurement,
+/// runs it, prints the result line and returns the exit code.
+pub fn child_main(args: &[String]) -> Option<std::process::ExitCode> {
+    let pos = args.iter().position(|a| a == CHILD_FLAG)?;
+    let rest = &args[pos + 1..];
+    let parsed = rest
+        .first()
+        .and_then(|m| Method::parse(m))
+        .zip(Workload::parse(rest.get(2..).unwrap_or(&[])))
+        .zip(rest.get(1).and_then(|b| b.parse::<f64>().ok()));
+    let Some(((m, w), budget)) = parsed else {
+        eprintln!("bad benchmark child arguments: {rest:?}");
+        return Some(std::process::ExitCode::from(2));
+    };
+    match measure(w, m, Duration::from_secs_f64(budget)) {
+        Ok(r) => {
+            println!("TESSERA_BENCH {} {} {}", r.seconds, r.runs, r.peak_bytes);
+            Some(std::process::ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Some(std::process::ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Measures in a child process (this executable with [`CHILD_FLAG`]).
+pub fn measure_isolated(w: Workload, m: Method, budget: Duration) -> Result<Measurement, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(exe);
+    cmd.arg(CHILD_FLAG)
+        .arg(m.arg())
+        .arg(budget.as_secs_f64().to_string());
+    cmd.args(w.args().split(' '));
+    let out = cmd.output().map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("TESSERA_BENCH "))
+        .ok_or_else(|| {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let last = err
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no output");
+            format!("{} on {w} failed: {last}", m.name(w))
+        })?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let parse = |i: usize| {
+        f.get(i)
+            .and_then(|s| s.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    Ok(Measurement {
+        workload: w,
+        method: m,
+        seconds: parse(0),
+        runs: parse(1) as usize,
+        peak_bytes: parse(2) as u64,
+    })
+}
+
+/// The standard suite: matmul 1024³, then attention at S = 1024…8192
+/// (up to `max_s`), causal and not.
+pub fn suite(max_s: usize) -> Vec<(Workload, Vec<Method>)> {
+    let mut v = vec![(Workload::Matmul { n: 1024 }, vec![Method::Jit, Method::Xla])];
+    let mut s = 1024;
+    while s <= max_s {
+        for causal in [false, true] {
+            v.push((
+                Workload::Attention { s, causal },
+                vec![Method::Jit, Method::Decomposed, Method::Xla],
+            ));
+        }
+        s *= 2;
+    }
+    v
+}
+
+/// A table of measurements with time and peak-memory ratios against the
+/// XLA baseline of the same workload.
+pub fn table(rows: &[Result<Measurement, String>]) -> String {
+    let mut out = format!(
+        "{:<26} {:<24} {:>10} {:>9} {:>11} {:>10} {:>10}\n",
+        "workload", "method", "time", "GFLOP/s", "peak mem", "time/xla", "mem/xla"
+    );
+    let base = |w: Workload| {
+        rows.iter()
+            .flatten()
+            .find(|m| m.workload == w && m.method == Method::Xla)
+    };
+    for r in rows {
+        match r {
+            Ok(m) => {
+                let b = base(m.workload);
+                let ratio = |x: f64, y: Option<f64>| match y {
+                    Some(y) if y > 0.0 => format!("{:.2}x", x / y),
+                    _ => "-".into(),
+                };
+                out += &format!(
+                    "{:<26} {:<24} {:>8.1}ms {:>9.1} {:>11} {:>10} {:>10}\n",
+                    m.workload.to_string(),
+                    m.method.name(m.workload),
+                    m.seconds * 1e3,
+                    m.gflops(),
+                    kernel_ir::human_bytes(m.peak_bytes),
+                    ratio(m.seconds, b.map(|b| b.seconds)),
+                    ratio(m.peak_bytes as f64, b.map(|b| b.peak_bytes as f64)),
+                );
+            }
+            Err(e) => out += &format!("error: {e}\n"),
+        }
+    }
+    out
+}
