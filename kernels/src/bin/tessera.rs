@@ -1,25 +1,29 @@
-//! The `tessera` command. Today: `tessera demo`, the main job: build flash
+//! The `tessera` command. `tessera demo`, the main job: build flash
 //! attention from the `#[tpu_kernel]` DSL, verify it, show its grid, tiling,
-//! IR and VMEM budget, run it and the foundation kernels in the reference
-//! interpreter on random inputs and compare each with its f64 reference.
+//! IR and VMEM budget, write it lowered to every target, run it and the
+//! foundation kernels on every CPU path on random inputs and compare each
+//! with its f64 reference, with timings.
 
 use std::process::ExitCode;
-use std::time::Instant;
 
 use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
 use kernels::attention::{AttnConfig, flash_attention};
-use kernels::check::{ErrorStats, Tolerance};
+use kernels::check::Tolerance;
 use kernels::foundation::*;
+use kernels::paths::run_paths;
 use kernels::reference;
+use runtime::backend::Backend;
 
 const HELP: &str = "\
 tessera: write, check and run TPU-style kernels in Rust
 
 USAGE:
     tessera demo      build flash attention from the DSL, show its tiling, IR
-                      and VMEM budget, run it and the other example kernels in
-                      the interpreter and compare with f64 references
+                      and VMEM budget, write it lowered to every target, run it
+                      and the other example kernels on every CPU path
+                      (interpreter, native JIT, PJRT decomposed, PJRT FFI call)
+                      and compare each with its f64 reference
     tessera list      the example kernels
     tessera lower KERNEL --target kernel|mosaic|mosaic-body|decomposed [--out FILE]
                       print (or write) a kernel lowered to a target:
@@ -226,6 +230,57 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// Writes the kernel lowered to every target under `target/tessera-demo`
+/// and says where.
+fn write_lowered(name: &str, k: &VerifiedKernel) {
+    let dir = std::path::Path::new("target/tessera-demo");
+    println!("\n== {name}: lowered");
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        println!("cannot create {}: {e}", dir.display());
+        return;
+    }
+    let custom = lowering::tpu_custom_call(k);
+    let files: Vec<(&str, Result<String, String>)> = vec![
+        (
+            "kernel.mlir",
+            lowering::kernel_module(k).map_err(|e| e.to_string()),
+        ),
+        (
+            "tpu_custom_call.mlir",
+            custom
+                .as_ref()
+                .map(|c| c.module.clone())
+                .map_err(|e| e.to_string()),
+        ),
+        (
+            "mosaic_body.mlir",
+            custom
+                .as_ref()
+                .map(|c| c.body.clone())
+                .map_err(|e| e.to_string()),
+        ),
+        (
+            "decomposed.mlir",
+            lowering::decomposed(k).map_err(|e| e.to_string()),
+        ),
+        (
+            "host.mlir",
+            lowering::host_module(k).map_err(|e| e.to_string()),
+        ),
+    ];
+    for (file, text) in files {
+        let path = dir.join(file);
+        match text.and_then(|t| {
+            std::fs::write(&path, &t)
+                .map(|_| t.len())
+                .map_err(|e| e.to_string())
+        }) {
+            Ok(n) => println!("  {:<42} {n:>8} bytes", path.display()),
+            Err(e) => println!("  {:<42} error: {e}", path.display()),
+        }
+    }
+}
+
 /// Prints what a kernel author checks first: grid, blocks, IR, VMEM.
 fn show_kernel(name: &str, k: &VerifiedKernel) {
     println!("\n== {name}: built from the #[tpu_kernel] DSL and verified");
@@ -290,39 +345,48 @@ fn demo() -> ExitCode {
         }
     }
 
+    if let Some(Ok(k)) = cases.get(1).map(|c| &c.kernel) {
+        write_lowered(cases[1].name, k);
+    }
+
     println!(
-        "\n== interpreter vs f64 reference (err/tol: worst error over its tolerance, ≤ 1 passes)"
+        "\n== every CPU path vs the f64 reference (err/tol: worst error over its tolerance, ≤ 1 passes)"
     );
     println!(
-        "{:<34} {:>11} {:>11} {:>8} {:>5} {:>10}  result",
-        "kernel", "max abs", "max rel", "err/tol", "NaN", "time"
+        "{:<32} {:<16} {:>10} {:>10} {:>8} {:>4} {:>10} {:>10}  result",
+        "kernel", "path", "max abs", "max rel", "err/tol", "NaN", "compile", "run"
     );
     for c in &cases {
         let Ok(k) = &c.kernel else { continue };
-        let t = Instant::now();
-        let out = interpret(k, &c.inputs);
-        let dt = t.elapsed();
-        match out {
-            Ok(out) => {
-                let s = ErrorStats::between(&out[0], &(c.reference)(&c.inputs), c.tol);
-                ok &= s.passes();
-                println!(
-                    "{:<34} {:>11.3e} {:>11.3e} {:>8.3} {:>5} {:>8.1}ms  {}",
-                    c.name,
-                    s.max_abs,
-                    s.max_rel,
-                    s.worst_ratio,
-                    s.nan_count,
-                    dt.as_secs_f64() * 1e3,
-                    if s.passes() { "ok" } else { "MISMATCH" }
-                );
-            }
-            Err(e) => {
-                ok = false;
-                println!("{:<34} error: {e}", c.name);
+        let want = (c.reference)(&c.inputs);
+        let reports = run_paths(k, &c.inputs, &Backend::ALL, &[want], &[c.tol]);
+        for r in reports {
+            ok &= r.passes();
+            match &r.result {
+                Ok(stats) => {
+                    let s = &stats[0];
+                    println!(
+                        "{:<32} {:<16} {:>10.3e} {:>10.3e} {:>8.3} {:>4} {:>8.1}ms {:>8.1}ms  {}",
+                        c.name,
+                        r.backend.name(),
+                        s.max_abs,
+                        s.max_rel,
+                        s.worst_ratio,
+                        s.nan_count,
+                        r.compile.as_secs_f64() * 1e3,
+                        r.run.as_secs_f64() * 1e3,
+                        if s.passes() { "ok" } else { "MISMATCH" }
+                    );
+                }
+                Err(e) => println!("{:<32} {:<16} error: {e}", c.name, r.backend.name()),
             }
         }
     }
+    println!(
+        "\n(interp: the reference interpreter, exact then rounded per op; jit: native code; \
+         pjrt-decomposed: plain StableHLO on XLA's CPU plugin; pjrt-ffi: StableHLO calling the \
+         native kernel through XLA's FFI. Run times include host<->device copies for PJRT.)"
+    );
     if ok {
         ExitCode::SUCCESS
     } else {
