@@ -1162,7 +1162,7 @@ fn kept_shape_of(kept: &[usize], indices: &[Index]) -> Vec<usize> {
 }
 
 /// `arith.cmpf`/`arith.cmpi` and the predicate's enum value.
-fn compare_predicate(c: CompareOp, d: DType) -> (&'static str, i64) {
+pub(crate) fn compare_predicate(c: CompareOp, d: DType) -> (&'static str, i64) {
     if d.is_float() {
         // oeq=1 ogt=2 oge=3 olt=4 ole=5 une=13 (`!=` is true on NaN)
         let p = match c {

@@ -880,7 +880,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                     y = self.convert_vec(b, y, od, DType::F32, w)?;
                     od = DType::F32;
                 }
-                let (name, pred) = compare(*c, od);
+                let (name, pred) = crate::body::compare_predicate(*c, od);
                 ir.op1(
                     b,
                     name,
@@ -1177,7 +1177,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                 self.vec_ty(w, from),
                 vec![("value", ir.literal(0.0, from, self.vec_ty(w, from))?)],
             )?;
-            let (name, pred) = compare(CompareOp::Ne, from);
+            let (name, pred) = crate::body::compare_predicate(CompareOp::Ne, from);
             return ir.op1(
                 b,
                 name,
@@ -1832,6 +1832,25 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         })
     }
 
+    /// Binds the results of a loop or branch: tiles to the buffers they
+    /// were written to, scalars to the op's SSA results in order.
+    fn bind_results(&mut self, results: &[ValueId], bufs: &[Option<Raw>], scalars: &[Raw]) {
+        let mut next = scalars.iter();
+        for (r, buf) in results.iter().zip(bufs) {
+            let v = match buf {
+                Some(mem) => Val::Tile(Rc::new(Node {
+                    e: Expr::Buf { mem: *mem },
+                    ty: self.ty(*r),
+                })),
+                None => match next.next() {
+                    Some(s) => Val::Scalar(*s),
+                    None => continue,
+                },
+            };
+            self.set(*r, v);
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn for_loop(
         &mut self,
@@ -1942,25 +1961,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             Vec::new(),
             vec![ir.region(inner)],
         )?;
-        let mut ri = 0;
-        for (i, r) in op.results.iter().enumerate() {
-            match tile_bufs[i] {
-                Some(buf) => {
-                    let ty = self.ty(*r);
-                    self.set(
-                        *r,
-                        Val::Tile(Rc::new(Node {
-                            e: Expr::Buf { mem: buf },
-                            ty,
-                        })),
-                    );
-                }
-                None => {
-                    self.set(*r, Val::Scalar(res[ri]));
-                    ri += 1;
-                }
-            }
-        }
+        self.bind_results(&op.results, &tile_bufs, &res);
         Ok(())
     }
 
@@ -2010,25 +2011,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             Vec::new(),
             vec![t, f],
         )?;
-        let mut ri = 0;
-        for (i, r) in op.results.iter().enumerate() {
-            match bufs[i] {
-                Some(buf) => {
-                    let ty = self.ty(*r);
-                    self.set(
-                        *r,
-                        Val::Tile(Rc::new(Node {
-                            e: Expr::Buf { mem: buf },
-                            ty,
-                        })),
-                    );
-                }
-                None => {
-                    self.set(*r, Val::Scalar(res[ri]));
-                    ri += 1;
-                }
-            }
-        }
+        self.bind_results(&op.results, &bufs, &res);
         Ok(())
     }
 }
@@ -2071,28 +2054,4 @@ fn squeeze_map(from: &[usize], to: &[usize]) -> Option<Vec<Option<usize>>> {
 
 fn is_half(d: DType) -> bool {
     matches!(d, DType::BF16 | DType::F16)
-}
-
-fn compare(c: CompareOp, d: DType) -> (&'static str, i64) {
-    if d.is_float() {
-        let p = match c {
-            CompareOp::Eq => 1,
-            CompareOp::Gt => 2,
-            CompareOp::Ge => 3,
-            CompareOp::Lt => 4,
-            CompareOp::Le => 5,
-            CompareOp::Ne => 13,
-        };
-        ("arith.cmpf", p)
-    } else {
-        let p = match c {
-            CompareOp::Eq => 0,
-            CompareOp::Ne => 1,
-            CompareOp::Lt => 2,
-            CompareOp::Le => 3,
-            CompareOp::Gt => 4,
-            CompareOp::Ge => 5,
-        };
-        ("arith.cmpi", p)
-    }
 }
