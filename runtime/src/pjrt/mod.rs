@@ -435,29 +435,23 @@ impl Client {
         a.compile_options_size = opts.len();
         let p = &self.inner.plugin;
         p.call(p.api.client_compile, &mut a, "compilation")?;
-        let loaded = a.executable;
-        let mut g = sys::LoadedExecutableGetExecutableArgs::new();
-        g.loaded = loaded;
-        let mut exe = Executable {
-            client: self.inner.clone(),
-            raw: loaded,
-            num_outputs: 0,
-            replicas: options.num_replicas.max(1),
-        };
+        Executable::from_loaded(&self.inner, a.executable)
+    }
+
+    /// Loads an executable serialized by [`Executable::serialize`] with the
+    /// same plugin version.
+    pub fn deserialize(&self, bytes: &[u8]) -> Result<Executable, PjrtError> {
+        let mut a = sys::DeserializeAndLoadArgs::new();
+        a.client = self.inner.raw;
+        a.bytes = bytes.as_ptr() as *const c_char;
+        a.size = bytes.len();
+        let p = &self.inner.plugin;
         p.call(
-            p.api.loaded_executable_get_executable,
-            &mut g,
-            "executable query",
+            p.api.executable_deserialize_and_load,
+            &mut a,
+            "executable deserialization",
         )?;
-        let mut n = sys::ExecutableNumOutputsArgs::new();
-        n.executable = g.executable;
-        let r = p.call(p.api.executable_num_outputs, &mut n, "output count");
-        let mut d = sys::ExecutableDestroyArgs::new();
-        d.executable = g.executable;
-        p.call(p.api.executable_destroy, &mut d, "executable release")?;
-        r?;
-        exe.num_outputs = n.num_outputs;
-        Ok(exe)
+        Executable::from_loaded(&self.inner, a.loaded)
     }
 }
 
@@ -567,6 +561,85 @@ impl Drop for Executable {
 }
 
 impl Executable {
+    /// Wraps a loaded executable (owning it from here on) and reads its
+    /// output and replica counts.
+    fn from_loaded(
+        client: &Arc<ClientInner>,
+        loaded: *mut sys::LoadedExecutable,
+    ) -> Result<Executable, PjrtError> {
+        let mut exe = Executable {
+            client: client.clone(),
+            raw: loaded,
+            num_outputs: 0,
+            replicas: 1,
+        };
+        let p = &client.plugin;
+        let inner = exe.inner_executable()?;
+        let mut n = sys::ExecutableNumOutputsArgs::new();
+        n.executable = inner;
+        let outputs = p.call(p.api.executable_num_outputs, &mut n, "output count");
+        let mut r = sys::ExecutableNumReplicasArgs::new();
+        r.executable = inner;
+        let replicas = p.call(p.api.executable_num_replicas, &mut r, "replica count");
+        exe.release_inner(inner);
+        outputs?;
+        replicas?;
+        exe.num_outputs = n.num_outputs;
+        exe.replicas = r.num_replicas.max(1);
+        Ok(exe)
+    }
+
+    /// The `PJRT_Executable` behind the loaded one; release it with
+    /// [`Executable::release_inner`].
+    fn inner_executable(&self) -> Result<*mut sys::Executable, PjrtError> {
+        let mut g = sys::LoadedExecutableGetExecutableArgs::new();
+        g.loaded = self.raw;
+        let p = &self.client.plugin;
+        p.call(
+            p.api.loaded_executable_get_executable,
+            &mut g,
+            "executable query",
+        )?;
+        Ok(g.executable)
+    }
+
+    fn release_inner(&self, inner: *mut sys::Executable) {
+        let mut d = sys::ExecutableDestroyArgs::new();
+        d.executable = inner;
+        let p = &self.client.plugin;
+        let _ = p.call(p.api.executable_destroy, &mut d, "executable release");
+    }
+
+    /// The compiled program as bytes, for [`Client::deserialize`] in this
+    /// or another process with the same plugin version.
+    pub fn serialize(&self) -> Result<Vec<u8>, PjrtError> {
+        let inner = self.inner_executable()?;
+        let mut a = sys::ExecutableSerializeArgs::new();
+        a.executable = inner;
+        let p = &self.client.plugin;
+        let r = p.call(
+            p.api.executable_serialize,
+            &mut a,
+            "executable serialization",
+        );
+        let bytes = if r.is_ok() && !a.bytes.is_null() {
+            // SAFETY: the plugin returned `size` bytes at `bytes`, alive until
+            // the deleter runs.
+            unsafe { std::slice::from_raw_parts(a.bytes as *const u8, a.size) }.to_vec()
+        } else {
+            Vec::new()
+        };
+        if let Some(del) = a.deleter
+            && !a.serialized.is_null()
+        {
+            // SAFETY: called once on the object the plugin returned.
+            unsafe { del(a.serialized) };
+        }
+        self.release_inner(inner);
+        r?;
+        Ok(bytes)
+    }
+
     /// Number of outputs per device.
     pub fn num_outputs(&self) -> usize {
         self.num_outputs

@@ -242,6 +242,22 @@ args!(DescriptionIdArgs { description: *mut DeviceDescription, id: c_int });
 args!(DescriptionStringArgs { description: *mut DeviceDescription, string: *const c_char, string_size: usize });
 args!(ExecutableDestroyArgs { executable: *mut Executable });
 args!(ExecutableNumOutputsArgs { executable: *mut Executable, num_outputs: usize });
+args!(ExecutableNumReplicasArgs { executable: *mut Executable, num_replicas: usize });
+args!(ExecutableSerializeArgs {
+    executable: *const Executable,
+    bytes: *const c_char,
+    size: usize,
+    serialized: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut c_void)>,
+});
+args!(DeserializeAndLoadArgs {
+    client: *mut Client,
+    bytes: *const c_char,
+    size: usize,
+    loaded: *mut LoadedExecutable,
+    options: *const c_char,
+    options_size: usize,
+});
 args!(LoadedExecutableDestroyArgs { executable: *mut LoadedExecutable });
 args!(LoadedExecutableGetExecutableArgs { loaded: *mut LoadedExecutable, executable: *mut Executable });
 args!(ExecuteOptions {

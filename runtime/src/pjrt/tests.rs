@@ -107,3 +107,25 @@ module @sum attributes {mhlo.num_replicas = 4 : i32, mhlo.num_partitions = 1 : i
         );
     }
 }
+
+#[test]
+fn an_executable_survives_serialization() {
+    let client = Client::cpu(1).unwrap();
+    let exe = client
+        .compile(ADD.as_bytes(), &CompileOptions::default())
+        .unwrap();
+    let bytes = exe.serialize().unwrap();
+    assert!(!bytes.is_empty());
+    let back = client.deserialize(&bytes).unwrap();
+    assert_eq!(back.num_outputs(), 1);
+    let a = Array::from_elems([2, 3], &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    let ba = client.upload(&a, 0).unwrap();
+    let out = back.execute(&[&ba, &ba]).unwrap();
+    assert_eq!(
+        out[0].to_host().unwrap().data(),
+        &[2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
+    );
+    // Garbage is an error, not a crash.
+    assert!(client.deserialize(b"not an executable").is_err());
+    assert!(client.deserialize(&bytes[..bytes.len() / 2]).is_err());
+}
