@@ -18,6 +18,7 @@ mod body;
 mod cost;
 mod custom_call;
 mod decomposed;
+mod embed;
 mod host;
 mod kernel_module;
 mod mlir;
@@ -27,8 +28,10 @@ pub use custom_call::{
     HOST_CALL_TARGET, TpuCustomCall, Transpose, host_custom_call, tpu_custom_call,
 };
 pub use decomposed::decomposed;
+pub use embed::private_function;
 pub use host::{HostKernel, HostOptions, host_module};
 pub use kernel_module::{Flavor, MOSAIC_VERSION};
+pub use mlir::literal_text;
 
 use kernel_ir::VerifiedKernel;
 

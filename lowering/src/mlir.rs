@@ -316,8 +316,10 @@ impl<'c> Ir<'c> {
     }
 }
 
-/// The text of one element of dtype `d` with value `v`.
-pub(crate) fn literal_text(v: f64, d: DType) -> String {
+/// The text of one element of dtype `d` with value `v` in MLIR syntax
+/// (floats as exact bit patterns, so infinities and NaN need no special
+/// form).
+pub fn literal_text(v: f64, d: DType) -> String {
     match d {
         DType::F32 => format!("0x{:08X}", (v as f32).to_bits()),
         DType::BF16 => format!("0x{:04X}", half::bf16::from_f64(v).to_bits()),

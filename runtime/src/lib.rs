@@ -9,6 +9,8 @@
 //! version: [`plugin::locate`] and [`plugin::PluginInfo::probe`].
 
 pub mod backend;
+pub mod cache;
+pub mod graph;
 pub mod host_call;
 pub mod pjrt;
 pub mod plugin;

@@ -24,7 +24,6 @@ mod sys;
 
 use std::collections::HashMap;
 use std::ffi::{CString, c_int, c_void};
-use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
@@ -53,14 +52,15 @@ fn registry() -> &'static RwLock<HashMap<String, Arc<HostKernel>>> {
     R.get_or_init(Default::default)
 }
 
-/// The key a kernel is registered under: its name and a hash of its
-/// printed IR, so two different kernels never share a key and one kernel
-/// is compiled once per process.
+/// The key a kernel is registered under: its name and the SHA-256 of its
+/// printed IR, so two different kernels never share a key, one kernel is
+/// compiled once per process, and the key is the same in every process (a
+/// cached executable that calls it stays valid).
 pub fn kernel_key(kernel: &VerifiedKernel) -> String {
-    let text = kernel.to_string();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut h);
-    format!("{}-{:016x}", kernel.name, h.finish())
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(kernel.to_string().as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{hex}", kernel.name)
 }
 
 /// Compiles `kernel` for the host (once per process) and registers it for

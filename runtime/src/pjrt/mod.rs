@@ -543,6 +543,16 @@ pub struct Executable {
     replicas: usize,
 }
 
+impl std::fmt::Debug for Executable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Executable({} outputs, {} replicas)",
+            self.num_outputs, self.replicas
+        )
+    }
+}
+
 // SAFETY: PJRT loaded executables are thread-safe.
 unsafe impl Send for Executable {}
 unsafe impl Sync for Executable {}

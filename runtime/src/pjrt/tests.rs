@@ -51,8 +51,7 @@ fn a_bad_program_is_an_error_not_a_crash() {
     let client = Client::cpu(1).unwrap();
     let e = client
         .compile(b"module { this is not mlir }", &CompileOptions::default())
-        .err()
-        .expect("compilation fails");
+        .expect_err("compilation fails");
     assert!(
         matches!(
             e,

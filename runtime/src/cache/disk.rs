@@ -1,0 +1,176 @@
+//! The on-disk tier: one file per key, shared by processes.
+//!
+//! * **Owner-only**: the directory is created with mode 0700, and an existing
+//!   one that others can write is refused (or tightened when it is ours): a
+//!   cached executable is code this process will run.
+//! * **Per-key locks**: `<key>.lock` is locked exclusively (`flock`) around
+//!   look-up, compile and write, so processes that want the same program
+//!   compile it once and the others read it.
+//! * **Atomic writes**: an entry is written to a unique temporary file,
+//!   synced, then renamed over `<key>.exe`; readers never see half a file.
+//! * **Checksums**: an entry is an envelope (magic, SHA-256 of the payload,
+//!   payload length, payload); a truncated or corrupt entry is detected,
+//!   removed and recompiled.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// First bytes of every entry.
+const MAGIC: &[u8; 12] = b"TESSERA-EXE1";
+
+/// An entry: magic, checksum, length, payload.
+pub(crate) fn envelope(payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(payload.len() + 52);
+    v.extend_from_slice(MAGIC);
+    v.extend_from_slice(&Sha256::digest(payload));
+    v.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+/// The payload of an entry, or why the entry is unusable.
+pub(crate) fn open_envelope(bytes: &[u8]) -> Result<&[u8], String> {
+    if bytes.len() < 52 || &bytes[..12] != MAGIC {
+        return Err("not a Tessera cache entry (bad header)".into());
+    }
+    let sum = &bytes[12..44];
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&bytes[44..52]);
+    let len = u64::from_le_bytes(len) as usize;
+    let payload = &bytes[52..];
+    if payload.len() != len {
+        return Err(format!(
+            "truncated entry ({} of {len} payload bytes)",
+            payload.len()
+        ));
+    }
+    if Sha256::digest(payload).as_slice() != sum {
+        return Err("checksum mismatch".into());
+    }
+    Ok(payload)
+}
+
+/// What a read found.
+pub(crate) enum Read {
+    Missing,
+    Valid(Vec<u8>),
+    Corrupt,
+}
+
+/// The cache directory.
+#[derive(Debug)]
+pub(crate) struct DiskCache {
+    dir: PathBuf,
+}
+
+/// An exclusive lock on one key, released on drop.
+pub(crate) struct KeyLock {
+    file: File,
+}
+
+impl Drop for KeyLock {
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
+}
+
+fn current_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+impl DiskCache {
+    /// Opens (creating, owner-only) the cache directory.
+    pub fn open(dir: &Path) -> Result<DiskCache, String> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create the compile cache {}: {e}", dir.display()))?;
+        let meta = std::fs::metadata(dir)
+            .map_err(|e| format!("cannot read the compile cache {}: {e}", dir.display()))?;
+        if meta.mode() & 0o022 != 0 {
+            let ours = current_uid().is_some_and(|u| u == meta.uid());
+            if !ours
+                || std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).is_err()
+            {
+                return Err(format!(
+                    "the compile cache {} is writable by other users, and a cached executable is code; \
+                     run `chmod 700 {}` or choose another cache directory",
+                    dir.display(),
+                    dir.display()
+                ));
+            }
+        }
+        Ok(DiskCache {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    fn entry(&self, key: &str) -> PathBuf {
+        self.dir.join(format!("{key}.exe"))
+    }
+
+    /// Locks `key` for this process (blocking while another holds it).
+    pub fn lock(&self, key: &str) -> Result<KeyLock, String> {
+        let path = self.dir.join(format!("{key}.lock"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        file.lock()
+            .map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
+        Ok(KeyLock { file })
+    }
+
+    pub fn read(&self, key: &str) -> Read {
+        match std::fs::read(self.entry(key)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Read::Missing,
+            Err(_) => Read::Corrupt,
+            Ok(bytes) => match open_envelope(&bytes) {
+                Ok(p) => Read::Valid(p.to_vec()),
+                Err(_) => Read::Corrupt,
+            },
+        }
+    }
+
+    pub fn remove(&self, key: &str) {
+        let _ = std::fs::remove_file(self.entry(key));
+    }
+
+    /// Writes `payload` for `key` atomically (temporary file, sync, rename).
+    pub fn write(&self, key: &str, payload: &[u8]) -> Result<(), String> {
+        let tmp = self.dir.join(format!(
+            ".{key}.{}.{}.tmp",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        let write = || -> std::io::Result<()> {
+            let mut f = OpenOptions::new()
+                .create_new(true)
+                .write(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(&envelope(payload))?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, self.entry(key))?;
+            Ok(())
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("cannot write the compile cache entry {key}: {e}")
+        })
+    }
+}
+
+/// `OpenOptions::mode` lives in an extension trait.
+use std::os::unix::fs::OpenOptionsExt;

@@ -1,0 +1,224 @@
+//! The compile cache: compiled executables by key, in three tiers.
+//!
+//! 1. **In-process**: a map from key to a once-cell; concurrent requests for
+//!    one key wait for the one compile (or load) in flight and share it.
+//! 2. **Disk** ([`disk`]): shared by processes, owner-only, locked per key,
+//!    written atomically, checksummed.
+//! 3. **Remote**: anything implementing [`RemoteCache`]; off unless the
+//!    runtime is given one. Entries carry the same checksummed envelope.
+//!
+//! The key is the SHA-256 of everything that determines the program: the
+//! canonical module text, compile options, plugin platform and version, and
+//! Tessera's version.
+
+pub(crate) mod disk;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::pjrt::{Client, CompileOptions, Executable};
+use disk::{DiskCache, Read};
+
+/// A remote store of cache entries (opaque bytes by key).
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+/// use runtime::cache::RemoteCache;
+///
+/// #[derive(Default)]
+/// struct InMemory(Mutex<HashMap<String, Vec<u8>>>);
+///
+/// impl RemoteCache for InMemory {
+///     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+///         Ok(self.0.lock().unwrap().get(key).cloned())
+///     }
+///     fn put(&self, key: &str, entry: &[u8]) -> Result<(), String> {
+///         self.0.lock().unwrap().insert(key.to_string(), entry.to_vec());
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait RemoteCache: Send + Sync {
+    /// The entry stored under `key`, if any.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String>;
+    /// Stores `entry` under `key`.
+    fn put(&self, key: &str, entry: &[u8]) -> Result<(), String>;
+}
+
+/// Where an executable came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// This process had it (or was compiling it).
+    Memory,
+    /// Loaded from the disk cache.
+    Disk,
+    /// Loaded from the remote cache.
+    Remote,
+    /// Compiled now.
+    Compiled,
+}
+
+/// The outcome of one look-up.
+#[derive(Debug)]
+pub(crate) struct Lookup {
+    pub executable: Arc<Executable>,
+    pub tier: Tier,
+    /// Compile time when compiled now.
+    pub compile_time: Duration,
+    /// Disk or remote entries found corrupt and dropped on the way.
+    pub corrupt: u64,
+}
+
+type Slot = Arc<OnceLock<Result<(Arc<Executable>, Tier, Duration, u64), String>>>;
+
+/// The three tiers.
+pub(crate) struct CompileCache {
+    memory: Mutex<HashMap<String, Slot>>,
+    disk: Option<DiskCache>,
+    remote: Option<Arc<dyn RemoteCache>>,
+}
+
+impl std::fmt::Debug for CompileCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompileCache")
+            .field("disk", &self.disk)
+            .field("remote", &self.remote.is_some())
+            .finish()
+    }
+}
+
+/// The cache key of a program.
+pub(crate) fn key(module: &str, options: &CompileOptions, client: &Client) -> String {
+    let mut h = Sha256::new();
+    h.update(b"tessera ");
+    h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    h.update(b"\nplatform ");
+    h.update(client.platform().as_bytes());
+    h.update(b" ");
+    h.update(client.platform_version().as_bytes());
+    let (major, minor) = client.plugin().version;
+    h.update(format!(" pjrt {major}.{minor}").as_bytes());
+    h.update(
+        format!(
+            "\noptions {} {}\n",
+            options.num_replicas, options.num_partitions
+        )
+        .as_bytes(),
+    );
+    h.update(module.as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl CompileCache {
+    pub fn new(disk: Option<DiskCache>, remote: Option<Arc<dyn RemoteCache>>) -> CompileCache {
+        CompileCache {
+            memory: Mutex::new(HashMap::new()),
+            disk,
+            remote,
+        }
+    }
+
+    /// The executable for `key`, from the fastest tier that has it, else
+    /// compiled from `module` (and stored in every tier).
+    pub fn get(
+        &self,
+        key: &str,
+        module: &str,
+        options: &CompileOptions,
+        client: &Client,
+    ) -> Result<Lookup, String> {
+        let slot = {
+            let mut m = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+            m.entry(key.to_string()).or_default().clone()
+        };
+        let mut initialized_here = false;
+        let r = slot
+            .get_or_init(|| {
+                initialized_here = true;
+                self.load_or_compile(key, module, options, client)
+            })
+            .clone();
+        match r {
+            Ok((exe, tier, t, corrupt)) => Ok(Lookup {
+                executable: exe,
+                tier: if initialized_here { tier } else { Tier::Memory },
+                compile_time: if initialized_here { t } else { Duration::ZERO },
+                corrupt: if initialized_here { corrupt } else { 0 },
+            }),
+            Err(e) => {
+                // Failures are not cached: a later request tries again.
+                let mut m = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+                if m.get(key).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                    m.remove(key);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn load_or_compile(
+        &self,
+        key: &str,
+        module: &str,
+        options: &CompileOptions,
+        client: &Client,
+    ) -> Result<(Arc<Executable>, Tier, Duration, u64), String> {
+        let mut corrupt = 0;
+        // Held until the entry is written, so other processes wait for it.
+        let _lock = match &self.disk {
+            Some(d) => Some(d.lock(key)?),
+            None => None,
+        };
+        if let Some(d) = &self.disk {
+            match d.read(key) {
+                Read::Valid(bytes) => match client.deserialize(&bytes) {
+                    Ok(exe) => return Ok((Arc::new(exe), Tier::Disk, Duration::ZERO, corrupt)),
+                    Err(_) => {
+                        corrupt += 1;
+                        d.remove(key);
+                    }
+                },
+                Read::Corrupt => {
+                    corrupt += 1;
+                    d.remove(key);
+                }
+                Read::Missing => {}
+            }
+        }
+        if let Some(r) = &self.remote
+            && let Ok(Some(entry)) = r.get(key)
+        {
+            match disk::open_envelope(&entry).map(|p| client.deserialize(p)) {
+                Ok(Ok(exe)) => {
+                    if let (Some(d), Ok(bytes)) = (&self.disk, exe.serialize()) {
+                        let _ = d.write(key, &bytes);
+                    }
+                    return Ok((Arc::new(exe), Tier::Remote, Duration::ZERO, corrupt));
+                }
+                _ => corrupt += 1,
+            }
+        }
+        let t = Instant::now();
+        let exe = client
+            .compile(module.as_bytes(), options)
+            .map_err(|e| e.to_string())?;
+        let elapsed = t.elapsed();
+        if self.disk.is_some() || self.remote.is_some() {
+            // Not every plugin serializes; then only this process caches.
+            if let Ok(bytes) = exe.serialize() {
+                if let Some(d) = &self.disk {
+                    let _ = d.write(key, &bytes);
+                }
+                if let Some(r) = &self.remote {
+                    let _ = r.put(key, &disk::envelope(&bytes));
+                }
+            }
+        }
+        Ok((Arc::new(exe), Tier::Compiled, elapsed, corrupt))
+    }
+}

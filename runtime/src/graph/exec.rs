@@ -1,0 +1,227 @@
+//! Materialization: what the background worker does at a sync.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kernel_ir::{Array, VerifiedKernel};
+
+use super::lower::{self, Param, Program};
+use super::node::{Node, State};
+use super::{Inner, RuntimeError};
+use crate::cache::Tier;
+use crate::pjrt::{Buffer, CompileOptions};
+
+/// Computes `requested` (the deferred ones), every pending collective, and
+/// the intermediates of the same subgraph that handles still point at (so
+/// they are not recomputed later). On failure every one of them stores the
+/// error.
+pub(crate) fn materialize(inner: &Inner, requested: &[Arc<Node>]) {
+    let mut outputs: Vec<Arc<Node>> = Vec::new();
+    let push = |n: &Arc<Node>, outputs: &mut Vec<Arc<Node>>| {
+        if n.deferred().is_some() && !outputs.iter().any(|o| o.id == n.id) {
+            outputs.push(n.clone());
+        }
+    };
+    for n in requested {
+        push(n, &mut outputs);
+    }
+    let collectives: Vec<Arc<Node>> = std::mem::take(
+        &mut *inner
+            .pending_collectives
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
+    for n in &collectives {
+        push(n, &mut outputs);
+    }
+    drop(collectives);
+    if outputs.is_empty() {
+        return;
+    }
+    match run(inner, &mut outputs) {
+        Ok(()) => {}
+        Err(e) => {
+            for n in &outputs {
+                let e = match &e {
+                    RuntimeError::Failed(m) if !m.contains(" (recorded at ") => {
+                        RuntimeError::Failed(format!("{m} (recorded at {})", n.loc))
+                    }
+                    e => e.clone(),
+                };
+                *n.lock() = State::Failed(e);
+            }
+        }
+    }
+}
+
+/// Adds the live intermediates, lowers, compiles (through the cache) and
+/// executes; stores the results.
+fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> {
+    let order = lower::topo_order(outputs)?;
+    // A deferred node referenced from outside this subgraph (a user's
+    // handle, or a pending node elsewhere) is materialized too.
+    let mut uses: HashMap<u64, usize> = HashMap::new();
+    for (_, _, inputs) in &order {
+        for i in inputs {
+            *uses.entry(i.id).or_default() += 1;
+        }
+    }
+    for (n, _, _) in &order {
+        let internal = uses.get(&n.id).copied().unwrap_or(0);
+        // References we hold: one in `order`, and per use inside the
+        // subgraph two (the user's deferred state, and the copy of its
+        // input list in `order`).
+        let is_output = outputs.iter().any(|o| o.id == n.id);
+        if !is_output && Arc::strong_count(n) > 1 + 2 * internal {
+            outputs.push(n.clone());
+        }
+    }
+    drop(order);
+
+    let platform = inner.client.platform().to_string();
+    let kernel_text = |k: &VerifiedKernel, name: &str| -> Result<String, RuntimeError> {
+        kernel_function(inner, &platform, k, name)
+    };
+    let program = lower::lower(outputs, inner.devices, &kernel_text)?;
+    let options = CompileOptions {
+        num_replicas: inner.devices,
+        num_partitions: 1,
+    };
+    let key = crate::cache::key(&program.text, &options, &inner.client);
+    let lookup = inner
+        .cache
+        .get(&key, &program.text, &options, &inner.client)
+        .map_err(|e| RuntimeError::Failed(format!("compiling the graph failed: {e}")))?;
+    {
+        let mut s = inner.stats();
+        match lookup.tier {
+            Tier::Memory => s.hits_memory += 1,
+            Tier::Disk => s.hits_disk += 1,
+            Tier::Remote => s.hits_remote += 1,
+            Tier::Compiled => s.compiles += 1,
+        }
+        s.compile_time += lookup.compile_time;
+        s.corrupt_entries += lookup.corrupt;
+        s.transposes += program.transposes.0;
+        s.transpose_bytes += program.transposes.1;
+    }
+    if platform == "cpu" {
+        // The executable calls host kernels by key: they must be compiled
+        // in this process (a disk hit skips XLA's compile, not this).
+        for k in &program.kernels {
+            crate::host_call::register_kernel(k)
+                .map_err(|e| RuntimeError::Failed(format!("kernel `{}`: {e}", k.name)))?;
+        }
+    }
+    let results = execute(inner, &program, &lookup.executable)?;
+    let mut s = inner.stats();
+    s.materializations += 1;
+    s.nodes_materialized += program.outputs.len() as u64;
+    drop(s);
+    for (n, bufs) in program.outputs.iter().zip(results) {
+        *n.lock() = State::Ready(Arc::new(bufs));
+    }
+    Ok(())
+}
+
+/// Binds parameters per device and runs; returns per output its buffers
+/// (one per device).
+fn execute(
+    inner: &Inner,
+    program: &Program,
+    exe: &crate::pjrt::Executable,
+) -> Result<Vec<Vec<Buffer>>, RuntimeError> {
+    let fail = |e: crate::pjrt::PjrtError| RuntimeError::Failed(e.to_string());
+    let mut scalars: Vec<Vec<Buffer>> = Vec::new();
+    let mut node_bufs: Vec<Arc<Vec<Buffer>>> = Vec::new();
+    // Per parameter: (is scalar, index into the matching list).
+    let mut slots = Vec::new();
+    let mut bytes = 0u64;
+    for p in &program.params {
+        match p {
+            Param::Node(n) => match n.ready() {
+                Some(Ok(b)) => {
+                    slots.push((false, node_bufs.len()));
+                    node_bufs.push(b);
+                }
+                Some(Err(e)) => return Err(e),
+                None => {
+                    return Err(RuntimeError::Internal(format!(
+                        "parameter node {} is not materialized",
+                        n.id
+                    )));
+                }
+            },
+            Param::Scalar(v, d) => {
+                let a = Array::new(*d, Vec::<usize>::new(), vec![*v])
+                    .map_err(|e| RuntimeError::Internal(e.to_string()))?;
+                let per: Vec<Buffer> = (0..inner.devices)
+                    .map(|dev| inner.client.upload(&a, dev))
+                    .collect::<Result<_, _>>()
+                    .map_err(fail)?;
+                bytes += (d.bytes() * inner.devices) as u64;
+                slots.push((true, scalars.len()));
+                scalars.push(per);
+            }
+        }
+    }
+    inner.stats().bytes_to_device += bytes;
+    let args: Vec<Vec<&Buffer>> = (0..inner.devices)
+        .map(|dev| {
+            slots
+                .iter()
+                .map(|&(scalar, i)| {
+                    if scalar {
+                        &scalars[i][dev]
+                    } else {
+                        &node_bufs[i][dev]
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let per_device = exe.execute_replicated(&args).map_err(fail)?;
+    // [device][output] → [output][device]
+    let mut per_output: Vec<Vec<Buffer>> = (0..program.outputs.len()).map(|_| Vec::new()).collect();
+    for outs in per_device {
+        for (i, b) in outs.into_iter().enumerate() {
+            if let Some(v) = per_output.get_mut(i) {
+                v.push(b);
+            }
+        }
+    }
+    Ok(per_output)
+}
+
+/// The kernel lowered for `platform` as a private function `name`
+/// (memoized per kernel and name).
+fn kernel_function(
+    inner: &Inner,
+    platform: &str,
+    k: &VerifiedKernel,
+    name: &str,
+) -> Result<String, RuntimeError> {
+    let key = (crate::host_call::kernel_key(k), name.to_string());
+    if let Some(t) = inner
+        .kernel_funcs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+    {
+        return Ok(t.clone());
+    }
+    let fail =
+        |e: lowering::LoweringError| RuntimeError::Failed(format!("kernel `{}`: {e}", k.name));
+    let module = match platform {
+        "cpu" => lowering::host_custom_call(k, &key.0).map_err(fail)?,
+        "tpu" => lowering::tpu_custom_call(k).map_err(fail)?.module,
+        _ => lowering::decomposed(k).map_err(fail)?,
+    };
+    let text = lowering::private_function(&module, name).map_err(fail)?;
+    inner
+        .kernel_funcs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, text.clone());
+    Ok(text)
+}

@@ -1,0 +1,454 @@
+//! The deferred graph runtime: lazy tensors over a PJRT plugin.
+//!
+//! Ops on a [`Tensor`] record a node (checked for shapes and dtypes at the
+//! call, so errors name the user's line) and return at once. A sync point
+//! ([`Tensor::to_host`], [`Tensor::item`], [`Runtime::sync`]) hands the
+//! pending subgraph to a background worker, which lowers it to one
+//! StableHLO module, gets the executable from the compile cache (memory,
+//! disk, remote) or compiles it, runs it and stores the results in the
+//! nodes in place, so every handle sees them. Tessera kernels are nodes
+//! like any other ([`Runtime::call`]): on the CPU plugin they run natively
+//! through the FFI handler, on TPU as `tpu_custom_call`, elsewhere as
+//! decomposed StableHLO.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), runtime::graph::RuntimeError> {
+//! use kernel_ir::{Array, DType};
+//! use runtime::graph::{Runtime, RuntimeOptions};
+//!
+//! let rt = Runtime::new(RuntimeOptions::default())?; // the CPU plugin
+//! let x = rt.tensor(&Array::random(DType::F32, [4, 8], 1, -1.0, 1.0))?;
+//! let w = rt.tensor(&Array::random(DType::F32, [8, 2], 2, -1.0, 1.0))?;
+//! let y = x.matmul(&w)?.tanh()?.softmax(1)?; // recorded, not run
+//! let host = y.to_host()?;                   // compiled, cached, run
+//! # Ok(()) }
+//! ```
+
+mod bucket;
+mod exec;
+mod lower;
+mod node;
+mod tensor;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use kernel_ir::{Array, DType, VerifiedKernel};
+
+pub use bucket::Buckets;
+pub use tensor::Tensor;
+
+use crate::cache::{CompileCache, RemoteCache, disk::DiskCache};
+use crate::pjrt::{Client, Plugin};
+use node::{Node, State};
+
+/// Errors of the graph runtime.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RuntimeError {
+    /// An op was recorded with inputs it cannot take; `loc` is the call.
+    #[error("{loc}: {message}")]
+    Record {
+        /// What is wrong and how to fix it.
+        message: String,
+        /// `file:line:col` of the recording call.
+        loc: String,
+    },
+    /// Materializing a node failed (lowering, compile or execution); stored
+    /// in every node it affects and reported at each sync that reads them.
+    #[error("{0}")]
+    Failed(String),
+    /// Setting up the runtime failed (plugin, client, cache directory).
+    #[error("{0}")]
+    Setup(String),
+    /// A Tessera bug.
+    #[error("internal runtime error (a Tessera bug, please report it): {0}")]
+    Internal(String),
+}
+
+/// How a [`Runtime`] is set up.
+#[derive(Clone)]
+pub struct RuntimeOptions {
+    /// The PJRT plugin; `None` is the CPU plugin the set-up installed (or
+    /// `$TESSERA_PJRT_PLUGIN`). Changing this one line targets another back
+    /// end.
+    pub plugin: Option<PathBuf>,
+    /// Devices (replicas); collectives run across them.
+    pub devices: usize,
+    /// Use the on-disk compile cache.
+    pub disk_cache: bool,
+    /// Its directory; `None` is `<tessera cache>/compile`.
+    pub cache_dir: Option<PathBuf>,
+    /// A remote cache tier (off by default).
+    pub remote: Option<Arc<dyn RemoteCache>>,
+    /// A length past the last bucket compiles for its exact size instead of
+    /// being an error.
+    pub recompile_past_last_bucket: bool,
+    /// Run every op as soon as it is recorded (op by op, for comparison).
+    pub eager: bool,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            plugin: None,
+            devices: 1,
+            disk_cache: true,
+            cache_dir: None,
+            remote: None,
+            recompile_past_last_bucket: false,
+            eager: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for RuntimeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeOptions")
+            .field("plugin", &self.plugin)
+            .field("devices", &self.devices)
+            .field("disk_cache", &self.disk_cache)
+            .field("cache_dir", &self.cache_dir)
+            .field("remote", &self.remote.is_some())
+            .field(
+                "recompile_past_last_bucket",
+                &self.recompile_past_last_bucket,
+            )
+            .field("eager", &self.eager)
+            .finish()
+    }
+}
+
+/// What the runtime has done so far.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// Programs compiled by the plugin.
+    pub compiles: u64,
+    /// Executables found in this process.
+    pub hits_memory: u64,
+    /// Executables loaded from the disk cache.
+    pub hits_disk: u64,
+    /// Executables loaded from the remote cache.
+    pub hits_remote: u64,
+    /// Time spent compiling.
+    pub compile_time: Duration,
+    /// Cache entries found corrupt or truncated, dropped and recompiled.
+    pub corrupt_entries: u64,
+    /// Inputs per bucket size.
+    pub buckets: BTreeMap<usize, u64>,
+    /// Bytes of padding added to reach bucket sizes.
+    pub padding_bytes: u64,
+    /// Layout changes implied by kernels' layout hints, per execution.
+    pub transposes: u64,
+    /// Bytes those layout changes move.
+    pub transpose_bytes: u64,
+    /// Programs executed (materializations).
+    pub materializations: u64,
+    /// Nodes materialized.
+    pub nodes_materialized: u64,
+    /// Bytes copied host → device.
+    pub bytes_to_device: u64,
+    /// Bytes copied device → host.
+    pub bytes_to_host: u64,
+}
+
+impl Stats {
+    /// Executables that did not need a compile, over all look-ups.
+    pub fn hit_rate(&self) -> f64 {
+        let hits = self.hits_memory + self.hits_disk + self.hits_remote;
+        let all = hits + self.compiles;
+        if all == 0 {
+            0.0
+        } else {
+            hits as f64 / all as f64
+        }
+    }
+}
+
+/// A sync request for the worker.
+struct Job {
+    inner: Arc<Inner>,
+    nodes: Vec<Arc<Node>>,
+    done: mpsc::Sender<()>,
+}
+
+pub(crate) struct Inner {
+    pub client: Client,
+    pub devices: usize,
+    pub cache: CompileCache,
+    pub stats: Mutex<Stats>,
+    /// Kernel functions already lowered: (kernel key, function name) → text.
+    pub kernel_funcs: Mutex<HashMap<(String, String), String>>,
+    /// Recorded collectives not yet run: never pruned.
+    pub pending_collectives: Mutex<Vec<Arc<Node>>>,
+    worker: Mutex<mpsc::Sender<Job>>,
+    next_id: AtomicU64,
+    pub options: RuntimeOptions,
+}
+
+impl Inner {
+    pub fn stats(&self) -> std::sync::MutexGuard<'_, Stats> {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// A lazy-tensor runtime over one PJRT plugin. Cheap to clone; clones
+/// share everything.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("platform", &self.inner.client.platform())
+            .field("devices", &self.inner.devices)
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// A runtime with `options`.
+    pub fn new(options: RuntimeOptions) -> Result<Runtime, RuntimeError> {
+        let setup = |e: String| RuntimeError::Setup(e);
+        let plugin = match &options.plugin {
+            Some(p) => Plugin::load(p),
+            None => Plugin::default_plugin(),
+        }
+        .map_err(|e| setup(e.to_string()))?;
+        let devices = options.devices.max(1);
+        let create: Vec<(&str, i64)> = if options.plugin.is_none() {
+            vec![("cpu_device_count", devices as i64)]
+        } else {
+            Vec::new()
+        };
+        let client = Client::new(plugin.clone(), &create).map_err(|e| setup(e.to_string()))?;
+        if client.devices().len() < devices {
+            return Err(setup(format!(
+                "the plugin has {} devices, {devices} were asked for",
+                client.devices().len()
+            )));
+        }
+        if client.platform() == "cpu" {
+            crate::host_call::install_handler(&plugin).map_err(|e| setup(e.to_string()))?;
+        }
+        let disk = if options.disk_cache {
+            let dir = options
+                .cache_dir
+                .clone()
+                .unwrap_or_else(|| crate::plugin::cache_dir().join("compile"));
+            Some(DiskCache::open(&dir).map_err(setup)?)
+        } else {
+            None
+        };
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("tessera-materialize".into())
+            .spawn(move || {
+                for job in rx {
+                    exec::materialize(&job.inner, &job.nodes);
+                    let _ = job.done.send(());
+                }
+            })
+            .map_err(|e| setup(format!("cannot start the materialization worker: {e}")))?;
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                client,
+                devices,
+                cache: CompileCache::new(disk, options.remote.clone()),
+                stats: Mutex::new(Stats::default()),
+                kernel_funcs: Mutex::new(HashMap::new()),
+                pending_collectives: Mutex::new(Vec::new()),
+                worker: Mutex::new(tx),
+                next_id: AtomicU64::new(0),
+                options,
+            }),
+        })
+    }
+
+    /// The CPU plugin with one device and the default caches.
+    pub fn cpu() -> Result<Runtime, RuntimeError> {
+        Runtime::new(RuntimeOptions::default())
+    }
+
+    /// The plugin's platform name (`cpu`, `tpu`, ...).
+    pub fn platform(&self) -> &str {
+        self.inner.client.platform()
+    }
+
+    /// Devices the runtime runs on.
+    pub fn devices(&self) -> usize {
+        self.inner.devices
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats().clone()
+    }
+
+    /// Uploads `array` to every device (a materialized tensor).
+    #[track_caller]
+    pub fn tensor(&self, array: &Array) -> Result<Tensor, RuntimeError> {
+        let per_device = vec![array.clone(); self.inner.devices];
+        self.tensor_per_device(&per_device)
+    }
+
+    /// Uploads one array per device (same shape and dtype), for
+    /// collectives.
+    #[track_caller]
+    pub fn tensor_per_device(&self, arrays: &[Array]) -> Result<Tensor, RuntimeError> {
+        let loc = std::panic::Location::caller().to_string();
+        let first = arrays.first().ok_or_else(|| RuntimeError::Record {
+            message: "no arrays given".into(),
+            loc: loc.clone(),
+        })?;
+        if arrays.len() != self.inner.devices
+            || arrays
+                .iter()
+                .any(|a| a.shape() != first.shape() || a.dtype() != first.dtype())
+        {
+            return Err(RuntimeError::Record {
+                message: format!(
+                    "give one array per device ({}), all of one shape and dtype",
+                    self.inner.devices
+                ),
+                loc,
+            });
+        }
+        let node = self.upload(arrays, loc, vec![None; first.shape().len()])?;
+        Ok(Tensor::from_node(self.clone(), node))
+    }
+
+    /// Uploads `arrays` (one per device) as a ready node.
+    pub(crate) fn upload(
+        &self,
+        arrays: &[Array],
+        loc: String,
+        dims: Vec<node::Dyn>,
+    ) -> Result<Arc<Node>, RuntimeError> {
+        let mut bufs = Vec::with_capacity(arrays.len());
+        let mut bytes = 0;
+        for (d, a) in arrays.iter().enumerate() {
+            bufs.push(
+                self.inner
+                    .client
+                    .upload(a, d)
+                    .map_err(|e| RuntimeError::Failed(e.to_string()))?,
+            );
+            bytes += (a.len() * a.dtype().bytes()) as u64;
+        }
+        self.inner.stats().bytes_to_device += bytes;
+        Ok(Arc::new(Node {
+            id: self.inner.next_id(),
+            shape: arrays[0].shape().to_vec(),
+            dtype: arrays[0].dtype(),
+            dims,
+            loc,
+            state: Mutex::new(State::Ready(Arc::new(bufs))),
+        }))
+    }
+
+    /// A scalar constant (rank 0). Constants other than 0 and ±1 are passed
+    /// to the program at run time, so a value that changes per call does
+    /// not recompile.
+    #[track_caller]
+    pub fn scalar(&self, value: f64, dtype: DType) -> Tensor {
+        let node = Arc::new(Node {
+            id: self.inner.next_id(),
+            shape: Vec::new(),
+            dtype,
+            dims: Vec::new(),
+            loc: std::panic::Location::caller().to_string(),
+            state: Mutex::new(State::Deferred {
+                op: node::Op::Constant(dtype.round(value)),
+                inputs: Vec::new(),
+            }),
+        });
+        Tensor::from_node(self.clone(), node)
+    }
+
+    /// Uploads `array` padded along `dim` to the smallest bucket that holds
+    /// it; the tensor remembers the valid length, which graph ops use as a
+    /// mask and kernels get through [`Tensor::valid_length`]. A new length
+    /// in a known bucket therefore never recompiles.
+    #[track_caller]
+    pub fn dynamic(
+        &self,
+        array: &Array,
+        dim: usize,
+        buckets: &Buckets,
+    ) -> Result<Tensor, RuntimeError> {
+        bucket::upload_dynamic(
+            self,
+            array,
+            dim,
+            buckets,
+            std::panic::Location::caller().to_string(),
+        )
+    }
+
+    /// Records a call of a Tessera kernel: `args` as
+    /// [`kernel_ir::interpret`] takes them (scalar prefetch, then inputs);
+    /// returns its outputs.
+    #[track_caller]
+    pub fn call(
+        &self,
+        kernel: &VerifiedKernel,
+        args: &[&Tensor],
+    ) -> Result<Vec<Tensor>, RuntimeError> {
+        tensor::call(
+            self,
+            kernel,
+            args,
+            std::panic::Location::caller().to_string(),
+        )
+    }
+
+    /// Materializes `tensors` (and anything else that must run: pending
+    /// collectives, live intermediates of the same subgraph); returns the
+    /// first failure among them.
+    pub fn sync(&self, tensors: &[&Tensor]) -> Result<(), RuntimeError> {
+        let nodes: Vec<Arc<Node>> = tensors.iter().map(|t| t.node.clone()).collect();
+        self.sync_nodes(&nodes)?;
+        for n in &nodes {
+            if let Some(Err(e)) = n.ready() {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn sync_nodes(&self, nodes: &[Arc<Node>]) -> Result<(), RuntimeError> {
+        let pending = nodes.iter().any(|n| n.deferred().is_some())
+            || !self
+                .inner
+                .pending_collectives
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty();
+        if !pending {
+            return Ok(());
+        }
+        let (done, wait) = mpsc::channel();
+        let job = Job {
+            inner: self.inner.clone(),
+            nodes: nodes.to_vec(),
+            done,
+        };
+        self.inner
+            .worker
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(job)
+            .map_err(|_| RuntimeError::Internal("the materialization worker stopped".into()))?;
+        wait.recv()
+            .map_err(|_| RuntimeError::Internal("the materialization worker stopped".into()))
+    }
+}

@@ -1,0 +1,128 @@
+//! Graph nodes: what a `Tensor` handle points at.
+
+use std::sync::{Arc, Mutex};
+
+use kernel_ir::{BinaryOp, CompareOp, DType, DotDims, ReduceOp, UnaryOp, VerifiedKernel};
+
+use super::RuntimeError;
+use crate::pjrt::Buffer;
+
+/// The valid length of a padded (bucketed) dim.
+#[derive(Debug)]
+pub(crate) struct DynLen {
+    /// The scalar-prefetch-shaped length: `i32[1]`, materialized.
+    pub node: Arc<Node>,
+    /// Its value.
+    pub valid: usize,
+}
+
+/// A dim's valid length when the dim is padded to a bucket.
+pub(crate) type Dyn = Option<Arc<DynLen>>;
+
+/// A Tessera kernel call shared by the nodes of its outputs.
+#[derive(Debug)]
+pub(crate) struct KernelCall {
+    pub kernel: VerifiedKernel,
+}
+
+/// What a deferred node computes from its inputs.
+#[derive(Clone, Debug)]
+pub(crate) enum Op {
+    /// A scalar constant of the node's dtype.
+    Constant(f64),
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Compare(CompareOp),
+    /// `select(cond, on_true, on_false)`.
+    Select,
+    Convert,
+    Dot(DotDims),
+    /// Reduces `axes`; `masked[i]` is the input index of the valid length
+    /// of a padded reduced axis (its padding is replaced by the identity).
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+        mean: bool,
+        masked: Vec<(usize, usize)>,
+    },
+    Reshape,
+    Transpose(Vec<usize>),
+    /// Output dim `dims[i]` comes from input dim `i`.
+    Broadcast(Vec<usize>),
+    Slice {
+        start: Vec<usize>,
+        limit: Vec<usize>,
+    },
+    Concat(usize),
+    /// Softmax along `axis`; `masked` as for `Reduce`.
+    Softmax {
+        axis: usize,
+        masked: Option<usize>,
+    },
+    /// Output `output` of a kernel call (the inputs are the call's).
+    Kernel {
+        call: Arc<KernelCall>,
+        output: usize,
+    },
+    /// Sum over all devices.
+    AllReduce,
+    /// Concatenation over all devices along `axis`.
+    AllGather(usize),
+}
+
+impl Op {
+    /// Collectives synchronize devices: once recorded they always run.
+    pub fn is_collective(&self) -> bool {
+        matches!(self, Op::AllReduce | Op::AllGather(_))
+    }
+}
+
+/// A node's storage.
+#[derive(Debug)]
+pub(crate) enum State {
+    /// Not computed yet.
+    Deferred { op: Op, inputs: Vec<Arc<Node>> },
+    /// Computed: one buffer per device.
+    Ready(Arc<Vec<Buffer>>),
+    /// Computing it failed; reported at every sync that reads it.
+    Failed(RuntimeError),
+}
+
+/// A value in the graph. Handles share it, so materializing it replaces its
+/// state in place and every handle sees the result.
+#[derive(Debug)]
+pub(crate) struct Node {
+    /// Creation order within the runtime.
+    pub id: u64,
+    /// Shape (padded dims at their bucket size).
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+    /// Per dim: the valid length when the dim is padded.
+    pub dims: Vec<Dyn>,
+    /// Where the user recorded it (named when computing it fails).
+    pub loc: String,
+    pub state: Mutex<State>,
+}
+
+impl Node {
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The buffers if ready, the error if failed, `None` if deferred.
+    pub fn ready(&self) -> Option<Result<Arc<Vec<Buffer>>, RuntimeError>> {
+        match &*self.lock() {
+            State::Ready(b) => Some(Ok(b.clone())),
+            State::Failed(e) => Some(Err(e.clone())),
+            State::Deferred { .. } => None,
+        }
+    }
+
+    /// The op and inputs of a deferred node.
+    pub fn deferred(&self) -> Option<(Op, Vec<Arc<Node>>)> {
+        match &*self.lock() {
+            State::Deferred { op, inputs } => Some((op.clone(), inputs.clone())),
+            _ => None,
+        }
+    }
+}
