@@ -18,3 +18,4 @@ pub mod examples;
 pub mod foundation;
 pub mod paths;
 pub mod reference;
+pub mod transformer;

@@ -64,6 +64,18 @@ pub fn layer_norm(x: &Array, gamma: &Array, beta: &Array, eps: f64) -> Vec<f64> 
 /// Attention over `[b, h, s, d]` arrays: `softmax(q·kᵀ·scale)·v`, causal
 /// meaning key `j` is visible to query `i` only when `j ≤ i`.
 pub fn attention(q: &Array, k: &Array, v: &Array, causal: bool, scale: f64) -> Vec<f64> {
+    attention_kv_len(q, k, v, causal, scale, k.shape()[2])
+}
+
+/// [`attention`] over only the first `kv_len` keys (`1 ≤ kv_len`).
+pub fn attention_kv_len(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    causal: bool,
+    scale: f64,
+    kv_len: usize,
+) -> Vec<f64> {
     let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
     let skv = k.shape()[2];
     let (qd, kd, vd) = (q.data(), k.data(), v.data());
@@ -71,7 +83,7 @@ pub fn attention(q: &Array, k: &Array, v: &Array, causal: bool, scale: f64) -> V
     for bh in 0..b * h {
         let (qo, ko) = (bh * sq * d, bh * skv * d);
         for i in 0..sq {
-            let visible = if causal { (i + 1).min(skv) } else { skv };
+            let visible = if causal { (i + 1).min(skv) } else { skv }.min(kv_len);
             let scores: Vec<f64> = (0..visible)
                 .map(|j| {
                     (0..d)

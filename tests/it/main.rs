@@ -5,6 +5,7 @@ mod builder_kernels;
 mod dsl;
 mod dsl_vs_builder;
 mod foundation;
+mod graph;
 mod invalid;
 mod lowered;
 mod native;

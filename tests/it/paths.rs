@@ -139,6 +139,30 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    #[test]
+    fn flash_attention_with_a_valid_kv_length_on_every_path(
+        kv_len in 1usize..=256, causal in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let (h, sq, skv, d) = (2, 64, 256, 64);
+        let dims = kernels::attention::flash_attention_kv_len::Dims { b: 1, h, sq, skv, d };
+        let cfg = AttnConfig { causal, sm_scale: 0.125, block_q: 32, block_k: 128 };
+        let len = Array::from_elems([1], &[kv_len as i32]).unwrap();
+        let q = Array::random(F32, [1, h, sq, d], seed, -1.0, 1.0);
+        let k = Array::random(F32, [1, h, skv, d], seed + 1, -1.0, 1.0);
+        let v = Array::random(F32, [1, h, skv, d], seed + 2, -1.0, 1.0);
+        let want = reference::attention_kv_len(&q, &k, &v, causal, 0.125, kv_len);
+        all_paths(
+            kernels::attention::flash_attention_kv_len(&cfg, F32, dims),
+            &[len, q, k, v],
+            want,
+            attention_tol(F32),
+        )?;
+    }
+}
+
 #[test]
 fn builder_foundation_kernels_on_every_path() {
     let x = Array::random(F32, [40, 200], 11, -4.0, 4.0);

@@ -123,6 +123,7 @@ impl DiskCache {
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(0o600)
             .open(&path)
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         file.lock()

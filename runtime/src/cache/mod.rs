@@ -49,6 +49,12 @@ pub trait RemoteCache: Send + Sync {
     fn put(&self, key: &str, entry: &[u8]) -> Result<(), String>;
 }
 
+/// Checks a cache entry file's bytes (header, length, checksum): `Ok` with
+/// the payload size, or why it would be dropped and recompiled.
+pub fn check_entry(bytes: &[u8]) -> Result<usize, String> {
+    disk::open_envelope(bytes).map(<[u8]>::len)
+}
+
 /// Where an executable came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tier {
