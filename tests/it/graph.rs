@@ -446,3 +446,20 @@ fn a_cache_directory_others_can_write_is_tightened_or_refused() {
         0o700
     );
 }
+
+#[test]
+fn a_long_unsynced_chain_records_and_frees_without_overflow() {
+    let rt = Runtime::new(RuntimeOptions {
+        disk_cache: false,
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let x = rt.tensor(&Array::zeros(F32, vec![2])).unwrap();
+    let mut y = x.clone();
+    for _ in 0..200_000 {
+        y = y.add_scalar(1.0).unwrap();
+    }
+    assert_eq!(y.shape(), &[2]);
+    drop(y);
+    assert_eq!(rt.stats().materializations, 0);
+}

@@ -126,3 +126,25 @@ impl Node {
         }
     }
 }
+
+impl Drop for Node {
+    /// Drops a chain of deferred nodes iteratively: a program that records
+    /// a million ops without a sync must not overflow the stack when the
+    /// chain is freed.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let State::Deferred { inputs, .. } = state else {
+            return;
+        };
+        let mut stack = std::mem::take(inputs);
+        while let Some(n) = stack.pop() {
+            if let Ok(mut owned) = Arc::try_unwrap(n) {
+                let st = owned.state.get_mut().unwrap_or_else(|p| p.into_inner());
+                if let State::Deferred { inputs, .. } = st {
+                    stack.append(inputs);
+                }
+                // `owned` drops here with no inputs left.
+            }
+        }
+    }
+}

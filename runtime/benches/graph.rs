@@ -1,0 +1,114 @@
+//! `cargo bench -p runtime`: what the deferred graph costs on a small
+//! graph, next to the same graph run eagerly, op by op, through the plugin
+//! (each op its own cached executable), in one run.
+//!
+//! The graph (10 ops): `softmax(tanh(x·w) * 0.5 + b, 1)`, row sums, mean.
+
+use std::time::{Duration, Instant};
+
+use kernel_ir::{Array, DType};
+use runtime::graph::{Runtime, RuntimeError, RuntimeOptions, Tensor};
+
+fn graph(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor, RuntimeError> {
+    x.matmul(w)?
+        .tanh()?
+        .scale(0.5)?
+        .add(b)?
+        .softmax(1)?
+        .sum(&[1])?
+        .mean(&[0])
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median seconds of `f` over runs filling about `budget`.
+fn time(
+    budget: Duration,
+    mut f: impl FnMut() -> Result<(), RuntimeError>,
+) -> Result<f64, RuntimeError> {
+    f()?; // warm-up: compiles
+    let mut v = Vec::new();
+    let start = Instant::now();
+    while v.len() < 20 || (start.elapsed() < budget && v.len() < 100_000) {
+        let t = Instant::now();
+        f()?;
+        v.push(t.elapsed().as_secs_f64());
+    }
+    Ok(median(v))
+}
+
+fn main() -> Result<(), RuntimeError> {
+    let budget = Duration::from_secs(2);
+    let make = |eager| {
+        Runtime::new(RuntimeOptions {
+            disk_cache: false,
+            eager,
+            ..RuntimeOptions::default()
+        })
+    };
+    let lazy = make(false)?;
+    let eager = make(true)?;
+    let xs = Array::random(DType::F32, [64, 64], 1, -1.0, 1.0);
+    let ws = Array::random(DType::F32, [64, 64], 2, -0.1, 0.1);
+    let bs = Array::random(DType::F32, [64, 64], 3, -1.0, 1.0);
+    let inputs = |rt: &Runtime| -> Result<(Tensor, Tensor, Tensor), RuntimeError> {
+        Ok((rt.tensor(&xs)?, rt.tensor(&ws)?, rt.tensor(&bs)?))
+    };
+    let (x, w, b) = inputs(&lazy)?;
+
+    // Recording alone: ops per second without a sync.
+    let record = time(budget, || {
+        let t = Instant::now();
+        let mut y = x.clone();
+        for _ in 0..100 {
+            y = y.tanh()?;
+        }
+        std::hint::black_box(&y);
+        let _ = t;
+        Ok(())
+    })? / 100.0;
+
+    // A cache hit: record the graph, sync (lower, hash, find, run), read.
+    let lazy_iter = time(budget, || graph(&x, &w, &b)?.to_host().map(drop))?;
+    let (ex, ew, eb) = inputs(&eager)?;
+    let eager_iter = time(budget, || graph(&ex, &ew, &eb)?.to_host().map(drop))?;
+    let same = graph(&x, &w, &b)?.item()? - graph(&ex, &ew, &eb)?.item()?;
+
+    let s = lazy.stats();
+    println!("graph runtime, small graph of 10 ops on f32[64, 64] (median of repeated runs)");
+    println!(
+        "{:<44} {:>12}",
+        "per-op recording overhead",
+        format!("{:.2} µs", record * 1e6)
+    );
+    println!(
+        "{:<44} {:>12}",
+        "deferred: record + sync + read (cache hit)",
+        format!("{:.1} µs", lazy_iter * 1e6)
+    );
+    println!(
+        "{:<44} {:>12}",
+        "eager: op by op through the plugin",
+        format!("{:.1} µs", eager_iter * 1e6)
+    );
+    println!(
+        "{:<44} {:>12}",
+        "eager / deferred",
+        format!("{:.2}x", eager_iter / lazy_iter)
+    );
+    println!(
+        "deferred: {} compiles, {} memory hits, hit rate {:.4}; results differ by {same:.1e}",
+        s.compiles,
+        s.hits_memory,
+        s.hit_rate()
+    );
+    let e = eager.stats();
+    println!(
+        "eager: {} compiles, {} materializations",
+        e.compiles, e.materializations
+    );
+    Ok(())
+}
