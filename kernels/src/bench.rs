@@ -113,6 +113,8 @@ impl Workload {
                     sm_scale: 1.0 / (HEAD_DIM as f32).sqrt(),
                     block_q: attention_block(m, s),
                     block_k: attention_block(m, s),
+                    window: None,
+                    softcap: None,
                 },
                 DType::F32,
                 crate::attention::flash_attention::Dims {
@@ -121,6 +123,7 @@ impl Workload {
                     sq: s,
                     skv: s,
                     d: HEAD_DIM,
+                    hkv: HEADS,
                 },
             ),
         }

@@ -52,6 +52,20 @@ impl Tolerance {
     }
 }
 
+impl Tolerance {
+    /// Attention outputs: f32 error grows with the key count through the
+    /// softmax sum and two matmuls; half floats as [`Tolerance::for_dtype`].
+    pub fn attention(dtype: DType) -> Tolerance {
+        match dtype {
+            DType::F32 => Tolerance {
+                abs: 2e-5,
+                rel: 1e-4,
+            },
+            d => Tolerance::for_dtype(d),
+        }
+    }
+}
+
 impl ErrorStats {
     /// Compares `actual` with `reference` (same length, row-major) under
     /// `tol`. A length mismatch counts every element as NaN.

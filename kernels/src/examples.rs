@@ -31,12 +31,15 @@ fn attn(
         sq,
         skv,
         d: 64,
+        hkv: 2,
     };
     let cfg = AttnConfig {
         causal,
         sm_scale: 0.125,
         block_q,
         block_k: 128,
+        window: None,
+        softcap: None,
     };
     flash_attention(&cfg, dtype, dims)
 }

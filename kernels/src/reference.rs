@@ -61,10 +61,111 @@ pub fn layer_norm(x: &Array, gamma: &Array, beta: &Array, eps: f64) -> Vec<f64> 
         .collect()
 }
 
+/// What [`attention_full`] computes: the options of
+/// [`crate::attention::AttnConfig`] plus a valid key length.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttnSpec {
+    /// Key `j` visible to query `i` only when `j ≤ i`.
+    pub causal: bool,
+    /// Score scale.
+    pub scale: f64,
+    /// Keys more than `window − 1` positions away are hidden.
+    pub window: Option<usize>,
+    /// Scores become `cap · tanh(s / cap)`.
+    pub softcap: Option<f64>,
+    /// Only the first `kv_len` keys exist.
+    pub kv_len: Option<usize>,
+}
+
+impl AttnSpec {
+    /// Plain attention with `scale`, causal or not.
+    pub fn new(causal: bool, scale: f64) -> AttnSpec {
+        AttnSpec {
+            causal,
+            scale,
+            window: None,
+            softcap: None,
+            kv_len: None,
+        }
+    }
+
+    /// Whether key `j` is visible to query `i`.
+    pub fn visible(&self, i: usize, j: usize) -> bool {
+        let (i, j) = (i as i64, j as i64);
+        (!self.causal || j <= i)
+            && self.window.is_none_or(|w| {
+                let w = w as i64;
+                if self.causal {
+                    i - j < w
+                } else {
+                    (i - j).abs() < w
+                }
+            })
+            && self.kv_len.is_none_or(|n| j < n as i64)
+    }
+
+    /// The (capped, scaled) score of a raw dot product.
+    pub fn score(&self, dot: f64) -> f64 {
+        let s = dot * self.scale;
+        match self.softcap {
+            Some(c) => c * (s / c).tanh(),
+            None => s,
+        }
+    }
+}
+
+/// Attention over `[b, h, sq, d]` queries and `[b, hkv, skv, d]` keys and
+/// values (query head `i` uses kv head `i / (h / hkv)`): returns the output
+/// `[b, h, sq, d]` and the row logsumexp `[b, h, sq, 1]` of the scores. A
+/// row with no visible key gets output 0 and logsumexp −∞.
+pub fn attention_full(q: &Array, k: &Array, v: &Array, spec: &AttnSpec) -> (Vec<f64>, Vec<f64>) {
+    let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
+    let (hkv, skv) = (k.shape()[1], k.shape()[2]);
+    let group = h / hkv.max(1);
+    let (qd, kd, vd) = (q.data(), k.data(), v.data());
+    let mut out = vec![0.0; b * h * sq * d];
+    let mut lse = vec![f64::NEG_INFINITY; b * h * sq];
+    for bi in 0..b {
+        for hi in 0..h {
+            let qo = (bi * h + hi) * sq * d;
+            let ko = (bi * hkv + hi / group) * skv * d;
+            for i in 0..sq {
+                let keys: Vec<usize> = (0..skv).filter(|&j| spec.visible(i, j)).collect();
+                if keys.is_empty() {
+                    continue;
+                }
+                let scores: Vec<f64> = keys
+                    .iter()
+                    .map(|&j| {
+                        spec.score(
+                            (0..d)
+                                .map(|t| qd[qo + i * d + t] * kd[ko + j * d + t])
+                                .sum::<f64>(),
+                        )
+                    })
+                    .collect();
+                let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                let total: f64 = e.iter().sum();
+                lse[(bi * h + hi) * sq + i] = m + total.ln();
+                for t in 0..d {
+                    out[qo + i * d + t] = keys
+                        .iter()
+                        .zip(&e)
+                        .map(|(&j, w)| w * vd[ko + j * d + t])
+                        .sum::<f64>()
+                        / total;
+                }
+            }
+        }
+    }
+    (out, lse)
+}
+
 /// Attention over `[b, h, s, d]` arrays: `softmax(q·kᵀ·scale)·v`, causal
 /// meaning key `j` is visible to query `i` only when `j ≤ i`.
 pub fn attention(q: &Array, k: &Array, v: &Array, causal: bool, scale: f64) -> Vec<f64> {
-    attention_kv_len(q, k, v, causal, scale, k.shape()[2])
+    attention_full(q, k, v, &AttnSpec::new(causal, scale)).0
 }
 
 /// [`attention`] over only the first `kv_len` keys (`1 ≤ kv_len`).
@@ -76,34 +177,9 @@ pub fn attention_kv_len(
     scale: f64,
     kv_len: usize,
 ) -> Vec<f64> {
-    let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
-    let skv = k.shape()[2];
-    let (qd, kd, vd) = (q.data(), k.data(), v.data());
-    let mut out = vec![0.0; b * h * sq * d];
-    for bh in 0..b * h {
-        let (qo, ko) = (bh * sq * d, bh * skv * d);
-        for i in 0..sq {
-            let visible = if causal { (i + 1).min(skv) } else { skv }.min(kv_len);
-            let scores: Vec<f64> = (0..visible)
-                .map(|j| {
-                    (0..d)
-                        .map(|t| qd[qo + i * d + t] * kd[ko + j * d + t])
-                        .sum::<f64>()
-                        * scale
-                })
-                .collect();
-            let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-            let total: f64 = e.iter().sum();
-            for t in 0..d {
-                out[qo + i * d + t] = e
-                    .iter()
-                    .enumerate()
-                    .map(|(j, w)| w * vd[ko + j * d + t])
-                    .sum::<f64>()
-                    / total;
-            }
-        }
-    }
-    out
+    let spec = AttnSpec {
+        kv_len: Some(kv_len),
+        ..AttnSpec::new(causal, scale)
+    };
+    attention_full(q, k, v, &spec).0
 }

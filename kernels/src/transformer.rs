@@ -133,6 +133,8 @@ pub fn block_forward(
             sm_scale: 1.0 / (dh as f32).sqrt(),
             block_q: b,
             block_k: b,
+            window: None,
+            softcap: None,
         },
         DType::F32,
         crate::attention::flash_attention_kv_len::Dims {
@@ -141,13 +143,15 @@ pub fn block_forward(
             sq: s,
             skv: s,
             d: dh,
+            hkv: h,
         },
     )
     .map_err(|e| RuntimeError::Failed(e.to_string()))?;
     let len = x.valid_length(0)?;
     let attn = rt
         .call(&kernel, &[&len, &q, &k, &v])?
-        .pop()
+        .into_iter()
+        .next()
         .ok_or_else(|| RuntimeError::Internal("attention returned nothing".into()))?;
     // Heads merged back, output projection, residual.
     let o = attn

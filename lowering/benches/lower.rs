@@ -18,12 +18,15 @@ fn main() {
         sq: 2048,
         skv: 2048,
         d: 128,
+        hkv: 8,
     };
     let cfg = AttnConfig {
         causal: true,
         sm_scale: 0.088,
         block_q: 128,
         block_k: 128,
+        window: None,
+        softcap: None,
     };
     let kernel = flash_attention(&cfg, DType::BF16, dims).expect("flash attention verifies");
     let runs = 20;

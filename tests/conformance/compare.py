@@ -74,7 +74,7 @@ def pallas_matmul():
 BQ, BK, D, SCALE = 64, 128, 64, 0.125
 
 
-def flash_attention(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref):
+def flash_attention(q_ref, k_ref, v_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref):
     qi, ki = pl.program_id(2), pl.program_id(3)
 
     @pl.when(ki == 0)
@@ -102,20 +102,23 @@ def flash_attention(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref):
     @pl.when(ki == pl.num_programs(3) - 1)
     def _():
         o_ref[0, 0] = (acc_ref[...] / l_ref[:, 0:1]).astype(o_ref.dtype)
+        lse_ref[0, 0] = m_ref[:, 0:1] + jnp.log(l_ref[:, 0:1])
 
 
 def pallas_flash_attention():
     shape = (1, 2, 256, D)
     q_spec = pl.BlockSpec((1, 1, BQ, D), lambda b, h, i, j: (b, h, i, 0))
-    kv_spec = pl.BlockSpec((1, 1, BK, D), lambda b, h, i, j: (b, h, j, 0))
+    # Steps past the last k block a q block needs re-use that block.
+    kv_spec = pl.BlockSpec((1, 1, BK, D), lambda b, h, i, j: (b, h, jnp.minimum(j, jax.lax.div((i + 1) * BQ - 1, BK)), 0))
+    lse_spec = pl.BlockSpec((1, 1, BQ, 1), lambda b, h, i, j: (b, h, i, 0))
     f = pl.pallas_call(
         flash_attention,
-        out_shape=jax.ShapeDtypeStruct(shape, jnp.bfloat16),
+        out_shape=(jax.ShapeDtypeStruct(shape, jnp.bfloat16), jax.ShapeDtypeStruct((1, 2, 256, 1), jnp.float32)),
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=0,
             grid=(1, 2, 256 // BQ, 256 // BK),
             in_specs=[q_spec, kv_spec, kv_spec],
-            out_specs=q_spec,
+            out_specs=(q_spec, lse_spec),
             scratch_shapes=[pltpu.VMEM((BQ, 128), jnp.float32), pltpu.VMEM((BQ, 128), jnp.float32),
                             pltpu.VMEM((BQ, D), jnp.float32)],
         ),

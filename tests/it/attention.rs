@@ -25,6 +25,7 @@ fn run(c: &Case, seed: u64, shuffle: Option<u64>) -> Result<ErrorStats, String> 
         sq: c.sq,
         skv: c.skv,
         d: c.d,
+        hkv: c.h,
     };
     let k = flash_attention(&c.cfg, c.dtype, dims).map_err(|e| e.to_string())?;
     let q = Array::random(c.dtype, [c.b, c.h, c.sq, c.d], seed, -1.0, 1.0);
@@ -61,6 +62,8 @@ fn causal_and_full_attention_match_f64() {
                 sm_scale: 0.125,
                 block_q: 16,
                 block_k: 128,
+                window: None,
+                softcap: None,
             },
             dtype: F32,
         };
@@ -82,6 +85,8 @@ fn bf16_inputs_accumulate_in_f32() {
             sm_scale: 1.0 / 128f32.sqrt(),
             block_q: 32,
             block_k: 128,
+            window: None,
+            softcap: None,
         },
         dtype: BF16,
     };
@@ -100,12 +105,15 @@ fn causal_skips_blocks_above_the_diagonal() {
         sq: 128,
         skv: 256,
         d: 32,
+        hkv: 1,
     };
     let cfg = AttnConfig {
         causal: true,
         sm_scale: 0.2,
         block_q: 16,
         block_k: 128,
+        window: None,
+        softcap: None,
     };
     let k = flash_attention(&cfg, F32, dims).unwrap();
     let q = Array::random(F32, [1, 1, 128, 32], 1, -1.0, 1.0);
@@ -139,12 +147,15 @@ fn k_is_tiled_on_its_physical_minor_dim() {
         sq: 64,
         skv: 256,
         d: 64,
+        hkv: 1,
     };
     let cfg = AttnConfig {
         causal: false,
         sm_scale: 0.125,
         block_q: 8,
         block_k: 64,
+        window: None,
+        softcap: None,
     };
     let e = flash_attention(&cfg, F32, dims).unwrap_err();
     assert!(
@@ -171,6 +182,8 @@ proptest! {
                 sm_scale: 1.0 / (d as f32).sqrt(),
                 block_q: bq,
                 block_k: if full_k { skv } else { 128 },
+                window: None,
+                softcap: None,
             },
             dtype: F32,
         };

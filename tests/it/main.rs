@@ -2,11 +2,13 @@
 
 mod attention;
 mod builder_kernels;
+mod common;
 mod dsl;
 mod dsl_vs_builder;
 mod foundation;
 mod graph;
 mod invalid;
+mod lib_attention;
 mod lowered;
 mod native;
 mod paths;

@@ -4,38 +4,21 @@
 
 use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
-use kernels::attention::{AttnConfig, flash_attention};
 use kernels::check::Tolerance;
 use kernels::foundation::*;
-use kernels::paths::run_paths;
 use kernels::reference;
 use proptest::prelude::*;
-use runtime::backend::Backend;
 
 use crate::builder_kernels;
 
-/// Fails unless every backend ran and matched.
+/// Fails unless every backend ran and matched (one output).
 fn all_paths(
     kernel: Result<VerifiedKernel, KernelErrors>,
     args: &[Array],
     want: Vec<f64>,
     tol: Tolerance,
 ) -> Result<(), TestCaseError> {
-    let kernel = kernel.map_err(|e| TestCaseError::fail(e.to_string()))?;
-    let reports = run_paths(&kernel, args, &Backend::ALL, &[want], &[tol]);
-    let failed: Vec<String> = reports
-        .iter()
-        .filter(|r| !r.passes())
-        .map(|r| r.to_string())
-        .collect();
-    prop_assert!(
-        failed.is_empty(),
-        "kernel `{}`:\n{}",
-        kernel.name,
-        failed.join("\n")
-    );
-    prop_assert_eq!(reports.len(), 4);
-    Ok(())
+    crate::common::all_paths(kernel, args, vec![want], &[tol])
 }
 
 fn matmul_tol(k: usize, out: DType) -> Tolerance {
@@ -46,16 +29,6 @@ fn matmul_tol(k: usize, out: DType) -> Tolerance {
         }
     } else {
         Tolerance::for_dtype(out)
-    }
-}
-
-fn attention_tol(d: DType) -> Tolerance {
-    match d {
-        F32 => Tolerance {
-            abs: 2e-5,
-            rel: 1e-4,
-        },
-        d => Tolerance::for_dtype(d),
     }
 }
 
@@ -118,48 +91,6 @@ proptest! {
         let b = Array::random(F32, [c.cols], seed + 2, -1.0, 1.0);
         let want = reference::layer_norm(&x, &g, &b, c.eps as f64);
         all_paths(layer_norm(&c), &[x, g, b], want, Tolerance { abs: 2e-5, rel: 2e-5 })?;
-    }
-
-    #[test]
-    fn flash_attention_on_every_path(
-        h in 1usize..3, q_blocks in 1usize..3, bq in prop::sample::select(vec![8usize, 16, 32]),
-        skv in prop::sample::select(vec![128usize, 256]), d in prop::sample::select(vec![32usize, 64, 128]),
-        causal in any::<bool>(), bf in any::<bool>(), seed in any::<u64>(),
-    ) {
-        let dtype = if bf { BF16 } else { F32 };
-        let bq = bq.max(8 * dtype.packing());
-        let sq = q_blocks * bq;
-        let dims = kernels::attention::flash_attention::Dims { b: 1, h, sq, skv, d };
-        let cfg = AttnConfig { causal, sm_scale: 1.0 / (d as f32).sqrt(), block_q: bq, block_k: 128 };
-        let q = Array::random(dtype, [1, h, sq, d], seed, -1.0, 1.0);
-        let k = Array::random(dtype, [1, h, skv, d], seed + 1, -1.0, 1.0);
-        let v = Array::random(dtype, [1, h, skv, d], seed + 2, -1.0, 1.0);
-        let want = reference::attention(&q, &k, &v, causal, cfg.sm_scale as f64);
-        all_paths(flash_attention(&cfg, dtype, dims), &[q, k, v], want, attention_tol(dtype))?;
-    }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
-
-    #[test]
-    fn flash_attention_with_a_valid_kv_length_on_every_path(
-        kv_len in 1usize..=256, causal in any::<bool>(), seed in any::<u64>(),
-    ) {
-        let (h, sq, skv, d) = (2, 64, 256, 64);
-        let dims = kernels::attention::flash_attention_kv_len::Dims { b: 1, h, sq, skv, d };
-        let cfg = AttnConfig { causal, sm_scale: 0.125, block_q: 32, block_k: 128 };
-        let len = Array::from_elems([1], &[kv_len as i32]).unwrap();
-        let q = Array::random(F32, [1, h, sq, d], seed, -1.0, 1.0);
-        let k = Array::random(F32, [1, h, skv, d], seed + 1, -1.0, 1.0);
-        let v = Array::random(F32, [1, h, skv, d], seed + 2, -1.0, 1.0);
-        let want = reference::attention_kv_len(&q, &k, &v, causal, 0.125, kv_len);
-        all_paths(
-            kernels::attention::flash_attention_kv_len(&cfg, F32, dims),
-            &[len, q, k, v],
-            want,
-            attention_tol(F32),
-        )?;
     }
 }
 

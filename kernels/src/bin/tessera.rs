@@ -124,6 +124,7 @@ const ATTN: kernels::attention::flash_attention::Dims = kernels::attention::flas
     sq: 256,
     skv: 256,
     d: 64,
+    hkv: 2,
 };
 
 fn attn_config(causal: bool) -> AttnConfig {
@@ -132,6 +133,8 @@ fn attn_config(causal: bool) -> AttnConfig {
         sm_scale: 0.125,
         block_q: 64,
         block_k: 128,
+        window: None,
+        softcap: None,
     }
 }
 

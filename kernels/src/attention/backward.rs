@@ -1,0 +1,1 @@
+//! Flash attention backward: `delta`, then dq and dk/dv kernels.

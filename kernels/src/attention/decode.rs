@@ -1,0 +1,1 @@
+//! Decode attention over a paged KV cache.

@@ -1,0 +1,336 @@
+//! Flash attention: forward (with logsumexp), backward, and paged decode.
+//!
+//! The forward grid walks (batch, head, q block, k block); the k dim is
+//! `arbitrary` and carries an online softmax in scratch: the running row
+//! max `m`, the running denominator `l` and the unnormalized output `acc`.
+//! Each k block rescales what was accumulated by `exp(m_prev − m_new)`.
+//! Blocks that the causal mask or the sliding window hide entirely are
+//! skipped (not computed), and their K/V index maps are clamped to a block
+//! the q block does need, so a skipped step fetches nothing new.
+//!
+//! * GQA/MQA: `h` query heads share `hkv` key/value heads (`hkv` divides
+//!   `h`); query head `i` reads kv head `i / (h / hkv)`.
+//! * `window`: query `i` sees keys `j` with `i − j < window` (and `j ≤ i`
+//!   when causal; `|i − j| < window` otherwise).
+//! * `softcap`: scores become `cap · tanh(s / cap)` (Gemma-style).
+//! * [`flash_attention_kv_len()`]: keys at or past a scalar-prefetched valid
+//!   length are masked (for bucketed sequences).
+//! * Sequence lengths need not be multiples of the blocks: the last q block
+//!   computes padding rows that are dropped, the last k block's padding is
+//!   masked.
+//! * Both return the output and the row logsumexp `lse = m + log l`
+//!   (`[b, h, sq, 1]`, f32), which the backward kernels ([`backward`]) use.
+//!
+//! K is given a column-major hint: each head's `[s, d]` matrix is stored as
+//! kᵀ, the layout the MXU wants for `q·kᵀ`, so its block's lane dim is the
+//! key dim.
+
+pub mod backward;
+pub mod decode;
+
+use kernel_ir::prelude::*;
+use kernel_ir::{Element, KernelErrors, Target, VerifiedKernel};
+
+/// Config of [`flash_attention()`] and the backward kernels.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttnConfig {
+    /// Query `i` attends to keys `j ≤ i` only.
+    pub causal: bool,
+    /// Scale of the scores, usually `1/√d`.
+    pub sm_scale: f32,
+    /// Query rows per block.
+    pub block_q: usize,
+    /// Keys per block.
+    pub block_k: usize,
+    /// Sliding window: keys more than `window − 1` positions away are hidden.
+    pub window: Option<usize>,
+    /// Logit soft-cap: `s ← cap · tanh(s / cap)`.
+    pub softcap: Option<f32>,
+}
+
+impl AttnConfig {
+    /// Plain attention (`1/√d` scale, no window, no soft-cap) with the
+    /// target's default blocks for these sequence lengths: 128 × 128 on
+    /// v5 (128-wide MXU), 256 × 256 from v6e on (256-wide MXU), each
+    /// clamped to the sequence length.
+    pub fn for_target(target: Target, causal: bool, d: usize, sq: usize, skv: usize) -> AttnConfig {
+        let b = target.mxu_width();
+        AttnConfig {
+            causal,
+            sm_scale: 1.0 / (d as f32).sqrt(),
+            block_q: b.min(sq),
+            block_k: b.min(skv),
+            window: None,
+            softcap: None,
+        }
+    }
+
+    /// Whether any key can be hidden from a query (mask needed).
+    fn masked(&self) -> bool {
+        self.causal || self.window.is_some()
+    }
+}
+
+/// Added to masked scores: far below any real score, yet finite so that a
+/// row never computes `−∞ − (−∞)`.
+pub const MASK_VALUE: f32 = -1e30;
+
+/// The last k block that q block `i` needs (for causal index maps).
+fn last_needed(cfg: &AttnConfig, i: i64) -> i64 {
+    ((i + 1) * cfg.block_q as i64 - 1) / cfg.block_k as i64
+}
+
+/// Scaled (and soft-capped) scores of one (q block, k block) with the
+/// causal and window masks applied.
+#[kernel_fn]
+fn block_scores(cfg: &AttnConfig, q: Ref, k: Ref, qi: Tile, ki: Tile) -> Tile {
+    let (bq, bk) = (cfg.block_q, cfg.block_k);
+    // The MXU multiplies in the input dtype and accumulates in f32.
+    let mut s = dot(q.load((0, 0, .., ..)), k.load((0, 0, .., ..)).t()) * cfg.sm_scale;
+    if cfg.softcap.is_some() {
+        let cap = cfg.softcap.unwrap_or(1.0);
+        s = (s * (1.0 / cap)).tanh() * cap;
+    }
+    if cfg.masked() {
+        let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
+        let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
+        let w = cfg.window.unwrap_or(0) as i32;
+        if cfg.causal {
+            if cfg.window.is_some() {
+                s = select(k_pos <= q_pos && q_pos - k_pos < w, s, MASK_VALUE);
+            } else {
+                s = select(k_pos <= q_pos, s, MASK_VALUE);
+            }
+        } else {
+            s = select((q_pos - k_pos).abs() < w, s, MASK_VALUE);
+        }
+    }
+    s
+}
+
+/// Whether (q block `qi`, k block `ki`) has any visible key: blocks that
+/// are entirely masked are skipped.
+#[kernel_fn]
+fn block_visible(cfg: &AttnConfig, qi: Tile, ki: Tile) -> Tile {
+    let (bq, bk) = (cfg.block_q as i32, cfg.block_k as i32);
+    let w = cfg.window.unwrap_or(0) as i32;
+    // The last query of the q block and the first key of the k block.
+    let q1 = qi * bq + (bq - 1);
+    let k0 = ki * bk;
+    if cfg.window.is_none() {
+        // Causal: the block starts at or before the last query.
+        k0 <= q1
+    } else {
+        // Some key is within the window of some query.
+        let (q0, k1) = (qi * bq, ki * bk + (bk - 1));
+        if cfg.causal {
+            k0 <= q1 && q0 - k1 < w
+        } else {
+            q0 - k1 < w && k0 - q1 < w
+        }
+    }
+}
+
+/// The online-softmax step: new running max and sum, rescaled accumulator.
+#[kernel_fn]
+fn online_softmax_update(cfg: &AttnConfig, m: Ref, l: Ref, acc: Ref, s: Tile, vb: Tile) {
+    let bq = cfg.block_q;
+    let m_prev = m.load((.., 0..1));
+    let l_prev = l.load((.., 0..1));
+    let m_new = m_prev.max(s.max_keep(1));
+    let p = (s - m_new).exp();
+    let alpha = (m_prev - m_new).exp();
+    acc.store(.., acc.load(..) * alpha + dot(p.convert(vb.dtype()), vb));
+    m.store(.., m_new.broadcast_to([bq, 128]));
+    l.store(.., (l_prev * alpha + p.sum_keep(1)).broadcast_to([bq, 128]));
+}
+
+/// One (q block, k block) step of the forward pass: scores, masks (the
+/// causal/window masks, a valid kv length when `use_len`, the padding of a
+/// ragged last k block), online-softmax update.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+fn attend_step(
+    cfg: &AttnConfig,
+    skv: usize,
+    q: Ref,
+    k: Ref,
+    v: Ref,
+    m: Ref,
+    l: Ref,
+    acc: Ref,
+    qi: Tile,
+    ki: Tile,
+    kv_len: Tile,
+    use_len: bool,
+) {
+    let (bq, bk) = (cfg.block_q, cfg.block_k);
+    let mut vb = v.load((0, 0, .., ..));
+    let mut s = block_scores(cfg, q, k, qi, ki);
+    if use_len || !skv.is_multiple_of(bk) {
+        let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
+        if use_len {
+            s = select(k_pos < kv_len, s, MASK_VALUE);
+        }
+        if !skv.is_multiple_of(bk) {
+            // The last k block runs past the array: its padding must not
+            // reach the scores or (as 0 · garbage) the output.
+            s = select(k_pos < skv as i32, s, MASK_VALUE);
+            let row = iota(I32, vb.shape(), 0) + ki * bk;
+            vb = select(row < skv as i32, vb, 0.0);
+        }
+    }
+    online_softmax_update(cfg, m, l, acc, s, vb);
+}
+
+/// First step: reset the running state. Last step: normalize, write the
+/// output and the logsumexp.
+#[kernel_fn]
+fn online_softmax_init(m: Ref, l: Ref, acc: Ref) {
+    m.store(.., f32::NEG_INFINITY);
+    l.store(.., 0.0);
+    acc.store(.., 0.0);
+}
+
+/// Writes `o = acc / l` and `lse = m + log l`.
+#[kernel_fn]
+fn online_softmax_finish(m: Ref, l: Ref, acc: Ref, o: Ref, lse: Ref) {
+    let l_row = l.load((.., 0..1));
+    let out = acc.load(..) / l_row;
+    o.store((0, 0, .., ..), out.convert(o.dtype()));
+    lse.store((0, 0, .., ..), m.load((.., 0..1)) + l_row.log());
+}
+
+/// Flash attention forward over `[batch, heads, seq, head_dim]` arrays;
+/// k and v have `hkv` heads.
+#[tpu_kernel(
+    grid = (b, h, sq.div_ceil(cfg.block_q), skv.div_ceil(cfg.block_k)),
+    semantics = (parallel, parallel, parallel, arbitrary)
+)]
+pub fn flash_attention<T: Element>(
+    cfg: &AttnConfig,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    q: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / (h / hkv), kv_block(cfg, i, j), 0))]
+    #[col_major]
+    k: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / (h / hkv), kv_block(cfg, i, j), 0))]
+    v: In<T>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    o: Out<T>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, cfg.block_q, 1], |bi, hi, i, _| (bi, hi, i, 0))]
+    lse: Out<f32>,
+    #[shape(cfg.block_q, 128)] m: Scratch<f32>,
+    #[shape(cfg.block_q, 128)] l: Scratch<f32>,
+    #[shape(cfg.block_q, d)] acc: Scratch<f32>,
+) {
+    let (qi, ki) = (program_id(2), program_id(3));
+    if ki == 0 {
+        online_softmax_init(m, l, acc);
+    }
+    if cfg.masked() {
+        if block_visible(cfg, qi, ki) {
+            attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, qi, false);
+        }
+    } else {
+        attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, qi, false);
+    }
+    if ki == num_programs(3) - 1 {
+        online_softmax_finish(m, l, acc, o, lse);
+    }
+}
+
+/// The K/V block index of grid step (q block `i`, k block `j`): with a
+/// causal mask, steps past the last block q block `i` needs re-use that
+/// block, so the skipped steps fetch nothing.
+pub(crate) fn kv_block(cfg: &AttnConfig, i: IndexExpr, j: IndexExpr) -> IndexExpr {
+    if cfg.causal {
+        let last = (i + 1i64) * cfg.block_q as i64 - 1i64;
+        j.min(last / cfg.block_k as i64)
+    } else {
+        let _ = last_needed;
+        j
+    }
+}
+
+/// The flash-attention kernel for a config, dtype and shapes. Outputs:
+/// `o: T[b, h, sq, d]` and `lse: f32[b, h, sq, 1]`.
+pub fn flash_attention(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    match dtype {
+        DType::BF16 => flash_attention::build::<bf16>(cfg, dims),
+        DType::F16 => flash_attention::build::<f16>(cfg, dims),
+        _ => flash_attention::build::<f32>(cfg, dims),
+    }
+}
+
+/// Flash attention over keys padded to a bucket: keys at or past
+/// `kv_len[0]` are masked out, and k blocks that start past it are skipped
+/// (the graph runtime passes the valid length of a bucketed sequence as
+/// this scalar-prefetch operand). Queries past it compute finite values,
+/// which the caller ignores. Outputs as [`flash_attention()`].
+#[tpu_kernel(
+    grid = (b, h, sq.div_ceil(cfg.block_q), skv.div_ceil(cfg.block_k)),
+    semantics = (parallel, parallel, parallel, arbitrary)
+)]
+pub fn flash_attention_kv_len<T: Element>(
+    cfg: &AttnConfig,
+    #[shape(1)] kv_len: Prefetch,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    q: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / (h / hkv), kv_block(cfg, i, j), 0))]
+    #[col_major]
+    k: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / (h / hkv), kv_block(cfg, i, j), 0))]
+    v: In<T>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    o: Out<T>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, cfg.block_q, 1], |bi, hi, i, _| (bi, hi, i, 0))]
+    lse: Out<f32>,
+    #[shape(cfg.block_q, 128)] m: Scratch<f32>,
+    #[shape(cfg.block_q, 128)] l: Scratch<f32>,
+    #[shape(cfg.block_q, d)] acc: Scratch<f32>,
+) {
+    let (qi, ki) = (program_id(2), program_id(3));
+    let len = kv_len.load([0]);
+    if ki == 0 {
+        online_softmax_init(m, l, acc);
+    }
+    let start = ki * cfg.block_k;
+    let mut live = start < len;
+    if cfg.masked() {
+        live = live && block_visible(cfg, qi, ki);
+    }
+    if live {
+        attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, len, true);
+    }
+    if ki == num_programs(3) - 1 {
+        online_softmax_finish(m, l, acc, o, lse);
+    }
+}
+
+/// [`flash_attention_kv_len()`] for a config, dtype and shapes.
+pub fn flash_attention_kv_len(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention_kv_len::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    match dtype {
+        DType::BF16 => flash_attention_kv_len::build::<bf16>(cfg, dims),
+        DType::F16 => flash_attention_kv_len::build::<f16>(cfg, dims),
+        _ => flash_attention_kv_len::build::<f32>(cfg, dims),
+    }
+}
