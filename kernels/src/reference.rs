@@ -183,3 +183,88 @@ pub fn attention_kv_len(
     };
     attention_full(q, k, v, &spec).0
 }
+
+/// Gradients of [`attention_full`]'s output with respect to `q`, `k` and
+/// `v`, given the output gradient `d_o` (`[b, h, sq, d]`): returns
+/// `(dq, dk, dv)` in the shapes of `q`, `k`, `v` (kv-head gradients summed
+/// over the query heads that share them).
+pub fn attention_backward(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    d_o: &Array,
+    spec: &AttnSpec,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
+    let (hkv, skv) = (k.shape()[1], k.shape()[2]);
+    let group = h / hkv.max(1);
+    let (qd, kd, vd, gd) = (q.data(), k.data(), v.data(), d_o.data());
+    let mut dq = vec![0.0; qd.len()];
+    let mut dk = vec![0.0; kd.len()];
+    let mut dv = vec![0.0; vd.len()];
+    for bi in 0..b {
+        for hi in 0..h {
+            let qo = (bi * h + hi) * sq * d;
+            let ko = (bi * hkv + hi / group) * skv * d;
+            for i in 0..sq {
+                let keys: Vec<usize> = (0..skv).filter(|&j| spec.visible(i, j)).collect();
+                if keys.is_empty() {
+                    continue;
+                }
+                let raw: Vec<f64> = keys
+                    .iter()
+                    .map(|&j| {
+                        (0..d)
+                            .map(|t| qd[qo + i * d + t] * kd[ko + j * d + t])
+                            .sum::<f64>()
+                            * spec.scale
+                    })
+                    .collect();
+                let s: Vec<f64> = raw
+                    .iter()
+                    .map(|&z| match spec.softcap {
+                        Some(c) => c * (z / c).tanh(),
+                        None => z,
+                    })
+                    .collect();
+                let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                let total: f64 = e.iter().sum();
+                let p: Vec<f64> = e.iter().map(|x| x / total).collect();
+                let o: Vec<f64> = (0..d)
+                    .map(|t| {
+                        keys.iter()
+                            .zip(&p)
+                            .map(|(&j, w)| w * vd[ko + j * d + t])
+                            .sum()
+                    })
+                    .collect();
+                let g = &gd[qo + i * d..qo + (i + 1) * d];
+                let delta: f64 = g.iter().zip(&o).map(|(a, b)| a * b).sum();
+                for (n, &j) in keys.iter().enumerate() {
+                    let dp: f64 = (0..d).map(|t| g[t] * vd[ko + j * d + t]).sum();
+                    let mut dz = p[n] * (dp - delta);
+                    if let Some(c) = spec.softcap {
+                        let t = (raw[n] / c).tanh();
+                        dz *= 1.0 - t * t;
+                    }
+                    for t in 0..d {
+                        dq[qo + i * d + t] += spec.scale * dz * kd[ko + j * d + t];
+                        dk[ko + j * d + t] += spec.scale * dz * qd[qo + i * d + t];
+                        dv[ko + j * d + t] += p[n] * g[t];
+                    }
+                }
+            }
+        }
+    }
+    (dq, dk, dv)
+}
+
+/// `rowsum(dO ∘ O)` over `[b, h, sq, d]` arrays, `[b, h, sq, 1]`.
+pub fn attention_delta(o: &[f64], d_o: &Array) -> Vec<f64> {
+    let d = *d_o.shape().last().unwrap_or(&1);
+    o.chunks(d)
+        .zip(d_o.data().chunks(d))
+        .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
+        .collect()
+}

@@ -40,7 +40,7 @@ fn spec(cfg: &AttnConfig) -> AttnSpec {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
 
     #[test]
     fn flash_attention_forward_on_every_path(
@@ -109,4 +109,142 @@ fn per_target_defaults_verify_for_every_target() {
     // Clamped to short sequences.
     let cfg = AttnConfig::for_target(kernel_ir::Target::V6e, false, 64, 100, 40);
     assert_eq!((cfg.block_q, cfg.block_k), (100, 40));
+}
+
+/// `Σ O ∘ G` of the reference forward.
+fn loss(q: &Array, k: &Array, v: &Array, g: &Array, s: &AttnSpec) -> f64 {
+    let (o, _) = reference::attention_full(q, k, v, s);
+    o.iter().zip(g.data()).map(|(a, b)| a * b).sum()
+}
+
+/// `x` with element `i` moved by `by` (f64 arrays only hold values exactly
+/// in f32 here, so the inputs are f32 and the steps large enough).
+fn nudge(x: &Array, i: usize, by: f64) -> Array {
+    let mut d = x.data().to_vec();
+    d[i] += by;
+    Array::new(F32, x.shape().to_vec(), d).unwrap()
+}
+
+#[test]
+fn reference_gradients_match_finite_differences() {
+    // Tiny shapes; GQA; each option on its own.
+    let specs = [
+        AttnSpec::new(false, 0.5),
+        AttnSpec::new(true, 0.5),
+        AttnSpec {
+            window: Some(3),
+            ..AttnSpec::new(true, 0.5)
+        },
+        AttnSpec {
+            window: Some(2),
+            ..AttnSpec::new(false, 0.5)
+        },
+        AttnSpec {
+            softcap: Some(1.5),
+            ..AttnSpec::new(false, 0.5)
+        },
+    ];
+    for (n, spec) in specs.iter().enumerate() {
+        let seed = 100 + 10 * n as u64;
+        let q = Array::random(F32, [1, 2, 5, 4], seed, -1.0, 1.0);
+        let k = Array::random(F32, [1, 1, 7, 4], seed + 1, -1.0, 1.0);
+        let v = Array::random(F32, [1, 1, 7, 4], seed + 2, -1.0, 1.0);
+        let g = Array::random(F32, [1, 2, 5, 4], seed + 3, -1.0, 1.0);
+        let (dq, dk, dv) = reference::attention_backward(&q, &k, &v, &g, spec);
+        // Steps of 2^-12 are exact in f32 and f64 here.
+        let h = 1.0 / 4096.0;
+        let check = |which: usize, x: &Array, analytic: &[f64]| {
+            for i in 0..x.len() {
+                let (lp, lm) = match which {
+                    0 => (
+                        loss(&nudge(x, i, h), &k, &v, &g, spec),
+                        loss(&nudge(x, i, -h), &k, &v, &g, spec),
+                    ),
+                    1 => (
+                        loss(&q, &nudge(x, i, h), &v, &g, spec),
+                        loss(&q, &nudge(x, i, -h), &v, &g, spec),
+                    ),
+                    _ => (
+                        loss(&q, &k, &nudge(x, i, h), &g, spec),
+                        loss(&q, &k, &nudge(x, i, -h), &g, spec),
+                    ),
+                };
+                let fd = (lp - lm) / (2.0 * h);
+                assert!(
+                    (fd - analytic[i]).abs() <= 1e-5 + 1e-4 * fd.abs(),
+                    "spec {spec:?}, input {which} element {i}: finite difference {fd}, analytic {}",
+                    analytic[i]
+                );
+            }
+        };
+        check(0, &q, &dq);
+        check(1, &k, &dk);
+        check(2, &v, &dv);
+    }
+}
+
+fn grad_tol(d: DType) -> Tolerance {
+    match d {
+        F32 => Tolerance {
+            abs: 2e-4,
+            rel: 1e-3,
+        },
+        _ => Tolerance {
+            abs: 6e-2,
+            rel: 6e-2,
+        },
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    #[test]
+    fn flash_attention_backward_on_every_path(
+        hkv in 1usize..3, group in 1usize..3, sq in 1usize..70, extra_kv in 0usize..150,
+        bq in prop::sample::select(vec![8usize, 16, 32]), causal in any::<bool>(),
+        window in proptest::option::of(1usize..48), softcap in proptest::option::of(5.0f32..30.0),
+        bf in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let dtype = if bf { BF16 } else { F32 };
+        let (b, d) = (1, 32);
+        let h = hkv * group;
+        let skv = sq + extra_kv;
+        let bq = bq.max(8 * dtype.packing()).min(sq);
+        let cfg = AttnConfig {
+            causal, sm_scale: 1.0 / (d as f32).sqrt(), block_q: bq, block_k: 128.min(skv), window, softcap,
+        };
+        let q = Array::random(dtype, [b, h, sq, d], seed, -1.0, 1.0);
+        let k = Array::random(dtype, [b, hkv, skv, d], seed + 1, -1.0, 1.0);
+        let v = Array::random(dtype, [b, hkv, skv, d], seed + 2, -1.0, 1.0);
+        let g = Array::random(dtype, [b, h, sq, d], seed + 3, -1.0, 1.0);
+        let sp = spec(&cfg);
+        let (o, lse) = reference::attention_full(&q, &k, &v, &sp);
+        let (dq, dk, dv) = reference::attention_backward(&q, &k, &v, &g, &sp);
+        let delta = reference::attention_delta(&o, &g);
+        let o_arr = Array::new(dtype, [b, h, sq, d], o).unwrap();
+        let lse_arr = Array::new(F32, [b, h, sq, 1], lse).unwrap();
+        // delta from the (rounded) output the forward would have written.
+        let delta_rounded = reference::attention_delta(o_arr.data(), &g);
+        all_paths(
+            kernels::attention::backward::attention_delta(bq, dtype, kernels::attention::backward::attention_delta::Dims { b, h, sq, d }),
+            &[o_arr.clone(), g.clone()],
+            vec![delta_rounded.clone()],
+            &[Tolerance { abs: 1e-4, rel: 1e-4 }],
+        )?;
+        let _ = delta;
+        let delta_arr = Array::new(F32, [b, h, sq, 1], delta_rounded).unwrap();
+        all_paths(
+            kernels::attention::backward::flash_attention_dq(&cfg, dtype, kernels::attention::backward::flash_attention_dq::Dims { b, h, hkv, sq, skv, d }),
+            &[q.clone(), k.clone(), v.clone(), g.clone(), lse_arr.clone(), delta_arr.clone()],
+            vec![dq],
+            &[grad_tol(dtype)],
+        )?;
+        all_paths(
+            kernels::attention::backward::flash_attention_dkv(&cfg, dtype, kernels::attention::backward::flash_attention_dkv::Dims { b, h, hkv, sq, skv, d }),
+            &[q, k, v, g, lse_arr, delta_arr],
+            vec![dk, dv],
+            &[grad_tol(dtype)],
+        )?;
+    }
 }

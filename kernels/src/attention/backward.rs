@@ -1,1 +1,306 @@
-//! Flash attention backward: `delta`, then dq and dk/dv kernels.
+//! Flash attention backward (FlashAttention-2 style), from the forward's
+//! logsumexp and `delta = rowsum(dO ∘ O)`:
+//!
+//! * [`attention_delta()`]: `delta` per query row;
+//! * [`flash_attention_dq()`]: grid (batch, head, q block, k block); for each
+//!   q block, `dq = scale · Σ_k dS·K` accumulated over k blocks;
+//! * [`flash_attention_dkv()`]: grid (batch, kv head, k block, group head,
+//!   q block); for each k block, `dV = Σ Pᵀ·dO` and `dK = scale · Σ dSᵀ·Q`
+//!   accumulated over the query heads sharing the kv head (GQA) and all q
+//!   blocks.
+//!
+//! with `P = exp(S − lse)` recomputed from the scores and
+//! `dS = P ∘ (dO·Vᵀ − delta)` (times `1 − tanh²` under a soft-cap). Blocks
+//! the mask hides entirely are skipped, as in the forward pass; the padding
+//! of ragged last blocks is zeroed before it can reach a product.
+
+use kernel_ir::prelude::*;
+use kernel_ir::{Element, KernelErrors, VerifiedKernel};
+
+use super::{AttnConfig, block_visible, kv_block, mask_scores, raw_scores, visible_keys};
+
+/// `delta = rowsum(dO ∘ O)` in f32, `[b, h, sq, 1]`.
+#[tpu_kernel(grid = (b, h, sq.div_ceil(bq)), semantics = (parallel, parallel, parallel))]
+pub fn attention_delta<T: Element>(
+    bq: usize,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, bq, d], |bi, hi, i| (bi, hi, i, 0))]
+    o: In<T>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, bq, d], |bi, hi, i| (bi, hi, i, 0))]
+    d_o: In<T>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, bq, 1], |bi, hi, i| (bi, hi, i, 0))]
+    delta: Out<f32>,
+) {
+    let prod = o.load((0, 0, .., ..)).cast::<f32>() * d_o.load((0, 0, .., ..)).cast::<f32>();
+    delta.store((0, 0, .., ..), prod.sum_keep(1));
+}
+
+/// [`attention_delta()`] for a dtype.
+pub fn attention_delta(
+    block_q: usize,
+    dtype: DType,
+    dims: attention_delta::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    match dtype {
+        DType::BF16 => attention_delta::build::<bf16>(block_q, dims),
+        DType::F16 => attention_delta::build::<f16>(block_q, dims),
+        _ => attention_delta::build::<f32>(block_q, dims),
+    }
+}
+
+/// `P` and `dS` of one (q block, k block): probabilities recomputed from
+/// the scores and the saved logsumexp (zero where masked or padded), and
+/// the score gradient. `vb` has its padding rows zeroed by the caller.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+fn probs_and_dscores(
+    cfg: &AttnConfig,
+    sq: usize,
+    skv: usize,
+    q: Ref,
+    k: Ref,
+    lse: Tile,
+    delta: Tile,
+    dob: Tile,
+    vb: Tile,
+    qi: Tile,
+    ki: Tile,
+) -> (Tile, Tile) {
+    let (bq, bk) = (cfg.block_q, cfg.block_k);
+    let raw = raw_scores(cfg, q, k);
+    let s = mask_scores(cfg, raw, qi, ki);
+    let p = (s - lse).exp();
+    let dp = dot(dob, vb.t());
+    let mut ds = p * (dp - delta);
+    if cfg.softcap.is_some() {
+        let cap = cfg.softcap.unwrap_or(1.0);
+        let t = raw * (1.0 / cap);
+        ds = ds * (1.0 - t * t);
+    }
+    if cfg.masked() || !skv.is_multiple_of(bk) || !sq.is_multiple_of(bq) {
+        // Exactly zero where hidden or padded (padding may hold anything,
+        // and 0 · garbage is garbage).
+        let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
+        let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
+        let keep = visible_keys(cfg, qi, ki) && k_pos < skv as i32 && q_pos < sq as i32;
+        (select(keep, p, 0.0), select(keep, ds, 0.0))
+    } else {
+        (p, ds)
+    }
+}
+
+/// Rows `≥ limit` of a block starting at `start · rows` set to 0.
+#[kernel_fn]
+fn zero_tail(x: Tile, start: Tile, rows: usize, limit: usize) -> Tile {
+    if limit.is_multiple_of(rows) {
+        x
+    } else {
+        let row = iota(I32, x.shape(), 0) + start * rows;
+        select(row < limit as i32, x, 0.0)
+    }
+}
+
+/// One (q block, k block) step of `dq`.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+fn dq_step(
+    cfg: &AttnConfig,
+    sq: usize,
+    skv: usize,
+    q: Ref,
+    k: Ref,
+    v: Ref,
+    d_o: Ref,
+    lse: Ref,
+    delta: Ref,
+    acc: Ref,
+    qi: Tile,
+    ki: Tile,
+) {
+    let vb = zero_tail(v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
+    let kb = zero_tail(k.load((0, 0, .., ..)), ki, cfg.block_k, skv);
+    let dob = d_o.load((0, 0, .., ..));
+    let lse_b = lse.load((0, 0, .., ..));
+    let delta_b = delta.load((0, 0, .., ..));
+    let (_p, ds) = probs_and_dscores(cfg, sq, skv, q, k, lse_b, delta_b, dob, vb, qi, ki);
+    acc.store(
+        ..,
+        acc.load(..) + dot(ds.convert(kb.dtype()), kb) * cfg.sm_scale,
+    );
+}
+
+/// One (k block, q block) step of `dk` and `dv`.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+fn dkv_step(
+    cfg: &AttnConfig,
+    sq: usize,
+    skv: usize,
+    q: Ref,
+    k: Ref,
+    v: Ref,
+    d_o: Ref,
+    lse: Ref,
+    delta: Ref,
+    dk_acc: Ref,
+    dv_acc: Ref,
+    qj: Tile,
+    ki: Tile,
+) {
+    let vb = zero_tail(v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
+    let qb = zero_tail(q.load((0, 0, .., ..)), qj, cfg.block_q, sq);
+    let dob = zero_tail(d_o.load((0, 0, .., ..)), qj, cfg.block_q, sq);
+    let lse_b = lse.load((0, 0, .., ..));
+    let delta_b = delta.load((0, 0, .., ..));
+    let (p, ds) = probs_and_dscores(cfg, sq, skv, q, k, lse_b, delta_b, dob, vb, qj, ki);
+    dv_acc.store(.., dv_acc.load(..) + dot(p.convert(dob.dtype()).t(), dob));
+    dk_acc.store(
+        ..,
+        dk_acc.load(..) + dot(ds.convert(qb.dtype()).t(), qb) * cfg.sm_scale,
+    );
+}
+
+/// `dq` of flash attention: `[b, h, sq, d]`.
+#[tpu_kernel(
+    grid = (b, h, sq.div_ceil(cfg.block_q), skv.div_ceil(cfg.block_k)),
+    semantics = (parallel, parallel, parallel, arbitrary)
+)]
+pub fn flash_attention_dq<T: Element>(
+    cfg: &AttnConfig,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    q: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / (h / hkv), kv_block(cfg, i, j), 0))]
+    #[col_major]
+    k: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / (h / hkv), kv_block(cfg, i, j), 0))]
+    v: In<T>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    d_o: In<T>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, cfg.block_q, 1], |bi, hi, i, _| (bi, hi, i, 0))]
+    lse: In<f32>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, cfg.block_q, 1], |bi, hi, i, _| (bi, hi, i, 0))]
+    delta: In<f32>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    dq: Out<T>,
+    #[shape(cfg.block_q, d)] acc: Scratch<f32>,
+) {
+    let (qi, ki) = (program_id(2), program_id(3));
+    if ki == 0 {
+        acc.store(.., 0.0);
+    }
+    if cfg.masked() {
+        if block_visible(cfg, qi, ki) {
+            dq_step(cfg, sq, skv, q, k, v, d_o, lse, delta, acc, qi, ki);
+        }
+    } else {
+        dq_step(cfg, sq, skv, q, k, v, d_o, lse, delta, acc, qi, ki);
+    }
+    if ki == num_programs(3) - 1 {
+        dq.store((0, 0, .., ..), acc.load(..).cast::<T>());
+    }
+}
+
+/// [`flash_attention_dq()`] for a config, dtype and shapes.
+pub fn flash_attention_dq(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention_dq::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    match dtype {
+        DType::BF16 => flash_attention_dq::build::<bf16>(cfg, dims),
+        DType::F16 => flash_attention_dq::build::<f16>(cfg, dims),
+        _ => flash_attention_dq::build::<f32>(cfg, dims),
+    }
+}
+
+/// The q block of grid step (k block `i`, q block `j`) when there are `nq`
+/// q blocks: with a causal mask, steps before the first q block that sees
+/// k block `i` re-use that block (the last one, if none does).
+pub(crate) fn q_block(cfg: &AttnConfig, i: IndexExpr, j: IndexExpr, nq: usize) -> IndexExpr {
+    if cfg.causal {
+        j.max(i * cfg.block_k as i64 / cfg.block_q as i64)
+            .min(nq as i64 - 1)
+    } else {
+        j
+    }
+}
+
+/// `dk` and `dv` of flash attention: `[b, hkv, skv, d]` each, summed over
+/// the query heads that share each kv head.
+#[tpu_kernel(
+    grid = (b, hkv, skv.div_ceil(cfg.block_k), h / hkv, sq.div_ceil(cfg.block_q)),
+    semantics = (parallel, parallel, parallel, arbitrary, arbitrary)
+)]
+pub fn flash_attention_dkv<T: Element>(
+    cfg: &AttnConfig,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * (h / hkv) + g, q_block(cfg, i, j, sq.div_ceil(cfg.block_q)), 0))]
+    q: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
+    #[col_major]
+    k: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
+    v: In<T>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * (h / hkv) + g, q_block(cfg, i, j, sq.div_ceil(cfg.block_q)), 0))]
+    d_o: In<T>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * (h / hkv) + g, q_block(cfg, i, j, sq.div_ceil(cfg.block_q)), 0))]
+    lse: In<f32>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * (h / hkv) + g, q_block(cfg, i, j, sq.div_ceil(cfg.block_q)), 0))]
+    delta: In<f32>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
+    dk: Out<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
+    dv: Out<T>,
+    #[shape(cfg.block_k, d)] dk_acc: Scratch<f32>,
+    #[shape(cfg.block_k, d)] dv_acc: Scratch<f32>,
+) {
+    let (ki, g, qj) = (program_id(2), program_id(3), program_id(4));
+    if g == 0 && qj == 0 {
+        dk_acc.store(.., 0.0);
+        dv_acc.store(.., 0.0);
+    }
+    if cfg.masked() {
+        if block_visible(cfg, qj, ki) {
+            dkv_step(
+                cfg, sq, skv, q, k, v, d_o, lse, delta, dk_acc, dv_acc, qj, ki,
+            );
+        }
+    } else {
+        dkv_step(
+            cfg, sq, skv, q, k, v, d_o, lse, delta, dk_acc, dv_acc, qj, ki,
+        );
+    }
+    if g == num_programs(3) - 1 && qj == num_programs(4) - 1 {
+        dk.store((0, 0, .., ..), dk_acc.load(..).cast::<T>());
+        dv.store((0, 0, .., ..), dv_acc.load(..).cast::<T>());
+    }
+}
+
+/// [`flash_attention_dkv()`] for a config, dtype and shapes.
+pub fn flash_attention_dkv(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention_dkv::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    match dtype {
+        DType::BF16 => flash_attention_dkv::build::<bf16>(cfg, dims),
+        DType::F16 => flash_attention_dkv::build::<f16>(cfg, dims),
+        _ => flash_attention_dkv::build::<f32>(cfg, dims),
+    }
+}

@@ -84,28 +84,52 @@ fn last_needed(cfg: &AttnConfig, i: i64) -> i64 {
 /// causal and window masks applied.
 #[kernel_fn]
 fn block_scores(cfg: &AttnConfig, q: Ref, k: Ref, qi: Tile, ki: Tile) -> Tile {
-    let (bq, bk) = (cfg.block_q, cfg.block_k);
+    let s = raw_scores(cfg, q, k);
+    mask_scores(cfg, s, qi, ki)
+}
+
+/// `scale · q·kᵀ`, soft-capped, unmasked.
+#[kernel_fn]
+fn raw_scores(cfg: &AttnConfig, q: Ref, k: Ref) -> Tile {
     // The MXU multiplies in the input dtype and accumulates in f32.
     let mut s = dot(q.load((0, 0, .., ..)), k.load((0, 0, .., ..)).t()) * cfg.sm_scale;
     if cfg.softcap.is_some() {
         let cap = cfg.softcap.unwrap_or(1.0);
         s = (s * (1.0 / cap)).tanh() * cap;
     }
-    if cfg.masked() {
-        let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
-        let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
-        let w = cfg.window.unwrap_or(0) as i32;
-        if cfg.causal {
-            if cfg.window.is_some() {
-                s = select(k_pos <= q_pos && q_pos - k_pos < w, s, MASK_VALUE);
-            } else {
-                s = select(k_pos <= q_pos, s, MASK_VALUE);
-            }
-        } else {
-            s = select((q_pos - k_pos).abs() < w, s, MASK_VALUE);
-        }
-    }
     s
+}
+
+/// Scores hidden by the causal mask or the window set to [`MASK_VALUE`].
+#[kernel_fn]
+fn mask_scores(cfg: &AttnConfig, s: Tile, qi: Tile, ki: Tile) -> Tile {
+    if cfg.masked() {
+        select(visible_keys(cfg, qi, ki), s, MASK_VALUE)
+    } else {
+        s
+    }
+}
+
+/// `[block_q, block_k]` bools: which keys the causal mask and the window
+/// leave visible to which queries (all, when neither applies). Computed
+/// from positions only, so padding cannot poison it.
+#[kernel_fn]
+fn visible_keys(cfg: &AttnConfig, qi: Tile, ki: Tile) -> Tile {
+    let (bq, bk) = (cfg.block_q, cfg.block_k);
+    let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
+    let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
+    let w = cfg.window.unwrap_or(0) as i32;
+    if cfg.causal {
+        if cfg.window.is_some() {
+            k_pos <= q_pos && q_pos - k_pos < w
+        } else {
+            k_pos <= q_pos
+        }
+    } else if cfg.window.is_some() {
+        (q_pos - k_pos).abs() < w
+    } else {
+        k_pos >= 0
+    }
 }
 
 /// Whether (q block `qi`, k block `ki`) has any visible key: blocks that
