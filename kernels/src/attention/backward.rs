@@ -77,7 +77,7 @@ fn probs_and_dscores(
     if cfg.softcap.is_some() {
         let cap = cfg.softcap.unwrap_or(1.0);
         let t = raw * (1.0 / cap);
-        ds = ds * (1.0 - t * t);
+        ds *= 1.0 - t * t;
     }
     if cfg.masked() || !skv.is_multiple_of(bk) || !sq.is_multiple_of(bq) {
         // Exactly zero where hidden or padded (padding may hold anything,
