@@ -268,3 +268,48 @@ pub fn attention_delta(o: &[f64], d_o: &Array) -> Vec<f64> {
         .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
         .collect()
 }
+
+/// Decode attention over a paged KV cache: `q: [b, hkv, g, d]` (one token,
+/// `g` query heads per kv head), `k_pages, v_pages: [hkv, pages, page, d]`;
+/// sequence `i` has `lengths[i]` tokens stored in pool pages
+/// `tables[i][0], tables[i][1], …`. Returns `[b, hkv, g, d]`.
+pub fn paged_decode_attention(
+    q: &Array,
+    k_pages: &Array,
+    v_pages: &Array,
+    lengths: &[usize],
+    tables: &[Vec<usize>],
+    scale: f64,
+) -> Vec<f64> {
+    let [b, hkv, g, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
+    let (pages, page) = (k_pages.shape()[1], k_pages.shape()[2]);
+    let (qd, kd, vd) = (q.data(), k_pages.data(), v_pages.data());
+    let mut out = vec![0.0; qd.len()];
+    for bi in 0..b {
+        for hk in 0..hkv {
+            // Offsets of this sequence's tokens in the pools.
+            let slots: Vec<usize> = (0..lengths[bi])
+                .map(|t| ((hk * pages + tables[bi][t / page]) * page + t % page) * d)
+                .collect();
+            for gi in 0..g {
+                let qo = ((bi * hkv + hk) * g + gi) * d;
+                let s: Vec<f64> = slots
+                    .iter()
+                    .map(|&o| (0..d).map(|t| qd[qo + t] * kd[o + t]).sum::<f64>() * scale)
+                    .collect();
+                let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                let total: f64 = e.iter().sum();
+                for t in 0..d {
+                    out[qo + t] = slots
+                        .iter()
+                        .zip(&e)
+                        .map(|(&o, w)| w * vd[o + t])
+                        .sum::<f64>()
+                        / total;
+                }
+            }
+        }
+    }
+    out
+}

@@ -247,3 +247,44 @@ proptest! {
         )?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    #[test]
+    fn paged_decode_attention_on_every_path(
+        b in 1usize..4, hkv in 1usize..3, g in 1usize..4, page in prop::sample::select(vec![8usize, 16]),
+        pages_per_seq in 1usize..5, spare in 0usize..4, bf in any::<bool>(), seed in any::<u64>(),
+    ) {
+        use kernels::attention::decode::{DecodeConfig, paged_decode_attention};
+        let dtype = if bf { BF16 } else { F32 };
+        let page = page.max(8 * dtype.packing());
+        let d = 32;
+        let pool = b * pages_per_seq + spare;
+        // A random permutation of the pool gives each sequence its pages.
+        let mut rng = kernel_ir::SplitMix64(seed);
+        let mut perm: Vec<usize> = (0..pool).collect();
+        for i in (1..pool).rev() {
+            perm.swap(i, rng.below(i + 1));
+        }
+        let tables: Vec<Vec<usize>> = (0..b).map(|i| perm[i * pages_per_seq..(i + 1) * pages_per_seq].to_vec()).collect();
+        let lengths: Vec<usize> = (0..b).map(|_| 1 + rng.below(pages_per_seq * page)).collect();
+        let q = Array::random(dtype, [b, hkv, g, d], seed, -1.0, 1.0);
+        let kp = Array::random(dtype, [hkv, pool, page, d], seed + 1, -1.0, 1.0);
+        let vp = Array::random(dtype, [hkv, pool, page, d], seed + 2, -1.0, 1.0);
+        let scale = 1.0 / (d as f64).sqrt();
+        let want = reference::paged_decode_attention(&q, &kp, &vp, &lengths, &tables, scale);
+        let lens = Array::from_elems([b], &lengths.iter().map(|&l| l as i32).collect::<Vec<_>>()).unwrap();
+        let flat: Vec<i32> = tables.iter().flatten().map(|&p| p as i32).collect();
+        let tab = Array::from_elems([b, pages_per_seq], &flat).unwrap();
+        let dims = kernels::attention::decode::paged_decode_attention::Dims {
+            b, hkv, g, d, pages: pool, page, pages_per_seq,
+        };
+        all_paths(
+            paged_decode_attention(&DecodeConfig { sm_scale: scale as f32 }, dtype, dims),
+            &[lens, tab, q, kp, vp],
+            vec![want],
+            &[out_tol(dtype)],
+        )?;
+    }
+}

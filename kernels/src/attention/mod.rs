@@ -158,15 +158,23 @@ fn block_visible(cfg: &AttnConfig, qi: Tile, ki: Tile) -> Tile {
 /// The online-softmax step: new running max and sum, rescaled accumulator.
 #[kernel_fn]
 fn online_softmax_update(cfg: &AttnConfig, m: Ref, l: Ref, acc: Ref, s: Tile, vb: Tile) {
-    let bq = cfg.block_q;
+    online_update(cfg.block_q, m, l, acc, s, vb);
+}
+
+/// The online-softmax step for `rows` query rows.
+#[kernel_fn]
+fn online_update(rows: usize, m: Ref, l: Ref, acc: Ref, s: Tile, vb: Tile) {
     let m_prev = m.load((.., 0..1));
     let l_prev = l.load((.., 0..1));
     let m_new = m_prev.max(s.max_keep(1));
     let p = (s - m_new).exp();
     let alpha = (m_prev - m_new).exp();
     acc.store(.., acc.load(..) * alpha + dot(p.convert(vb.dtype()), vb));
-    m.store(.., m_new.broadcast_to([bq, 128]));
-    l.store(.., (l_prev * alpha + p.sum_keep(1)).broadcast_to([bq, 128]));
+    m.store(.., m_new.broadcast_to([rows, 128]));
+    l.store(
+        ..,
+        (l_prev * alpha + p.sum_keep(1)).broadcast_to([rows, 128]),
+    );
 }
 
 /// One (q block, k block) step of the forward pass: scores, masks (the
