@@ -13,7 +13,7 @@ pub fn cdiv(n: usize, block: usize) -> usize {
     n.div_ceil(block.max(1))
 }
 
-fn unsupported(what: &str, dtype: DType) -> KernelErrors {
+pub(crate) fn unsupported(what: &str, dtype: DType) -> KernelErrors {
     KernelErrors::from(KernelError::from(ErrorKind::Builder(format!(
         "{what} is instantiated for f32, bf16 and f16, not {dtype}"
     ))))
@@ -36,10 +36,11 @@ macro_rules! with_float {
                 type $t = f16;
                 $body
             }
-            other => Err(unsupported($what, other)),
+            other => Err($crate::foundation::unsupported($what, other)),
         }
     };
 }
+pub(crate) use with_float;
 
 /// Config of [`add()`].
 #[derive(Clone, Debug, PartialEq)]
@@ -134,7 +135,27 @@ pub fn matmul<T: Element, O: Element>(
     if l == 0 {
         acc.store(.., 0.0);
     }
-    let (xv, yv) = if k % bk == 0 {
+    let (xv, yv) = k_block_operands(k, bm, bn, bk, x, y, l);
+    acc.store(.., acc.load(..) + dot(xv, yv));
+    if l == num_programs(2) - 1 {
+        o.store(.., acc.load(..).cast::<O>());
+    }
+}
+
+/// The operands of one k step of a tiled matmul: `x[bm, bk]` and
+/// `y[bk, bn]`, with a ragged k tail masked so padding never enters a sum.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn k_block_operands(
+    k: usize,
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    x: Ref,
+    y: Ref,
+    l: Tile,
+) -> (Tile, Tile) {
+    if k % bk == 0 {
         (x.load(..), y.load(..))
     } else {
         let valid = k as i32;
@@ -144,10 +165,18 @@ pub fn matmul<T: Element, O: Element>(
             x.load_masked(.., col < valid),
             y.load_masked(.., row < valid),
         )
-    };
-    acc.store(.., acc.load(..) + dot(xv, yv));
-    if l == num_programs(2) - 1 {
-        o.store(.., acc.load(..).cast::<O>());
+    }
+}
+
+/// The rhs operand `y[bk, bn]` of one k step, ragged tail masked (for a
+/// second rhs next to [`k_block_operands`]).
+#[kernel_fn]
+pub(crate) fn k_block_rhs(k: usize, bn: usize, bk: usize, y: Ref, l: Tile) -> Tile {
+    if k % bk == 0 {
+        y.load(..)
+    } else {
+        let row = iota(I32, [bk, bn], 0) + l * bk;
+        y.load_masked(.., row < k as i32)
     }
 }
 

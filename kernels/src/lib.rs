@@ -14,8 +14,12 @@
 pub mod attention;
 pub mod bench;
 pub mod check;
+pub mod epilogue;
 pub mod examples;
 pub mod foundation;
+pub mod norm;
 pub mod paths;
 pub mod reference;
+pub mod rope;
+pub mod swiglu;
 pub mod transformer;

@@ -313,3 +313,117 @@ pub fn paged_decode_attention(
     }
     out
 }
+
+/// RMS norm of each row of `x: [rows, cols]`: `x / sqrt(mean(x²) + eps) · γ`.
+pub fn rms_norm(x: &Array, gamma: &Array, eps: f64) -> Vec<f64> {
+    let cols = x.shape()[1];
+    x.data()
+        .chunks(cols)
+        .flat_map(|row| {
+            let r = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / cols as f64 + eps).sqrt();
+            row.iter()
+                .zip(gamma.data())
+                .map(move |(v, g)| v * r * g)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Gradients of [`rms_norm`] given `dy`: `(dx, dgamma)`.
+pub fn rms_norm_bwd(x: &Array, gamma: &Array, dy: &Array, eps: f64) -> (Vec<f64>, Vec<f64>) {
+    let cols = x.shape()[1];
+    let g = gamma.data();
+    let mut dx = Vec::with_capacity(x.len());
+    let mut dgamma = vec![0.0; cols];
+    for (row, dyr) in x.data().chunks(cols).zip(dy.data().chunks(cols)) {
+        let r = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / cols as f64 + eps).sqrt();
+        let xhat: Vec<f64> = row.iter().map(|v| v * r).collect();
+        let dyg: Vec<f64> = dyr.iter().zip(g).map(|(a, b)| a * b).collect();
+        let mean_dot = dyg.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / cols as f64;
+        for j in 0..cols {
+            dx.push(r * (dyg[j] - xhat[j] * mean_dot));
+            dgamma[j] += dyr[j] * xhat[j];
+        }
+    }
+    (dx, dgamma)
+}
+
+/// Gradients of [`layer_norm`] given `dy`: `(dx, dgamma, dbeta)`.
+pub fn layer_norm_bwd(
+    x: &Array,
+    gamma: &Array,
+    dy: &Array,
+    eps: f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let cols = x.shape()[1];
+    let n = cols as f64;
+    let g = gamma.data();
+    let mut dx = Vec::with_capacity(x.len());
+    let (mut dgamma, mut dbeta) = (vec![0.0; cols], vec![0.0; cols]);
+    for (row, dyr) in x.data().chunks(cols).zip(dy.data().chunks(cols)) {
+        let mean = row.iter().sum::<f64>() / n;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        let r = 1.0 / (var + eps).sqrt();
+        let xhat: Vec<f64> = row.iter().map(|v| (v - mean) * r).collect();
+        let dyg: Vec<f64> = dyr.iter().zip(g).map(|(a, b)| a * b).collect();
+        let mean_dyg = dyg.iter().sum::<f64>() / n;
+        let mean_dot = dyg.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / n;
+        for j in 0..cols {
+            dx.push(r * (dyg[j] - mean_dyg - xhat[j] * mean_dot));
+            dgamma[j] += dyr[j] * xhat[j];
+            dbeta[j] += dyr[j];
+        }
+    }
+    (dx, dgamma, dbeta)
+}
+
+/// `act(x·w + bias) [+ residual]` for `x: [m, k]`, `w: [k, n]`,
+/// `bias: [1, n]`; `act` is `"gelu"` (exact), `"silu"` or identity.
+pub fn matmul_epilogue(
+    x: &Array,
+    w: &Array,
+    bias: &Array,
+    act: &str,
+    residual: Option<&Array>,
+) -> Vec<f64> {
+    let n = w.shape()[1];
+    matmul(x, w)
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let y = v + bias.data()[i % n];
+            let a = match act {
+                "gelu" => 0.5 * y * (1.0 + libm::erf(y / std::f64::consts::SQRT_2)),
+                "silu" => y / (1.0 + (-y).exp()),
+                _ => y,
+            };
+            a + residual.map_or(0.0, |r| r.data()[i])
+        })
+        .collect()
+}
+
+/// Rotary embedding of `x: [b, h, s, d]` with `[s, d/2]` tables.
+pub fn rope(x: &Array, cos: &Array, sin: &Array) -> Vec<f64> {
+    let [s, d] = [x.shape()[2], x.shape()[3]];
+    let half = d / 2;
+    let mut out = vec![0.0; x.len()];
+    for (r, row) in x.data().chunks(d).enumerate() {
+        let p = r % s;
+        for i in 0..half {
+            let (c, sn) = (cos.data()[p * half + i], sin.data()[p * half + i]);
+            let (a, b) = (row[i], row[i + half]);
+            out[r * d + i] = a * c - b * sn;
+            out[r * d + i + half] = b * c + a * sn;
+        }
+    }
+    out
+}
+
+/// `silu(x·w_gate) ∘ (x·w_up)`.
+pub fn swiglu(x: &Array, w_gate: &Array, w_up: &Array) -> Vec<f64> {
+    matmul(x, w_gate)
+        .into_iter()
+        .zip(matmul(x, w_up))
+        .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+        .collect()
+}

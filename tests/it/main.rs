@@ -9,6 +9,7 @@ mod foundation;
 mod graph;
 mod invalid;
 mod lib_attention;
+mod lib_ops;
 mod lowered;
 mod native;
 mod paths;

@@ -21,9 +21,11 @@ pub(crate) const PIPELINE: &str = concat!(
     "convert-vector-to-scf,",
     "convert-scf-to-cf,",
     "arith-expand{include-bf16=true},",
-    "convert-vector-to-llvm,",
+    // Math before vectors: libm calls on vectors unroll into vector
+    // extracts and inserts, which the vector conversion then lowers.
     "convert-math-to-llvm,",
     "convert-math-to-libm,",
+    "convert-vector-to-llvm,",
     "expand-strided-metadata,",
     "finalize-memref-to-llvm,",
     "convert-arith-to-llvm,",

@@ -1,0 +1,147 @@
+//! Matmul with a fused epilogue, the CUTLASS pattern:
+//! `o = act(x · w + bias) [+ residual]`, with the activation applied to the
+//! f32 accumulator before the single store, so the pre-activation never
+//! goes to memory.
+
+use kernel_ir::prelude::*;
+use kernel_ir::{Element, KernelErrors, VerifiedKernel};
+
+use crate::foundation::{k_block_operands, with_float};
+
+/// The activation of the epilogue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// None: `o = x·w + bias`.
+    Identity,
+    /// `gelu(y) = y · Φ(y)` (exact, with erf).
+    Gelu,
+    /// `silu(y) = y · σ(y)`.
+    Silu,
+}
+
+/// Config of [`matmul_epilogue()`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct EpilogueConfig {
+    /// Rows of x and o.
+    pub m: usize,
+    /// Columns of w and o.
+    pub n: usize,
+    /// The contracted dim.
+    pub k: usize,
+    /// Block rows.
+    pub bm: usize,
+    /// Block columns.
+    pub bn: usize,
+    /// Block depth along k.
+    pub bk: usize,
+    /// The activation.
+    pub activation: Activation,
+    /// Add a `[m, n]` residual after the activation.
+    pub residual: bool,
+    /// Input dtype (x, w); the output and residual have `out_dtype`.
+    pub dtype: DType,
+    /// Output dtype.
+    pub out_dtype: DType,
+}
+
+/// `act(y)` in f32.
+#[kernel_fn]
+fn activate(y: Tile, act: Activation) -> Tile {
+    if act == Activation::Gelu {
+        y * 0.5 * ((y * std::f32::consts::FRAC_1_SQRT_2).erf() + 1.0)
+    } else if act == Activation::Silu {
+        y * y.logistic()
+    } else {
+        y
+    }
+}
+
+/// `o = act(x·w + bias)`.
+#[tpu_kernel(
+    grid = (m.div_ceil(bm), n.div_ceil(bn), k.div_ceil(bk)),
+    semantics = (parallel, parallel, arbitrary)
+)]
+pub fn matmul_bias_act<T: Element, O: Element>(
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    act: Activation,
+    #[shape(m, k)]
+    #[block([bm, bk], |i, _, l| (i, l))]
+    x: In<T>,
+    #[shape(k, n)]
+    #[block([bk, bn], |_, j, l| (l, j))]
+    w: In<T>,
+    #[shape(1, n)]
+    #[block([1, bn], |_, j, _| (0, j))]
+    bias: In<f32>,
+    #[shape(m, n)]
+    #[block([bm, bn], |i, j, _| (i, j))]
+    o: Out<O>,
+    #[shape(bm, bn)] acc: Scratch<f32>,
+) {
+    let l = program_id(2);
+    if l == 0 {
+        acc.store(.., 0.0);
+    }
+    let (xv, wv) = k_block_operands(k, bm, bn, bk, x, w, l);
+    acc.store(.., acc.load(..) + dot(xv, wv));
+    if l == num_programs(2) - 1 {
+        let y = activate(acc.load(..) + bias.load(..), act);
+        o.store(.., y.cast::<O>());
+    }
+}
+
+/// `o = act(x·w + bias) + residual`.
+#[tpu_kernel(
+    grid = (m.div_ceil(bm), n.div_ceil(bn), k.div_ceil(bk)),
+    semantics = (parallel, parallel, arbitrary)
+)]
+pub fn matmul_bias_act_residual<T: Element, O: Element>(
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    act: Activation,
+    #[shape(m, k)]
+    #[block([bm, bk], |i, _, l| (i, l))]
+    x: In<T>,
+    #[shape(k, n)]
+    #[block([bk, bn], |_, j, l| (l, j))]
+    w: In<T>,
+    #[shape(1, n)]
+    #[block([1, bn], |_, j, _| (0, j))]
+    bias: In<f32>,
+    #[shape(m, n)]
+    #[block([bm, bn], |i, j, _| (i, j))]
+    residual: In<O>,
+    #[shape(m, n)]
+    #[block([bm, bn], |i, j, _| (i, j))]
+    o: Out<O>,
+    #[shape(bm, bn)] acc: Scratch<f32>,
+) {
+    let l = program_id(2);
+    if l == 0 {
+        acc.store(.., 0.0);
+    }
+    let (xv, wv) = k_block_operands(k, bm, bn, bk, x, w, l);
+    acc.store(.., acc.load(..) + dot(xv, wv));
+    if l == num_programs(2) - 1 {
+        let y = activate(acc.load(..) + bias.load(..), act) + residual.load(..).convert(F32);
+        o.store(.., y.cast::<O>());
+    }
+}
+
+/// The epilogue kernel for a config: [`matmul_bias_act`](mod@matmul_bias_act)
+/// or, with `residual`, [`matmul_bias_act_residual`](mod@matmul_bias_act_residual).
+/// Arguments: `x, w, bias[1, n]` (f32) and, with `residual`, `residual`.
+pub fn matmul_epilogue(c: &EpilogueConfig) -> Result<VerifiedKernel, KernelErrors> {
+    with_float!("matmul_epilogue", c.dtype, T => with_float!("matmul_epilogue", c.out_dtype, O => {
+        if c.residual {
+            let dims = matmul_bias_act_residual::Dims { m: c.m, k: c.k, n: c.n };
+            matmul_bias_act_residual::build::<T, O>(c.bm, c.bn, c.bk, c.activation, dims)
+        } else {
+            let dims = matmul_bias_act::Dims { m: c.m, k: c.k, n: c.n };
+            matmul_bias_act::build::<T, O>(c.bm, c.bn, c.bk, c.activation, dims)
+        }
+    }))
+}

@@ -1,0 +1,76 @@
+//! SwiGLU feed-forward gate, fused: `o = silu(x·w_gate) ∘ (x·w_up)`. Both
+//! products accumulate side by side over the `arbitrary` k dim, so `x` is
+//! read once per block and neither product goes to memory.
+
+use kernel_ir::prelude::*;
+use kernel_ir::{Element, KernelErrors, VerifiedKernel};
+
+use crate::foundation::{k_block_operands, k_block_rhs, with_float};
+
+/// Shapes and blocking: `x[m, k]`, `w_gate, w_up [k, n]`, `o[m, n]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SwigluConfig {
+    /// Rows.
+    pub m: usize,
+    /// Output columns.
+    pub n: usize,
+    /// The contracted dim.
+    pub k: usize,
+    /// Block rows.
+    pub bm: usize,
+    /// Block columns.
+    pub bn: usize,
+    /// Block depth.
+    pub bk: usize,
+    /// Element type of x, the weights and o.
+    pub dtype: DType,
+}
+
+/// Fused SwiGLU.
+#[tpu_kernel(
+    grid = (m.div_ceil(bm), n.div_ceil(bn), k.div_ceil(bk)),
+    semantics = (parallel, parallel, arbitrary)
+)]
+pub fn swiglu<T: Element>(
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    #[shape(m, k)]
+    #[block([bm, bk], |i, _, l| (i, l))]
+    x: In<T>,
+    #[shape(k, n)]
+    #[block([bk, bn], |_, j, l| (l, j))]
+    w_gate: In<T>,
+    #[shape(k, n)]
+    #[block([bk, bn], |_, j, l| (l, j))]
+    w_up: In<T>,
+    #[shape(m, n)]
+    #[block([bm, bn], |i, j, _| (i, j))]
+    o: Out<T>,
+    #[shape(bm, bn)] gate: Scratch<f32>,
+    #[shape(bm, bn)] up: Scratch<f32>,
+) {
+    let l = program_id(2);
+    if l == 0 {
+        gate.store(.., 0.0);
+        up.store(.., 0.0);
+    }
+    let (xv, gv) = k_block_operands(k, bm, bn, bk, x, w_gate, l);
+    let uv = k_block_rhs(k, bn, bk, w_up, l);
+    gate.store(.., gate.load(..) + dot(xv, gv));
+    up.store(.., up.load(..) + dot(xv, uv));
+    if l == num_programs(2) - 1 {
+        let g = gate.load(..);
+        o.store(.., (g * g.logistic() * up.load(..)).cast::<T>());
+    }
+}
+
+/// The [`swiglu`](mod@swiglu) kernel for a config.
+pub fn swiglu(c: &SwigluConfig) -> Result<VerifiedKernel, KernelErrors> {
+    let dims = swiglu::Dims {
+        m: c.m,
+        k: c.k,
+        n: c.n,
+    };
+    with_float!("swiglu", c.dtype, T => swiglu::build::<T>(c.bm, c.bn, c.bk, dims))
+}
