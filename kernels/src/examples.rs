@@ -5,8 +5,44 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
 
-use crate::attention::{AttnConfig, flash_attention};
+use crate::attention::backward::{attention_delta, flash_attention_dkv, flash_attention_dq};
+use crate::attention::decode::{DecodeConfig, paged_decode_attention};
+use crate::attention::{AttnConfig, flash_attention, flash_attention_kv_len};
+use crate::epilogue::{Activation, EpilogueConfig, matmul_epilogue};
 use crate::foundation::*;
+use crate::norm::{NormConfig, layer_norm_bwd, rms_norm, rms_norm_bwd};
+use crate::swiglu::{SwigluConfig, swiglu};
+
+/// The attention config of the GQA examples: causal, sliding window 96,
+/// soft-cap 30.
+fn gqa_config() -> AttnConfig {
+    AttnConfig {
+        causal: true,
+        sm_scale: 0.125,
+        block_q: 64,
+        block_k: 128,
+        window: Some(96),
+        softcap: Some(30.0),
+    }
+}
+
+fn gqa_config_plain() -> AttnConfig {
+    AttnConfig {
+        window: None,
+        softcap: None,
+        ..gqa_config()
+    }
+}
+
+fn norm_config(dtype: DType) -> NormConfig {
+    NormConfig {
+        rows: 40,
+        cols: 256,
+        block_rows: 16,
+        eps: 1e-6,
+        dtype,
+    }
+}
 
 /// A named kernel instance.
 pub struct Example {
@@ -139,6 +175,167 @@ pub fn examples() -> Vec<Example> {
             name: "flash_attention_f32",
             about: "flash attention forward, f32, 128 queries over 256 keys",
             build: || attn(false, 32, F32, 128, 256),
+        },
+        Example {
+            name: "flash_attention_gqa_window_bf16",
+            about: "flash attention forward, bf16, 4 query heads on 2 kv heads, causal, window 96, soft-cap 30, ragged 200 keys",
+            build: || {
+                let dims = crate::attention::flash_attention::Dims {
+                    b: 1,
+                    h: 4,
+                    hkv: 2,
+                    sq: 200,
+                    skv: 200,
+                    d: 64,
+                };
+                flash_attention(&gqa_config(), BF16, dims)
+            },
+        },
+        Example {
+            name: "flash_attention_kv_len",
+            about: "flash attention forward over a bucket of 256 keys, valid length as scalar prefetch",
+            build: || {
+                let dims = crate::attention::flash_attention_kv_len::Dims {
+                    b: 1,
+                    h: 2,
+                    hkv: 2,
+                    sq: 256,
+                    skv: 256,
+                    d: 64,
+                };
+                let cfg = AttnConfig {
+                    causal: true,
+                    ..gqa_config_plain()
+                };
+                flash_attention_kv_len(&cfg, F32, dims)
+            },
+        },
+        Example {
+            name: "attention_delta",
+            about: "flash attention backward, delta = rowsum(dO * O), bf16[1, 4, 200, 64]",
+            build: || {
+                attention_delta(
+                    64,
+                    BF16,
+                    crate::attention::backward::attention_delta::Dims {
+                        b: 1,
+                        h: 4,
+                        sq: 200,
+                        d: 64,
+                    },
+                )
+            },
+        },
+        Example {
+            name: "flash_attention_dq",
+            about: "flash attention backward, dq, GQA 4/2 heads, causal, window, soft-cap",
+            build: || {
+                let dims = crate::attention::backward::flash_attention_dq::Dims {
+                    b: 1,
+                    h: 4,
+                    hkv: 2,
+                    sq: 200,
+                    skv: 200,
+                    d: 64,
+                };
+                flash_attention_dq(&gqa_config(), BF16, dims)
+            },
+        },
+        Example {
+            name: "flash_attention_dkv",
+            about: "flash attention backward, dk and dv summed over the 2 query heads of each kv head",
+            build: || {
+                let dims = crate::attention::backward::flash_attention_dkv::Dims {
+                    b: 1,
+                    h: 4,
+                    hkv: 2,
+                    sq: 200,
+                    skv: 200,
+                    d: 64,
+                };
+                flash_attention_dkv(&gqa_config(), BF16, dims)
+            },
+        },
+        Example {
+            name: "paged_decode_attention",
+            about: "decode attention over a paged KV cache: 4 sequences, 8 pages of 16 each, block tables in scalar prefetch",
+            build: || {
+                let dims = crate::attention::decode::paged_decode_attention::Dims {
+                    b: 4,
+                    hkv: 2,
+                    g: 4,
+                    d: 128,
+                    pages: 40,
+                    page: 16,
+                    pages_per_seq: 8,
+                };
+                paged_decode_attention(&DecodeConfig { sm_scale: 0.088 }, BF16, dims)
+            },
+        },
+        Example {
+            name: "rms_norm_bf16",
+            about: "RMS norm, bf16[40, 256] (ragged last block of 16 rows)",
+            build: || rms_norm(&norm_config(BF16)),
+        },
+        Example {
+            name: "rms_norm_bwd",
+            about: "RMS norm backward: dx, and dgamma reduced over an arbitrary grid",
+            build: || rms_norm_bwd(&norm_config(F32)),
+        },
+        Example {
+            name: "layer_norm_bwd",
+            about: "layer norm backward: dx, dgamma, dbeta",
+            build: || layer_norm_bwd(&norm_config(F32)),
+        },
+        Example {
+            name: "matmul_gelu_residual",
+            about: "matmul with the epilogue fused: gelu(x*w + bias) + residual, bf16 in, f32 out, ragged k",
+            build: || {
+                matmul_epilogue(&EpilogueConfig {
+                    m: 128,
+                    n: 256,
+                    k: 320,
+                    bm: 128,
+                    bn: 128,
+                    bk: 128,
+                    activation: Activation::Gelu,
+                    residual: true,
+                    dtype: BF16,
+                    out_dtype: F32,
+                })
+            },
+        },
+        Example {
+            name: "rope",
+            about: "rotary position embedding, bf16[1, 4, 200, 128], 32 positions per step",
+            build: || {
+                crate::rope::rope(
+                    32,
+                    BF16,
+                    crate::rope::rope::Dims {
+                        b: 1,
+                        h: 4,
+                        s: 200,
+                        d: 128,
+                        half: 64,
+                    },
+                )
+            },
+        },
+        Example {
+            name: "swiglu",
+            about: "fused SwiGLU: silu(x*w_gate) * (x*w_up), bf16[64, 256] x [256, 512]",
+            build: || {
+                swiglu(&SwigluConfig {
+                    m: 64,
+                    n: 512,
+                    k: 256,
+                    bm: 64,
+                    bn: 256,
+                    bk: 128,
+                    dtype: BF16,
+                })
+            },
         },
     ]
 }
