@@ -11,22 +11,12 @@ use proptest::prelude::*;
 
 use crate::common::all_paths;
 
-/// Output tolerance per dtype (see `kernels::check::tolerances`).
 fn out_tol(d: DType) -> Tolerance {
-    kernels::check::Tolerance::attention(d)
+    Tolerance::attention(d)
 }
 
 fn lse_tol(d: DType) -> Tolerance {
-    match d {
-        F32 => Tolerance {
-            abs: 1e-4,
-            rel: 1e-5,
-        },
-        _ => Tolerance {
-            abs: 2e-2,
-            rel: 1e-2,
-        },
-    }
+    Tolerance::logsumexp(d)
 }
 
 fn spec(cfg: &AttnConfig) -> AttnSpec {
@@ -183,16 +173,7 @@ fn reference_gradients_match_finite_differences() {
 }
 
 fn grad_tol(d: DType) -> Tolerance {
-    match d {
-        F32 => Tolerance {
-            abs: 2e-4,
-            rel: 1e-3,
-        },
-        _ => Tolerance {
-            abs: 6e-2,
-            rel: 6e-2,
-        },
-    }
+    Tolerance::attention_grad(d)
 }
 
 proptest! {

@@ -17,18 +17,8 @@ fn dtype(bf: bool) -> DType {
     if bf { BF16 } else { F32 }
 }
 
-/// Gradient tolerance: sums over rows of products of O(1) values.
 fn grad_tol(d: DType, terms: usize) -> Tolerance {
-    match d {
-        F32 => Tolerance {
-            abs: 1e-5 * terms as f64,
-            rel: 1e-4,
-        },
-        _ => Tolerance {
-            abs: 2e-2 * (terms as f64).sqrt(),
-            rel: 3e-2,
-        },
-    }
+    Tolerance::sum_grad(d, terms)
 }
 
 /// Row/column sizes: a multiple of the native tile plus a ragged tail.
@@ -106,7 +96,7 @@ proptest! {
         if residual {
             args.push(r);
         }
-        let tol = Tolerance { abs: 1e-5 * c.k as f64, rel: 1e-4 };
+        let tol = Tolerance::matmul(c.k, F32);
         all_paths(matmul_epilogue(&c), &args, vec![want], &[tol])?;
     }
 
@@ -137,7 +127,7 @@ proptest! {
         let wg = Array::random(d, [c.k, c.n], seed + 1, -0.2, 0.2);
         let wu = Array::random(d, [c.k, c.n], seed + 2, -0.2, 0.2);
         let want = reference::swiglu(&x, &wg, &wu);
-        let tol = if d == F32 { Tolerance { abs: 1e-5, rel: 1e-4 } } else { Tolerance::for_dtype(d) };
+        let tol = Tolerance::matmul(c.k, d);
         all_paths(swiglu(&c), &[x, wg, wu], vec![want], &[tol])?;
     }
 }
