@@ -3,8 +3,8 @@
 //!
 //! | workload | methods | baseline |
 //! |---|---|---|
-//! | matmul 1024³ f32 | native JIT of [`crate::foundation::matmul`] | XLA's `dot_general` on the same PJRT plugin |
-//! | attention forward, B=1 H=8 D=128, S=1024…8192, causal or not | native JIT and decomposed StableHLO of [`crate::attention::flash_attention`] | XLA's unfused `softmax(QKᵀ)V` graph |
+//! | matmul 1024³ f32 | native JIT of [`crate::foundation::matmul()`] | XLA's `dot_general` on the same PJRT plugin |
+//! | attention forward, B=1 H=8 D=128, S=1024…8192, causal or not | native JIT and decomposed StableHLO of [`crate::attention::flash_attention()`] | XLA's unfused `softmax(QKᵀ)V` graph |
 //!
 //! Every (workload, method) runs in its own child process (the benchmark
 //! binary re-executed with [`CHILD_FLAG`]), so that one measurement's
