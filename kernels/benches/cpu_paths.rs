@@ -1,6 +1,7 @@
 //! `cargo bench -p kernels`: the CPU paths against their XLA baselines, in
 //! one run (see `kernels::bench`). `TESSERA_BENCH_MAX_S` caps the attention
-//! sequence length (default 8192); `TESSERA_BENCH_BUDGET` is the seconds of
+//! sequence length (default 8192), `TESSERA_BENCH_MAX_BWD_S` the backward's
+//! (default 4096); `TESSERA_BENCH_BUDGET` is the seconds of
 //! timed runs per measurement (default 3).
 
 use std::time::Duration;
@@ -16,12 +17,16 @@ fn main() -> std::process::ExitCode {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(8192);
+    let max_bwd_s = std::env::var("TESSERA_BENCH_MAX_BWD_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4096);
     let budget = std::env::var("TESSERA_BENCH_BUDGET")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3.0);
     let mut rows = Vec::new();
-    for (w, methods) in suite(max_s) {
+    for (w, methods) in suite(max_s, max_bwd_s) {
         for m in methods {
             let r = measure_isolated(w, m, Duration::from_secs_f64(budget));
             match &r {

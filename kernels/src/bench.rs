@@ -25,6 +25,7 @@ use runtime::pjrt::{Buffer, CompileOptions};
 
 use crate::attention::{AttnConfig, flash_attention};
 use crate::foundation::{MatmulConfig, matmul};
+use kernel_ir::KernelErrors;
 
 /// The argument that makes a benchmark binary measure one case and exit.
 pub const CHILD_FLAG: &str = "--tessera-bench-child";
@@ -44,6 +45,23 @@ pub enum Workload {
         /// Causal mask.
         causal: bool,
     },
+    /// Attention backward (dq, dk, dv from q, k, v, dO and the forward's
+    /// output and logsumexp), same shapes.
+    AttentionBwd {
+        /// Sequence length.
+        s: usize,
+        /// Causal mask.
+        causal: bool,
+    },
+}
+
+/// One kernel of a workload and which arrays of the workload's pool it
+/// reads (its outputs are appended to the pool).
+pub struct Stage {
+    /// The kernel.
+    pub kernel: VerifiedKernel,
+    /// Indices into the pool.
+    pub inputs: Vec<usize>,
 }
 
 /// Heads of the attention benchmark.
@@ -61,6 +79,9 @@ impl Workload {
                 let full = 4.0 * HEADS as f64 * (s as f64).powi(2) * HEAD_DIM as f64;
                 if causal { full / 2.0 } else { full }
             }
+            // Five products instead of two (recomputed scores, dP, dq, dk,
+            // dv).
+            Workload::AttentionBwd { s, causal } => 2.5 * Workload::Attention { s, causal }.flops(),
         }
     }
 
@@ -68,6 +89,7 @@ impl Workload {
         match self {
             Workload::Matmul { n } => format!("matmul {n}"),
             Workload::Attention { s, causal } => format!("attention {s} {causal}"),
+            Workload::AttentionBwd { s, causal } => format!("attention-bwd {s} {causal}"),
         }
     }
 
@@ -78,20 +100,127 @@ impl Workload {
                 s: s.parse().ok()?,
                 causal: c.parse().ok()?,
             }),
+            [w, s, c] if w == "attention-bwd" => Some(Workload::AttentionBwd {
+                s: s.parse().ok()?,
+                causal: c.parse().ok()?,
+            }),
             _ => None,
         }
     }
 
-    fn inputs(self) -> Vec<Array> {
-        match self {
+    /// The arrays the workload starts from: its inputs, and for the
+    /// backward pass the forward's output and logsumexp (computed here by
+    /// the native forward kernel, outside any timing).
+    fn pool(self) -> Result<Vec<Array>, String> {
+        let attn = |s: usize| -> Vec<Array> {
+            (0..3)
+                .map(|i| Array::random(DType::F32, [1, HEADS, s, HEAD_DIM], 10 + i, -1.0, 1.0))
+                .collect()
+        };
+        Ok(match self {
             Workload::Matmul { n } => vec![
                 Array::random(DType::F32, [n, n], 1, -1.0, 1.0),
                 Array::random(DType::F32, [n, n], 2, -1.0, 1.0),
             ],
-            Workload::Attention { s, .. } => (0..3)
-                .map(|i| Array::random(DType::F32, [1, HEADS, s, HEAD_DIM], 10 + i, -1.0, 1.0))
-                .collect(),
+            Workload::Attention { s, .. } => attn(s),
+            Workload::AttentionBwd { s, causal } => {
+                let mut pool = attn(s);
+                pool.push(Array::random(
+                    DType::F32,
+                    [1, HEADS, s, HEAD_DIM],
+                    20,
+                    -1.0,
+                    1.0,
+                ));
+                let fwd =
+                    HostKernel::compile(&Workload::Attention { s, causal }.kernel(Method::Jit)?)
+                        .map_err(|e| e.to_string())?;
+                let outs = fwd.run(&pool[..3]).map_err(|e| e.to_string())?;
+                pool.extend(outs); // o, lse
+                pool
+            }
+        })
+    }
+
+    /// The pool arrays the XLA baseline takes.
+    fn baseline_inputs(self) -> Vec<usize> {
+        match self {
+            Workload::Matmul { .. } => vec![0, 1],
+            Workload::Attention { .. } => vec![0, 1, 2],
+            Workload::AttentionBwd { .. } => vec![0, 1, 2, 3],
         }
+    }
+
+    /// The Tessera kernels of this workload for method `m`, in order.
+    pub fn stages(self, m: Method) -> Result<Vec<Stage>, String> {
+        let err = |e: KernelErrors| e.to_string();
+        Ok(match self {
+            Workload::AttentionBwd { s, causal } => {
+                let b = attention_block(m, s);
+                let cfg = AttnConfig {
+                    causal,
+                    sm_scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+                    block_q: b,
+                    block_k: b,
+                    window: None,
+                    softcap: None,
+                };
+                use crate::attention::backward as bw;
+                let (h, d) = (HEADS, HEAD_DIM);
+                // Pool: q k v dO o lse, then delta.
+                vec![
+                    Stage {
+                        kernel: bw::attention_delta(
+                            b,
+                            DType::F32,
+                            bw::attention_delta::Dims { b: 1, h, sq: s, d },
+                        )
+                        .map_err(err)?,
+                        inputs: vec![4, 3],
+                    },
+                    Stage {
+                        kernel: bw::flash_attention_dq(
+                            &cfg,
+                            DType::F32,
+                            bw::flash_attention_dq::Dims {
+                                b: 1,
+                                h,
+                                hkv: h,
+                                sq: s,
+                                skv: s,
+                                d,
+                            },
+                        )
+                        .map_err(err)?,
+                        inputs: vec![0, 1, 2, 3, 5, 6],
+                    },
+                    Stage {
+                        kernel: bw::flash_attention_dkv(
+                            &cfg,
+                            DType::F32,
+                            bw::flash_attention_dkv::Dims {
+                                b: 1,
+                                h,
+                                hkv: h,
+                                sq: s,
+                                skv: s,
+                                d,
+                            },
+                        )
+                        .map_err(err)?,
+                        inputs: vec![0, 1, 2, 3, 5, 6],
+                    },
+                ]
+            }
+            w => {
+                let kernel = w.kernel(m)?;
+                let n = kernel.inputs().count();
+                vec![Stage {
+                    kernel,
+                    inputs: (0..n).collect(),
+                }]
+            }
+        })
     }
 
     /// The Tessera kernel of this workload, configured for method `m`.
@@ -107,6 +236,9 @@ impl Workload {
                 dtype: DType::F32,
                 out_dtype: DType::F32,
             }),
+            Workload::AttentionBwd { .. } => {
+                return Err("the backward pass is several kernels; see `stages`".into());
+            }
             Workload::Attention { s, causal } => flash_attention(
                 &AttnConfig {
                     causal,
@@ -139,6 +271,7 @@ impl Workload {
                  return %c : tensor<{n}x{n}xf32>\n}}\n"
             ),
             Workload::Attention { s, causal } => unfused_attention(s, causal),
+            Workload::AttentionBwd { s, causal } => unfused_attention_bwd(s, causal),
         }
     }
 }
@@ -149,6 +282,9 @@ impl fmt::Display for Workload {
             Workload::Matmul { n } => write!(f, "matmul {n}x{n}x{n} f32"),
             Workload::Attention { s, causal } => {
                 write!(f, "attention S={s}{}", if *causal { " causal" } else { "" })
+            }
+            Workload::AttentionBwd { s, causal } => {
+                write!(f, "attention bwd S={s}{}", if *causal { " causal" } else { "" })
             }
         }
     }
@@ -210,6 +346,51 @@ fn unfused_attention(s: usize, causal: bool) -> String {
     m
 }
 
+/// The unfused backward of [`unfused_attention`]: `P` recomputed from
+/// q, k; then `dV = Pᵀ·dO`, `dP = dO·Vᵀ`, `dS = P ∘ (dP − rowsum(P ∘ dP))`,
+/// `dQ = scale·dS·K`, `dK = scale·dSᵀ·Q`, each an `[S, S]` intermediate.
+fn unfused_attention_bwd(s: usize, causal: bool) -> String {
+    let (h, d) = (HEADS, HEAD_DIM);
+    let qt = format!("tensor<1x{h}x{s}x{d}xf32>");
+    let st = format!("tensor<1x{h}x{s}x{s}xf32>");
+    let rt = format!("tensor<1x{h}x{s}xf32>");
+    let scale = 1.0 / (d as f32).sqrt();
+    let fwd = unfused_attention(s, causal);
+    // The forward's body up to the probabilities `%p`, reused.
+    let body: String = fwd
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.contains("%o = "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut m = format!(
+        "func.func @main(%q: {qt}, %k: {qt}, %v: {qt}, %do: {qt}) -> ({qt}, {qt}, {qt}) {{\n{body}"
+    );
+    m += &format!(
+        "  %dv = stablehlo.dot_general %p, %do, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2] : ({st}, {qt}) -> {qt}\n"
+    );
+    m += &format!(
+        "  %dp = stablehlo.dot_general %do, %v, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [3] : ({qt}, {qt}) -> {st}\n"
+    );
+    m += &format!("  %pdp = stablehlo.multiply %p, %dp : {st}\n");
+    m += &format!(
+        "  %delta = stablehlo.reduce(%pdp init: %zero) applies stablehlo.add across dimensions = [3] : ({st}, tensor<f32>) -> {rt}\n"
+    );
+    m += &format!("  %db = stablehlo.broadcast_in_dim %delta, dims = [0, 1, 2] : ({rt}) -> {st}\n");
+    m += &format!("  %dpc = stablehlo.subtract %dp, %db : {st}\n");
+    m += &format!("  %ds0 = stablehlo.multiply %p, %dpc : {st}\n");
+    m += &format!("  %ds = stablehlo.multiply %ds0, %scale : {st}\n");
+    m += &format!(
+        "  %dq = stablehlo.dot_general %ds, %k, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : ({st}, {qt}) -> {qt}\n"
+    );
+    m += &format!(
+        "  %dk = stablehlo.dot_general %ds, %q, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2] : ({st}, {qt}) -> {qt}\n"
+    );
+    let _ = scale;
+    m += &format!("  return %dq, %dk, %dv : {qt}, {qt}, {qt}\n}}\n");
+    m
+}
+
 /// How a workload is run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
@@ -228,7 +409,9 @@ impl Method {
             (Method::Jit, _) => "tessera jit",
             (Method::Decomposed, _) => "tessera pjrt-decomposed",
             (Method::Xla, Workload::Matmul { .. }) => "xla dot_general",
-            (Method::Xla, Workload::Attention { .. }) => "xla unfused",
+            (Method::Xla, Workload::Attention { .. } | Workload::AttentionBwd { .. }) => {
+                "xla unfused"
+            }
         }
     }
 
@@ -288,39 +471,93 @@ fn peak() -> Option<u64> {
 /// Measures in this process: compile, reset the peak, run once (memory),
 /// then time runs until `budget` is spent (at least two, at most 10).
 pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, String> {
-    let inputs = w.inputs();
+    let pool = w.pool()?;
     let mut run: Box<dyn FnMut() -> Result<(), String>> = match m {
         Method::Jit => {
-            let k = HostKernel::compile(&w.kernel(m)?).map_err(|e| e.to_string())?;
-            let bytes: Vec<Vec<u8>> = inputs.iter().map(Array::to_le_bytes).collect();
-            let out_len: Vec<usize> = k
-                .kernel()
-                .outputs()
-                .map(|o| o.shape.iter().product::<usize>() * o.dtype.bytes())
-                .collect();
+            let stages: Vec<(HostKernel, Vec<usize>)> = w
+                .stages(m)?
+                .into_iter()
+                .map(|st| {
+                    Ok((
+                        HostKernel::compile(&st.kernel).map_err(|e| e.to_string())?,
+                        st.inputs,
+                    ))
+                })
+                .collect::<Result<_, String>>()?;
+            let bytes: Vec<Vec<u8>> = pool.iter().map(Array::to_le_bytes).collect();
             Box::new(move || {
-                let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
-                let mut outs: Vec<Vec<u8>> = out_len.iter().map(|&n| vec![0u8; n]).collect();
-                let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
-                k.run_bytes(&[], &refs, &mut out_refs)
-                    .map_err(|e| e.to_string())
+                let mut pool = bytes.clone();
+                for (k, inputs) in &stages {
+                    let outs = {
+                        let refs: Vec<&[u8]> = inputs.iter().map(|&i| pool[i].as_slice()).collect();
+                        let mut outs: Vec<Vec<u8>> = k
+                            .kernel()
+                            .outputs()
+                            .map(|o| vec![0u8; o.shape.iter().product::<usize>() * o.dtype.bytes()])
+                            .collect();
+                        let mut out_refs: Vec<&mut [u8]> =
+                            outs.iter_mut().map(Vec::as_mut_slice).collect();
+                        k.run_bytes(&[], &refs, &mut out_refs)
+                            .map_err(|e| e.to_string())?;
+                        outs
+                    };
+                    pool.extend(outs);
+                }
+                Ok(())
             })
         }
-        Method::Decomposed | Method::Xla => {
-            let exe = if m == Method::Decomposed {
-                Prepared::new(Backend::Decomposed, &w.kernel(m)?).map_err(|e| e.to_string())?
-            } else {
-                let client = cpu_client().map_err(|e| e.to_string())?;
-                let executable = client
-                    .compile(w.baseline_module().as_bytes(), &CompileOptions::default())
-                    .map_err(|e| e.to_string())?;
-                Prepared::Pjrt {
-                    backend: Backend::Decomposed,
-                    executable,
-                    client,
+        Method::Decomposed => {
+            let stages: Vec<(Prepared, Vec<usize>)> = w
+                .stages(m)?
+                .into_iter()
+                .map(|st| {
+                    Ok((
+                        Prepared::new(Backend::Decomposed, &st.kernel)
+                            .map_err(|e| e.to_string())?,
+                        st.inputs,
+                    ))
+                })
+                .collect::<Result<_, String>>()?;
+            let first = &stages.first().ok_or("no stages")?.0;
+            let bufs: Vec<Buffer> = first.upload(&pool).map_err(|e| e.to_string())?;
+            let bufs = std::sync::Arc::new(bufs);
+            Box::new(move || {
+                let mut produced: Vec<Buffer> = Vec::new();
+                for (exe, inputs) in &stages {
+                    let outs = {
+                        let args: Vec<&Buffer> = inputs
+                            .iter()
+                            .map(|&i| {
+                                if i < bufs.len() {
+                                    &bufs[i]
+                                } else {
+                                    &produced[i - bufs.len()]
+                                }
+                            })
+                            .collect();
+                        exe.execute_refs(&args).map_err(|e| e.to_string())?
+                    };
+                    produced.extend(outs);
                 }
+                Ok(())
+            })
+        }
+        Method::Xla => {
+            let client = cpu_client().map_err(|e| e.to_string())?;
+            let executable = client
+                .compile(w.baseline_module().as_bytes(), &CompileOptions::default())
+                .map_err(|e| e.to_string())?;
+            let exe = Prepared::Pjrt {
+                backend: Backend::Decomposed,
+                executable,
+                client,
             };
-            let bufs: Vec<Buffer> = exe.upload(&inputs).map_err(|e| e.to_string())?;
+            let args: Vec<Array> = w
+                .baseline_inputs()
+                .iter()
+                .map(|&i| pool[i].clone())
+                .collect();
+            let bufs: Vec<Buffer> = exe.upload(&args).map_err(|e| e.to_string())?;
             Box::new(move || exe.execute(&bufs).map(drop).map_err(|e| e.to_string()))
         }
     };
@@ -409,15 +646,26 @@ pub fn measure_isolated(w: Workload, m: Method, budget: Duration) -> Result<Meas
     })
 }
 
-/// The standard suite: matmul 1024³, then attention at S = 1024…8192
-/// (up to `max_s`), causal and not.
-pub fn suite(max_s: usize) -> Vec<(Workload, Vec<Method>)> {
+/// The standard suite: matmul 1024³, attention forward at S = 1024…8192
+/// (up to `max_s`) and backward at S = 1024…4096 (up to `max_bwd_s`),
+/// causal and not.
+pub fn suite(max_s: usize, max_bwd_s: usize) -> Vec<(Workload, Vec<Method>)> {
     let mut v = vec![(Workload::Matmul { n: 1024 }, vec![Method::Jit, Method::Xla])];
     let mut s = 1024;
     while s <= max_s {
         for causal in [false, true] {
             v.push((
                 Workload::Attention { s, causal },
+                vec![Method::Jit, Method::Decomposed, Method::Xla],
+            ));
+        }
+        s *= 2;
+    }
+    let mut s = 1024;
+    while s <= max_bwd_s {
+        for causal in [false, true] {
+            v.push((
+                Workload::AttentionBwd { s, causal },
                 vec![Method::Jit, Method::Decomposed, Method::Xla],
             ));
         }

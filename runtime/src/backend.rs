@@ -218,11 +218,14 @@ impl Prepared {
 
     /// For PJRT backends: runs on device buffers, leaving results there.
     pub fn execute(&self, args: &[Buffer]) -> Result<Vec<Buffer>, BackendError> {
+        let refs: Vec<&Buffer> = args.iter().collect();
+        self.execute_refs(&refs)
+    }
+
+    /// [`Prepared::execute`] on borrowed buffers.
+    pub fn execute_refs(&self, args: &[&Buffer]) -> Result<Vec<Buffer>, BackendError> {
         match self {
-            Prepared::Pjrt { executable, .. } => {
-                let refs: Vec<&Buffer> = args.iter().collect();
-                Ok(executable.execute(&refs)?)
-            }
+            Prepared::Pjrt { executable, .. } => Ok(executable.execute(args)?),
             _ => Err(PjrtError::Usage(format!("{} has no device buffers", self.backend())).into()),
         }
     }
