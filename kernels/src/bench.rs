@@ -284,7 +284,11 @@ impl fmt::Display for Workload {
                 write!(f, "attention S={s}{}", if *causal { " causal" } else { "" })
             }
             Workload::AttentionBwd { s, causal } => {
-                write!(f, "attention bwd S={s}{}", if *causal { " causal" } else { "" })
+                write!(
+                    f,
+                    "attention bwd S={s}{}",
+                    if *causal { " causal" } else { "" }
+                )
             }
         }
     }
@@ -486,10 +490,21 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
                 .collect::<Result<_, String>>()?;
             let bytes: Vec<Vec<u8>> = pool.iter().map(Array::to_le_bytes).collect();
             Box::new(move || {
-                let mut pool = bytes.clone();
+                // Stage outputs; the inputs are read in place (no copy, so
+                // the peak counts only what the kernels allocate).
+                let mut produced: Vec<Vec<u8>> = Vec::new();
                 for (k, inputs) in &stages {
                     let outs = {
-                        let refs: Vec<&[u8]> = inputs.iter().map(|&i| pool[i].as_slice()).collect();
+                        let refs: Vec<&[u8]> = inputs
+                            .iter()
+                            .map(|&i| {
+                                if i < bytes.len() {
+                                    bytes[i].as_slice()
+                                } else {
+                                    produced[i - bytes.len()].as_slice()
+                                }
+                            })
+                            .collect();
                         let mut outs: Vec<Vec<u8>> = k
                             .kernel()
                             .outputs()
@@ -501,7 +516,7 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
                             .map_err(|e| e.to_string())?;
                         outs
                     };
-                    pool.extend(outs);
+                    produced.extend(outs);
                 }
                 Ok(())
             })

@@ -24,11 +24,13 @@
 
 pub mod attention;
 pub mod bench;
+pub mod catalog;
 pub mod check;
 pub mod epilogue;
 pub mod examples;
 pub mod foundation;
 pub mod norm;
+pub mod npy;
 pub mod paths;
 pub mod reference;
 pub mod rope;

@@ -1,0 +1,620 @@
+//! The kernels the `tessera` command knows, with their config parameters,
+//! defaults and default input shapes: what `tessera list` prints and
+//! `tessera lower`, `run` and `diff` build.
+//!
+//! ```
+//! use kernels::catalog::{Config, find};
+//! let k = find("flash_attention").unwrap();
+//! let cfg = Config::parse(k, &[("causal".into(), "true".into())]).unwrap();
+//! let shapes = k.default_shapes(&cfg).unwrap();
+//! let kernel = k.build(&cfg, &shapes.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>()).unwrap();
+//! assert_eq!(kernel.outputs().count(), 2); // o and lse
+//! ```
+
+use std::collections::BTreeMap;
+
+use kernel_ir::{Array, DType, VerifiedKernel};
+
+use crate::attention::backward::{attention_delta, flash_attention_dkv, flash_attention_dq};
+use crate::attention::decode::{DecodeConfig, paged_decode_attention};
+use crate::attention::{AttnConfig, flash_attention, flash_attention_kv_len};
+use crate::epilogue::{Activation, EpilogueConfig, matmul_epilogue};
+use crate::foundation::{
+    AddConfig, LayerNormConfig, MatmulConfig, SoftmaxConfig, add, layer_norm, matmul, softmax,
+};
+use crate::norm::{NormConfig, layer_norm_bwd, rms_norm, rms_norm_bwd};
+use crate::reference;
+use crate::swiglu::{SwigluConfig, swiglu};
+
+/// One config parameter.
+#[derive(Clone, Copy, Debug)]
+pub struct Param {
+    /// Its key in `--config key=value`.
+    pub name: &'static str,
+    /// The default value, as text.
+    pub default: &'static str,
+    /// What it does.
+    pub help: &'static str,
+}
+
+/// Parsed `--config` values of one kernel (defaults filled in).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    values: BTreeMap<&'static str, String>,
+}
+
+type Shapes = Vec<(&'static str, Vec<usize>)>;
+type BuildFn = fn(&Config, &[Vec<usize>]) -> Result<VerifiedKernel, String>;
+type ShapesFn = fn(&Config) -> Result<Shapes, String>;
+type ReferenceFn = fn(&Config, &[Array]) -> Result<Vec<Vec<f64>>, String>;
+
+/// A kernel of the catalog.
+pub struct Entry {
+    /// Name, as the command takes it.
+    pub name: &'static str,
+    /// One line about it.
+    pub about: &'static str,
+    /// Its config parameters.
+    pub params: &'static [Param],
+    shapes: ShapesFn,
+    build: BuildFn,
+    reference: ReferenceFn,
+}
+
+impl Entry {
+    /// The inputs (scalar prefetch first) with their default shapes.
+    pub fn default_shapes(&self, cfg: &Config) -> Result<Shapes, String> {
+        (self.shapes)(cfg)
+    }
+
+    /// Builds and verifies the kernel for `cfg` and the inputs' shapes (in
+    /// the order of [`Entry::default_shapes`]).
+    pub fn build(&self, cfg: &Config, shapes: &[Vec<usize>]) -> Result<VerifiedKernel, String> {
+        let want = self.default_shapes(cfg)?.len();
+        if shapes.len() != want {
+            return Err(format!(
+                "kernel `{}` takes {want} inputs, got {}",
+                self.name,
+                shapes.len()
+            ));
+        }
+        (self.build)(cfg, shapes)
+    }
+
+    /// The f64 reference of each output for these inputs.
+    pub fn reference(&self, cfg: &Config, inputs: &[Array]) -> Result<Vec<Vec<f64>>, String> {
+        (self.reference)(cfg, inputs)
+    }
+}
+
+impl Config {
+    /// Defaults of `entry` overridden by `pairs`; an unknown key or a
+    /// repeated one is an error naming the valid keys.
+    pub fn parse(entry: &Entry, pairs: &[(String, String)]) -> Result<Config, String> {
+        let mut values: BTreeMap<&'static str, String> = entry
+            .params
+            .iter()
+            .map(|p| (p.name, p.default.to_string()))
+            .collect();
+        let mut seen = Vec::new();
+        for (k, v) in pairs {
+            let Some(p) = entry.params.iter().find(|p| p.name == k) else {
+                let keys: Vec<&str> = entry.params.iter().map(|p| p.name).collect();
+                return Err(format!(
+                    "unknown config key `{k}` for kernel `{}`; its keys are: {}",
+                    entry.name,
+                    keys.join(", ")
+                ));
+            };
+            if seen.contains(&p.name) {
+                return Err(format!("config key `{k}` is given twice"));
+            }
+            seen.push(p.name);
+            values.insert(p.name, v.clone());
+        }
+        let cfg = Config { values };
+        // Every value must parse as its kind: check now, not at build.
+        (entry.shapes)(&cfg)?;
+        Ok(cfg)
+    }
+
+    fn get(&self, k: &str) -> &str {
+        self.values.get(k).map_or("", String::as_str)
+    }
+
+    fn bad(&self, k: &str, what: &str) -> String {
+        format!("config `{k}={}` must be {what}", self.get(k))
+    }
+
+    /// A positive integer.
+    pub fn usize(&self, k: &str) -> Result<usize, String> {
+        self.get(k)
+            .parse::<usize>()
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| self.bad(k, "a positive integer"))
+    }
+
+    /// A number.
+    pub fn f32(&self, k: &str) -> Result<f32, String> {
+        self.get(k)
+            .parse::<f32>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| self.bad(k, "a finite number"))
+    }
+
+    /// `true` or `false`.
+    pub fn bool(&self, k: &str) -> Result<bool, String> {
+        match self.get(k) {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(self.bad(k, "true or false")),
+        }
+    }
+
+    /// A float dtype name.
+    pub fn dtype(&self, k: &str) -> Result<DType, String> {
+        match self.get(k).parse::<DType>() {
+            Ok(d) if d.is_float() => Ok(d),
+            _ => Err(self.bad(k, "f32, bf16 or f16")),
+        }
+    }
+
+    /// `none` or a positive integer.
+    pub fn opt_usize(&self, k: &str) -> Result<Option<usize>, String> {
+        if self.get(k) == "none" {
+            Ok(None)
+        } else {
+            self.usize(k).map(Some).map_err(|_| self.bad(k, "none or a positive integer"))
+        }
+    }
+
+    /// `none` or a positive number.
+    pub fn opt_f32(&self, k: &str) -> Result<Option<f32>, String> {
+        if self.get(k) == "none" {
+            Ok(None)
+        } else {
+            self.f32(k)
+                .ok()
+                .filter(|v| *v > 0.0)
+                .map(Some)
+                .ok_or_else(|| self.bad(k, "none or a positive number"))
+        }
+    }
+
+    /// `auto` (`1/√d`) or a number.
+    fn scale(&self, k: &str, d: usize) -> Result<f32, String> {
+        if self.get(k) == "auto" {
+            Ok(1.0 / (d as f32).sqrt())
+        } else {
+            self.f32(k).map_err(|_| self.bad(k, "auto or a number"))
+        }
+    }
+
+    fn activation(&self, k: &str) -> Result<Activation, String> {
+        match self.get(k) {
+            "none" => Ok(Activation::Identity),
+            "gelu" => Ok(Activation::Gelu),
+            "silu" => Ok(Activation::Silu),
+            _ => Err(self.bad(k, "none, gelu or silu")),
+        }
+    }
+}
+
+fn dims<const N: usize>(s: &[usize], what: &str) -> Result<[usize; N], String> {
+    s.try_into()
+        .map_err(|_| format!("`{what}` must have rank {N}, got shape {s:?}"))
+}
+
+fn e(x: kernel_ir::KernelErrors) -> String {
+    x.to_string()
+}
+
+const DTYPE: Param = Param {
+    name: "dtype",
+    default: "f32",
+    help: "element type: f32, bf16 or f16",
+};
+
+const ATTN_PARAMS: &[Param] = &[
+    DTYPE,
+    Param { name: "causal", default: "false", help: "query i sees keys j <= i only" },
+    Param { name: "block_q", default: "64", help: "query rows per block (clamped to the sequence)" },
+    Param { name: "block_k", default: "128", help: "keys per block (clamped to the sequence)" },
+    Param { name: "sm_scale", default: "auto", help: "score scale; auto = 1/sqrt(head_dim)" },
+    Param { name: "window", default: "none", help: "sliding window: keys more than window-1 away are hidden" },
+    Param { name: "softcap", default: "none", help: "logit soft-cap: s = cap * tanh(s / cap)" },
+];
+
+fn attn_config(c: &Config, sq: usize, skv: usize, d: usize) -> Result<AttnConfig, String> {
+    Ok(AttnConfig {
+        causal: c.bool("causal")?,
+        sm_scale: c.scale("sm_scale", d)?,
+        block_q: c.usize("block_q")?.min(sq),
+        block_k: c.usize("block_k")?.min(skv),
+        window: c.opt_usize("window")?,
+        softcap: c.opt_f32("softcap")?,
+    })
+}
+
+fn attn_spec(c: &Config, d: usize) -> Result<reference::AttnSpec, String> {
+    Ok(reference::AttnSpec {
+        causal: c.bool("causal")?,
+        scale: c.scale("sm_scale", d)? as f64,
+        window: c.opt_usize("window")?,
+        softcap: c.opt_f32("softcap")?.map(f64::from),
+        kv_len: None,
+    })
+}
+
+/// `[b, h, s, d]` q, `[b, hkv, s, d]` k and v: the attention defaults.
+fn qkv() -> Shapes {
+    vec![("q", vec![1, 2, 256, 64]), ("k", vec![1, 2, 256, 64]), ("v", vec![1, 2, 256, 64])]
+}
+
+fn norm_config(c: &Config, s: &[usize]) -> Result<NormConfig, String> {
+    let [rows, cols] = dims(s, "x")?;
+    Ok(NormConfig {
+        rows,
+        cols,
+        block_rows: c.usize("block_rows")?.min(rows),
+        eps: c.f32("eps")?,
+        dtype: c.dtype("dtype")?,
+    })
+}
+
+const NORM_PARAMS: &[Param] = &[
+    DTYPE,
+    Param { name: "block_rows", default: "8", help: "rows per block" },
+    Param { name: "eps", default: "1e-5", help: "added to the mean square or variance" },
+];
+
+fn matmul_shapes(c: &Config, s: &[Vec<usize>]) -> Result<(usize, usize, usize), String> {
+    let [m, k] = dims(&s[0], "x")?;
+    let [k2, n] = dims(&s[1], "w")?;
+    if k != k2 {
+        return Err(format!("x is [{m}, {k}] but w is [{k2}, {n}]: the inner dims differ"));
+    }
+    let _ = c;
+    Ok((m, n, k))
+}
+
+/// Every kernel of the catalog, in a fixed order.
+pub fn entries() -> Vec<Entry> {
+    vec![
+        Entry {
+            name: "add",
+            about: "tiled elementwise add",
+            params: &[
+                DTYPE,
+                Param { name: "block_rows", default: "16", help: "rows per block" },
+                Param { name: "block_cols", default: "128", help: "columns per block" },
+            ],
+            shapes: |_| Ok(vec![("x", vec![64, 256]), ("y", vec![64, 256])]),
+            build: |c, s| {
+                let [rows, cols] = dims(&s[0], "x")?;
+                add(&AddConfig {
+                    rows,
+                    cols,
+                    block_rows: c.usize("block_rows")?.min(rows),
+                    block_cols: c.usize("block_cols")?.min(cols),
+                    dtype: c.dtype("dtype")?,
+                })
+                .map_err(e)
+            },
+            reference: |_, a| Ok(vec![reference::add(&a[0], &a[1])]),
+        },
+        Entry {
+            name: "matmul",
+            about: "tiled matmul with an f32 accumulator in scratch",
+            params: &[
+                DTYPE,
+                Param { name: "out_dtype", default: "f32", help: "output element type" },
+                Param { name: "bm", default: "128", help: "block rows" },
+                Param { name: "bn", default: "128", help: "block columns" },
+                Param { name: "bk", default: "128", help: "block depth along k" },
+            ],
+            shapes: |_| Ok(vec![("x", vec![256, 512]), ("w", vec![512, 256])]),
+            build: |c, s| {
+                let (m, n, k) = matmul_shapes(c, s)?;
+                matmul(&MatmulConfig {
+                    m,
+                    n,
+                    k,
+                    bm: c.usize("bm")?.min(m),
+                    bn: c.usize("bn")?.min(n),
+                    bk: c.usize("bk")?.min(k),
+                    dtype: c.dtype("dtype")?,
+                    out_dtype: c.dtype("out_dtype")?,
+                })
+                .map_err(e)
+            },
+            reference: |_, a| Ok(vec![reference::matmul(&a[0], &a[1])]),
+        },
+        Entry {
+            name: "softmax",
+            about: "row softmax, whole rows per block",
+            params: &[DTYPE, Param { name: "block_rows", default: "16", help: "rows per block" }],
+            shapes: |_| Ok(vec![("x", vec![64, 512])]),
+            build: |c, s| {
+                let [rows, cols] = dims(&s[0], "x")?;
+                softmax(&SoftmaxConfig {
+                    rows,
+                    cols,
+                    block_rows: c.usize("block_rows")?.min(rows),
+                    dtype: c.dtype("dtype")?,
+                })
+                .map_err(e)
+            },
+            reference: |_, a| Ok(vec![reference::softmax_rows(&a[0])]),
+        },
+        Entry {
+            name: "layer_norm",
+            about: "layer norm over the last dim",
+            params: NORM_PARAMS,
+            shapes: |_| Ok(vec![("x", vec![64, 256]), ("gamma", vec![256]), ("beta", vec![256])]),
+            build: |c, s| {
+                let n = norm_config(c, &s[0])?;
+                layer_norm(&LayerNormConfig {
+                    rows: n.rows,
+                    cols: n.cols,
+                    block_rows: n.block_rows,
+                    eps: n.eps,
+                    dtype: n.dtype,
+                })
+                .map_err(e)
+            },
+            reference: |c, a| Ok(vec![reference::layer_norm(&a[0], &a[1], &a[2], c.f32("eps")? as f64)]),
+        },
+        Entry {
+            name: "flash_attention",
+            about: "flash attention forward (GQA, causal, window, soft-cap): outputs o and lse",
+            params: ATTN_PARAMS,
+            shapes: |_| Ok(qkv()),
+            build: |c, s| {
+                let [b, h, sq, d] = dims(&s[0], "q")?;
+                let [_, hkv, skv, _] = dims(&s[1], "k")?;
+                let dims = crate::attention::flash_attention::Dims::from_shapes(&[&s[0], &s[1], &s[2]])
+                    .map_err(e)?;
+                let _ = (b, h, hkv, sq, skv, d);
+                flash_attention(&attn_config(c, sq, skv, d)?, c.dtype("dtype")?, dims).map_err(e)
+            },
+            reference: |c, a| {
+                let d = a[0].shape()[3];
+                let (o, lse) = reference::attention_full(&a[0], &a[1], &a[2], &attn_spec(c, d)?);
+                Ok(vec![o, lse])
+            },
+        },
+        Entry {
+            name: "flash_attention_kv_len",
+            about: "flash attention forward over keys padded to a bucket; kv_len[0] valid keys",
+            params: ATTN_PARAMS,
+            shapes: |_| {
+                let mut v = vec![("kv_len", vec![1])];
+                v.extend(qkv());
+                Ok(v)
+            },
+            build: |c, s| {
+                let [_, _, sq, d] = dims(&s[1], "q")?;
+                let [_, _, skv, _] = dims(&s[2], "k")?;
+                let dims = crate::attention::flash_attention_kv_len::Dims::from_shapes(&[&s[0], &s[1], &s[2], &s[3]])
+                    .map_err(e)?;
+                flash_attention_kv_len(&attn_config(c, sq, skv, d)?, c.dtype("dtype")?, dims).map_err(e)
+            },
+            reference: |c, a| {
+                let d = a[1].shape()[3];
+                let spec = reference::AttnSpec {
+                    kv_len: Some(a[0].data()[0].max(0.0) as usize),
+                    ..attn_spec(c, d)?
+                };
+                let (o, lse) = reference::attention_full(&a[1], &a[2], &a[3], &spec);
+                Ok(vec![o, lse])
+            },
+        },
+        Entry {
+            name: "attention_delta",
+            about: "flash attention backward: delta = rowsum(dO * O)",
+            params: &[DTYPE, Param { name: "block_q", default: "64", help: "query rows per block" }],
+            shapes: |_| Ok(vec![("o", vec![1, 2, 256, 64]), ("d_o", vec![1, 2, 256, 64])]),
+            build: |c, s| {
+                let dims = crate::attention::backward::attention_delta::Dims::from_shapes(&[&s[0], &s[1]]).map_err(e)?;
+                attention_delta(c.usize("block_q")?.min(dims.sq), c.dtype("dtype")?, dims).map_err(e)
+            },
+            reference: |_, a| Ok(vec![reference::attention_delta(a[0].data(), &a[1])]),
+        },
+        Entry {
+            name: "flash_attention_dq",
+            about: "flash attention backward: dq from q, k, v, dO, lse, delta",
+            params: ATTN_PARAMS,
+            shapes: |_| {
+                let mut v = qkv();
+                v.extend([("d_o", vec![1, 2, 256, 64]), ("lse", vec![1, 2, 256, 1]), ("delta", vec![1, 2, 256, 1])]);
+                Ok(v)
+            },
+            build: |c, s| {
+                let [_, _, sq, d] = dims(&s[0], "q")?;
+                let [_, _, skv, _] = dims(&s[1], "k")?;
+                let refs: Vec<&[usize]> = s.iter().map(Vec::as_slice).collect();
+                let dims = crate::attention::backward::flash_attention_dq::Dims::from_shapes(&refs).map_err(e)?;
+                flash_attention_dq(&attn_config(c, sq, skv, d)?, c.dtype("dtype")?, dims).map_err(e)
+            },
+            reference: |c, a| {
+                let d = a[0].shape()[3];
+                Ok(vec![reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &attn_spec(c, d)?).0])
+            },
+        },
+        Entry {
+            name: "flash_attention_dkv",
+            about: "flash attention backward: dk and dv (summed over GQA groups)",
+            params: ATTN_PARAMS,
+            shapes: |_| {
+                let mut v = qkv();
+                v.extend([("d_o", vec![1, 2, 256, 64]), ("lse", vec![1, 2, 256, 1]), ("delta", vec![1, 2, 256, 1])]);
+                Ok(v)
+            },
+            build: |c, s| {
+                let [_, _, sq, d] = dims(&s[0], "q")?;
+                let [_, _, skv, _] = dims(&s[1], "k")?;
+                let refs: Vec<&[usize]> = s.iter().map(Vec::as_slice).collect();
+                let dims = crate::attention::backward::flash_attention_dkv::Dims::from_shapes(&refs).map_err(e)?;
+                flash_attention_dkv(&attn_config(c, sq, skv, d)?, c.dtype("dtype")?, dims).map_err(e)
+            },
+            reference: |c, a| {
+                let d = a[0].shape()[3];
+                let (_, dk, dv) = reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &attn_spec(c, d)?);
+                Ok(vec![dk, dv])
+            },
+        },
+        Entry {
+            name: "paged_decode_attention",
+            about: "decode attention over a paged KV cache (lengths and block tables as scalar prefetch)",
+            params: &[
+                DTYPE,
+                Param { name: "sm_scale", default: "auto", help: "score scale; auto = 1/sqrt(head_dim)" },
+            ],
+            shapes: |_| {
+                Ok(vec![
+                    ("lengths", vec![4]),
+                    ("block_tables", vec![4, 8]),
+                    ("q", vec![4, 2, 4, 128]),
+                    ("k_pages", vec![2, 40, 16, 128]),
+                    ("v_pages", vec![2, 40, 16, 128]),
+                ])
+            },
+            build: |c, s| {
+                let refs: Vec<&[usize]> = s.iter().map(Vec::as_slice).collect();
+                let dims = crate::attention::decode::paged_decode_attention::Dims::from_shapes(&refs).map_err(e)?;
+                let cfg = DecodeConfig { sm_scale: c.scale("sm_scale", dims.d)? };
+                paged_decode_attention(&cfg, c.dtype("dtype")?, dims).map_err(e)
+            },
+            reference: |c, a| {
+                let lengths: Vec<usize> = a[0].data().iter().map(|&v| v.max(0.0) as usize).collect();
+                let pps = a[1].shape()[1];
+                let tables: Vec<Vec<usize>> = a[1]
+                    .data()
+                    .chunks(pps.max(1))
+                    .map(|r| r.iter().map(|&v| v.max(0.0) as usize).collect())
+                    .collect();
+                let scale = c.scale("sm_scale", a[2].shape()[3])? as f64;
+                Ok(vec![reference::paged_decode_attention(&a[2], &a[3], &a[4], &lengths, &tables, scale)])
+            },
+        },
+        Entry {
+            name: "rms_norm",
+            about: "RMS norm over the last dim",
+            params: NORM_PARAMS,
+            shapes: |_| Ok(vec![("x", vec![64, 256]), ("gamma", vec![256])]),
+            build: |c, s| rms_norm(&norm_config(c, &s[0])?).map_err(e),
+            reference: |c, a| Ok(vec![reference::rms_norm(&a[0], &a[1], c.f32("eps")? as f64)]),
+        },
+        Entry {
+            name: "rms_norm_bwd",
+            about: "RMS norm backward: dx and dgamma",
+            params: NORM_PARAMS,
+            shapes: |_| Ok(vec![("x", vec![64, 256]), ("gamma", vec![256]), ("dy", vec![64, 256])]),
+            build: |c, s| rms_norm_bwd(&norm_config(c, &s[0])?).map_err(e),
+            reference: |c, a| {
+                let (dx, dg) = reference::rms_norm_bwd(&a[0], &a[1], &a[2], c.f32("eps")? as f64);
+                Ok(vec![dx, dg])
+            },
+        },
+        Entry {
+            name: "layer_norm_bwd",
+            about: "layer norm backward: dx, dgamma and dbeta",
+            params: NORM_PARAMS,
+            shapes: |_| Ok(vec![("x", vec![64, 256]), ("gamma", vec![256]), ("dy", vec![64, 256])]),
+            build: |c, s| layer_norm_bwd(&norm_config(c, &s[0])?).map_err(e),
+            reference: |c, a| {
+                let (dx, dg, db) = reference::layer_norm_bwd(&a[0], &a[1], &a[2], c.f32("eps")? as f64);
+                Ok(vec![dx, dg, db])
+            },
+        },
+        Entry {
+            name: "matmul_epilogue",
+            about: "matmul with a fused epilogue: act(x*w + bias) [+ residual]",
+            params: &[
+                DTYPE,
+                Param { name: "out_dtype", default: "f32", help: "output (and residual) element type" },
+                Param { name: "activation", default: "gelu", help: "none, gelu or silu" },
+                Param { name: "residual", default: "false", help: "add a [m, n] residual input" },
+                Param { name: "bm", default: "128", help: "block rows" },
+                Param { name: "bn", default: "128", help: "block columns" },
+                Param { name: "bk", default: "128", help: "block depth along k" },
+            ],
+            shapes: |c| {
+                let mut v = vec![("x", vec![128, 320]), ("w", vec![320, 256]), ("bias", vec![1, 256])];
+                if c.bool("residual")? {
+                    v.push(("residual", vec![128, 256]));
+                }
+                Ok(v)
+            },
+            build: |c, s| {
+                let (m, n, k) = matmul_shapes(c, s)?;
+                matmul_epilogue(&EpilogueConfig {
+                    m,
+                    n,
+                    k,
+                    bm: c.usize("bm")?.min(m),
+                    bn: c.usize("bn")?.min(n),
+                    bk: c.usize("bk")?.min(k),
+                    activation: c.activation("activation")?,
+                    residual: c.bool("residual")?,
+                    dtype: c.dtype("dtype")?,
+                    out_dtype: c.dtype("out_dtype")?,
+                })
+                .map_err(e)
+            },
+            reference: |c, a| {
+                let act = match c.activation("activation")? {
+                    Activation::Gelu => "gelu",
+                    Activation::Silu => "silu",
+                    Activation::Identity => "none",
+                };
+                Ok(vec![reference::matmul_epilogue(&a[0], &a[1], &a[2], act, a.get(3))])
+            },
+        },
+        Entry {
+            name: "rope",
+            about: "rotary position embedding with [s, d/2] cos and sin tables",
+            params: &[DTYPE, Param { name: "block_s", default: "32", help: "positions per block" }],
+            shapes: |_| Ok(vec![("x", vec![1, 4, 200, 128]), ("cos", vec![200, 64]), ("sin", vec![200, 64])]),
+            build: |c, s| {
+                let refs: Vec<&[usize]> = s.iter().map(Vec::as_slice).collect();
+                let dims = crate::rope::rope::Dims::from_shapes(&refs).map_err(e)?;
+                crate::rope::rope(c.usize("block_s")?.min(dims.s), c.dtype("dtype")?, dims).map_err(e)
+            },
+            reference: |_, a| Ok(vec![reference::rope(&a[0], &a[1], &a[2])]),
+        },
+        Entry {
+            name: "swiglu",
+            about: "fused SwiGLU: silu(x*w_gate) * (x*w_up)",
+            params: &[
+                DTYPE,
+                Param { name: "bm", default: "64", help: "block rows" },
+                Param { name: "bn", default: "128", help: "block columns" },
+                Param { name: "bk", default: "128", help: "block depth along k" },
+            ],
+            shapes: |_| Ok(vec![("x", vec![64, 256]), ("w_gate", vec![256, 512]), ("w_up", vec![256, 512])]),
+            build: |c, s| {
+                let (m, n, k) = matmul_shapes(c, s)?;
+                swiglu(&SwigluConfig {
+                    m,
+                    n,
+                    k,
+                    bm: c.usize("bm")?.min(m),
+                    bn: c.usize("bn")?.min(n),
+                    bk: c.usize("bk")?.min(k),
+                    dtype: c.dtype("dtype")?,
+                })
+                .map_err(e)
+            },
+            reference: |_, a| Ok(vec![reference::swiglu(&a[0], &a[1], &a[2])]),
+        },
+    ]
+}
+
+/// The entry called `name`.
+pub fn find(name: &str) -> Option<Entry> {
+    entries().into_iter().find(|e| e.name == name)
+}
