@@ -166,7 +166,9 @@ impl Config {
         if self.get(k) == "none" {
             Ok(None)
         } else {
-            self.usize(k).map(Some).map_err(|_| self.bad(k, "none or a positive integer"))
+            self.usize(k)
+                .map(Some)
+                .map_err(|_| self.bad(k, "none or a positive integer"))
         }
     }
 
@@ -219,12 +221,36 @@ const DTYPE: Param = Param {
 
 const ATTN_PARAMS: &[Param] = &[
     DTYPE,
-    Param { name: "causal", default: "false", help: "query i sees keys j <= i only" },
-    Param { name: "block_q", default: "64", help: "query rows per block (clamped to the sequence)" },
-    Param { name: "block_k", default: "128", help: "keys per block (clamped to the sequence)" },
-    Param { name: "sm_scale", default: "auto", help: "score scale; auto = 1/sqrt(head_dim)" },
-    Param { name: "window", default: "none", help: "sliding window: keys more than window-1 away are hidden" },
-    Param { name: "softcap", default: "none", help: "logit soft-cap: s = cap * tanh(s / cap)" },
+    Param {
+        name: "causal",
+        default: "false",
+        help: "query i sees keys j <= i only",
+    },
+    Param {
+        name: "block_q",
+        default: "64",
+        help: "query rows per block (clamped to the sequence)",
+    },
+    Param {
+        name: "block_k",
+        default: "128",
+        help: "keys per block (clamped to the sequence)",
+    },
+    Param {
+        name: "sm_scale",
+        default: "auto",
+        help: "score scale; auto = 1/sqrt(head_dim)",
+    },
+    Param {
+        name: "window",
+        default: "none",
+        help: "sliding window: keys more than window-1 away are hidden",
+    },
+    Param {
+        name: "softcap",
+        default: "none",
+        help: "logit soft-cap: s = cap * tanh(s / cap)",
+    },
 ];
 
 fn attn_config(c: &Config, sq: usize, skv: usize, d: usize) -> Result<AttnConfig, String> {
@@ -250,7 +276,11 @@ fn attn_spec(c: &Config, d: usize) -> Result<reference::AttnSpec, String> {
 
 /// `[b, h, s, d]` q, `[b, hkv, s, d]` k and v: the attention defaults.
 fn qkv() -> Shapes {
-    vec![("q", vec![1, 2, 256, 64]), ("k", vec![1, 2, 256, 64]), ("v", vec![1, 2, 256, 64])]
+    vec![
+        ("q", vec![1, 2, 256, 64]),
+        ("k", vec![1, 2, 256, 64]),
+        ("v", vec![1, 2, 256, 64]),
+    ]
 }
 
 fn norm_config(c: &Config, s: &[usize]) -> Result<NormConfig, String> {
@@ -266,15 +296,25 @@ fn norm_config(c: &Config, s: &[usize]) -> Result<NormConfig, String> {
 
 const NORM_PARAMS: &[Param] = &[
     DTYPE,
-    Param { name: "block_rows", default: "8", help: "rows per block" },
-    Param { name: "eps", default: "1e-5", help: "added to the mean square or variance" },
+    Param {
+        name: "block_rows",
+        default: "8",
+        help: "rows per block",
+    },
+    Param {
+        name: "eps",
+        default: "1e-5",
+        help: "added to the mean square or variance",
+    },
 ];
 
 fn matmul_shapes(c: &Config, s: &[Vec<usize>]) -> Result<(usize, usize, usize), String> {
     let [m, k] = dims(&s[0], "x")?;
     let [k2, n] = dims(&s[1], "w")?;
     if k != k2 {
-        return Err(format!("x is [{m}, {k}] but w is [{k2}, {n}]: the inner dims differ"));
+        return Err(format!(
+            "x is [{m}, {k}] but w is [{k2}, {n}]: the inner dims differ"
+        ));
     }
     let _ = c;
     Ok((m, n, k))
@@ -288,8 +328,16 @@ pub fn entries() -> Vec<Entry> {
             about: "tiled elementwise add",
             params: &[
                 DTYPE,
-                Param { name: "block_rows", default: "16", help: "rows per block" },
-                Param { name: "block_cols", default: "128", help: "columns per block" },
+                Param {
+                    name: "block_rows",
+                    default: "16",
+                    help: "rows per block",
+                },
+                Param {
+                    name: "block_cols",
+                    default: "128",
+                    help: "columns per block",
+                },
             ],
             shapes: |_| Ok(vec![("x", vec![64, 256]), ("y", vec![64, 256])]),
             build: |c, s| {
@@ -310,10 +358,26 @@ pub fn entries() -> Vec<Entry> {
             about: "tiled matmul with an f32 accumulator in scratch",
             params: &[
                 DTYPE,
-                Param { name: "out_dtype", default: "f32", help: "output element type" },
-                Param { name: "bm", default: "128", help: "block rows" },
-                Param { name: "bn", default: "128", help: "block columns" },
-                Param { name: "bk", default: "128", help: "block depth along k" },
+                Param {
+                    name: "out_dtype",
+                    default: "f32",
+                    help: "output element type",
+                },
+                Param {
+                    name: "bm",
+                    default: "128",
+                    help: "block rows",
+                },
+                Param {
+                    name: "bn",
+                    default: "128",
+                    help: "block columns",
+                },
+                Param {
+                    name: "bk",
+                    default: "128",
+                    help: "block depth along k",
+                },
             ],
             shapes: |_| Ok(vec![("x", vec![256, 512]), ("w", vec![512, 256])]),
             build: |c, s| {
@@ -335,7 +399,14 @@ pub fn entries() -> Vec<Entry> {
         Entry {
             name: "softmax",
             about: "row softmax, whole rows per block",
-            params: &[DTYPE, Param { name: "block_rows", default: "16", help: "rows per block" }],
+            params: &[
+                DTYPE,
+                Param {
+                    name: "block_rows",
+                    default: "16",
+                    help: "rows per block",
+                },
+            ],
             shapes: |_| Ok(vec![("x", vec![64, 512])]),
             build: |c, s| {
                 let [rows, cols] = dims(&s[0], "x")?;
@@ -353,7 +424,13 @@ pub fn entries() -> Vec<Entry> {
             name: "layer_norm",
             about: "layer norm over the last dim",
             params: NORM_PARAMS,
-            shapes: |_| Ok(vec![("x", vec![64, 256]), ("gamma", vec![256]), ("beta", vec![256])]),
+            shapes: |_| {
+                Ok(vec![
+                    ("x", vec![64, 256]),
+                    ("gamma", vec![256]),
+                    ("beta", vec![256]),
+                ])
+            },
             build: |c, s| {
                 let n = norm_config(c, &s[0])?;
                 layer_norm(&LayerNormConfig {
@@ -365,7 +442,14 @@ pub fn entries() -> Vec<Entry> {
                 })
                 .map_err(e)
             },
-            reference: |c, a| Ok(vec![reference::layer_norm(&a[0], &a[1], &a[2], c.f32("eps")? as f64)]),
+            reference: |c, a| {
+                Ok(vec![reference::layer_norm(
+                    &a[0],
+                    &a[1],
+                    &a[2],
+                    c.f32("eps")? as f64,
+                )])
+            },
         },
         Entry {
             name: "flash_attention",
@@ -375,8 +459,9 @@ pub fn entries() -> Vec<Entry> {
             build: |c, s| {
                 let [b, h, sq, d] = dims(&s[0], "q")?;
                 let [_, hkv, skv, _] = dims(&s[1], "k")?;
-                let dims = crate::attention::flash_attention::Dims::from_shapes(&[&s[0], &s[1], &s[2]])
-                    .map_err(e)?;
+                let dims =
+                    crate::attention::flash_attention::Dims::from_shapes(&[&s[0], &s[1], &s[2]])
+                        .map_err(e)?;
                 let _ = (b, h, hkv, sq, skv, d);
                 flash_attention(&attn_config(c, sq, skv, d)?, c.dtype("dtype")?, dims).map_err(e)
             },
@@ -398,9 +483,12 @@ pub fn entries() -> Vec<Entry> {
             build: |c, s| {
                 let [_, _, sq, d] = dims(&s[1], "q")?;
                 let [_, _, skv, _] = dims(&s[2], "k")?;
-                let dims = crate::attention::flash_attention_kv_len::Dims::from_shapes(&[&s[0], &s[1], &s[2], &s[3]])
-                    .map_err(e)?;
-                flash_attention_kv_len(&attn_config(c, sq, skv, d)?, c.dtype("dtype")?, dims).map_err(e)
+                let dims = crate::attention::flash_attention_kv_len::Dims::from_shapes(&[
+                    &s[0], &s[1], &s[2], &s[3],
+                ])
+                .map_err(e)?;
+                flash_attention_kv_len(&attn_config(c, sq, skv, d)?, c.dtype("dtype")?, dims)
+                    .map_err(e)
             },
             reference: |c, a| {
                 let d = a[1].shape()[3];
@@ -415,11 +503,26 @@ pub fn entries() -> Vec<Entry> {
         Entry {
             name: "attention_delta",
             about: "flash attention backward: delta = rowsum(dO * O)",
-            params: &[DTYPE, Param { name: "block_q", default: "64", help: "query rows per block" }],
-            shapes: |_| Ok(vec![("o", vec![1, 2, 256, 64]), ("d_o", vec![1, 2, 256, 64])]),
+            params: &[
+                DTYPE,
+                Param {
+                    name: "block_q",
+                    default: "64",
+                    help: "query rows per block",
+                },
+            ],
+            shapes: |_| {
+                Ok(vec![
+                    ("o", vec![1, 2, 256, 64]),
+                    ("d_o", vec![1, 2, 256, 64]),
+                ])
+            },
             build: |c, s| {
-                let dims = crate::attention::backward::attention_delta::Dims::from_shapes(&[&s[0], &s[1]]).map_err(e)?;
-                attention_delta(c.usize("block_q")?.min(dims.sq), c.dtype("dtype")?, dims).map_err(e)
+                let dims =
+                    crate::attention::backward::attention_delta::Dims::from_shapes(&[&s[0], &s[1]])
+                        .map_err(e)?;
+                attention_delta(c.usize("block_q")?.min(dims.sq), c.dtype("dtype")?, dims)
+                    .map_err(e)
             },
             reference: |_, a| Ok(vec![reference::attention_delta(a[0].data(), &a[1])]),
         },
@@ -429,19 +532,26 @@ pub fn entries() -> Vec<Entry> {
             params: ATTN_PARAMS,
             shapes: |_| {
                 let mut v = qkv();
-                v.extend([("d_o", vec![1, 2, 256, 64]), ("lse", vec![1, 2, 256, 1]), ("delta", vec![1, 2, 256, 1])]);
+                v.extend([
+                    ("d_o", vec![1, 2, 256, 64]),
+                    ("lse", vec![1, 2, 256, 1]),
+                    ("delta", vec![1, 2, 256, 1]),
+                ]);
                 Ok(v)
             },
             build: |c, s| {
                 let [_, _, sq, d] = dims(&s[0], "q")?;
                 let [_, _, skv, _] = dims(&s[1], "k")?;
                 let refs: Vec<&[usize]> = s.iter().map(Vec::as_slice).collect();
-                let dims = crate::attention::backward::flash_attention_dq::Dims::from_shapes(&refs).map_err(e)?;
+                let dims = crate::attention::backward::flash_attention_dq::Dims::from_shapes(&refs)
+                    .map_err(e)?;
                 flash_attention_dq(&attn_config(c, sq, skv, d)?, c.dtype("dtype")?, dims).map_err(e)
             },
             reference: |c, a| {
                 let d = a[0].shape()[3];
-                Ok(vec![reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &attn_spec(c, d)?).0])
+                Ok(vec![
+                    reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &attn_spec(c, d)?).0,
+                ])
             },
         },
         Entry {
@@ -450,19 +560,27 @@ pub fn entries() -> Vec<Entry> {
             params: ATTN_PARAMS,
             shapes: |_| {
                 let mut v = qkv();
-                v.extend([("d_o", vec![1, 2, 256, 64]), ("lse", vec![1, 2, 256, 1]), ("delta", vec![1, 2, 256, 1])]);
+                v.extend([
+                    ("d_o", vec![1, 2, 256, 64]),
+                    ("lse", vec![1, 2, 256, 1]),
+                    ("delta", vec![1, 2, 256, 1]),
+                ]);
                 Ok(v)
             },
             build: |c, s| {
                 let [_, _, sq, d] = dims(&s[0], "q")?;
                 let [_, _, skv, _] = dims(&s[1], "k")?;
                 let refs: Vec<&[usize]> = s.iter().map(Vec::as_slice).collect();
-                let dims = crate::attention::backward::flash_attention_dkv::Dims::from_shapes(&refs).map_err(e)?;
-                flash_attention_dkv(&attn_config(c, sq, skv, d)?, c.dtype("dtype")?, dims).map_err(e)
+                let dims =
+                    crate::attention::backward::flash_attention_dkv::Dims::from_shapes(&refs)
+                        .map_err(e)?;
+                flash_attention_dkv(&attn_config(c, sq, skv, d)?, c.dtype("dtype")?, dims)
+                    .map_err(e)
             },
             reference: |c, a| {
                 let d = a[0].shape()[3];
-                let (_, dk, dv) = reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &attn_spec(c, d)?);
+                let (_, dk, dv) =
+                    reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &attn_spec(c, d)?);
                 Ok(vec![dk, dv])
             },
         },
@@ -471,7 +589,11 @@ pub fn entries() -> Vec<Entry> {
             about: "decode attention over a paged KV cache (lengths and block tables as scalar prefetch)",
             params: &[
                 DTYPE,
-                Param { name: "sm_scale", default: "auto", help: "score scale; auto = 1/sqrt(head_dim)" },
+                Param {
+                    name: "sm_scale",
+                    default: "auto",
+                    help: "score scale; auto = 1/sqrt(head_dim)",
+                },
             ],
             shapes: |_| {
                 Ok(vec![
@@ -484,12 +606,17 @@ pub fn entries() -> Vec<Entry> {
             },
             build: |c, s| {
                 let refs: Vec<&[usize]> = s.iter().map(Vec::as_slice).collect();
-                let dims = crate::attention::decode::paged_decode_attention::Dims::from_shapes(&refs).map_err(e)?;
-                let cfg = DecodeConfig { sm_scale: c.scale("sm_scale", dims.d)? };
+                let dims =
+                    crate::attention::decode::paged_decode_attention::Dims::from_shapes(&refs)
+                        .map_err(e)?;
+                let cfg = DecodeConfig {
+                    sm_scale: c.scale("sm_scale", dims.d)?,
+                };
                 paged_decode_attention(&cfg, c.dtype("dtype")?, dims).map_err(e)
             },
             reference: |c, a| {
-                let lengths: Vec<usize> = a[0].data().iter().map(|&v| v.max(0.0) as usize).collect();
+                let lengths: Vec<usize> =
+                    a[0].data().iter().map(|&v| v.max(0.0) as usize).collect();
                 let pps = a[1].shape()[1];
                 let tables: Vec<Vec<usize>> = a[1]
                     .data()
@@ -497,7 +624,9 @@ pub fn entries() -> Vec<Entry> {
                     .map(|r| r.iter().map(|&v| v.max(0.0) as usize).collect())
                     .collect();
                 let scale = c.scale("sm_scale", a[2].shape()[3])? as f64;
-                Ok(vec![reference::paged_decode_attention(&a[2], &a[3], &a[4], &lengths, &tables, scale)])
+                Ok(vec![reference::paged_decode_attention(
+                    &a[2], &a[3], &a[4], &lengths, &tables, scale,
+                )])
             },
         },
         Entry {
@@ -506,13 +635,25 @@ pub fn entries() -> Vec<Entry> {
             params: NORM_PARAMS,
             shapes: |_| Ok(vec![("x", vec![64, 256]), ("gamma", vec![256])]),
             build: |c, s| rms_norm(&norm_config(c, &s[0])?).map_err(e),
-            reference: |c, a| Ok(vec![reference::rms_norm(&a[0], &a[1], c.f32("eps")? as f64)]),
+            reference: |c, a| {
+                Ok(vec![reference::rms_norm(
+                    &a[0],
+                    &a[1],
+                    c.f32("eps")? as f64,
+                )])
+            },
         },
         Entry {
             name: "rms_norm_bwd",
             about: "RMS norm backward: dx and dgamma",
             params: NORM_PARAMS,
-            shapes: |_| Ok(vec![("x", vec![64, 256]), ("gamma", vec![256]), ("dy", vec![64, 256])]),
+            shapes: |_| {
+                Ok(vec![
+                    ("x", vec![64, 256]),
+                    ("gamma", vec![256]),
+                    ("dy", vec![64, 256]),
+                ])
+            },
             build: |c, s| rms_norm_bwd(&norm_config(c, &s[0])?).map_err(e),
             reference: |c, a| {
                 let (dx, dg) = reference::rms_norm_bwd(&a[0], &a[1], &a[2], c.f32("eps")? as f64);
@@ -523,10 +664,17 @@ pub fn entries() -> Vec<Entry> {
             name: "layer_norm_bwd",
             about: "layer norm backward: dx, dgamma and dbeta",
             params: NORM_PARAMS,
-            shapes: |_| Ok(vec![("x", vec![64, 256]), ("gamma", vec![256]), ("dy", vec![64, 256])]),
+            shapes: |_| {
+                Ok(vec![
+                    ("x", vec![64, 256]),
+                    ("gamma", vec![256]),
+                    ("dy", vec![64, 256]),
+                ])
+            },
             build: |c, s| layer_norm_bwd(&norm_config(c, &s[0])?).map_err(e),
             reference: |c, a| {
-                let (dx, dg, db) = reference::layer_norm_bwd(&a[0], &a[1], &a[2], c.f32("eps")? as f64);
+                let (dx, dg, db) =
+                    reference::layer_norm_bwd(&a[0], &a[1], &a[2], c.f32("eps")? as f64);
                 Ok(vec![dx, dg, db])
             },
         },
@@ -535,15 +683,43 @@ pub fn entries() -> Vec<Entry> {
             about: "matmul with a fused epilogue: act(x*w + bias) [+ residual]",
             params: &[
                 DTYPE,
-                Param { name: "out_dtype", default: "f32", help: "output (and residual) element type" },
-                Param { name: "activation", default: "gelu", help: "none, gelu or silu" },
-                Param { name: "residual", default: "false", help: "add a [m, n] residual input" },
-                Param { name: "bm", default: "128", help: "block rows" },
-                Param { name: "bn", default: "128", help: "block columns" },
-                Param { name: "bk", default: "128", help: "block depth along k" },
+                Param {
+                    name: "out_dtype",
+                    default: "f32",
+                    help: "output (and residual) element type",
+                },
+                Param {
+                    name: "activation",
+                    default: "gelu",
+                    help: "none, gelu or silu",
+                },
+                Param {
+                    name: "residual",
+                    default: "false",
+                    help: "add a [m, n] residual input",
+                },
+                Param {
+                    name: "bm",
+                    default: "128",
+                    help: "block rows",
+                },
+                Param {
+                    name: "bn",
+                    default: "128",
+                    help: "block columns",
+                },
+                Param {
+                    name: "bk",
+                    default: "128",
+                    help: "block depth along k",
+                },
             ],
             shapes: |c| {
-                let mut v = vec![("x", vec![128, 320]), ("w", vec![320, 256]), ("bias", vec![1, 256])];
+                let mut v = vec![
+                    ("x", vec![128, 320]),
+                    ("w", vec![320, 256]),
+                    ("bias", vec![1, 256]),
+                ];
                 if c.bool("residual")? {
                     v.push(("residual", vec![128, 256]));
                 }
@@ -571,18 +747,38 @@ pub fn entries() -> Vec<Entry> {
                     Activation::Silu => "silu",
                     Activation::Identity => "none",
                 };
-                Ok(vec![reference::matmul_epilogue(&a[0], &a[1], &a[2], act, a.get(3))])
+                Ok(vec![reference::matmul_epilogue(
+                    &a[0],
+                    &a[1],
+                    &a[2],
+                    act,
+                    a.get(3),
+                )])
             },
         },
         Entry {
             name: "rope",
             about: "rotary position embedding with [s, d/2] cos and sin tables",
-            params: &[DTYPE, Param { name: "block_s", default: "32", help: "positions per block" }],
-            shapes: |_| Ok(vec![("x", vec![1, 4, 200, 128]), ("cos", vec![200, 64]), ("sin", vec![200, 64])]),
+            params: &[
+                DTYPE,
+                Param {
+                    name: "block_s",
+                    default: "32",
+                    help: "positions per block",
+                },
+            ],
+            shapes: |_| {
+                Ok(vec![
+                    ("x", vec![1, 4, 200, 128]),
+                    ("cos", vec![200, 64]),
+                    ("sin", vec![200, 64]),
+                ])
+            },
             build: |c, s| {
                 let refs: Vec<&[usize]> = s.iter().map(Vec::as_slice).collect();
                 let dims = crate::rope::rope::Dims::from_shapes(&refs).map_err(e)?;
-                crate::rope::rope(c.usize("block_s")?.min(dims.s), c.dtype("dtype")?, dims).map_err(e)
+                crate::rope::rope(c.usize("block_s")?.min(dims.s), c.dtype("dtype")?, dims)
+                    .map_err(e)
             },
             reference: |_, a| Ok(vec![reference::rope(&a[0], &a[1], &a[2])]),
         },
@@ -591,11 +787,29 @@ pub fn entries() -> Vec<Entry> {
             about: "fused SwiGLU: silu(x*w_gate) * (x*w_up)",
             params: &[
                 DTYPE,
-                Param { name: "bm", default: "64", help: "block rows" },
-                Param { name: "bn", default: "128", help: "block columns" },
-                Param { name: "bk", default: "128", help: "block depth along k" },
+                Param {
+                    name: "bm",
+                    default: "64",
+                    help: "block rows",
+                },
+                Param {
+                    name: "bn",
+                    default: "128",
+                    help: "block columns",
+                },
+                Param {
+                    name: "bk",
+                    default: "128",
+                    help: "block depth along k",
+                },
             ],
-            shapes: |_| Ok(vec![("x", vec![64, 256]), ("w_gate", vec![256, 512]), ("w_up", vec![256, 512])]),
+            shapes: |_| {
+                Ok(vec![
+                    ("x", vec![64, 256]),
+                    ("w_gate", vec![256, 512]),
+                    ("w_up", vec![256, 512]),
+                ])
+            },
             build: |c, s| {
                 let (m, n, k) = matmul_shapes(c, s)?;
                 swiglu(&SwigluConfig {

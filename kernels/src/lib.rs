@@ -26,6 +26,7 @@ pub mod attention;
 pub mod bench;
 pub mod catalog;
 pub mod check;
+pub mod diff;
 pub mod epilogue;
 pub mod examples;
 pub mod foundation;

@@ -1,9 +1,10 @@
-//! The `tessera` command. `tessera demo`, the main job: build flash
-//! attention from the `#[tpu_kernel]` DSL, verify it, show its grid, tiling,
-//! IR and VMEM budget, write it lowered to every target, run it and the
-//! foundation kernels on every CPU path on random inputs and compare each
-//! with its f64 reference, with timings.
+//! `tessera demo`: the main job. Builds flash attention from the
+//! `#[tpu_kernel]` DSL, verifies it, shows its grid, tiling, IR and VMEM
+//! budget, writes it lowered to every target, runs it and the foundation
+//! kernels on every CPU path on random inputs, and compares each with its
+//! f64 reference, with timings.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use kernel_ir::prelude::*;
@@ -15,106 +16,13 @@ use kernels::paths::run_paths;
 use kernels::reference;
 use runtime::backend::Backend;
 
-const HELP: &str = "\
-tessera: write, check and run TPU-style kernels in Rust
-
-USAGE:
-    tessera demo      build flash attention from the DSL, show its tiling, IR
-                      and VMEM budget, write it lowered to every target, run it
-                      and the other example kernels on every CPU path
-                      (interpreter, native JIT, PJRT decomposed, PJRT FFI call)
-                      and compare each with its f64 reference
-    tessera list      the example kernels
-    tessera lower KERNEL --target kernel|mosaic|mosaic-body|decomposed [--out FILE]
-                      print (or write) a kernel lowered to a target:
-                        kernel       the kernel module in upstream MLIR dialects
-                        mosaic       StableHLO calling it via tpu_custom_call
-                        mosaic-body  the Mosaic kernel module inside that call
-                        decomposed   plain StableHLO, runnable on any PJRT back end
-    tessera --help    this text
-";
-
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("demo") if args.len() == 1 => demo(),
-        Some("list") if args.len() == 1 => {
-            for e in kernels::examples::examples() {
-                println!("{:<30} {}", e.name, e.about);
-            }
-            ExitCode::SUCCESS
-        }
-        Some("lower") => match lower(&args[1..]) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(msg) => {
-                eprintln!("tessera lower: {msg}");
-                ExitCode::from(2)
-            }
-        },
-        Some("--help" | "-h" | "help") => {
-            print!("{HELP}");
-            ExitCode::SUCCESS
-        }
-        _ => {
-            eprintln!(
-                "tessera: unknown invocation `{}`; see `tessera --help`",
-                args.join(" ")
-            );
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// `tessera lower KERNEL --target T [--out FILE]`.
-fn lower(args: &[String]) -> Result<(), String> {
-    let mut name = None;
-    let mut target = None;
-    let mut out = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--target" => target = Some(it.next().ok_or("--target needs a value")?.clone()),
-            "--out" => out = Some(it.next().ok_or("--out needs a file")?.clone()),
-            s if s.starts_with("--") => {
-                return Err(format!("unknown option `{s}`; see `tessera --help`"));
-            }
-            s if name.is_none() => name = Some(s.to_string()),
-            s => return Err(format!("unexpected argument `{s}`")),
-        }
-    }
-    let name = name.ok_or("name a kernel; `tessera list` shows them")?;
-    let example = kernels::examples::example(&name)
-        .ok_or_else(|| format!("unknown kernel `{name}`; `tessera list` shows them"))?;
-    let kernel = (example.build)().map_err(|e| e.to_string())?;
-    let text = match target.as_deref() {
-        Some("kernel") => lowering::kernel_module(&kernel),
-        Some("mosaic") => lowering::tpu_custom_call(&kernel).map(|c| c.module),
-        Some("mosaic-body") => lowering::tpu_custom_call(&kernel).map(|c| c.body),
-        Some("decomposed") => lowering::decomposed(&kernel),
-        Some(t) => {
-            return Err(format!(
-                "unknown target `{t}`; use kernel, mosaic, mosaic-body or decomposed"
-            ));
-        }
-        None => return Err("give a --target: kernel, mosaic, mosaic-body or decomposed".into()),
-    }
-    .map_err(|e| e.to_string())?;
-    match out {
-        Some(path) => std::fs::write(&path, text).map_err(|e| format!("cannot write {path}: {e}")),
-        None => {
-            print!("{text}");
-            Ok(())
-        }
-    }
-}
-
 /// One demo case: a kernel, its inputs and its reference output.
 struct Case {
     name: &'static str,
     kernel: Result<VerifiedKernel, KernelErrors>,
     inputs: Vec<Array>,
-    reference: fn(&[Array]) -> Vec<f64>,
-    tol: Tolerance,
+    reference: fn(&[Array]) -> Vec<Vec<f64>>,
+    tol: Vec<Tolerance>,
 }
 
 /// The attention shapes of the demo.
@@ -146,17 +54,27 @@ fn attention_case(name: &'static str, causal: bool, dtype: DType, seed: u64) -> 
         kernel: flash_attention(&attn_config(causal), dtype, ATTN),
         inputs: vec![r(seed), r(seed + 1), r(seed + 2)],
         reference: if causal {
-            |a| reference::attention(&a[0], &a[1], &a[2], true, 0.125)
+            |a| {
+                let (o, lse) = reference::attention_full(
+                    &a[0],
+                    &a[1],
+                    &a[2],
+                    &reference::AttnSpec::new(true, 0.125),
+                );
+                vec![o, lse]
+            }
         } else {
-            |a| reference::attention(&a[0], &a[1], &a[2], false, 0.125)
+            |a| {
+                let (o, lse) = reference::attention_full(
+                    &a[0],
+                    &a[1],
+                    &a[2],
+                    &reference::AttnSpec::new(false, 0.125),
+                );
+                vec![o, lse]
+            }
         },
-        tol: match dtype {
-            DType::F32 => Tolerance {
-                abs: 2e-5,
-                rel: 1e-4,
-            },
-            d => Tolerance::for_dtype(d),
-        },
+        tol: vec![Tolerance::attention(dtype), Tolerance::logsumexp(dtype)],
     }
 }
 
@@ -176,8 +94,8 @@ fn cases() -> Vec<Case> {
                 dtype: F32,
             }),
             inputs: vec![x(&[512, 1024], 1), x(&[512, 1024], 2)],
-            reference: |a| reference::add(&a[0], &a[1]),
-            tol: Tolerance::for_dtype(F32),
+            reference: |a| vec![reference::add(&a[0], &a[1])],
+            tol: vec![Tolerance::for_dtype(F32)],
         },
         Case {
             name: "matmul 256x256x512 bf16 -> f32",
@@ -192,11 +110,8 @@ fn cases() -> Vec<Case> {
                 out_dtype: F32,
             }),
             inputs: vec![x(&[256, 512], 3).cast(BF16), x(&[512, 256], 4).cast(BF16)],
-            reference: |a| reference::matmul(&a[0], &a[1]),
-            tol: Tolerance {
-                abs: 1e-3,
-                rel: 1e-5,
-            },
+            reference: |a| vec![reference::matmul(&a[0], &a[1])],
+            tol: vec![Tolerance::matmul(512, F32)],
         },
         Case {
             name: "softmax 256x1024 (rows of 32)",
@@ -207,8 +122,8 @@ fn cases() -> Vec<Case> {
                 dtype: F32,
             }),
             inputs: vec![x(&[256, 1024], 5)],
-            reference: |a| reference::softmax_rows(&a[0]),
-            tol: Tolerance::for_dtype(F32),
+            reference: |a| vec![reference::softmax_rows(&a[0])],
+            tol: vec![Tolerance::for_dtype(F32)],
         },
         Case {
             name: "layer_norm 256x1024 (rows of 16)",
@@ -224,11 +139,11 @@ fn cases() -> Vec<Case> {
                 Array::random(F32, [1024], 7, 0.5, 1.5),
                 Array::random(F32, [1024], 8, -0.5, 0.5),
             ],
-            reference: |a| reference::layer_norm(&a[0], &a[1], &a[2], 1e-5),
-            tol: Tolerance {
+            reference: |a| vec![reference::layer_norm(&a[0], &a[1], &a[2], 1e-5)],
+            tol: vec![Tolerance {
                 abs: 1e-4,
                 rel: 1e-4,
-            },
+            }],
         },
     ]
 }
@@ -319,7 +234,8 @@ fn show_kernel(name: &str, k: &VerifiedKernel) {
     println!("\n== {name}: VMEM budget\n{}", k.vmem_budget());
 }
 
-fn demo() -> ExitCode {
+/// Runs the demo.
+pub fn demo() -> ExitCode {
     println!("== set-up");
     match lowering::mlir_version_check() {
         Ok(_) => println!("MLIR 22 via melior: ok"),
@@ -356,32 +272,47 @@ fn demo() -> ExitCode {
         "\n== every CPU path vs the f64 reference (err/tol: worst error over its tolerance, ≤ 1 passes)"
     );
     println!(
-        "{:<32} {:<16} {:>10} {:>10} {:>8} {:>4} {:>10} {:>10}  result",
+        "{:<34} {:<16} {:>10} {:>10} {:>8} {:>4} {:>10} {:>10}  result",
         "kernel", "path", "max abs", "max rel", "err/tol", "NaN", "compile", "run"
     );
+    let mut err = std::io::stderr();
     for c in &cases {
         let Ok(k) = &c.kernel else { continue };
         let want = (c.reference)(&c.inputs);
-        let reports = run_paths(k, &c.inputs, &Backend::ALL, &[want], &[c.tol]);
-        for r in reports {
+        for b in Backend::ALL {
+            // Progress: the first compile of a path takes a moment.
+            let _ = write!(err, "\r  running {} on {} ...{:20}", c.name, b.name(), "");
+            let _ = err.flush();
+            let r = run_paths(k, &c.inputs, &[b], &want, &c.tol).remove(0);
+            let _ = write!(err, "\r{:80}\r", "");
             ok &= r.passes();
             match &r.result {
                 Ok(stats) => {
-                    let s = &stats[0];
-                    println!(
-                        "{:<32} {:<16} {:>10.3e} {:>10.3e} {:>8.3} {:>4} {:>8.1}ms {:>8.1}ms  {}",
-                        c.name,
-                        r.backend.name(),
-                        s.max_abs,
-                        s.max_rel,
-                        s.worst_ratio,
-                        s.nan_count,
-                        r.compile.as_secs_f64() * 1e3,
-                        r.run.as_secs_f64() * 1e3,
-                        if s.passes() { "ok" } else { "MISMATCH" }
-                    );
+                    for (i, s) in stats.iter().enumerate() {
+                        let label = if stats.len() > 1 {
+                            format!(
+                                "{} [{}]",
+                                c.name,
+                                k.outputs().nth(i).map_or("?", |o| o.name.as_str())
+                            )
+                        } else {
+                            c.name.to_string()
+                        };
+                        println!(
+                            "{:<34} {:<16} {:>10.3e} {:>10.3e} {:>8.3} {:>4} {:>8.1}ms {:>8.1}ms  {}",
+                            label,
+                            r.backend.name(),
+                            s.max_abs,
+                            s.max_rel,
+                            s.worst_ratio,
+                            s.nan_count,
+                            r.compile.as_secs_f64() * 1e3,
+                            r.run.as_secs_f64() * 1e3,
+                            if s.passes() { "ok" } else { "MISMATCH" }
+                        );
+                    }
                 }
-                Err(e) => println!("{:<32} {:<16} error: {e}", c.name, r.backend.name()),
+                Err(e) => println!("{:<34} {:<16} error: {e}", c.name, r.backend.name()),
             }
         }
     }

@@ -1,0 +1,76 @@
+//! `tessera bench [KERNEL] [--max-s N] [--max-bwd-s N] [--budget SECS] [--json] [--svg FILE]`.
+
+use std::time::Duration;
+
+use kernels::bench::{Method, Workload, measure_isolated, suite, svg_chart, table, to_json};
+
+use crate::args::Args;
+use crate::{Failure, usage};
+
+/// Benchmark groups by the kernel names they measure.
+const GROUPS: [&str; 3] = ["matmul", "flash_attention", "flash_attention_bwd"];
+
+fn group(w: Workload) -> &'static str {
+    match w {
+        Workload::Matmul { .. } => GROUPS[0],
+        Workload::Attention { .. } => GROUPS[1],
+        Workload::AttentionBwd { .. } => GROUPS[2],
+    }
+}
+
+pub fn bench(args: &[String]) -> Result<(), Failure> {
+    let a = Args::parse(
+        "bench",
+        args,
+        &["max-s", "max-bwd-s", "budget", "svg"],
+        &["json"],
+    )
+    .map_err(usage)?;
+    let filter = match a.positional.as_slice() {
+        [] => None,
+        [k] if GROUPS.contains(&k.as_str()) => Some(k.as_str()),
+        [k] => {
+            return Err(usage(format!(
+                "no benchmark for `{k}`; benchmarks exist for {}",
+                GROUPS.join(", ")
+            )));
+        }
+        [_, extra, ..] => return Err(usage(format!("unexpected argument `{extra}`"))),
+    };
+    let num = |name: &str, default: f64| -> Result<f64, Failure> {
+        match a.one(name).map_err(usage)? {
+            Some(v) => v
+                .parse::<f64>()
+                .ok()
+                .filter(|x| *x > 0.0)
+                .ok_or_else(|| usage(format!("--{name} takes a positive number, got `{v}`"))),
+            None => Ok(default),
+        }
+    };
+    let max_s = num("max-s", 8192.0)? as usize;
+    let max_bwd_s = num("max-bwd-s", 4096.0)? as usize;
+    let budget = Duration::from_secs_f64(num("budget", 3.0)?);
+    let mut rows = Vec::new();
+    for (w, methods) in suite(max_s, max_bwd_s) {
+        if filter.is_some_and(|f| f != group(w)) {
+            continue;
+        }
+        for m in methods {
+            eprint!("\r  measuring {w}: {} ...{:20}", m.name(w), "");
+            rows.push(measure_isolated(w, m, budget));
+        }
+    }
+    eprint!("\r{:90}\r", "");
+    if a.flag("json") {
+        print!("{}", to_json(&rows));
+    } else {
+        print!("{}", table(&rows));
+    }
+    if let Some(path) = a.one("svg").map_err(usage)? {
+        std::fs::write(path, svg_chart(&rows))
+            .map_err(|e| Failure::Run(format!("cannot write {path}: {e}")))?;
+        eprintln!("wrote {path}");
+    }
+    let _ = Method::Jit;
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! Turning a kernel name, `--config` and `--shape`/`--input` into a
+//! verified kernel and its inputs.
+
+use std::path::Path;
+
+use kernel_ir::{Array, DType, VerifiedKernel};
+use kernels::catalog::{self, Config, Entry};
+
+use crate::args::{Args, parse_shape};
+
+fn unknown_kernel(name: &str) -> String {
+    format!("unknown kernel `{name}`; `tessera list` shows the kernels and presets")
+}
+
+/// A catalog kernel with its parsed config.
+pub struct Chosen {
+    pub entry: Entry,
+    pub config: Config,
+}
+
+/// The catalog entry `name` with `--config` applied.
+pub fn choose(name: &str, args: &Args) -> Result<Chosen, String> {
+    let entry = catalog::find(name).ok_or_else(|| unknown_kernel(name))?;
+    let config = Config::parse(&entry, &args.pairs("config")?)?;
+    Ok(Chosen { entry, config })
+}
+
+/// For `lower`: a catalog kernel (default shapes, overridden by
+/// `--shape NAME=DxD..`) or a preset from `tessera list`.
+pub fn kernel_for_lower(name: &str, args: &Args) -> Result<VerifiedKernel, String> {
+    if catalog::find(name).is_none()
+        && let Some(ex) = kernels::examples::example(name)
+    {
+        if !args.all("config").is_empty() || !args.all("shape").is_empty() {
+            return Err(format!(
+                "`{name}` is a preset with fixed config and shapes; use a catalog kernel with --config and --shape"
+            ));
+        }
+        return (ex.build)().map_err(|e| e.to_string());
+    }
+    let c = choose(name, args)?;
+    let mut shapes = c.entry.default_shapes(&c.config)?;
+    for (k, v) in args.pairs("shape")? {
+        let names: Vec<&str> = shapes.iter().map(|(n, _)| *n).collect();
+        let slot = shapes.iter_mut().find(|(n, _)| *n == k).ok_or_else(|| {
+            format!(
+                "kernel `{name}` has no input `{k}`; its inputs are: {}",
+                names.join(", ")
+            )
+        })?;
+        slot.1 = parse_shape(&v)?;
+    }
+    let shapes: Vec<Vec<usize>> = shapes.into_iter().map(|(_, s)| s).collect();
+    c.entry.build(&c.config, &shapes)
+}
+
+/// For `run` and `diff`: the kernel built for the shapes of the `.npy`
+/// inputs, and the inputs in kernel order (a float32 file given to a bf16
+/// input is rounded to bf16).
+pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec<Array>), String> {
+    let name = c.entry.name;
+    let wanted: Vec<&str> = c
+        .entry
+        .default_shapes(&c.config)?
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    let mut files: Vec<Option<Array>> = vec![None; wanted.len()];
+    for (k, path) in args.pairs("input")? {
+        let i = wanted.iter().position(|n| *n == k).ok_or_else(|| {
+            format!(
+                "kernel `{name}` has no input `{k}`; its inputs are: {}",
+                wanted.join(", ")
+            )
+        })?;
+        if files[i].is_some() {
+            return Err(format!("--input {k} is given twice"));
+        }
+        files[i] = Some(kernels::npy::read(Path::new(&path)).map_err(|e| e.to_string())?);
+    }
+    let missing: Vec<&str> = wanted
+        .iter()
+        .zip(&files)
+        .filter(|(_, f)| f.is_none())
+        .map(|(n, _)| *n)
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "missing --input for {} (kernel `{name}` takes {})",
+            missing.join(", "),
+            wanted.join(", ")
+        ));
+    }
+    let arrays: Vec<Array> = files.into_iter().flatten().collect();
+    let shapes: Vec<Vec<usize>> = arrays.iter().map(|a| a.shape().to_vec()).collect();
+    let kernel = c.entry.build(&c.config, &shapes)?;
+    // Expected dtypes, in the same order: prefetch (i32), then inputs.
+    let expected: Vec<(String, DType, Vec<usize>)> = kernel
+        .prefetch
+        .iter()
+        .map(|p| (p.name.clone(), p.dtype, p.shape.clone()))
+        .chain(
+            kernel
+                .inputs()
+                .map(|o| (o.name.clone(), o.dtype, o.shape.clone())),
+        )
+        .collect();
+    let mut out = Vec::with_capacity(arrays.len());
+    for (a, (n, d, shape)) in arrays.into_iter().zip(expected) {
+        if a.shape() != shape.as_slice() {
+            return Err(format!(
+                "input `{n}` has shape {:?} but, given the other inputs, kernel `{name}` takes {shape:?} there",
+                a.shape()
+            ));
+        }
+        let a = if a.dtype() == d {
+            a
+        } else if a.dtype() == DType::F32 && d == DType::BF16 {
+            a.cast(DType::BF16)
+        } else {
+            return Err(format!(
+                "input `{n}` is {} but kernel `{name}` takes {d} there; convert the file{}",
+                a.dtype(),
+                if d.is_float() {
+                    " or set --config dtype=..."
+                } else {
+                    ""
+                }
+            ));
+        };
+        out.push(a);
+    }
+    Ok((kernel, out))
+}

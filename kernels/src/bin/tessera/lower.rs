@@ -1,0 +1,86 @@
+//! `tessera lower` and `tessera list`.
+
+use kernels::catalog::{self, Config};
+
+use crate::args::Args;
+use crate::kernel_args::kernel_for_lower;
+use crate::{Failure, usage};
+
+/// `tessera lower KERNEL [--config k=v]... [--shape NAME=DxD..]... --target T [--out FILE]`.
+pub fn lower(args: &[String]) -> Result<(), Failure> {
+    let a =
+        Args::parse("lower", args, &["config", "shape", "target", "out"], &[]).map_err(usage)?;
+    let name = a.kernel("lower").map_err(usage)?;
+    let target = a.one("target").map_err(usage)?.ok_or_else(|| {
+        usage("give --target: kernel, mosaic, mosaic-body, decomposed or host".into())
+    })?;
+    if !["kernel", "mosaic", "mosaic-body", "decomposed", "host"].contains(&target) {
+        return Err(usage(format!(
+            "unknown target `{target}`; use kernel, mosaic, mosaic-body, decomposed or host"
+        )));
+    }
+    let kernel = kernel_for_lower(name, &a).map_err(usage)?;
+    let text = match target {
+        "kernel" => lowering::kernel_module(&kernel),
+        "mosaic" => lowering::tpu_custom_call(&kernel).map(|c| c.module),
+        "mosaic-body" => lowering::tpu_custom_call(&kernel).map(|c| c.body),
+        "decomposed" => lowering::decomposed(&kernel),
+        _ => lowering::host_module(&kernel),
+    }
+    .map_err(|e| Failure::Run(e.to_string()))?;
+    match a.one("out").map_err(usage)? {
+        Some(path) => {
+            std::fs::write(path, &text)
+                .map_err(|e| Failure::Run(format!("cannot write {path}: {e}")))?;
+            println!("wrote {path} ({} bytes)", text.len());
+        }
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
+/// `tessera list`: every catalog kernel with its inputs, outputs and
+/// config parameters (with defaults), then the presets.
+pub fn list(args: &[String]) -> Result<(), Failure> {
+    let a = Args::parse("list", args, &[], &[]).map_err(usage)?;
+    if let Some(extra) = a.positional.first() {
+        return Err(usage(format!(
+            "unexpected argument `{extra}`; see `tessera list --help`"
+        )));
+    }
+    for e in catalog::entries() {
+        println!("{} - {}", e.name, e.about);
+        let cfg = Config::parse(&e, &[]).map_err(Failure::Run)?;
+        let shapes = e.default_shapes(&cfg).map_err(Failure::Run)?;
+        let kernel = e
+            .build(
+                &cfg,
+                &shapes.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>(),
+            )
+            .map_err(Failure::Run)?;
+        let inputs: Vec<String> = kernel
+            .prefetch
+            .iter()
+            .map(|p| format!("{} {}{:?} (scalar prefetch)", p.name, p.dtype, p.shape))
+            .chain(
+                kernel
+                    .inputs()
+                    .map(|o| format!("{} {}{:?}", o.name, o.dtype, o.shape)),
+            )
+            .collect();
+        let outputs: Vec<String> = kernel
+            .outputs()
+            .map(|o| format!("{} {}{:?}", o.name, o.dtype, o.shape))
+            .collect();
+        println!("    inputs:  {}", inputs.join(", "));
+        println!("    outputs: {}", outputs.join(", "));
+        for p in e.params {
+            println!("    --config {}={:<8} {}", p.name, p.default, p.help);
+        }
+    }
+    println!("\npresets (fixed config and shapes; `tessera lower PRESET --target T`):");
+    for ex in kernels::examples::examples() {
+        println!("    {:<32} {}", ex.name, ex.about);
+    }
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! The `tessera` command: see `tessera --help`.
+//!
+//! Exit status: 0 on success, 1 when a kernel or back end fails at run
+//! time (or the demo finds a mismatch), 2 for a bad invocation (one line on
+//! stderr naming the problem and the fix).
+
+mod args;
+mod bench;
+mod demo;
+mod kernel_args;
+mod lower;
+mod run;
+
+use std::process::ExitCode;
+
+const HELP: &str = "\
+tessera: write, check, lower and run TPU-style kernels in Rust
+
+USAGE:
+    tessera <COMMAND> [ARGS]
+
+COMMANDS:
+    demo     build flash attention from the DSL, verify it, show its tiling, IR
+             and VMEM budget, write it lowered to every target, run it and the
+             example kernels on every CPU path, compare with f64 references
+    list     the kernels with their inputs, outputs and config parameters
+    lower    print or write a kernel lowered to a target
+    run      run a kernel on .npy inputs, write its outputs as .npy
+    diff     compare two back ends (or one with the f64 reference) on one input
+    bench    benchmarks with their XLA baselines, one table with ratios
+
+`tessera <COMMAND> --help` describes each command.
+";
+
+const HELP_DEMO: &str = "\
+tessera demo: the main job
+
+USAGE:
+    tessera demo
+
+Builds flash attention from the #[tpu_kernel] DSL and verifies it, prints its
+grid, blocks, IR and VMEM budget, writes it lowered to every target under
+target/tessera-demo/ (kernel module, tpu_custom_call module, Mosaic body,
+decomposed StableHLO, host module), then runs it and the foundation kernels on
+every CPU path (interp, jit, pjrt-decomposed, pjrt-ffi) on random inputs and
+prints, per path and output, the error against an f64 reference and the
+compile and run times. Exits 1 if any path mismatches.
+";
+
+const HELP_LIST: &str = "\
+tessera list: the kernels
+
+USAGE:
+    tessera list
+
+For each kernel of the catalog: its inputs and outputs (at the default
+shapes), and every config parameter with its default and meaning. Then the
+presets: named instances with fixed config and shapes (what the lowering
+snapshots cover), usable with `tessera lower`.
+";
+
+const HELP_LOWER: &str = "\
+tessera lower: a kernel lowered to a target
+
+USAGE:
+    tessera lower KERNEL --target TARGET [--config KEY=VALUE]... [--shape INPUT=DxDx..]... [--out FILE]
+
+KERNEL is a catalog kernel or a preset (`tessera list`).
+
+OPTIONS:
+    --target TARGET       kernel       the kernel module in upstream MLIR dialects
+                          mosaic       StableHLO calling it through tpu_custom_call
+                          mosaic-body  the Mosaic kernel module inside that call
+                          decomposed   plain StableHLO, runnable on any PJRT back end
+                          host         the CPU module the native JIT compiles
+    --config KEY=VALUE    set a config parameter (repeatable; see `tessera list`)
+    --shape INPUT=DxD..   the shape of an input, e.g. q=1x8x1024x128 (repeatable;
+                          other inputs keep their default shapes)
+    --out FILE            write to FILE instead of standard output
+
+EXAMPLE:
+    tessera lower flash_attention --config causal=true --config dtype=bf16 --target mosaic
+";
+
+const HELP_RUN: &str = "\
+tessera run: run a kernel on .npy inputs
+
+USAGE:
+    tessera run KERNEL --input NAME=FILE.npy... --out DIR [--config KEY=VALUE]... [--backend B]
+
+OPTIONS:
+    --input NAME=FILE     one per kernel input (`tessera list` names them); the
+                          shapes of the files decide the kernel's shapes
+    --out DIR             where the outputs go: DIR/<output>.npy, or with
+                          --backend all, DIR/<backend>/<output>.npy
+    --config KEY=VALUE    a config parameter (repeatable)
+    --backend B           interp | jit | pjrt (decomposed StableHLO on the PJRT CPU
+                          plugin; also pjrt-decomposed) | pjrt-ffi (the native kernel
+                          inside an XLA program) | all      [default: jit]
+
+FILES:
+    .npy files of float32, float16, int32, int8 or bool, C order. NumPy has no
+    bfloat16: bf16 outputs are written as float32 (exactly), and a float32 file
+    given to a bf16 input is rounded to bf16 (to nearest, ties to even).
+    Scalar-prefetch inputs (lengths, block tables) are int32.
+";
+
+const HELP_DIFF: &str = "\
+tessera diff: how two back ends differ on one input
+
+USAGE:
+    tessera diff KERNEL --input NAME=FILE.npy... --backends A,B [--config KEY=VALUE]... [--first N]
+
+OPTIONS:
+    --backends A,B        two of: interp, jit, pjrt (pjrt-decomposed), pjrt-ffi,
+                          reference (the f64 host reference)
+    --input, --config     as for `tessera run`
+    --first N             how many differing elements to list [default: 10]
+
+For each output: the largest absolute and relative difference, NaN counts,
+how many elements differ, a histogram of the distance in units in the last
+place of the output dtype (0, 1, 2, 3-4, 5-8, ...), and the first differing
+elements with their indices.
+";
+
+const HELP_BENCH: &str = "\
+tessera bench: benchmarks with their baselines, measured in one run
+
+USAGE:
+    tessera bench [KERNEL] [--max-s N] [--max-bwd-s N] [--budget SECS] [--json] [--svg FILE]
+
+KERNEL picks one group: matmul (1024^3 f32, native JIT vs XLA dot_general),
+flash_attention (forward, B=1 H=8 D=128, S=1024..max-s, causal and not:
+native JIT and decomposed StableHLO vs XLA's unfused graph), or
+flash_attention_bwd (the backward kernels vs XLA's unfused backward).
+Default: all. Each measurement runs in its own process; time is the median
+of repeated runs, peak memory the resident-set growth of the first run.
+
+OPTIONS:
+    --max-s N             largest forward sequence length [default: 8192]
+    --max-bwd-s N         largest backward sequence length [default: 4096]
+    --budget SECS         seconds of timed runs per measurement [default: 3]
+    --json                print JSON instead of the table
+    --svg FILE            also write a chart of attention time and peak memory
+                          against sequence length, fused vs unfused
+";
+
+/// Why a command failed.
+pub enum Failure {
+    /// A bad invocation: exit status 2.
+    Usage(String),
+    /// The work itself failed: exit status 1.
+    Run(String),
+}
+
+/// A usage error.
+pub fn usage(m: String) -> Failure {
+    Failure::Usage(m)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Benchmark measurements re-run this binary in a child process.
+    if let Some(code) = kernels::bench::child_main(&args) {
+        return code;
+    }
+    let Some(cmd) = args.first().map(String::as_str) else {
+        print!("{HELP}");
+        return ExitCode::from(2);
+    };
+    let rest = &args[1..];
+    let help = |text: &str| {
+        print!("{text}");
+        ExitCode::SUCCESS
+    };
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        return match cmd {
+            "demo" => help(HELP_DEMO),
+            "list" => help(HELP_LIST),
+            "lower" => help(HELP_LOWER),
+            "run" => help(HELP_RUN),
+            "diff" => help(HELP_DIFF),
+            "bench" => help(HELP_BENCH),
+            _ => help(HELP),
+        };
+    }
+    let result = match cmd {
+        "--help" | "-h" | "help" => return help(HELP),
+        "demo" if rest.is_empty() => return demo::demo(),
+        "demo" => Err(usage(format!(
+            "`tessera demo` takes no arguments, got `{}`",
+            rest.join(" ")
+        ))),
+        "list" => lower::list(rest),
+        "lower" => lower::lower(rest),
+        "run" => run::run(rest),
+        "diff" => run::diff(rest),
+        "bench" => bench::bench(rest),
+        other => Err(usage(format!(
+            "unknown command `{other}`; see `tessera --help`"
+        ))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(m)) => {
+            eprintln!("tessera {cmd}: {m}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(m)) => {
+            eprintln!("tessera {cmd}: {m}");
+            ExitCode::FAILURE
+        }
+    }
+}

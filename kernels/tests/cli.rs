@@ -1,0 +1,360 @@
+//! Drives the `tessera` binary end to end: run with `.npy` inputs the test
+//! makes, diff, lower, list, help, and bad invocations (exit status 2, one
+//! line on stderr, no panic).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use kernel_ir::{Array, DType};
+use kernels::check::{ErrorStats, Tolerance};
+
+fn tessera(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .output()
+        .expect("the tessera binary runs")
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tessera-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn save(d: &Path, name: &str, a: &Array) -> String {
+    let p = d.join(format!("{name}.npy"));
+    kernels::npy::write(&p, a).unwrap();
+    format!("{name}={}", p.display())
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn run_writes_every_backends_outputs_and_they_match_the_reference() {
+    let d = dir("run");
+    let x = Array::random(DType::F32, [40, 200], 1, -3.0, 3.0);
+    let y = Array::random(DType::F32, [40, 200], 2, -3.0, 3.0);
+    let (ix, iy) = (save(&d, "x", &x), save(&d, "y", &y));
+    let out = d.join("out");
+    let o = tessera(&[
+        "run",
+        "add",
+        "--input",
+        &ix,
+        "--input",
+        &iy,
+        "--backend",
+        "all",
+        "--out",
+        out.to_str().unwrap(),
+        "--config",
+        "block_rows=8",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = kernels::reference::add(&x, &y);
+    for b in ["interp", "jit", "pjrt-decomposed", "pjrt-ffi"] {
+        let got = kernels::npy::read(&out.join(b).join("o.npy")).unwrap();
+        assert_eq!(got.shape(), &[40, 200]);
+        let s = ErrorStats::between(&got, &want, Tolerance::for_dtype(DType::F32));
+        assert!(s.passes(), "{b}: {s}");
+    }
+    assert!(stdout(&o).contains("wrote"), "{}", stdout(&o));
+}
+
+#[test]
+fn a_two_output_kernel_writes_one_file_per_output_and_bf16_goes_through_f32_files() {
+    let d = dir("attn");
+    let mk = |s| Array::random(DType::F32, [1, 2, 64, 32], s, -1.0, 1.0);
+    let (q, k, v) = (mk(1), mk(2), mk(3));
+    let args = [save(&d, "q", &q), save(&d, "k", &k), save(&d, "v", &v)];
+    let out = d.join("out");
+    let o = tessera(&[
+        "run",
+        "flash_attention",
+        "--input",
+        &args[0],
+        "--input",
+        &args[1],
+        "--input",
+        &args[2],
+        "--config",
+        "dtype=bf16",
+        "--config",
+        "causal=true",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = kernels::npy::read(&out.join("o.npy")).unwrap();
+    let lse = kernels::npy::read(&out.join("lse.npy")).unwrap();
+    assert_eq!(got.dtype(), DType::F32, "bf16 is stored as f32");
+    assert_eq!(lse.shape(), &[1, 2, 64, 1]);
+    let spec = kernels::reference::AttnSpec::new(true, 1.0 / (32f64).sqrt());
+    let (o_ref, _) = kernels::reference::attention_full(
+        &q.cast(DType::BF16),
+        &k.cast(DType::BF16),
+        &v.cast(DType::BF16),
+        &spec,
+    );
+    let s = ErrorStats::between(&got, &o_ref, Tolerance::attention(DType::BF16));
+    assert!(s.passes(), "{s}");
+}
+
+#[test]
+fn diff_reports_errors_ulps_and_divergent_elements() {
+    let d = dir("diff");
+    let x = Array::random(DType::F32, [32, 512], 5, -4.0, 4.0);
+    let ix = save(&d, "x", &x);
+    let o = tessera(&[
+        "diff",
+        "softmax",
+        "--input",
+        &ix,
+        "--backends",
+        "jit,reference",
+        "--first",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("output `o` f32[32, 512]: jit vs reference"),
+        "{text}"
+    );
+    assert!(text.contains("max abs"), "{text}");
+    assert!(text.contains("ulp histogram (f32): 0: "), "{text}");
+    // The interpreter rounds exactly: it and the reference rounded to f32
+    // agree on most elements, and diff lists at most --first of the rest.
+    let o = tessera(&[
+        "diff",
+        "softmax",
+        "--input",
+        &ix,
+        "--backends",
+        "interp,jit",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let listed = stdout(&o)
+        .lines()
+        .filter(|l| l.trim_start().starts_with('['))
+        .count();
+    assert!(listed <= 10, "{}", stdout(&o));
+}
+
+#[test]
+fn lower_prints_or_writes_every_target() {
+    let o = tessera(&[
+        "lower",
+        "flash_attention",
+        "--config",
+        "causal=true",
+        "--target",
+        "mosaic",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("tpu_custom_call"));
+    let d = dir("lower");
+    let f = d.join("mm.mlir");
+    let o = tessera(&[
+        "lower",
+        "matmul",
+        "--shape",
+        "x=64x128",
+        "--shape",
+        "w=128x256",
+        "--target",
+        "decomposed",
+        "--out",
+        f.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&f).unwrap();
+    assert!(
+        text.contains("tensor<64x128xf32>") && text.contains("stablehlo"),
+        "{text}"
+    );
+    for t in ["kernel", "mosaic-body", "host"] {
+        let o = tessera(&["lower", "flash_attention_causal_bf16", "--target", t]);
+        assert!(o.status.success(), "{t}: {}", stderr(&o));
+        assert!(stdout(&o).contains("func.func"), "{t}");
+    }
+}
+
+#[test]
+fn list_and_help_describe_everything() {
+    let o = tessera(&["list"]);
+    assert!(o.status.success());
+    let text = stdout(&o);
+    for k in kernels::catalog::entries() {
+        assert!(text.contains(k.name), "{} missing from list", k.name);
+        for p in k.params {
+            assert!(
+                text.contains(&format!("--config {}=", p.name)),
+                "{}: {}",
+                k.name,
+                p.name
+            );
+        }
+    }
+    assert!(
+        text.contains("outputs: o f32[1, 2, 256, 64], lse f32[1, 2, 256, 1]"),
+        "{text}"
+    );
+    let o = tessera(&["--help"]);
+    assert!(o.status.success());
+    for cmd in ["demo", "list", "lower", "run", "diff", "bench"] {
+        assert!(stdout(&o).contains(cmd));
+        let o = tessera(&[cmd, "--help"]);
+        assert!(o.status.success(), "{cmd}");
+        assert!(
+            stdout(&o).contains(&format!("tessera {cmd}")),
+            "{cmd}: {}",
+            stdout(&o)
+        );
+    }
+}
+
+#[test]
+fn bad_invocations_are_one_line_and_exit_status_2() {
+    let d = dir("bad");
+    let x = save(&d, "x", &Array::random(DType::F32, [16, 128], 1, 0.0, 1.0));
+    let y = save(&d, "y", &Array::random(DType::F32, [16, 128], 2, 0.0, 1.0));
+    let i32s = save(&d, "i", &Array::zeros(DType::I32, vec![16, 128])).replace("i=", "x=");
+    let wrong_shape = save(&d, "w", &Array::zeros(DType::F32, vec![8, 128])).replace("w=", "x=");
+    std::fs::write(d.join("junk.npy"), b"not numpy").unwrap();
+    let junk = format!("x={}", d.join("junk.npy").display());
+    let missing = format!("x={}", d.join("nope.npy").display());
+    let out = d.join("o");
+    let out = out.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["frobnicate"], "unknown command"),
+        (vec!["run", "nope", "--out", out], "unknown kernel `nope`"),
+        (
+            vec![
+                "run",
+                "add",
+                "--input",
+                &x,
+                "--input",
+                &y,
+                "--config",
+                "colour=red",
+                "--out",
+                out,
+            ],
+            "unknown config key `colour`",
+        ),
+        (
+            vec![
+                "run",
+                "add",
+                "--input",
+                &x,
+                "--input",
+                &y,
+                "--config",
+                "block_rows=zero",
+                "--out",
+                out,
+            ],
+            "must be a positive integer",
+        ),
+        (
+            vec!["run", "add", "--input", &x, "--out", out],
+            "missing --input for y",
+        ),
+        (
+            vec!["run", "add", "--input", &junk, "--input", &y, "--out", out],
+            "not a .npy file",
+        ),
+        (
+            vec![
+                "run", "add", "--input", &missing, "--input", &y, "--out", out,
+            ],
+            "cannot read",
+        ),
+        (
+            vec!["run", "add", "--input", &i32s, "--input", &y, "--out", out],
+            "input `x` is i32",
+        ),
+        (
+            vec![
+                "run",
+                "add",
+                "--input",
+                &wrong_shape,
+                "--input",
+                &y,
+                "--out",
+                out,
+            ],
+            "input `y` has shape [16, 128]",
+        ),
+        (
+            vec![
+                "run",
+                "add",
+                "--input",
+                &x,
+                "--input",
+                &y,
+                "--backend",
+                "gpu",
+                "--out",
+                out,
+            ],
+            "unknown backend `gpu`",
+        ),
+        (
+            vec!["run", "add", "--input", &x, "--input", &y],
+            "give --out",
+        ),
+        (
+            vec!["lower", "add", "--target", "ptx"],
+            "unknown target `ptx`",
+        ),
+        (
+            vec!["lower", "add", "--shape", "x=16xq", "--target", "kernel"],
+            "bad shape `16xq`",
+        ),
+        (
+            vec!["lower", "add", "--shape", "z=16x128", "--target", "kernel"],
+            "has no input `z`",
+        ),
+        (
+            vec![
+                "diff",
+                "add",
+                "--input",
+                &x,
+                "--input",
+                &y,
+                "--backends",
+                "jit",
+            ],
+            "two names",
+        ),
+        (vec!["bench", "softmax"], "no benchmark for `softmax`"),
+        (vec!["list", "--verbose"], "unknown option `--verbose`"),
+    ];
+    assert!(cases.len() >= 8);
+    for (args, want) in cases {
+        let o = tessera(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: expected `{want}` in: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: one line, got: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
