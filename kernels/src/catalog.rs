@@ -5,7 +5,7 @@
 //! ```
 //! use kernels::catalog::{Config, find};
 //! let k = find("flash_attention").unwrap();
-//! let cfg = Config::parse(k, &[("causal".into(), "true".into())]).unwrap();
+//! let cfg = Config::parse(&k, &[("causal".into(), "true".into())]).unwrap();
 //! let shapes = k.default_shapes(&cfg).unwrap();
 //! let kernel = k.build(&cfg, &shapes.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>()).unwrap();
 //! assert_eq!(kernel.outputs().count(), 2); // o and lse
@@ -283,6 +283,17 @@ fn qkv() -> Shapes {
     ]
 }
 
+/// q, k, v, dO, lse, delta: the inputs of the dq and dk/dv kernels.
+fn backward_shapes(_: &Config) -> Result<Shapes, String> {
+    let mut v = qkv();
+    v.extend([
+        ("d_o", vec![1, 2, 256, 64]),
+        ("lse", vec![1, 2, 256, 1]),
+        ("delta", vec![1, 2, 256, 1]),
+    ]);
+    Ok(v)
+}
+
 fn norm_config(c: &Config, s: &[usize]) -> Result<NormConfig, String> {
     let [rows, cols] = dims(s, "x")?;
     Ok(NormConfig {
@@ -530,15 +541,7 @@ pub fn entries() -> Vec<Entry> {
             name: "flash_attention_dq",
             about: "flash attention backward: dq from q, k, v, dO, lse, delta",
             params: ATTN_PARAMS,
-            shapes: |_| {
-                let mut v = qkv();
-                v.extend([
-                    ("d_o", vec![1, 2, 256, 64]),
-                    ("lse", vec![1, 2, 256, 1]),
-                    ("delta", vec![1, 2, 256, 1]),
-                ]);
-                Ok(v)
-            },
+            shapes: backward_shapes,
             build: |c, s| {
                 let [_, _, sq, d] = dims(&s[0], "q")?;
                 let [_, _, skv, _] = dims(&s[1], "k")?;
@@ -558,15 +561,7 @@ pub fn entries() -> Vec<Entry> {
             name: "flash_attention_dkv",
             about: "flash attention backward: dk and dv (summed over GQA groups)",
             params: ATTN_PARAMS,
-            shapes: |_| {
-                let mut v = qkv();
-                v.extend([
-                    ("d_o", vec![1, 2, 256, 64]),
-                    ("lse", vec![1, 2, 256, 1]),
-                    ("delta", vec![1, 2, 256, 1]),
-                ]);
-                Ok(v)
-            },
+            shapes: backward_shapes,
             build: |c, s| {
                 let [_, _, sq, d] = dims(&s[0], "q")?;
                 let [_, _, skv, _] = dims(&s[1], "k")?;

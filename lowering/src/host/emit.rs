@@ -318,6 +318,23 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         Ok(())
     }
 
+    /// Lane 0 of a vector as a scalar.
+    fn lane0(&self, b: &Block<'c>, v: Raw, d: DType) -> Result<Raw, LoweringError> {
+        self.ir.op1(
+            b,
+            "vector.extract",
+            &[v],
+            self.ir.elem(d),
+            vec![("static_position", self.ir.i64_array(&[0]))],
+        )
+    }
+
+    /// Lane 0 of a vector broadcast to `w` lanes.
+    fn lane0_splat(&self, b: &Block<'c>, v: Raw, w: usize, d: DType) -> Result<Raw, LoweringError> {
+        let s = self.lane0(b, v, d)?;
+        self.splat(b, s, w, d)
+    }
+
     fn v(&self, id: ValueId) -> Result<Val, LoweringError> {
         self.values
             .get(id.index())
@@ -524,13 +541,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                         .map(|_| self.idx(b, 0))
                         .collect::<Result<_, _>>()?;
                     let v = self.eval(b, &n, &zeros, 1)?;
-                    let s = ir.op1(
-                        b,
-                        "vector.extract",
-                        &[v],
-                        ir.elem(from.dtype),
-                        vec![("static_position", ir.i64_array(&[0]))],
-                    )?;
+                    let s = self.lane0(b, v, from.dtype)?;
                     self.set(r, Val::Scalar(s));
                 } else if let Some(map) = squeeze_map(&from.shape, shape) {
                     self.lazy(
@@ -667,13 +678,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             // Scalars compute now, with chunks of one lane.
             let n = Rc::new(Node { e, ty: self.ty(r) });
             let v = self.eval(b, &n, &[], 1)?;
-            let s = self.ir.op1(
-                b,
-                "vector.extract",
-                &[v],
-                self.ir.elem(n.ty.dtype),
-                vec![("static_position", self.ir.i64_array(&[0]))],
-            )?;
+            let s = self.lane0(b, v, n.ty.dtype)?;
             self.set(r, Val::Scalar(s));
             return Ok(());
         }
@@ -912,14 +917,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                     self.eval(b, src, &sidx, w)?
                 } else {
                     let one = self.eval(b, src, &sidx, 1)?;
-                    let s = ir.op1(
-                        b,
-                        "vector.extract",
-                        &[one],
-                        ir.elem(d),
-                        vec![("static_position", ir.i64_array(&[0]))],
-                    )?;
-                    self.splat(b, s, w, d)?
+                    self.lane0_splat(b, one, w, d)?
                 }
             }
             Expr::Squeeze { src, map } => {
@@ -938,14 +936,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                     self.eval(b, src, &sidx, w)?
                 } else {
                     let one = self.eval(b, src, &sidx, 1)?;
-                    let s = ir.op1(
-                        b,
-                        "vector.extract",
-                        &[one],
-                        ir.elem(d),
-                        vec![("static_position", ir.i64_array(&[0]))],
-                    )?;
-                    self.splat(b, s, w, d)?
+                    self.lane0_splat(b, one, w, d)?
                 }
             }
             Expr::Transpose { src, perm } => {
@@ -972,13 +963,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                         li[src_dim] =
                             ir.op1(b, "arith.addi", &[sidx[src_dim], l], ir.index(), Vec::new())?;
                         let one = self.eval(b, src, &li, 1)?;
-                        let s = ir.op1(
-                            b,
-                            "vector.extract",
-                            &[one],
-                            ir.elem(d),
-                            vec![("static_position", ir.i64_array(&[0]))],
-                        )?;
+                        let s = self.lane0(b, one, d)?;
                         v = ir.op1(
                             b,
                             "vector.insert",
@@ -1141,13 +1126,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             if w > 1 {
                 self.store_vec(blk, v, mem, &at, w, d)
             } else {
-                let s = ir.op1(
-                    blk,
-                    "vector.extract",
-                    &[v],
-                    ir.elem(d),
-                    vec![("static_position", ir.i64_array(&[0]))],
-                )?;
+                let s = self.lane0(blk, v, d)?;
                 self.store_scalar(blk, s, mem, &at, d)
             }
         })
@@ -1414,13 +1393,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         }
         let v = self.splat(b, s, 1, from)?;
         let v = self.convert_vec(b, v, from, to, 1)?;
-        self.ir.op1(
-            b,
-            "vector.extract",
-            &[v],
-            self.ir.elem(to),
-            vec![("static_position", self.ir.i64_array(&[0]))],
-        )
+        self.lane0(b, v, to)
     }
 
     // ---- reductions, matmul, control flow ----
