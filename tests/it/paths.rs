@@ -83,14 +83,17 @@ proptest! {
 
     #[test]
     fn layer_norm_on_every_path(
-        rb in 1usize..4, extra in 0usize..8, cb in 1usize..3, seed in any::<u64>(),
+        rb in 1usize..4, extra in 0usize..8, cb in 1usize..3, bf in any::<bool>(), seed in any::<u64>(),
     ) {
-        let c = LayerNormConfig { rows: rb * 8 + extra, cols: cb * 128, block_rows: 8, eps: 1e-5, dtype: F32 };
-        let x = Array::random(F32, [c.rows, c.cols], seed, -3.0, 5.0);
+        let dtype = if bf { BF16 } else { F32 };
+        let tile = 8 * dtype.packing();
+        let c = LayerNormConfig { rows: rb * tile + extra, cols: cb * 128, block_rows: tile, eps: 1e-5, dtype };
+        let x = Array::random(dtype, [c.rows, c.cols], seed, -3.0, 5.0);
         let g = Array::random(F32, [c.cols], seed + 1, 0.5, 1.5);
         let b = Array::random(F32, [c.cols], seed + 2, -1.0, 1.0);
         let want = reference::layer_norm(&x, &g, &b, c.eps as f64);
-        all_paths(layer_norm(&c), &[x, g, b], want, Tolerance { abs: 2e-5, rel: 2e-5 })?;
+        let tol = if bf { Tolerance::for_dtype(BF16) } else { Tolerance { abs: 2e-5, rel: 2e-5 } };
+        all_paths(layer_norm(&c), &[x, g, b], want, tol)?;
     }
 }
 
