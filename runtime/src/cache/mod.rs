@@ -228,3 +228,58 @@ impl CompileCache {
         Ok((Arc::new(exe), Tier::Compiled, elapsed, corrupt))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NEG: &str = r#"func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = "stablehlo.negate"(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}"#;
+
+    #[test]
+    fn concurrent_requests_for_one_key_share_one_compile() {
+        let client = crate::backend::cpu_client().unwrap();
+        let cache = CompileCache::new(None, None);
+        let opts = CompileOptions::default();
+        let key = key(NEG, &opts, client);
+        let tiers: Vec<Tier> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| cache.get(&key, NEG, &opts, client).unwrap().tier))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(
+            tiers.iter().filter(|t| **t == Tier::Compiled).count(),
+            1,
+            "{tiers:?}"
+        );
+        assert_eq!(
+            tiers.iter().filter(|t| **t == Tier::Memory).count(),
+            7,
+            "{tiers:?}"
+        );
+        // A failed compile is not cached: the next request tries again.
+        let bad = "func.func @main() { nonsense }";
+        let k2 = super::key(bad, &opts, client);
+        assert!(cache.get(&k2, bad, &opts, client).is_err());
+        assert!(cache.get(&k2, bad, &opts, client).is_err());
+    }
+
+    #[test]
+    fn keys_cover_the_module_and_the_options() {
+        let client = crate::backend::cpu_client().unwrap();
+        let one = CompileOptions::default();
+        let two = CompileOptions {
+            num_replicas: 2,
+            num_partitions: 1,
+        };
+        assert_eq!(key(NEG, &one, client), key(NEG, &one, client));
+        assert_ne!(key(NEG, &one, client), key(NEG, &two, client));
+        assert_ne!(
+            key(NEG, &one, client),
+            key(&NEG.replace("negate", "abs"), &one, client)
+        );
+    }
+}
