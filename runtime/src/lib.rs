@@ -1,12 +1,17 @@
-//! The deferred graph runtime.
+//! Tessera's runtime: running kernels and tensor programs on PJRT plugins.
 //!
-//! This crate will hold Tessera's runtime: thin bindings over the PJRT C API,
-//! `Tensor` handles that record a lazy graph, sync points that lower the
-//! pending graph to one StableHLO module, a compile cache (in-process, on
-//! disk, remote), shape buckets, and kernel nodes that lower per platform.
-//!
-//! Today it finds the PJRT plugin the set-up installed and reads its API
-//! version: [`plugin::locate`] and [`plugin::PluginInfo::probe`].
+//! * [`plugin`]: finding the PJRT plugin (`$TESSERA_PJRT_PLUGIN` or the
+//!   set-up's cache) and reading its API version;
+//! * [`pjrt`]: thin bindings over the PJRT C API (clients, devices, buffers,
+//!   compile, execute on one or many devices, executable serialization);
+//! * [`host_call`]: Tessera kernels inside XLA programs on the CPU, through a
+//!   typed XLA FFI handler running the native JIT;
+//! * [`backend`]: one kernel on any CPU path (interpreter, JIT, decomposed
+//!   StableHLO on PJRT, the FFI call on PJRT);
+//! * [`graph`]: the deferred graph runtime: lazy [`graph::Tensor`] ops,
+//!   sync points that lower the pending subgraph to one StableHLO module,
+//!   kernels as graph nodes, shape buckets, collectives, statistics;
+//! * [`cache`]: the compile cache behind it (in-process, disk, remote).
 
 pub mod backend;
 pub mod cache;
