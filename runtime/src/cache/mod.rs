@@ -2,7 +2,7 @@
 //!
 //! 1. **In-process**: a map from key to a once-cell; concurrent requests for
 //!    one key wait for the one compile (or load) in flight and share it.
-//! 2. **Disk** ([`disk`]): shared by processes, owner-only, locked per key,
+//! 2. **Disk** (module `disk`): shared by processes, owner-only, locked per key,
 //!    written atomically, checksummed.
 //! 3. **Remote**: anything implementing [`RemoteCache`]; off unless the
 //!    runtime is given one. Entries carry the same checksummed envelope.
