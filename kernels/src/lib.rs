@@ -19,7 +19,7 @@
 //! Around it: [`examples`] (named instances: what `tessera lower`, the
 //! lowering snapshots and the Pallas conformance check use), [`paths`] (one
 //! kernel on every CPU path against its reference), [`transformer`] (a
-//! transformer block on the graph runtime), [`bench`] (benchmarks against
+//! transformer block on the graph runtime), [`bench`](mod@bench) (benchmarks against
 //! XLA baselines), [`guide`] (porting from Triton and CUTLASS).
 
 pub mod attention;
