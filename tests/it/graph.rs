@@ -463,3 +463,23 @@ fn a_long_unsynced_chain_records_and_frees_without_overflow() {
     drop(y);
     assert_eq!(rt.stats().materializations, 0);
 }
+
+#[test]
+fn kernels_lowered_as_decomposed_stablehlo_inside_the_graph_give_the_same_block() {
+    // The portable lowering (what a non-CPU, non-TPU plugin gets), here on
+    // the CPU plugin.
+    let rt = Runtime::new(RuntimeOptions {
+        disk_cache: false,
+        kernels: runtime::graph::KernelLowering::Decomposed,
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let w = BlockWeights::random(128, 2, 9);
+    let t = w.upload(&rt).unwrap();
+    let x = Array::random(F32, [50, 128], 8, -1.0, 1.0);
+    let xt = rt.dynamic(&x, 0, &Buckets::new([64]).unwrap()).unwrap();
+    let y = block_forward(&rt, &w, &t, &xt).unwrap().to_host().unwrap();
+    let s = ErrorStats::between(&y, &block_reference(&w, &x), TOL);
+    assert!(s.passes(), "{s}");
+    assert_eq!(rt.stats().compiles, 1);
+}

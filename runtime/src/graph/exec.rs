@@ -78,7 +78,11 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
     }
     drop(order);
 
-    let platform = inner.client.platform().to_string();
+    // The lowering of kernel calls: the platform's, or decomposed.
+    let platform = match inner.options.kernels {
+        super::KernelLowering::Auto => inner.client.platform().to_string(),
+        super::KernelLowering::Decomposed => "decomposed".to_string(),
+    };
     let kernel_text = |k: &VerifiedKernel, name: &str| -> Result<String, RuntimeError> {
         kernel_function(inner, &platform, k, name)
     };
@@ -193,8 +197,9 @@ fn execute(
     Ok(per_output)
 }
 
-/// The kernel lowered for `platform` as a private function `name`
-/// (memoized per kernel and name).
+/// The kernel lowered for `platform` (`cpu`, `tpu`, anything else:
+/// decomposed) as a private function `name` (memoized per kernel and name;
+/// a runtime lowers every kernel one way).
 fn kernel_function(
     inner: &Inner,
     platform: &str,

@@ -88,6 +88,19 @@ pub struct RuntimeOptions {
     pub recompile_past_last_bucket: bool,
     /// Run every op as soon as it is recorded (op by op, for comparison).
     pub eager: bool,
+    /// How kernel calls are lowered inside graph modules.
+    pub kernels: KernelLowering,
+}
+
+/// How a graph module embeds a Tessera kernel call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelLowering {
+    /// By platform: on the CPU plugin the native kernel through the FFI
+    /// handler, on TPU `tpu_custom_call`, elsewhere decomposed StableHLO.
+    #[default]
+    Auto,
+    /// Decomposed StableHLO on every platform (portable, slower).
+    Decomposed,
 }
 
 impl Default for RuntimeOptions {
@@ -100,6 +113,7 @@ impl Default for RuntimeOptions {
             remote: None,
             recompile_past_last_bucket: false,
             eager: false,
+            kernels: KernelLowering::Auto,
         }
     }
 }
@@ -117,6 +131,7 @@ impl std::fmt::Debug for RuntimeOptions {
                 &self.recompile_past_last_bucket,
             )
             .field("eager", &self.eager)
+            .field("kernels", &self.kernels)
             .finish()
     }
 }
