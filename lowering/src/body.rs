@@ -442,25 +442,15 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
             )?;
             ops.push(pad);
             let rank = acc.len();
-            let first = rank - moved.len();
-            let dims: Vec<String> = (0..rank).map(|d| format!("d{d}")).collect();
-            let map = format!(
-                "affine_map<({}) -> ({})>",
-                dims.join(", "),
-                dims[first..].join(", ")
-            );
-            let in_bounds: Vec<melior::ir::Attribute<'c>> = moved
-                .iter()
-                .map(|_| ir.parse_attr("true"))
-                .collect::<Result<_, _>>()?;
+            let (map, in_bounds) = transfer_attrs(ir, rank, moved.len())?;
             ir.op1(
                 block,
                 "vector.transfer_read",
                 &ops,
                 moved_ty,
                 vec![
-                    ("permutation_map", ir.parse_attr(&map)?),
-                    ("in_bounds", ir.array_attr(&in_bounds)),
+                    ("permutation_map", map),
+                    ("in_bounds", in_bounds),
                     ("operandSegmentSizes", ir.i32_array(&[1, rank as i32, 1, 0])),
                 ],
             )?
@@ -604,25 +594,15 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                 let mut ops = vec![v, base];
                 ops.extend(&starts);
                 if self.strided(b) {
-                    let first = rank - moved.len();
-                    let dims: Vec<String> = (0..rank).map(|d| format!("d{d}")).collect();
-                    let map = format!(
-                        "affine_map<({}) -> ({})>",
-                        dims.join(", "),
-                        dims[first..].join(", ")
-                    );
-                    let in_bounds: Vec<melior::ir::Attribute<'c>> = moved
-                        .iter()
-                        .map(|_| ir.parse_attr("true"))
-                        .collect::<Result<_, _>>()?;
+                    let (map, in_bounds) = transfer_attrs(ir, rank, moved.len())?;
                     ir.op(
                         block,
                         "vector.transfer_write",
                         &ops,
                         &[],
                         vec![
-                            ("permutation_map", ir.parse_attr(&map)?),
-                            ("in_bounds", ir.array_attr(&in_bounds)),
+                            ("permutation_map", map),
+                            ("in_bounds", in_bounds),
                             ("operandSegmentSizes", ir.i32_array(&[1, 1, rank as i32, 0])),
                         ],
                         Vec::new(),
@@ -756,26 +736,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
     ) -> Result<Raw, LoweringError> {
         let t = self.ty(l).clone();
         let float = t.dtype.is_float();
-        let name = match (b, float) {
-            (BinaryOp::Add, true) => "arith.addf",
-            (BinaryOp::Add, false) => "arith.addi",
-            (BinaryOp::Sub, true) => "arith.subf",
-            (BinaryOp::Sub, false) => "arith.subi",
-            (BinaryOp::Mul, true) => "arith.mulf",
-            (BinaryOp::Mul, false) => "arith.muli",
-            (BinaryOp::Div, true) => "arith.divf",
-            (BinaryOp::Div, false) => "arith.divsi",
-            (BinaryOp::Rem, true) => "arith.remf",
-            (BinaryOp::Rem, false) => "arith.remsi",
-            (BinaryOp::Max, true) => "arith.maximumf",
-            (BinaryOp::Max, false) => "arith.maxsi",
-            (BinaryOp::Min, true) => "arith.minimumf",
-            (BinaryOp::Min, false) => "arith.minsi",
-            (BinaryOp::Pow, _) => "math.powf",
-            (BinaryOp::And, _) => "arith.andi",
-            (BinaryOp::Or, _) => "arith.ori",
-            (BinaryOp::Xor, _) => "arith.xori",
-        };
+        let name = binary_op_name(b, float);
         self.ir.op1(
             block,
             name,
@@ -792,57 +753,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         from: TileType,
         to: DType,
     ) -> Result<Raw, LoweringError> {
-        let ir = self.ir;
-        let out = TileType::new(to, from.shape.clone());
-        let ty = ir.tile(&out);
-        let f = from.dtype;
-        if f == to {
-            return Ok(x);
-        }
-        let one = |name: &str, v: Raw| ir.op1(block, name, &[v], ty, Vec::new());
-        if to == DType::Bool {
-            let zero = self.constant(block, 0.0, &from)?;
-            let (name, pred) = compare_predicate(CompareOp::Ne, f);
-            return ir.op1(
-                block,
-                name,
-                &[x, zero],
-                ty,
-                vec![("predicate", ir.i64_attr(pred))],
-            );
-        }
-        match (f.is_float(), to.is_float()) {
-            (true, true) => {
-                if f.bits() < to.bits() {
-                    one("arith.extf", x)
-                } else if f.bits() > to.bits() {
-                    one("arith.truncf", x)
-                } else {
-                    // bf16 <-> f16: through f32.
-                    let mid_t = ir.tile(&TileType::new(DType::F32, from.shape.clone()));
-                    let mid = ir.op1(block, "arith.extf", &[x], mid_t, Vec::new())?;
-                    one("arith.truncf", mid)
-                }
-            }
-            (true, false) => one("arith.fptosi", x),
-            (false, true) => one(
-                if f == DType::Bool {
-                    "arith.uitofp"
-                } else {
-                    "arith.sitofp"
-                },
-                x,
-            ),
-            (false, false) => {
-                if f == DType::Bool {
-                    one("arith.extui", x)
-                } else if f.bits() < to.bits() {
-                    one("arith.extsi", x)
-                } else {
-                    one("arith.trunci", x)
-                }
-            }
-        }
+        convert_values(self.ir, block, x, &from.shape, from.dtype, to)
     }
 
     fn broadcast_in_dim(
@@ -1159,6 +1070,101 @@ fn kept_shape_of(kept: &[usize], indices: &[Index]) -> Vec<usize> {
             Index::Point(_) => 1,
         })
         .collect()
+}
+
+/// `x` (a scalar for an empty `shape`, else a vector of `shape`) converted
+/// from `from` to `to` elementwise: `!= 0` for bool, float widening or
+/// narrowing (bf16 ↔ f16 through f32), float ↔ int, int widening or
+/// narrowing (bool is unsigned).
+pub(crate) fn convert_values<'c>(
+    ir: &Ir<'c>,
+    block: &Block<'c>,
+    x: Raw,
+    shape: &[usize],
+    from: DType,
+    to: DType,
+) -> Result<Raw, LoweringError> {
+    if from == to {
+        return Ok(x);
+    }
+    let ty_of = |d: DType| ir.shaped_vector(shape, ir.elem(d));
+    let ty = ty_of(to);
+    let one = |name: &str, v: Raw| ir.op1(block, name, &[v], ty, Vec::new());
+    if to == DType::Bool {
+        let zero_t = ty_of(from);
+        let zero = ir.op1(
+            block,
+            "arith.constant",
+            &[],
+            zero_t,
+            vec![("value", ir.literal(0.0, from, zero_t)?)],
+        )?;
+        let (name, pred) = compare_predicate(CompareOp::Ne, from);
+        return ir.op1(
+            block,
+            name,
+            &[x, zero],
+            ty,
+            vec![("predicate", ir.i64_attr(pred))],
+        );
+    }
+    match (from.is_float(), to.is_float()) {
+        (true, true) if from.bits() < to.bits() => one("arith.extf", x),
+        (true, true) if from.bits() > to.bits() => one("arith.truncf", x),
+        (true, true) => {
+            let mid = ir.op1(block, "arith.extf", &[x], ty_of(DType::F32), Vec::new())?;
+            one("arith.truncf", mid)
+        }
+        (true, false) => one("arith.fptosi", x),
+        (false, true) if from == DType::Bool => one("arith.uitofp", x),
+        (false, true) => one("arith.sitofp", x),
+        (false, false) if from == DType::Bool => one("arith.extui", x),
+        (false, false) if from.bits() < to.bits() => one("arith.extsi", x),
+        (false, false) => one("arith.trunci", x),
+    }
+}
+
+/// The arith/math op of a binary op on float or integer operands.
+pub(crate) fn binary_op_name(op: BinaryOp, float: bool) -> &'static str {
+    match (op, float) {
+        (BinaryOp::Add, true) => "arith.addf",
+        (BinaryOp::Add, false) => "arith.addi",
+        (BinaryOp::Sub, true) => "arith.subf",
+        (BinaryOp::Sub, false) => "arith.subi",
+        (BinaryOp::Mul, true) => "arith.mulf",
+        (BinaryOp::Mul, false) => "arith.muli",
+        (BinaryOp::Div, true) => "arith.divf",
+        (BinaryOp::Div, false) => "arith.divsi",
+        (BinaryOp::Rem, true) => "arith.remf",
+        (BinaryOp::Rem, false) => "arith.remsi",
+        (BinaryOp::Max, true) => "arith.maximumf",
+        (BinaryOp::Max, false) => "arith.maxsi",
+        (BinaryOp::Min, true) => "arith.minimumf",
+        (BinaryOp::Min, false) => "arith.minsi",
+        (BinaryOp::Pow, _) => "math.powf",
+        (BinaryOp::And, _) => "arith.andi",
+        (BinaryOp::Or, _) => "arith.ori",
+        (BinaryOp::Xor, _) => "arith.xori",
+    }
+}
+
+/// The `permutation_map` (the last `moved` of `rank` memref dims) and the
+/// all-true `in_bounds` of a `vector.transfer_read/write` of a window.
+fn transfer_attrs<'c>(
+    ir: &Ir<'c>,
+    rank: usize,
+    moved: usize,
+) -> Result<(melior::ir::Attribute<'c>, melior::ir::Attribute<'c>), LoweringError> {
+    let dims: Vec<String> = (0..rank).map(|d| format!("d{d}")).collect();
+    let map = format!(
+        "affine_map<({}) -> ({})>",
+        dims.join(", "),
+        dims[rank - moved..].join(", ")
+    );
+    let in_bounds: Vec<melior::ir::Attribute<'c>> = (0..moved)
+        .map(|_| ir.parse_attr("true"))
+        .collect::<Result<_, _>>()?;
+    Ok((ir.parse_attr(&map)?, ir.array_attr(&in_bounds)))
 }
 
 /// `arith.cmpf`/`arith.cmpi` and the predicate's enum value.

@@ -1142,55 +1142,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         to: DType,
         w: usize,
     ) -> Result<Raw, LoweringError> {
-        let ir = self.ir;
-        if from == to {
-            return Ok(x);
-        }
-        let ty = self.vec_ty(w, to);
-        let one = |name: &str, v: Raw| ir.op1(b, name, &[v], ty, Vec::new());
-        if to == DType::Bool {
-            let zero = ir.op1(
-                b,
-                "arith.constant",
-                &[],
-                self.vec_ty(w, from),
-                vec![("value", ir.literal(0.0, from, self.vec_ty(w, from))?)],
-            )?;
-            let (name, pred) = crate::body::compare_predicate(CompareOp::Ne, from);
-            return ir.op1(
-                b,
-                name,
-                &[x, zero],
-                ty,
-                vec![("predicate", ir.i64_attr(pred))],
-            );
-        }
-        match (from.is_float(), to.is_float()) {
-            (true, true) if from.bits() < to.bits() => one("arith.extf", x),
-            (true, true) if from.bits() > to.bits() => one("arith.truncf", x),
-            (true, true) => {
-                let mid = ir.op1(
-                    b,
-                    "arith.extf",
-                    &[x],
-                    self.vec_ty(w, DType::F32),
-                    Vec::new(),
-                )?;
-                one("arith.truncf", mid)
-            }
-            (true, false) => one("arith.fptosi", x),
-            (false, true) => one(
-                if from == DType::Bool {
-                    "arith.uitofp"
-                } else {
-                    "arith.sitofp"
-                },
-                x,
-            ),
-            (false, false) if from == DType::Bool => one("arith.extui", x),
-            (false, false) if from.bits() < to.bits() => one("arith.extsi", x),
-            (false, false) => one("arith.trunci", x),
-        }
+        crate::body::convert_values(self.ir, b, x, &[w], from, to)
     }
 
     fn unary(
@@ -1357,26 +1309,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             return self.convert_vec(b, r, DType::F32, d, w);
         }
         let float = d.is_float();
-        let name = match (op, float) {
-            (BinaryOp::Add, true) => "arith.addf",
-            (BinaryOp::Add, false) => "arith.addi",
-            (BinaryOp::Sub, true) => "arith.subf",
-            (BinaryOp::Sub, false) => "arith.subi",
-            (BinaryOp::Mul, true) => "arith.mulf",
-            (BinaryOp::Mul, false) => "arith.muli",
-            (BinaryOp::Div, true) => "arith.divf",
-            (BinaryOp::Div, false) => "arith.divsi",
-            (BinaryOp::Rem, true) => "arith.remf",
-            (BinaryOp::Rem, false) => "arith.remsi",
-            (BinaryOp::Max, true) => "arith.maximumf",
-            (BinaryOp::Max, false) => "arith.maxsi",
-            (BinaryOp::Min, true) => "arith.minimumf",
-            (BinaryOp::Min, false) => "arith.minsi",
-            (BinaryOp::Pow, _) => "math.powf",
-            (BinaryOp::And, _) => "arith.andi",
-            (BinaryOp::Or, _) => "arith.ori",
-            (BinaryOp::Xor, _) => "arith.xori",
-        };
+        let name = crate::body::binary_op_name(op, float);
         self.ir.op1(b, name, &[x, y], self.vec_ty(w, d), Vec::new())
     }
 
