@@ -1,5 +1,8 @@
 //! A whole kernel: signature plus body.
 
+use std::fmt;
+
+use crate::ops::ShapeDisplay;
 use crate::{Body, BufferRef, DType, Grid, Operand, ScalarPrefetch, Scratch, Target};
 
 /// A kernel as data: what it iterates over, what it touches and what it does.
@@ -95,5 +98,79 @@ impl Kernel {
     /// Operands the kernel returns (out and in-out), in order.
     pub fn outputs(&self) -> impl Iterator<Item = &Operand> {
         self.operands.iter().filter(|o| o.role.is_output())
+    }
+
+    /// The arrays a call passes, in call order: scalar prefetch, then the
+    /// inputs (in and in-out operands) in operand order. Every way of
+    /// running a kernel (interpreter, host JIT, graph runtime, XLA handler)
+    /// takes its arguments in this order.
+    pub fn arguments(&self) -> impl Iterator<Item = Argument<'_>> {
+        let prefetch = self.prefetch.iter().map(|p| Argument {
+            name: &p.name,
+            dtype: p.dtype,
+            shape: &p.shape,
+        });
+        prefetch.chain(self.inputs().map(|o| Argument {
+            name: &o.name,
+            dtype: o.dtype,
+            shape: &o.shape,
+        }))
+    }
+
+    /// Checks the dtype and shape of each array a call passes against
+    /// [`Kernel::arguments`]; the error names the kernel, the argument and
+    /// what it must be.
+    pub fn check_arguments<'s>(
+        &self,
+        given: impl ExactSizeIterator<Item = (DType, &'s [usize])>,
+    ) -> Result<(), String> {
+        let expected: Vec<Argument<'_>> = self.arguments().collect();
+        if given.len() != expected.len() {
+            let list: Vec<String> = expected.iter().map(Argument::to_string).collect();
+            return Err(format!(
+                "kernel `{}` takes {} arrays ({}), got {}",
+                self.name,
+                expected.len(),
+                list.join(", "),
+                given.len()
+            ));
+        }
+        for (a, (dtype, shape)) in expected.iter().zip(given) {
+            if a.dtype != dtype || a.shape != shape {
+                return Err(format!(
+                    "`{}` of kernel `{}` must be {}{} but got {dtype}{}",
+                    a.name,
+                    self.name,
+                    a.dtype,
+                    ShapeDisplay(a.shape),
+                    ShapeDisplay(shape)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One array a kernel call takes (see [`Kernel::arguments`]); displays as
+/// `name: f32[8, 128]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Argument<'a> {
+    /// The prefetch or operand name.
+    pub name: &'a str,
+    /// Element type.
+    pub dtype: DType,
+    /// Full array shape.
+    pub shape: &'a [usize],
+}
+
+impl fmt::Display for Argument<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {}{}",
+            self.name,
+            self.dtype,
+            ShapeDisplay(self.shape)
+        )
     }
 }

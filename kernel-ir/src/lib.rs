@@ -79,7 +79,7 @@ pub use error::{ErrorKind, KernelError, KernelErrors};
 pub use half::{bf16, f16};
 pub use index_map::{IndexEvalError, IndexExpr, IndexExprDisplay, IndexMap, IndexOp};
 pub use interp::{InterpOptions, interpret, interpret_with};
-pub use kernel::Kernel;
+pub use kernel::{Argument, Kernel};
 pub use layout::{Layout, Order};
 pub use loc::Loc;
 pub use ops::{

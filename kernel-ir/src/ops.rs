@@ -308,6 +308,29 @@ impl ReduceOp {
             ReduceOp::Min => "min",
         }
     }
+
+    /// The value a reduction over `dtype` starts from: the op's identity.
+    /// Integers have no infinities, so max and min start from the type's
+    /// bounds (false and true for booleans).
+    ///
+    /// ```
+    /// use kernel_ir::{DType, ReduceOp};
+    /// assert_eq!(ReduceOp::Max.identity(DType::F32), f64::NEG_INFINITY);
+    /// assert_eq!(ReduceOp::Min.identity(DType::I8), 127.0);
+    /// ```
+    pub fn identity(self, dtype: DType) -> f64 {
+        let (low, high) = match dtype {
+            DType::F32 | DType::BF16 | DType::F16 => (f64::NEG_INFINITY, f64::INFINITY),
+            DType::I32 => (f64::from(i32::MIN), f64::from(i32::MAX)),
+            DType::I8 => (f64::from(i8::MIN), f64::from(i8::MAX)),
+            DType::Bool => (0.0, 1.0),
+        };
+        match self {
+            ReduceOp::Sum => 0.0,
+            ReduceOp::Max => low,
+            ReduceOp::Min => high,
+        }
+    }
 }
 
 /// Dimension numbers of a `dot_general`, StableHLO style: the result has the

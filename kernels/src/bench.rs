@@ -358,7 +358,6 @@ fn unfused_attention_bwd(s: usize, causal: bool) -> String {
     let qt = format!("tensor<1x{h}x{s}x{d}xf32>");
     let st = format!("tensor<1x{h}x{s}x{s}xf32>");
     let rt = format!("tensor<1x{h}x{s}xf32>");
-    let scale = 1.0 / (d as f32).sqrt();
     let fwd = unfused_attention(s, causal);
     // The forward's body up to the probabilities `%p`, reused.
     let body: String = fwd
@@ -390,7 +389,6 @@ fn unfused_attention_bwd(s: usize, causal: bool) -> String {
     m += &format!(
         "  %dk = stablehlo.dot_general %ds, %q, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2] : ({st}, {qt}) -> {qt}\n"
     );
-    let _ = scale;
     m += &format!("  return %dq, %dk, %dv : {qt}, {qt}, {qt}\n}}\n");
     m
 }

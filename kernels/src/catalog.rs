@@ -213,44 +213,37 @@ fn e(x: kernel_ir::KernelErrors) -> String {
     x.to_string()
 }
 
-const DTYPE: Param = Param {
-    name: "dtype",
-    default: "f32",
-    help: "element type: f32, bf16 or f16",
-};
+/// A [`Param`], one line per table row (tables calling it sit in
+/// `const { }` blocks so they are `'static`).
+const fn param(name: &'static str, default: &'static str, help: &'static str) -> Param {
+    Param {
+        name,
+        default,
+        help,
+    }
+}
+
+const DTYPE: Param = param("dtype", "f32", "element type: f32, bf16 or f16");
+const OUT_DTYPE: Param = param("out_dtype", "f32", "output element type");
+const BN: Param = param("bn", "128", "block columns");
+const BK: Param = param("bk", "128", "block depth along k");
 
 const ATTN_PARAMS: &[Param] = &[
     DTYPE,
-    Param {
-        name: "causal",
-        default: "false",
-        help: "query i sees keys j <= i only",
-    },
-    Param {
-        name: "block_q",
-        default: "64",
-        help: "query rows per block (clamped to the sequence)",
-    },
-    Param {
-        name: "block_k",
-        default: "128",
-        help: "keys per block (clamped to the sequence)",
-    },
-    Param {
-        name: "sm_scale",
-        default: "auto",
-        help: "score scale; auto = 1/sqrt(head_dim)",
-    },
-    Param {
-        name: "window",
-        default: "none",
-        help: "sliding window: keys more than window-1 away are hidden",
-    },
-    Param {
-        name: "softcap",
-        default: "none",
-        help: "logit soft-cap: s = cap * tanh(s / cap)",
-    },
+    param("causal", "false", "query i sees keys j <= i only"),
+    param(
+        "block_q",
+        "64",
+        "query rows per block (clamped to the sequence)",
+    ),
+    param("block_k", "128", "keys per block (clamped to the sequence)"),
+    param("sm_scale", "auto", "score scale; auto = 1/sqrt(head_dim)"),
+    param(
+        "window",
+        "none",
+        "sliding window: keys more than window-1 away are hidden",
+    ),
+    param("softcap", "none", "logit soft-cap: s = cap * tanh(s / cap)"),
 ];
 
 fn attn_config(c: &Config, sq: usize, skv: usize, d: usize) -> Result<AttnConfig, String> {
@@ -307,19 +300,11 @@ fn norm_config(c: &Config, s: &[usize]) -> Result<NormConfig, String> {
 
 const NORM_PARAMS: &[Param] = &[
     DTYPE,
-    Param {
-        name: "block_rows",
-        default: "8",
-        help: "rows per block",
-    },
-    Param {
-        name: "eps",
-        default: "1e-5",
-        help: "added to the mean square or variance",
-    },
+    param("block_rows", "8", "rows per block"),
+    param("eps", "1e-5", "added to the mean square or variance"),
 ];
 
-fn matmul_shapes(c: &Config, s: &[Vec<usize>]) -> Result<(usize, usize, usize), String> {
+fn matmul_shapes(s: &[Vec<usize>]) -> Result<(usize, usize, usize), String> {
     let [m, k] = dims(&s[0], "x")?;
     let [k2, n] = dims(&s[1], "w")?;
     if k != k2 {
@@ -327,7 +312,6 @@ fn matmul_shapes(c: &Config, s: &[Vec<usize>]) -> Result<(usize, usize, usize), 
             "x is [{m}, {k}] but w is [{k2}, {n}]: the inner dims differ"
         ));
     }
-    let _ = c;
     Ok((m, n, k))
 }
 
@@ -337,19 +321,13 @@ pub fn entries() -> Vec<Entry> {
         Entry {
             name: "add",
             about: "tiled elementwise add",
-            params: &[
-                DTYPE,
-                Param {
-                    name: "block_rows",
-                    default: "16",
-                    help: "rows per block",
-                },
-                Param {
-                    name: "block_cols",
-                    default: "128",
-                    help: "columns per block",
-                },
-            ],
+            params: const {
+                &[
+                    DTYPE,
+                    param("block_rows", "16", "rows per block"),
+                    param("block_cols", "128", "columns per block"),
+                ]
+            },
             shapes: |_| Ok(vec![("x", vec![64, 256]), ("y", vec![64, 256])]),
             build: |c, s| {
                 let [rows, cols] = dims(&s[0], "x")?;
@@ -367,32 +345,10 @@ pub fn entries() -> Vec<Entry> {
         Entry {
             name: "matmul",
             about: "tiled matmul with an f32 accumulator in scratch",
-            params: &[
-                DTYPE,
-                Param {
-                    name: "out_dtype",
-                    default: "f32",
-                    help: "output element type",
-                },
-                Param {
-                    name: "bm",
-                    default: "128",
-                    help: "block rows",
-                },
-                Param {
-                    name: "bn",
-                    default: "128",
-                    help: "block columns",
-                },
-                Param {
-                    name: "bk",
-                    default: "128",
-                    help: "block depth along k",
-                },
-            ],
+            params: const { &[DTYPE, OUT_DTYPE, param("bm", "128", "block rows"), BN, BK] },
             shapes: |_| Ok(vec![("x", vec![256, 512]), ("w", vec![512, 256])]),
             build: |c, s| {
-                let (m, n, k) = matmul_shapes(c, s)?;
+                let (m, n, k) = matmul_shapes(s)?;
                 matmul(&MatmulConfig {
                     m,
                     n,
@@ -410,14 +366,7 @@ pub fn entries() -> Vec<Entry> {
         Entry {
             name: "softmax",
             about: "row softmax, whole rows per block",
-            params: &[
-                DTYPE,
-                Param {
-                    name: "block_rows",
-                    default: "16",
-                    help: "rows per block",
-                },
-            ],
+            params: const { &[DTYPE, param("block_rows", "16", "rows per block")] },
             shapes: |_| Ok(vec![("x", vec![64, 512])]),
             build: |c, s| {
                 let [rows, cols] = dims(&s[0], "x")?;
@@ -514,14 +463,7 @@ pub fn entries() -> Vec<Entry> {
         Entry {
             name: "attention_delta",
             about: "flash attention backward: delta = rowsum(dO * O)",
-            params: &[
-                DTYPE,
-                Param {
-                    name: "block_q",
-                    default: "64",
-                    help: "query rows per block",
-                },
-            ],
+            params: const { &[DTYPE, param("block_q", "64", "query rows per block")] },
             shapes: |_| {
                 Ok(vec![
                     ("o", vec![1, 2, 256, 64]),
@@ -582,14 +524,12 @@ pub fn entries() -> Vec<Entry> {
         Entry {
             name: "paged_decode_attention",
             about: "decode attention over a paged KV cache (lengths and block tables as scalar prefetch)",
-            params: &[
-                DTYPE,
-                Param {
-                    name: "sm_scale",
-                    default: "auto",
-                    help: "score scale; auto = 1/sqrt(head_dim)",
-                },
-            ],
+            params: const {
+                &[
+                    DTYPE,
+                    param("sm_scale", "auto", "score scale; auto = 1/sqrt(head_dim)"),
+                ]
+            },
             shapes: |_| {
                 Ok(vec![
                     ("lengths", vec![4]),
@@ -676,39 +616,17 @@ pub fn entries() -> Vec<Entry> {
         Entry {
             name: "matmul_epilogue",
             about: "matmul with a fused epilogue: act(x*w + bias) [+ residual]",
-            params: &[
-                DTYPE,
-                Param {
-                    name: "out_dtype",
-                    default: "f32",
-                    help: "output (and residual) element type",
-                },
-                Param {
-                    name: "activation",
-                    default: "gelu",
-                    help: "none, gelu or silu",
-                },
-                Param {
-                    name: "residual",
-                    default: "false",
-                    help: "add a [m, n] residual input",
-                },
-                Param {
-                    name: "bm",
-                    default: "128",
-                    help: "block rows",
-                },
-                Param {
-                    name: "bn",
-                    default: "128",
-                    help: "block columns",
-                },
-                Param {
-                    name: "bk",
-                    default: "128",
-                    help: "block depth along k",
-                },
-            ],
+            params: const {
+                &[
+                    DTYPE,
+                    param("out_dtype", "f32", "output (and residual) element type"),
+                    param("activation", "gelu", "none, gelu or silu"),
+                    param("residual", "false", "add a [m, n] residual input"),
+                    param("bm", "128", "block rows"),
+                    BN,
+                    BK,
+                ]
+            },
             shapes: |c| {
                 let mut v = vec![
                     ("x", vec![128, 320]),
@@ -721,7 +639,7 @@ pub fn entries() -> Vec<Entry> {
                 Ok(v)
             },
             build: |c, s| {
-                let (m, n, k) = matmul_shapes(c, s)?;
+                let (m, n, k) = matmul_shapes(s)?;
                 matmul_epilogue(&EpilogueConfig {
                     m,
                     n,
@@ -754,14 +672,7 @@ pub fn entries() -> Vec<Entry> {
         Entry {
             name: "rope",
             about: "rotary position embedding with [s, d/2] cos and sin tables",
-            params: &[
-                DTYPE,
-                Param {
-                    name: "block_s",
-                    default: "32",
-                    help: "positions per block",
-                },
-            ],
+            params: const { &[DTYPE, param("block_s", "32", "positions per block")] },
             shapes: |_| {
                 Ok(vec![
                     ("x", vec![1, 4, 200, 128]),
@@ -780,24 +691,7 @@ pub fn entries() -> Vec<Entry> {
         Entry {
             name: "swiglu",
             about: "fused SwiGLU: silu(x*w_gate) * (x*w_up)",
-            params: &[
-                DTYPE,
-                Param {
-                    name: "bm",
-                    default: "64",
-                    help: "block rows",
-                },
-                Param {
-                    name: "bn",
-                    default: "128",
-                    help: "block columns",
-                },
-                Param {
-                    name: "bk",
-                    default: "128",
-                    help: "block depth along k",
-                },
-            ],
+            params: const { &[DTYPE, param("bm", "64", "block rows"), BN, BK] },
             shapes: |_| {
                 Ok(vec![
                     ("x", vec![64, 256]),
@@ -806,7 +700,7 @@ pub fn entries() -> Vec<Entry> {
                 ])
             },
             build: |c, s| {
-                let (m, n, k) = matmul_shapes(c, s)?;
+                let (m, n, k) = matmul_shapes(s)?;
                 swiglu(&SwigluConfig {
                     m,
                     n,

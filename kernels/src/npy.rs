@@ -89,16 +89,14 @@ pub fn decode(bytes: &[u8]) -> Result<Array, NpyError> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err(err("not a .npy file (no \\x93NUMPY magic)"));
     }
-    let (major, header_start, header_len) = match bytes[6] {
-        1 => (1, 10, u16::from_le_bytes([bytes[8], bytes[9]]) as usize),
+    let (header_start, header_len) = match bytes[6] {
+        1 => (10, u16::from_le_bytes([bytes[8], bytes[9]]) as usize),
         2 | 3 if bytes.len() >= 12 => (
-            bytes[6],
             12,
             u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
         ),
         v => return Err(err(format!("unsupported .npy format version {v}"))),
     };
-    let _ = major;
     let data_start = header_start + header_len;
     let header = bytes
         .get(header_start..data_start)

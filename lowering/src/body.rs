@@ -320,7 +320,6 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         if let (Some(r), Some(raw)) = (res, out) {
             self.set(r, raw);
         }
-        let _ = op;
         Ok(())
     }
 
@@ -892,27 +891,14 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
             .collect();
         let out = TileType::new(t.dtype, out_shape);
         let float = t.dtype.is_float();
-        let (kind, init) = match (r, float) {
-            (ReduceOp::Sum, _) => ("add", 0.0),
-            (ReduceOp::Max, true) => ("maximumf", f64::NEG_INFINITY),
-            (ReduceOp::Min, true) => ("minimumf", f64::INFINITY),
-            (ReduceOp::Max, false) => (
-                "maxsi",
-                if t.dtype == DType::I8 {
-                    -128.0
-                } else {
-                    i32::MIN as f64
-                },
-            ),
-            (ReduceOp::Min, false) => (
-                "minsi",
-                if t.dtype == DType::I8 {
-                    127.0
-                } else {
-                    i32::MAX as f64
-                },
-            ),
+        let kind = match (r, float) {
+            (ReduceOp::Sum, _) => "add",
+            (ReduceOp::Max, true) => "maximumf",
+            (ReduceOp::Min, true) => "minimumf",
+            (ReduceOp::Max, false) => "maxsi",
+            (ReduceOp::Min, false) => "minsi",
         };
+        let init = r.identity(t.dtype);
         let acc = self.constant(block, init, &out)?;
         let a: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
         ir.op1(

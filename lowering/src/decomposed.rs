@@ -21,12 +21,13 @@ use melior::ir::operation::OperationMutLike;
 use melior::ir::{Block, BlockLike, Module, Type};
 
 use kernel_ir::{
-    BinaryOp, BufferRef, CompareOp, DType, DotDims, Index, IndexExpr, IndexOp, IndexValue, Kernel,
+    BufferRef, CompareOp, DType, DotDims, Index, IndexExpr, IndexOp, IndexValue, Kernel,
     MemorySpace, Op, OpKind, ReduceOp, Region, TileType, UnaryOp, ValueId, VerifiedKernel,
 };
 
 use crate::LoweringError;
 use crate::mlir::{Attrs, Ir, Mlir, Raw};
+use crate::stablehlo_ops;
 
 /// Lowers `kernel` to a StableHLO module `@main(prefetch.., inputs..) ->
 /// outputs..`, printed.
@@ -305,14 +306,7 @@ impl<'c> Hlo<'_, 'c> {
         d: DType,
         shape: &[usize],
     ) -> Result<Raw, LoweringError> {
-        let dir = match c {
-            CompareOp::Eq => "EQ",
-            CompareOp::Ne => "NE",
-            CompareOp::Lt => "LT",
-            CompareOp::Le => "LE",
-            CompareOp::Gt => "GT",
-            CompareOp::Ge => "GE",
-        };
+        let dir = stablehlo_ops::comparison_direction(c);
         let kind = if d.is_float() {
             "FLOAT"
         } else if d == DType::Bool {
@@ -669,19 +663,7 @@ impl<'c> Step<'_, 'c> {
             OpKind::Unary { op: u, x } => Some(self.unary(b, *u, *x)?),
             OpKind::Binary { op: bo, lhs, rhs } => {
                 let t = self.ty(*lhs);
-                let name = match bo {
-                    BinaryOp::Add => "stablehlo.add",
-                    BinaryOp::Sub => "stablehlo.subtract",
-                    BinaryOp::Mul => "stablehlo.multiply",
-                    BinaryOp::Div => "stablehlo.divide",
-                    BinaryOp::Rem => "stablehlo.remainder",
-                    BinaryOp::Max => "stablehlo.maximum",
-                    BinaryOp::Min => "stablehlo.minimum",
-                    BinaryOp::Pow => "stablehlo.power",
-                    BinaryOp::And => "stablehlo.and",
-                    BinaryOp::Or => "stablehlo.or",
-                    BinaryOp::Xor => "stablehlo.xor",
-                };
+                let name = stablehlo_ops::binary(*bo);
                 Some(e.bin(b, name, self.v(*lhs)?, self.v(*rhs)?, t.dtype, &t.shape)?)
             }
             OpKind::Compare { op: c, lhs, rhs } => {
@@ -820,29 +802,16 @@ impl<'c> Step<'_, 'c> {
         let xv = self.v(x)?;
         let ty = self.e.t(&t.shape, t.dtype);
         let one = |name: &str, v: Raw| self.e.ir.op1(b, name, &[v], ty, Vec::new());
-        match u {
-            UnaryOp::Neg => one("stablehlo.negate", xv),
-            UnaryOp::Abs => one("stablehlo.abs", xv),
-            UnaryOp::Exp => one("stablehlo.exponential", xv),
-            UnaryOp::Exp2 => {
+        match stablehlo_ops::unary(u) {
+            Some(name) => one(name, xv),
+            None => {
+                // exp2 only: StableHLO has no base-2 exponential.
                 let ln2 = self.e.splat(b, std::f64::consts::LN_2, t.dtype, &t.shape)?;
                 let y = self
                     .e
                     .bin(b, "stablehlo.multiply", xv, ln2, t.dtype, &t.shape)?;
                 one("stablehlo.exponential", y)
             }
-            UnaryOp::Log => one("stablehlo.log", xv),
-            UnaryOp::Log1p => one("stablehlo.log_plus_one", xv),
-            UnaryOp::Tanh => one("stablehlo.tanh", xv),
-            UnaryOp::Sqrt => one("stablehlo.sqrt", xv),
-            UnaryOp::Rsqrt => one("stablehlo.rsqrt", xv),
-            UnaryOp::Sin => one("stablehlo.sine", xv),
-            UnaryOp::Cos => one("stablehlo.cosine", xv),
-            UnaryOp::Erf => one("chlo.erf", xv),
-            UnaryOp::Logistic => one("stablehlo.logistic", xv),
-            UnaryOp::Floor => one("stablehlo.floor", xv),
-            UnaryOp::Ceil => one("stablehlo.ceil", xv),
-            UnaryOp::Not => one("stablehlo.not", xv),
         }
     }
 
@@ -857,27 +826,8 @@ impl<'c> Step<'_, 'c> {
         let e = &self.e;
         let ir = e.ir;
         let d = rt.dtype;
-        let (name, init) = match (r, d.is_float()) {
-            (ReduceOp::Sum, _) => ("stablehlo.add", 0.0),
-            (ReduceOp::Max, true) => ("stablehlo.maximum", f64::NEG_INFINITY),
-            (ReduceOp::Min, true) => ("stablehlo.minimum", f64::INFINITY),
-            (ReduceOp::Max, false) => (
-                "stablehlo.maximum",
-                if d == DType::I8 {
-                    -128.0
-                } else {
-                    i32::MIN as f64
-                },
-            ),
-            (ReduceOp::Min, false) => (
-                "stablehlo.minimum",
-                if d == DType::I8 {
-                    127.0
-                } else {
-                    i32::MAX as f64
-                },
-            ),
-        };
+        let name = stablehlo_ops::reduction(r);
+        let init = r.identity(d);
         let init = e.splat(b, init, d, &[])?;
         let scalar = e.t(&[], d);
         let inner = ir.block(&[scalar, scalar]);

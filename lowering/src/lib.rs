@@ -22,6 +22,7 @@ mod embed;
 mod host;
 mod kernel_module;
 mod mlir;
+pub mod stablehlo_ops;
 
 pub use cost::CostEstimate;
 pub use custom_call::{

@@ -190,13 +190,10 @@ impl Prepared {
         match self {
             Prepared::Interpreter(k) => Ok(kernel_ir::interpret(k, args)?),
             Prepared::Native(k) => Ok(k.run(args)?),
-            Prepared::Pjrt {
-                executable, client, ..
-            } => {
+            Prepared::Pjrt { executable, .. } => {
                 let bufs = self.upload(args)?;
                 let refs: Vec<&Buffer> = bufs.iter().collect();
                 let outs = executable.execute(&refs)?;
-                let _ = client;
                 outs.iter()
                     .map(|b| b.to_host().map_err(BackendError::from))
                     .collect()

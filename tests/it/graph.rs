@@ -335,6 +335,19 @@ fn record_errors_name_the_callers_line() {
     let i = rt.tensor(&Array::zeros(I32, vec![2])).unwrap();
     let e = i.exp().unwrap_err();
     assert!(e.to_string().contains("needs a float tensor"), "{e}");
+    let k = gather_rows();
+    let e = rt.call(&k, &[&a]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("takes 2 arrays (t: i32[2], x: f32[16, 128]), got 1"),
+        "{e}"
+    );
+    let e = rt.call(&k, &[&i, &a]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("`x` of kernel `gather_rows` must be f32[16, 128] but got f32[2, 3]"),
+        "{e}"
+    );
     assert!(Buckets::new(vec![1; 0]).is_err());
     assert!(Buckets::new([1, 2, 3, 4, 5, 6, 7, 8, 9]).is_err());
     // Nothing was run.

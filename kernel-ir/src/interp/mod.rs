@@ -25,7 +25,7 @@ mod eval;
 use crate::array::SplitMix64;
 use crate::error::{ErrorKind, KernelError};
 use crate::verify::VerifiedKernel;
-use crate::{Array, DType, DimSemantics, Kernel, MemorySpace, Role};
+use crate::{Array, DimSemantics, Kernel, MemorySpace, Role};
 
 /// Options of [`interpret_with`].
 #[derive(Clone, Debug)]
@@ -132,69 +132,28 @@ pub fn interpret_with(
 }
 
 fn bind_args(k: &Kernel, args: &[Array]) -> Result<(Vec<Buf>, Vec<Buf>), KernelError> {
-    let expected: Vec<String> = k
+    k.check_arguments(args.iter().map(|a| (a.dtype(), a.shape())))
+        .map_err(ErrorKind::Inputs)?;
+    // Checked above: one array per prefetch and per input, in that order.
+    let (prefetch_args, input_args) = args.split_at(k.prefetch.len());
+    let mut input_args = input_args.iter();
+    let prefetch = k
         .prefetch
         .iter()
-        .map(|p| {
-            format!(
-                "{}: {}{}",
-                p.name,
-                p.dtype,
-                crate::ops::ShapeDisplay(&p.shape)
+        .zip(prefetch_args)
+        .map(|(p, a)| {
+            Buf::new(
+                &p.name,
+                "scalar prefetch",
+                &p.shape,
+                a.data().to_vec(),
+                DEFINED,
             )
         })
-        .chain(k.inputs().map(|o| {
-            format!(
-                "{}: {}{}",
-                o.name,
-                o.dtype,
-                crate::ops::ShapeDisplay(&o.shape)
-            )
-        }))
         .collect();
-    if args.len() != expected.len() {
-        return Err(ErrorKind::Inputs(format!(
-            "kernel `{}` takes {} arrays ({}), got {}",
-            k.name,
-            expected.len(),
-            expected.join(", "),
-            args.len()
-        ))
-        .into());
-    }
-    let check = |a: &Array, name: &str, dtype: DType, shape: &[usize]| {
-        if a.dtype() != dtype || a.shape() != shape {
-            return Err(KernelError::from(ErrorKind::Inputs(format!(
-                "`{name}` must be {dtype}{} but got {}{}",
-                crate::ops::ShapeDisplay(shape),
-                a.dtype(),
-                crate::ops::ShapeDisplay(a.shape())
-            ))));
-        }
-        Ok(())
-    };
-    let mut it = args.iter();
-    let mut prefetch = Vec::new();
-    for p in &k.prefetch {
-        let a = it
-            .next()
-            .ok_or_else(|| KernelError::from(ErrorKind::Inputs("missing argument".into())))?;
-        check(a, &p.name, p.dtype, &p.shape)?;
-        prefetch.push(Buf::new(
-            &p.name,
-            "scalar prefetch",
-            &p.shape,
-            a.data().to_vec(),
-            DEFINED,
-        ));
-    }
     let mut operands = Vec::new();
     for o in &k.operands {
-        if o.role.is_input() {
-            let a = it
-                .next()
-                .ok_or_else(|| KernelError::from(ErrorKind::Inputs("missing argument".into())))?;
-            check(a, &o.name, o.dtype, &o.shape)?;
+        if let Some(a) = o.role.is_input().then(|| input_args.next()).flatten() {
             let what = if o.role == Role::In {
                 "input"
             } else {

@@ -75,11 +75,6 @@ impl AttnConfig {
 /// row never computes `−∞ − (−∞)`.
 pub const MASK_VALUE: f32 = -1e30;
 
-/// The last k block that q block `i` needs (for causal index maps).
-fn last_needed(cfg: &AttnConfig, i: i64) -> i64 {
-    ((i + 1) * cfg.block_q as i64 - 1) / cfg.block_k as i64
-}
-
 /// Scaled (and soft-capped) scores of one (q block, k block) with the
 /// causal and window masks applied.
 #[kernel_fn]
@@ -285,7 +280,6 @@ pub(crate) fn kv_block(cfg: &AttnConfig, i: IndexExpr, j: IndexExpr) -> IndexExp
         let last = (i + 1i64) * cfg.block_q as i64 - 1i64;
         j.min(last / cfg.block_k as i64)
     } else {
-        let _ = last_needed;
         j
     }
 }

@@ -489,20 +489,14 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                 mask,
             } => self.store(b, *buffer, indices, *value, *mask)?,
             OpKind::Unary { op: u, x } => {
-                self.elementwise(b, op, Expr::Unary(*u, self.node(*x)?), &[*x])?
+                self.elementwise(b, op, Expr::Unary(*u, self.node(*x)?))?
             }
-            OpKind::Binary { op: bo, lhs, rhs } => self.elementwise(
-                b,
-                op,
-                Expr::Binary(*bo, self.node(*lhs)?, self.node(*rhs)?),
-                &[*lhs, *rhs],
-            )?,
-            OpKind::Compare { op: c, lhs, rhs } => self.elementwise(
-                b,
-                op,
-                Expr::Compare(*c, self.node(*lhs)?, self.node(*rhs)?),
-                &[*lhs, *rhs],
-            )?,
+            OpKind::Binary { op: bo, lhs, rhs } => {
+                self.elementwise(b, op, Expr::Binary(*bo, self.node(*lhs)?, self.node(*rhs)?))?
+            }
+            OpKind::Compare { op: c, lhs, rhs } => {
+                self.elementwise(b, op, Expr::Compare(*c, self.node(*lhs)?, self.node(*rhs)?))?
+            }
             OpKind::Select {
                 cond,
                 on_true,
@@ -515,11 +509,8 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                     self.node(*on_true)?,
                     self.node(*on_false)?,
                 ),
-                &[*cond, *on_true, *on_false],
             )?,
-            OpKind::Convert { x, .. } => {
-                self.elementwise(b, op, Expr::Convert(self.node(*x)?), &[*x])?
-            }
+            OpKind::Convert { x, .. } => self.elementwise(b, op, Expr::Convert(self.node(*x)?))?,
             OpKind::BroadcastInDim { x, dims, .. } => {
                 let src = self.node(*x)?;
                 self.lazy(
@@ -666,13 +657,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         }
     }
 
-    fn elementwise(
-        &mut self,
-        b: &Block<'c>,
-        op: &Op,
-        e: Expr,
-        inputs: &[ValueId],
-    ) -> Result<(), LoweringError> {
+    fn elementwise(&mut self, b: &Block<'c>, op: &Op, e: Expr) -> Result<(), LoweringError> {
         let r = op.results[0];
         if self.ty(r).shape.is_empty() {
             // Scalars compute now, with chunks of one lane.
@@ -682,7 +667,6 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             self.set(r, Val::Scalar(s));
             return Ok(());
         }
-        let _ = inputs;
         self.lazy(r, e);
         self.maybe_materialize(b, r)
     }
@@ -1354,30 +1338,15 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         let rank = shape.len();
         let out_ty = TileType::new(d, self.ty(r).shape.clone());
         let float = d.is_float();
-        let (init, combine, kind) = match (op, float) {
-            (ReduceOp::Sum, true) => (0.0, "arith.addf", "add"),
-            (ReduceOp::Sum, false) => (0.0, "arith.addi", "add"),
-            (ReduceOp::Max, true) => (f64::NEG_INFINITY, "arith.maximumf", "maximumf"),
-            (ReduceOp::Min, true) => (f64::INFINITY, "arith.minimumf", "minimumf"),
-            (ReduceOp::Max, false) => (
-                if d == DType::I8 {
-                    -128.0
-                } else {
-                    i32::MIN as f64
-                },
-                "arith.maxsi",
-                "maxsi",
-            ),
-            (ReduceOp::Min, false) => (
-                if d == DType::I8 {
-                    127.0
-                } else {
-                    i32::MAX as f64
-                },
-                "arith.minsi",
-                "minsi",
-            ),
+        let (combine, kind) = match (op, float) {
+            (ReduceOp::Sum, true) => ("arith.addf", "add"),
+            (ReduceOp::Sum, false) => ("arith.addi", "add"),
+            (ReduceOp::Max, true) => ("arith.maximumf", "maximumf"),
+            (ReduceOp::Min, true) => ("arith.minimumf", "minimumf"),
+            (ReduceOp::Max, false) => ("arith.maxsi", "maxsi"),
+            (ReduceOp::Min, false) => ("arith.minsi", "minsi"),
         };
+        let init = op.identity(d);
         let last_reduced = axes.contains(&(rank - 1));
         // The result buffer (a one-element buffer for a scalar result),
         // filled with the identity.

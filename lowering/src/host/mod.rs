@@ -135,29 +135,8 @@ impl HostKernel {
     /// in-out operands) in operand order.
     pub fn run(&self, args: &[Array]) -> Result<Vec<Array>, LoweringError> {
         let k = &self.kernel;
-        let expected = self.expected_args();
-        if args.len() != expected.len() {
-            return Err(LoweringError::Run(format!(
-                "kernel `{}` takes {} arrays ({}), got {}",
-                k.name,
-                expected.len(),
-                expected
-                    .iter()
-                    .map(|(n, d, s)| format!("{n}: {d}{s:?}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                args.len()
-            )));
-        }
-        for (a, (name, d, shape)) in args.iter().zip(&expected) {
-            if a.dtype() != *d || a.shape() != shape.as_slice() {
-                return Err(LoweringError::Run(format!(
-                    "`{name}` must be {d}{shape:?} but got {}{:?}",
-                    a.dtype(),
-                    a.shape()
-                )));
-            }
-        }
+        k.check_arguments(args.iter().map(|a| (a.dtype(), a.shape())))
+            .map_err(LoweringError::Run)?;
         let bytes: Vec<Vec<u8>> = args.iter().map(Array::to_le_bytes).collect();
         let np = k.prefetch.len();
         let mut outs: Vec<Vec<u8>> = k
@@ -174,19 +153,6 @@ impl HostKernel {
                 Array::from_le_bytes(o.dtype, o.shape.clone(), b)
                     .map_err(|e| LoweringError::Internal(e.to_string()))
             })
-            .collect()
-    }
-
-    /// (name, dtype, shape) of each argument [`HostKernel::run`] takes.
-    fn expected_args(&self) -> Vec<(String, DType, Vec<usize>)> {
-        let k = &self.kernel;
-        k.prefetch
-            .iter()
-            .map(|p| (p.name.clone(), p.dtype, p.shape.clone()))
-            .chain(
-                k.inputs()
-                    .map(|o| (o.name.clone(), o.dtype, o.shape.clone())),
-            )
             .collect()
     }
 

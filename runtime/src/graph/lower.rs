@@ -13,7 +13,9 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 use std::sync::Arc;
 
-use kernel_ir::{BinaryOp, CompareOp, DType, ReduceOp, UnaryOp, VerifiedKernel};
+use kernel_ir::{DType, ReduceOp, UnaryOp, VerifiedKernel};
+
+use lowering::stablehlo_ops;
 
 use super::RuntimeError;
 use super::node::{KernelCall, Node, Op, State};
@@ -130,9 +132,7 @@ impl Emitter<'_> {
         } else {
             format!(" {{{attrs}}}")
         };
-        self.line(format!(
-            "{n} = \"stablehlo.{name}\"({x}){attrs} : ({xt}) -> {rt}"
-        ));
+        self.line(format!("{n} = \"{name}\"({x}){attrs} : ({xt}) -> {rt}"));
         n
     }
 
@@ -152,23 +152,23 @@ impl Emitter<'_> {
             format!(" {{{attrs}}}")
         };
         self.line(format!(
-            "{n} = \"stablehlo.{name}\"({}, {}){attrs} : ({}, {}) -> {rt}",
+            "{n} = \"{name}\"({}, {}){attrs} : ({}, {}) -> {rt}",
             a.0, b.0, a.1, b.1
         ));
         n
     }
 
-    /// `stablehlo.reduce` of `x` over `axes` with `combine` from `init`.
+    /// `stablehlo.reduce` of `x` over `axes` with `op`.
     fn reduce(
         &mut self,
         x: &str,
         shape: &[usize],
         d: DType,
         axes: &[usize],
-        combine: &str,
-        init: f64,
+        op: ReduceOp,
     ) -> String {
-        let init = self.constant(init, &[], d);
+        let combine = stablehlo_ops::reduction(op);
+        let init = self.constant(op.identity(d), &[], d);
         let st = type_name(&[], d);
         let out: Vec<usize> = shape
             .iter()
@@ -180,7 +180,7 @@ impl Emitter<'_> {
         let xt = type_name(shape, d);
         let rt = type_name(&out, d);
         self.line(format!(
-            "{n} = \"stablehlo.reduce\"({x}, {init}) ({{\n    ^bb0(%a: {st}, %b: {st}):\n      %r = \"stablehlo.{combine}\"(%a, %b) : ({st}, {st}) -> {st}\n      \"stablehlo.return\"(%r) : ({st}) -> ()\n    }}) {{dimensions = {}}} : ({xt}, {st}) -> {rt}",
+            "{n} = \"stablehlo.reduce\"({x}, {init}) ({{\n    ^bb0(%a: {st}, %b: {st}):\n      %r = \"{combine}\"(%a, %b) : ({st}, {st}) -> {st}\n      \"stablehlo.return\"(%r) : ({st}) -> ()\n    }}) {{dimensions = {}}} : ({xt}, {st}) -> {rt}",
             array(axes)
         ));
         n
@@ -205,21 +205,21 @@ impl Emitter<'_> {
             "{iota} = \"stablehlo.iota\"() {{iota_dimension = {axis} : i64}} : () -> {it}"
         ));
         let scalar = self.op1(
-            "reshape",
+            "stablehlo.reshape",
             len,
             &type_name(&[1], DType::I32),
             &type_name(&[], DType::I32),
             "",
         );
         let lb = self.op1(
-            "broadcast_in_dim",
+            "stablehlo.broadcast_in_dim",
             &scalar,
             &type_name(&[], DType::I32),
             &it,
             "broadcast_dimensions = array<i64>",
         );
         let keep = self.op2(
-            "compare",
+            "stablehlo.compare",
             (&iota, &it),
             (&lb, &it),
             &bt,
@@ -227,7 +227,7 @@ impl Emitter<'_> {
         );
         let f = self.constant(fill, &[], d);
         let fb = self.op1(
-            "broadcast_in_dim",
+            "stablehlo.broadcast_in_dim",
             &f,
             &type_name(&[], d),
             &xt,
@@ -281,33 +281,17 @@ impl Emitter<'_> {
                 }
             }
             Op::Unary(u) => self.unary(*u, &ins[0], &rt, n.dtype)?,
-            Op::Binary(b) => {
-                let name = match b {
-                    BinaryOp::Add => "add",
-                    BinaryOp::Sub => "subtract",
-                    BinaryOp::Mul => "multiply",
-                    BinaryOp::Div => "divide",
-                    BinaryOp::Rem => "remainder",
-                    BinaryOp::Max => "maximum",
-                    BinaryOp::Min => "minimum",
-                    BinaryOp::Pow => "power",
-                    BinaryOp::And => "and",
-                    BinaryOp::Or => "or",
-                    BinaryOp::Xor => "xor",
-                };
-                self.op2(name, (&ins[0], &it[0]), (&ins[1], &it[1]), &rt, "")
-            }
+            Op::Binary(b) => self.op2(
+                stablehlo_ops::binary(*b),
+                (&ins[0], &it[0]),
+                (&ins[1], &it[1]),
+                &rt,
+                "",
+            ),
             Op::Compare(c) => {
-                let dir = match c {
-                    CompareOp::Eq => "EQ",
-                    CompareOp::Ne => "NE",
-                    CompareOp::Lt => "LT",
-                    CompareOp::Le => "LE",
-                    CompareOp::Gt => "GT",
-                    CompareOp::Ge => "GE",
-                };
+                let dir = stablehlo_ops::comparison_direction(*c);
                 self.op2(
-                    "compare",
+                    "stablehlo.compare",
                     (&ins[0], &it[0]),
                     (&ins[1], &it[1]),
                     &rt,
@@ -322,7 +306,7 @@ impl Emitter<'_> {
                 ));
                 v
             }
-            Op::Convert => self.op1("convert", &ins[0], &it[0], &rt, ""),
+            Op::Convert => self.op1("stablehlo.convert", &ins[0], &it[0], &rt, ""),
             Op::Dot(d) => {
                 let mut fields = Vec::new();
                 for (k, v) in [
@@ -345,7 +329,7 @@ impl Emitter<'_> {
                     }
                 }
                 self.op2(
-                    "dot_general",
+                    "stablehlo.dot_general",
                     (&lhs, &it[0]),
                     (&ins[1], &it[1]),
                     &rt,
@@ -362,34 +346,28 @@ impl Emitter<'_> {
                 masked,
             } => {
                 let x = &inputs[0];
-                let (combine, init) = match (r, x.dtype.is_float()) {
-                    (ReduceOp::Sum, _) => ("add", 0.0),
-                    (ReduceOp::Max, true) => ("maximum", f64::NEG_INFINITY),
-                    (ReduceOp::Min, true) => ("minimum", f64::INFINITY),
-                    (ReduceOp::Max, false) => ("maximum", i32::MIN as f64),
-                    (ReduceOp::Min, false) => ("minimum", i32::MAX as f64),
-                };
+                let init = r.identity(x.dtype);
                 let mut v = ins[0].clone();
                 for &(axis, li) in masked {
                     v = self.mask(&v, &x.shape, x.dtype, axis, &ins[li], init);
                 }
-                let s = self.reduce(&v, &x.shape, x.dtype, axes, combine, init);
+                let s = self.reduce(&v, &x.shape, x.dtype, axes, *r);
                 if *mean {
                     self.mean(&s, n, x, axes, masked, &ins)?
                 } else {
                     s
                 }
             }
-            Op::Reshape => self.op1("reshape", &ins[0], &it[0], &rt, ""),
+            Op::Reshape => self.op1("stablehlo.reshape", &ins[0], &it[0], &rt, ""),
             Op::Transpose(p) => self.op1(
-                "transpose",
+                "stablehlo.transpose",
                 &ins[0],
                 &it[0],
                 &rt,
                 &format!("permutation = {}", array(p)),
             ),
             Op::Broadcast(dims) => self.op1(
-                "broadcast_in_dim",
+                "stablehlo.broadcast_in_dim",
                 &ins[0],
                 &it[0],
                 &rt,
@@ -398,7 +376,7 @@ impl Emitter<'_> {
             Op::Slice { start, limit } => {
                 let strides = vec![1; start.len()];
                 self.op1(
-                    "slice",
+                    "stablehlo.slice",
                     &ins[0],
                     &it[0],
                     &rt,
@@ -425,35 +403,28 @@ impl Emitter<'_> {
                 if let Some(li) = masked {
                     v = self.mask(&v, &x.shape, x.dtype, *axis, &ins[*li], f64::NEG_INFINITY);
                 }
-                let mx = self.reduce(
-                    &v,
-                    &x.shape,
-                    x.dtype,
-                    &[*axis],
-                    "maximum",
-                    f64::NEG_INFINITY,
-                );
+                let mx = self.reduce(&v, &x.shape, x.dtype, &[*axis], ReduceOp::Max);
                 let keep: Vec<usize> = (0..x.shape.len()).filter(|d| d != axis).collect();
                 let red: Vec<usize> = keep.iter().map(|&d| x.shape[d]).collect();
                 let redt = type_name(&red, x.dtype);
                 let mxb = self.op1(
-                    "broadcast_in_dim",
+                    "stablehlo.broadcast_in_dim",
                     &mx,
                     &redt,
                     &rt,
                     &format!("broadcast_dimensions = {}", array(&keep)),
                 );
-                let c = self.op2("subtract", (&v, &rt), (&mxb, &rt), &rt, "");
-                let e = self.op1("exponential", &c, &rt, &rt, "");
-                let l = self.reduce(&e, &x.shape, x.dtype, &[*axis], "add", 0.0);
+                let c = self.op2("stablehlo.subtract", (&v, &rt), (&mxb, &rt), &rt, "");
+                let e = self.op1("stablehlo.exponential", &c, &rt, &rt, "");
+                let l = self.reduce(&e, &x.shape, x.dtype, &[*axis], ReduceOp::Sum);
                 let lb = self.op1(
-                    "broadcast_in_dim",
+                    "stablehlo.broadcast_in_dim",
                     &l,
                     &redt,
                     &rt,
                     &format!("broadcast_dimensions = {}", array(&keep)),
                 );
-                self.op2("divide", (&e, &rt), (&lb, &rt), &rt, "")
+                self.op2("stablehlo.divide", (&e, &rt), (&lb, &rt), &rt, "")
             }
             Op::Kernel { call, output } => {
                 let key = Arc::as_ptr(call) as usize;
@@ -483,7 +454,7 @@ impl Emitter<'_> {
             Op::AllGather(axis) => {
                 let groups: Vec<String> = (0..self.devices).map(|d| d.to_string()).collect();
                 self.op1(
-                    "all_gather",
+                    "stablehlo.all_gather",
                     &ins[0],
                     &it[0],
                     &rt,
@@ -517,60 +488,46 @@ impl Emitter<'_> {
         let st = type_name(&[], n.dtype);
         for &(_, li) in masked {
             let s = self.op1(
-                "reshape",
+                "stablehlo.reshape",
                 &ins[li],
                 &type_name(&[1], DType::I32),
                 &type_name(&[], DType::I32),
                 "",
             );
-            let f = self.op1("convert", &s, &type_name(&[], DType::I32), &st, "");
-            count = self.op2("multiply", (&count, &st), (&f, &st), &st, "");
+            let f = self.op1(
+                "stablehlo.convert",
+                &s,
+                &type_name(&[], DType::I32),
+                &st,
+                "",
+            );
+            count = self.op2("stablehlo.multiply", (&count, &st), (&f, &st), &st, "");
         }
         let cb = self.op1(
-            "broadcast_in_dim",
+            "stablehlo.broadcast_in_dim",
             &count,
             &st,
             &rt,
             "broadcast_dimensions = array<i64>",
         );
-        Ok(self.op2("divide", (sum, &rt), (&cb, &rt), &rt, ""))
+        Ok(self.op2("stablehlo.divide", (sum, &rt), (&cb, &rt), &rt, ""))
     }
 
     fn unary(&mut self, u: UnaryOp, x: &str, t: &str, d: DType) -> Result<String, RuntimeError> {
-        let name = match u {
-            UnaryOp::Neg => "negate",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Exp => "exponential",
-            UnaryOp::Log => "log",
-            UnaryOp::Log1p => "log_plus_one",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Sin => "sine",
-            UnaryOp::Cos => "cosine",
-            UnaryOp::Logistic => "logistic",
-            UnaryOp::Floor => "floor",
-            UnaryOp::Ceil => "ceil",
-            UnaryOp::Not => "not",
-            UnaryOp::Exp2 => {
-                let ln2 = self.constant(std::f64::consts::LN_2, &[], d);
-                let b = self.op1(
-                    "broadcast_in_dim",
-                    &ln2,
-                    &type_name(&[], d),
-                    t,
-                    "broadcast_dimensions = array<i64>",
-                );
-                let y = self.op2("multiply", (x, t), (&b, t), t, "");
-                return Ok(self.op1("exponential", &y, t, t, ""));
-            }
-            UnaryOp::Erf => {
-                let v = self.fresh();
-                self.line(format!("{v} = \"chlo.erf\"({x}) : ({t}) -> {t}"));
-                return Ok(v);
-            }
-        };
-        Ok(self.op1(name, x, t, t, ""))
+        if let Some(name) = stablehlo_ops::unary(u) {
+            return Ok(self.op1(name, x, t, t, ""));
+        }
+        // exp2 only: StableHLO has no base-2 exponential.
+        let ln2 = self.constant(std::f64::consts::LN_2, &[], d);
+        let b = self.op1(
+            "stablehlo.broadcast_in_dim",
+            &ln2,
+            &type_name(&[], d),
+            t,
+            "broadcast_dimensions = array<i64>",
+        );
+        let y = self.op2("stablehlo.multiply", (x, t), (&b, t), t, "");
+        Ok(self.op1("stablehlo.exponential", &y, t, t, ""))
     }
 
     fn kernel_call(
@@ -668,14 +625,13 @@ pub(crate) fn lower(
         devices,
         transposes: (0, 0),
     };
-    for (n, _, inputs) in &order {
+    for (_, _, inputs) in &order {
         for i in inputs {
             if !e.names.contains_key(&i.id) && matches!(&*i.lock(), State::Ready(_)) {
                 let name = e.param(Param::Node(i.clone()), type_name(&i.shape, i.dtype));
                 e.names.insert(i.id, name);
             }
         }
-        let _ = n;
     }
     for (n, op, inputs) in &order {
         let v = e.node(n, op, inputs)?;

@@ -1057,40 +1057,12 @@ pub(super) fn call(
         message: m,
         loc: loc.clone(),
     };
-    let expected: Vec<(String, DType, Vec<usize>)> = kernel
-        .prefetch
-        .iter()
-        .map(|p| (p.name.clone(), p.dtype, p.shape.clone()))
-        .chain(
-            kernel
-                .inputs()
-                .map(|o| (o.name.clone(), o.dtype, o.shape.clone())),
-        )
-        .collect();
-    if args.len() != expected.len() {
-        return Err(e(format!(
-            "kernel `{}` takes {} arguments ({}), got {}",
-            kernel.name,
-            expected.len(),
-            expected
-                .iter()
-                .map(|(n, d, s)| format!("{n}: {d}{s:?}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            args.len()
-        )));
+    if args.iter().any(|t| !Arc::ptr_eq(&t.rt.inner, &rt.inner)) {
+        return Err(e("the arguments belong to another runtime".into()));
     }
-    for (t, (name, d, shape)) in args.iter().zip(&expected) {
-        if !Arc::ptr_eq(&t.rt.inner, &rt.inner) {
-            return Err(e("the arguments belong to another runtime".into()));
-        }
-        if t.node.dtype != *d || t.node.shape != *shape {
-            return Err(e(format!(
-                "`{name}` of kernel `{}` must be {d}{shape:?}, got {}{:?}",
-                kernel.name, t.node.dtype, t.node.shape
-            )));
-        }
-    }
+    kernel
+        .check_arguments(args.iter().map(|t| (t.node.dtype, t.node.shape.as_slice())))
+        .map_err(e)?;
     let call = Arc::new(KernelCall {
         kernel: kernel.clone(),
     });

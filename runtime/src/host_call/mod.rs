@@ -209,15 +209,8 @@ unsafe fn handle(frame: *mut sys::CallFrame) -> Result<(), CallError> {
         )
     })?;
     let k = kernel.kernel();
-    let expected: Vec<(&str, DType, &[usize])> = k
-        .prefetch
-        .iter()
-        .map(|p| (p.name.as_str(), p.dtype, p.shape.as_slice()))
-        .chain(
-            k.inputs()
-                .map(|o| (o.name.as_str(), o.dtype, o.shape.as_slice())),
-        )
-        .collect();
+    let expected: Vec<(&str, DType, &[usize])> =
+        k.arguments().map(|a| (a.name, a.dtype, a.shape)).collect();
     let outputs: Vec<(&str, DType, &[usize])> = k
         .outputs()
         .map(|o| (o.name.as_str(), o.dtype, o.shape.as_slice()))

@@ -148,9 +148,10 @@ impl Plugin {
             if let Some(f) = self.api.error_message {
                 f(&mut m as *mut _ as *mut c_void);
             }
+            // GetCode fails only on a bad error pointer; the code then
+            // stays 0 and the message still says what went wrong.
             if let Some(f) = self.api.error_get_code {
-                let e = f(&mut c as *mut _ as *mut c_void);
-                let _ = e;
+                f(&mut c as *mut _ as *mut c_void);
             }
             (str_of(m.message, m.message_size), c.code)
         };

@@ -94,20 +94,11 @@ pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec
     let arrays: Vec<Array> = files.into_iter().flatten().collect();
     let shapes: Vec<Vec<usize>> = arrays.iter().map(|a| a.shape().to_vec()).collect();
     let kernel = c.entry.build(&c.config, &shapes)?;
-    // Expected dtypes, in the same order: prefetch (i32), then inputs.
-    let expected: Vec<(String, DType, Vec<usize>)> = kernel
-        .prefetch
-        .iter()
-        .map(|p| (p.name.clone(), p.dtype, p.shape.clone()))
-        .chain(
-            kernel
-                .inputs()
-                .map(|o| (o.name.clone(), o.dtype, o.shape.clone())),
-        )
-        .collect();
+    // The files were matched in argument order: prefetch, then inputs.
     let mut out = Vec::with_capacity(arrays.len());
-    for (a, (n, d, shape)) in arrays.into_iter().zip(expected) {
-        if a.shape() != shape.as_slice() {
+    for (a, arg) in arrays.into_iter().zip(kernel.arguments()) {
+        let (n, d, shape) = (arg.name, arg.dtype, arg.shape);
+        if a.shape() != shape {
             return Err(format!(
                 "input `{n}` has shape {:?} but, given the other inputs, kernel `{name}` takes {shape:?} there",
                 a.shape()
