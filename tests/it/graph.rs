@@ -296,6 +296,41 @@ fn padded_dims_are_masked_in_reductions_softmax_and_contractions() {
     assert!((g.data()[6] - want).abs() < 1e-4);
 }
 
+/// Integer max and min start from the element type's own bounds, so an
+/// all-negative max or all-positive min is exact, padded rows included.
+#[test]
+fn integer_max_and_min_reduce_from_the_types_bounds() {
+    let rt = Runtime::new(RuntimeOptions {
+        disk_cache: false,
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    let b = Buckets::new([16]).unwrap();
+    for (dtype, seed) in [(I8, 5), (I32, 6)] {
+        let neg = Array::random(dtype, [11, 3], seed, -100.0, -1.0);
+        let pos = Array::random(dtype, [11, 3], seed + 1, 1.0, 100.0);
+        let col = |a: &Array, j: usize| (0..11).map(|i| a.data()[i * 3 + j]).collect::<Vec<f64>>();
+        for padded in [false, true] {
+            let tensor = |a: &Array| {
+                if padded {
+                    rt.dynamic(a, 0, &b).unwrap()
+                } else {
+                    rt.tensor(a).unwrap()
+                }
+            };
+            let maxes = tensor(&neg).max(&[0]).unwrap().to_host().unwrap();
+            let mins = tensor(&pos).min(&[0]).unwrap().to_host().unwrap();
+            assert_eq!((maxes.dtype(), mins.dtype()), (dtype, dtype));
+            for j in 0..3 {
+                let want_max = col(&neg, j).into_iter().fold(f64::MIN, f64::max);
+                let want_min = col(&pos, j).into_iter().fold(f64::MAX, f64::min);
+                assert_eq!(maxes.data()[j], want_max, "{dtype} max, padded: {padded}");
+                assert_eq!(mins.data()[j], want_min, "{dtype} min, padded: {padded}");
+            }
+        }
+    }
+}
+
 #[test]
 fn record_errors_name_the_callers_line() {
     let rt = Runtime::new(RuntimeOptions {
