@@ -6,7 +6,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
-use crate::foundation::{k_block_operands, with_float};
+use crate::foundation::{accumulate_k_step, with_float};
 
 /// The activation of the epilogue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,11 +81,7 @@ pub fn matmul_bias_act<T: Element, O: Element>(
     #[shape(bm, bn)] acc: Scratch<f32>,
 ) {
     let l = program_id(2);
-    if l == 0 {
-        acc.store(.., 0.0);
-    }
-    let (xv, wv) = k_block_operands(k, bm, bn, bk, x, w, l);
-    acc.store(.., acc.load(..) + dot(xv, wv));
+    accumulate_k_step(k, bm, bn, bk, x, w, acc, l);
     if l == num_programs(2) - 1 {
         let y = activate(acc.load(..) + bias.load(..), act);
         o.store(.., y.cast::<O>());
@@ -120,11 +116,7 @@ pub fn matmul_bias_act_residual<T: Element, O: Element>(
     #[shape(bm, bn)] acc: Scratch<f32>,
 ) {
     let l = program_id(2);
-    if l == 0 {
-        acc.store(.., 0.0);
-    }
-    let (xv, wv) = k_block_operands(k, bm, bn, bk, x, w, l);
-    acc.store(.., acc.load(..) + dot(xv, wv));
+    accumulate_k_step(k, bm, bn, bk, x, w, acc, l);
     if l == num_programs(2) - 1 {
         let y = activate(acc.load(..) + bias.load(..), act) + residual.load(..).convert(F32);
         o.store(.., y.cast::<O>());

@@ -132,14 +132,31 @@ pub fn matmul<T: Element, O: Element>(
     #[shape(bm, bn)] acc: Scratch<f32>,
 ) {
     let l = program_id(2);
+    accumulate_k_step(k, bm, bn, bk, x, y, acc, l);
+    if l == num_programs(2) - 1 {
+        o.store(.., acc.load(..).cast::<O>());
+    }
+}
+
+/// One k step `l` of a tiled matmul into the f32 accumulator `acc[bm, bn]`:
+/// zeroed at the first step, then `acc += x · y` over the step's blocks.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn accumulate_k_step(
+    k: usize,
+    bm: usize,
+    bn: usize,
+    bk: usize,
+    x: Ref,
+    y: Ref,
+    acc: Ref,
+    l: Tile,
+) {
     if l == 0 {
         acc.store(.., 0.0);
     }
     let (xv, yv) = k_block_operands(k, bm, bn, bk, x, y, l);
     acc.store(.., acc.load(..) + dot(xv, yv));
-    if l == num_programs(2) - 1 {
-        o.store(.., acc.load(..).cast::<O>());
-    }
 }
 
 /// The operands of one k step of a tiled matmul: `x[bm, bk]` and

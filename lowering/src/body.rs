@@ -12,6 +12,7 @@ use kernel_ir::{
 
 use crate::LoweringError;
 use crate::kernel_module::{ArgLayout, Flavor, Window};
+use crate::lowered_values::LoweredValues;
 use crate::mlir::{Ir, Raw};
 
 pub(crate) struct BodyEmitter<'a, 'c> {
@@ -21,7 +22,7 @@ pub(crate) struct BodyEmitter<'a, 'c> {
     layout: &'a ArgLayout,
     args: &'a [Raw],
     windows: &'a [Window],
-    values: Vec<Option<Raw>>,
+    values: LoweredValues<Raw>,
     /// Results of `vector.transpose` this emitter made: source and
     /// permutation, so that a transpose undoing one yields the source (the
     /// transposed view of a layout-hinted operand, then `.t()` in the body).
@@ -51,7 +52,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
             layout,
             args,
             windows,
-            values: vec![None; k.body.values.len()],
+            values: LoweredValues::new(k),
             transposes: std::cell::RefCell::new(Vec::new()),
         }
     }
@@ -64,11 +65,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
     }
 
     fn v(&self, id: ValueId) -> Result<Raw, LoweringError> {
-        self.values
-            .get(id.index())
-            .copied()
-            .flatten()
-            .ok_or_else(|| LoweringError::Internal(format!("value %{} has no lowering", id.0)))
+        self.values.get(id)
     }
 
     fn ty(&self, id: ValueId) -> &TileType {
@@ -76,9 +73,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
     }
 
     fn set(&mut self, id: ValueId, raw: Raw) {
-        if let Some(s) = self.values.get_mut(id.index()) {
-            *s = Some(raw);
-        }
+        self.values.set(id, raw);
     }
 
     fn tile_type(&self, id: ValueId) -> Type<'c> {

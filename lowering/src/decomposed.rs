@@ -26,6 +26,7 @@ use kernel_ir::{
 };
 
 use crate::LoweringError;
+use crate::lowered_values::LoweredValues;
 use crate::mlir::{Attrs, Ir, Mlir, Raw};
 use crate::stablehlo_ops;
 
@@ -189,7 +190,7 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<Module<'c>, LoweringError> {
         k,
         slots,
         grid: grid.clone(),
-        values: vec![None; k.body.values.len()],
+        values: LoweredValues::new(k),
         bufs,
     };
     em.region(&body, &k.body.region)?;
@@ -513,7 +514,7 @@ struct Step<'a, 'c> {
     k: &'a Kernel,
     slots: Slots,
     grid: Vec<Raw>,
-    values: Vec<Option<Raw>>,
+    values: LoweredValues<Raw>,
     /// Current tensor of every buffer slot.
     bufs: Vec<Raw>,
 }
@@ -532,11 +533,7 @@ fn written(r: &Region, slots: &Slots, out: &mut BTreeSet<usize>) {
 
 impl<'c> Step<'_, 'c> {
     fn v(&self, id: ValueId) -> Result<Raw, LoweringError> {
-        self.values
-            .get(id.index())
-            .copied()
-            .flatten()
-            .ok_or_else(|| LoweringError::Internal(format!("value %{} has no lowering", id.0)))
+        self.values.get(id)
     }
 
     fn ty(&self, id: ValueId) -> TileType {
@@ -544,9 +541,7 @@ impl<'c> Step<'_, 'c> {
     }
 
     fn set(&mut self, id: ValueId, raw: Raw) {
-        if let Some(s) = self.values.get_mut(id.index()) {
-            *s = Some(raw);
-        }
+        self.values.set(id, raw);
     }
 
     fn buffer_type(&self, slot: usize) -> Type<'c> {

@@ -21,6 +21,7 @@ mod decomposed;
 mod embed;
 mod host;
 mod kernel_module;
+mod lowered_values;
 mod mlir;
 pub mod stablehlo_ops;
 

@@ -26,6 +26,7 @@ use kernel_ir::{
 };
 
 use crate::LoweringError;
+use crate::lowered_values::LoweredValues;
 use crate::mlir::{Ir, Raw};
 
 /// Lanes of one chunk for `f32`: one AVX-512 register.
@@ -111,7 +112,7 @@ pub(crate) struct HostEmitter<'a, 'c> {
     /// physical major-to-minor order: the window memref is in that order,
     /// with unit stride on its last dim.
     physical: Vec<Option<Vec<usize>>>,
-    values: Vec<Option<Val>>,
+    values: LoweredValues<Val>,
     /// Bytes of workspace used so far (buffers are 64-byte aligned).
     pub workspace_bytes: usize,
     /// Walk-order position of every use of every value.
@@ -166,7 +167,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             k,
             args,
             physical,
-            values: vec![None; k.body.values.len()],
+            values: LoweredValues::new(k),
             workspace_bytes: 0,
             uses,
             pos: 0,
@@ -336,11 +337,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
     }
 
     fn v(&self, id: ValueId) -> Result<Val, LoweringError> {
-        self.values
-            .get(id.index())
-            .cloned()
-            .flatten()
-            .ok_or_else(|| LoweringError::Internal(format!("value %{} has no host lowering", id.0)))
+        self.values.get(id)
     }
 
     fn ty(&self, id: ValueId) -> TileType {
@@ -348,9 +345,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
     }
 
     fn set(&mut self, id: ValueId, v: Val) {
-        if let Some(s) = self.values.get_mut(id.index()) {
-            *s = Some(v);
-        }
+        self.values.set(id, v);
     }
 
     fn node(&self, id: ValueId) -> Result<Rc<Node>, LoweringError> {
@@ -720,8 +715,8 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
     /// Before memref `mem` is written, every lazy value that reads it and is
     /// still needed is computed into a buffer.
     fn freeze_readers(&mut self, b: &Block<'c>, mem: Raw) -> Result<(), LoweringError> {
-        for i in 0..self.values.len() {
-            let Some(Val::Tile(n)) = self.values[i].clone() else {
+        for i in 0..self.values.slots.len() {
+            let Some(Val::Tile(n)) = self.values.slots[i].clone() else {
                 continue;
             };
             if matches!(n.e, Expr::Buf { .. }) || !Self::reads(&n, mem) {
@@ -730,7 +725,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             let later = self.uses[i].iter().any(|&u| u > self.pos);
             if later {
                 let m = self.materialize(b, &n)?;
-                self.values[i] = Some(Val::Tile(Rc::new(Node {
+                self.values.slots[i] = Some(Val::Tile(Rc::new(Node {
                     e: Expr::Buf { mem: m },
                     ty: n.ty.clone(),
                 })));
