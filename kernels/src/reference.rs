@@ -14,8 +14,11 @@ pub fn add(x: &Array, y: &Array) -> Vec<f64> {
 /// `x[m, k] · y[k, n]`.
 pub fn matmul(x: &Array, y: &Array) -> Vec<f64> {
     let (m, k) = (x.shape()[0], x.shape()[1]);
-    let n = y.shape()[1];
-    let (a, b) = (x.data(), y.data());
+    matmul_rows(x.data(), y.data(), m, k, y.shape()[1])
+}
+
+/// `a[m, k] · b[k, n]` over row-major slices.
+pub fn matmul_rows(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
     let mut out = vec![0.0; m * n];
     for i in 0..m {
         for p in 0..k {
@@ -28,17 +31,20 @@ pub fn matmul(x: &Array, y: &Array) -> Vec<f64> {
     out
 }
 
+/// Softmax of one row and its logsumexp.
+pub(crate) fn softmax_lse(s: &[f64]) -> (Vec<f64>, f64) {
+    let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
+    let total: f64 = e.iter().sum();
+    (e.into_iter().map(|v| v / total).collect(), m + total.ln())
+}
+
 /// Softmax of each row of a `[rows, cols]` array.
 pub fn softmax_rows(x: &Array) -> Vec<f64> {
     let cols = *x.shape().last().unwrap_or(&1);
     x.data()
         .chunks(cols.max(1))
-        .flat_map(|row| {
-            let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let e: Vec<f64> = row.iter().map(|v| (v - m).exp()).collect();
-            let s: f64 = e.iter().sum();
-            e.into_iter().map(move |v| v / s)
-        })
+        .flat_map(|row| softmax_lse(row).0)
         .collect()
 }
 
@@ -106,7 +112,11 @@ impl AttnSpec {
 
     /// The (capped, scaled) score of a raw dot product.
     pub fn score(&self, dot: f64) -> f64 {
-        let s = dot * self.scale;
+        self.cap(dot * self.scale)
+    }
+
+    /// A scaled score after the soft-cap (if any).
+    fn cap(&self, s: f64) -> f64 {
         match self.softcap {
             Some(c) => c * (s / c).tanh(),
             None => s,
@@ -144,17 +154,14 @@ pub fn attention_full(q: &Array, k: &Array, v: &Array, spec: &AttnSpec) -> (Vec<
                         )
                     })
                     .collect();
-                let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-                let total: f64 = e.iter().sum();
-                lse[(bi * h + hi) * sq + i] = m + total.ln();
+                let (p, row_lse) = softmax_lse(&scores);
+                lse[(bi * h + hi) * sq + i] = row_lse;
                 for t in 0..d {
                     out[qo + i * d + t] = keys
                         .iter()
-                        .zip(&e)
+                        .zip(&p)
                         .map(|(&j, w)| w * vd[ko + j * d + t])
-                        .sum::<f64>()
-                        / total;
+                        .sum::<f64>();
                 }
             }
         }
@@ -220,17 +227,8 @@ pub fn attention_backward(
                             * spec.scale
                     })
                     .collect();
-                let s: Vec<f64> = raw
-                    .iter()
-                    .map(|&z| match spec.softcap {
-                        Some(c) => c * (z / c).tanh(),
-                        None => z,
-                    })
-                    .collect();
-                let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
-                let total: f64 = e.iter().sum();
-                let p: Vec<f64> = e.iter().map(|x| x / total).collect();
+                let s: Vec<f64> = raw.iter().map(|&z| spec.cap(z)).collect();
+                let (p, _) = softmax_lse(&s);
                 let o: Vec<f64> = (0..d)
                     .map(|t| {
                         keys.iter()
@@ -297,16 +295,9 @@ pub fn paged_decode_attention(
                     .iter()
                     .map(|&o| (0..d).map(|t| qd[qo + t] * kd[o + t]).sum::<f64>() * scale)
                     .collect();
-                let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
-                let total: f64 = e.iter().sum();
+                let (p, _) = softmax_lse(&s);
                 for t in 0..d {
-                    out[qo + t] = slots
-                        .iter()
-                        .zip(&e)
-                        .map(|(&o, w)| w * vd[o + t])
-                        .sum::<f64>()
-                        / total;
+                    out[qo + t] = slots.iter().zip(&p).map(|(&o, w)| w * vd[o + t]).sum();
                 }
             }
         }

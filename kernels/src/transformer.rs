@@ -26,6 +26,7 @@ use kernel_ir::{Array, DType};
 use runtime::graph::{Runtime, RuntimeError, Tensor};
 
 use crate::attention::{AttnConfig, flash_attention_kv_len};
+use crate::reference::{matmul_rows, rms_norm, softmax_lse};
 
 /// Weights and shape of one block.
 #[derive(Clone, Debug)]
@@ -161,35 +162,13 @@ pub fn block_forward(
     o.matmul(&t.wo)?.add(x)
 }
 
-fn matmul(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
-    let mut c = vec![0.0; m * n];
-    for i in 0..m {
-        for l in 0..k {
-            let x = a[i * k + l];
-            for j in 0..n {
-                c[i * n + j] += x * b[l * n + j];
-            }
-        }
-    }
-    c
-}
-
 /// The block in f64 on the host, for `x: [s, d_model]` (unpadded).
 pub fn block_reference(w: &BlockWeights, x: &Array) -> Vec<f64> {
     let (s, d, h, dh) = (x.shape()[0], w.d_model, w.heads, w.head_dim());
-    let xd = x.data();
-    let mut xn = vec![0.0; s * d];
-    for i in 0..s {
-        let row = &xd[i * d..(i + 1) * d];
-        let ms = row.iter().map(|v| v * v).sum::<f64>() / d as f64;
-        let r = 1.0 / (ms + w.eps).sqrt();
-        for j in 0..d {
-            xn[i * d + j] = row[j] * r * w.gamma.data()[j];
-        }
-    }
-    let q = matmul(&xn, w.wq.data(), s, d, d);
-    let k = matmul(&xn, w.wk.data(), s, d, d);
-    let v = matmul(&xn, w.wv.data(), s, d, d);
+    let xn = rms_norm(x, &w.gamma, w.eps);
+    let q = matmul_rows(&xn, w.wq.data(), s, d, d);
+    let k = matmul_rows(&xn, w.wk.data(), s, d, d);
+    let v = matmul_rows(&xn, w.wv.data(), s, d, d);
     let scale = 1.0 / (dh as f64).sqrt();
     let mut o = vec![0.0; s * d];
     for head in 0..h {
@@ -203,19 +182,16 @@ pub fn block_reference(w: &BlockWeights, x: &Array) -> Vec<f64> {
                         * scale
                 })
                 .collect();
-            let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let e: Vec<f64> = scores.iter().map(|x| (x - m).exp()).collect();
-            let total: f64 = e.iter().sum();
+            let (p, _) = softmax_lse(&scores);
             for t in 0..dh {
-                o[i * d + head * dh + t] = e
+                o[i * d + head * dh + t] = p
                     .iter()
                     .enumerate()
                     .map(|(j, p)| p * v[j * d + head * dh + t])
-                    .sum::<f64>()
-                    / total;
+                    .sum::<f64>();
             }
         }
     }
-    let y = matmul(&o, w.wo.data(), s, d, d);
-    y.iter().zip(xd).map(|(a, b)| a + b).collect()
+    let y = matmul_rows(&o, w.wo.data(), s, d, d);
+    y.iter().zip(x.data()).map(|(a, b)| a + b).collect()
 }
