@@ -110,11 +110,6 @@ impl AttnSpec {
             && self.kv_len.is_none_or(|n| j < n as i64)
     }
 
-    /// The (capped, scaled) score of a raw dot product.
-    pub fn score(&self, dot: f64) -> f64 {
-        self.cap(dot * self.scale)
-    }
-
     /// A scaled score after the soft-cap (if any).
     fn cap(&self, s: f64) -> f64 {
         match self.softcap {
@@ -130,43 +125,89 @@ impl AttnSpec {
 /// row with no visible key gets output 0 and logsumexp −∞.
 pub fn attention_full(q: &Array, k: &Array, v: &Array, spec: &AttnSpec) -> (Vec<f64>, Vec<f64>) {
     let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
-    let (hkv, skv) = (k.shape()[1], k.shape()[2]);
-    let group = h / hkv.max(1);
-    let (qd, kd, vd) = (q.data(), k.data(), v.data());
     let mut out = vec![0.0; b * h * sq * d];
     let mut lse = vec![f64::NEG_INFINITY; b * h * sq];
+    for_each_query_row(q, k, spec, |r| {
+        out[r.q_at..r.q_at + d].copy_from_slice(&r.output(v.data(), d));
+        lse[r.row] = r.lse;
+    });
+    (out, lse)
+}
+
+/// One query row that sees at least one key, as the attention references
+/// visit it.
+struct QueryRow {
+    /// Index of the row in `[b, h, sq]`.
+    row: usize,
+    /// Offset of the row in q (and in o, dO, dq).
+    q_at: usize,
+    /// Offset of its kv head in k and v (and dk, dv).
+    kv_at: usize,
+    /// The keys it sees, ascending.
+    keys: Vec<usize>,
+    /// `q·k · scale` per visible key, before the soft-cap.
+    scaled: Vec<f64>,
+    /// Softmax of the capped scores.
+    probs: Vec<f64>,
+    /// Logsumexp of the capped scores.
+    lse: f64,
+}
+
+impl QueryRow {
+    /// The row's output `Σ_j p_j · v_j` from v's data.
+    fn output(&self, vd: &[f64], d: usize) -> Vec<f64> {
+        (0..d)
+            .map(|t| {
+                self.keys
+                    .iter()
+                    .zip(&self.probs)
+                    .map(|(&j, p)| p * vd[self.kv_at + j * d + t])
+                    .sum()
+            })
+            .collect()
+    }
+}
+
+/// Calls `visit` for every query row of `q: [b, h, sq, d]` against
+/// `k: [b, hkv, skv, d]` that sees at least one key under `spec`.
+fn for_each_query_row(q: &Array, k: &Array, spec: &AttnSpec, mut visit: impl FnMut(QueryRow)) {
+    let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
+    let (hkv, skv) = (k.shape()[1], k.shape()[2]);
+    let group = h / hkv.max(1);
+    let (qd, kd) = (q.data(), k.data());
     for bi in 0..b {
         for hi in 0..h {
-            let qo = (bi * h + hi) * sq * d;
-            let ko = (bi * hkv + hi / group) * skv * d;
+            let kv_at = (bi * hkv + hi / group) * skv * d;
             for i in 0..sq {
                 let keys: Vec<usize> = (0..skv).filter(|&j| spec.visible(i, j)).collect();
                 if keys.is_empty() {
                     continue;
                 }
-                let scores: Vec<f64> = keys
+                let row = (bi * h + hi) * sq + i;
+                let q_at = row * d;
+                let scaled: Vec<f64> = keys
                     .iter()
                     .map(|&j| {
-                        spec.score(
-                            (0..d)
-                                .map(|t| qd[qo + i * d + t] * kd[ko + j * d + t])
-                                .sum::<f64>(),
-                        )
+                        (0..d)
+                            .map(|t| qd[q_at + t] * kd[kv_at + j * d + t])
+                            .sum::<f64>()
+                            * spec.scale
                     })
                     .collect();
-                let (p, row_lse) = softmax_lse(&scores);
-                lse[(bi * h + hi) * sq + i] = row_lse;
-                for t in 0..d {
-                    out[qo + i * d + t] = keys
-                        .iter()
-                        .zip(&p)
-                        .map(|(&j, w)| w * vd[ko + j * d + t])
-                        .sum::<f64>();
-                }
+                let capped: Vec<f64> = scaled.iter().map(|&z| spec.cap(z)).collect();
+                let (probs, lse) = softmax_lse(&capped);
+                visit(QueryRow {
+                    row,
+                    q_at,
+                    kv_at,
+                    keys,
+                    scaled,
+                    probs,
+                    lse,
+                });
             }
         }
     }
-    (out, lse)
 }
 
 /// Attention over `[b, h, s, d]` arrays: `softmax(q·kᵀ·scale)·v`, causal
@@ -202,59 +243,29 @@ pub fn attention_backward(
     d_o: &Array,
     spec: &AttnSpec,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-    let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
-    let (hkv, skv) = (k.shape()[1], k.shape()[2]);
-    let group = h / hkv.max(1);
+    let d = q.shape()[3];
     let (qd, kd, vd, gd) = (q.data(), k.data(), v.data(), d_o.data());
     let mut dq = vec![0.0; qd.len()];
     let mut dk = vec![0.0; kd.len()];
     let mut dv = vec![0.0; vd.len()];
-    for bi in 0..b {
-        for hi in 0..h {
-            let qo = (bi * h + hi) * sq * d;
-            let ko = (bi * hkv + hi / group) * skv * d;
-            for i in 0..sq {
-                let keys: Vec<usize> = (0..skv).filter(|&j| spec.visible(i, j)).collect();
-                if keys.is_empty() {
-                    continue;
-                }
-                let raw: Vec<f64> = keys
-                    .iter()
-                    .map(|&j| {
-                        (0..d)
-                            .map(|t| qd[qo + i * d + t] * kd[ko + j * d + t])
-                            .sum::<f64>()
-                            * spec.scale
-                    })
-                    .collect();
-                let s: Vec<f64> = raw.iter().map(|&z| spec.cap(z)).collect();
-                let (p, _) = softmax_lse(&s);
-                let o: Vec<f64> = (0..d)
-                    .map(|t| {
-                        keys.iter()
-                            .zip(&p)
-                            .map(|(&j, w)| w * vd[ko + j * d + t])
-                            .sum()
-                    })
-                    .collect();
-                let g = &gd[qo + i * d..qo + (i + 1) * d];
-                let delta: f64 = g.iter().zip(&o).map(|(a, b)| a * b).sum();
-                for (n, &j) in keys.iter().enumerate() {
-                    let dp: f64 = (0..d).map(|t| g[t] * vd[ko + j * d + t]).sum();
-                    let mut dz = p[n] * (dp - delta);
-                    if let Some(c) = spec.softcap {
-                        let t = (raw[n] / c).tanh();
-                        dz *= 1.0 - t * t;
-                    }
-                    for t in 0..d {
-                        dq[qo + i * d + t] += spec.scale * dz * kd[ko + j * d + t];
-                        dk[ko + j * d + t] += spec.scale * dz * qd[qo + i * d + t];
-                        dv[ko + j * d + t] += p[n] * g[t];
-                    }
-                }
+    for_each_query_row(q, k, spec, |r| {
+        let (qa, ka, p) = (r.q_at, r.kv_at, &r.probs);
+        let g = &gd[qa..qa + d];
+        let delta: f64 = g.iter().zip(r.output(vd, d)).map(|(a, b)| a * b).sum();
+        for (n, &j) in r.keys.iter().enumerate() {
+            let dp: f64 = (0..d).map(|t| g[t] * vd[ka + j * d + t]).sum();
+            let mut dz = p[n] * (dp - delta);
+            if let Some(c) = spec.softcap {
+                let t = (r.scaled[n] / c).tanh();
+                dz *= 1.0 - t * t;
+            }
+            for t in 0..d {
+                dq[qa + t] += spec.scale * dz * kd[ka + j * d + t];
+                dk[ka + j * d + t] += spec.scale * dz * qd[qa + t];
+                dv[ka + j * d + t] += p[n] * g[t];
             }
         }
-    }
+    });
     (dq, dk, dv)
 }
 

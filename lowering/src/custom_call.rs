@@ -256,20 +256,7 @@ fn wrapper(
         rets.push(v);
     }
     ir.op(&block, "func.return", &rets, &[], Vec::new(), Vec::new())?;
-    let func = ir.build(
-        "func.func",
-        &[],
-        &[],
-        vec![
-            ("sym_name", ir.str_attr("main")),
-            ("sym_visibility", ir.str_attr("public")),
-            (
-                "function_type",
-                ir.type_attr(ir.func_type(&main_in, &main_out)),
-            ),
-        ],
-        vec![ir.region(block)],
-    )?;
+    let func = ir.public_main(block, &main_in, &main_out)?;
     let mut module = Module::new(ir.loc);
     module.body().append_operation(func);
     let mut op = module.as_operation_mut();

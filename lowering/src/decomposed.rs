@@ -236,20 +236,7 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<Module<'c>, LoweringError> {
         rets.push(e.unpad(&block, results[1 + n], o.dtype, &padded_shape(o), &o.shape)?);
     }
     ir.op(&block, "func.return", &rets, &[], Vec::new(), Vec::new())?;
-    let func = ir.build(
-        "func.func",
-        &[],
-        &[],
-        vec![
-            ("sym_name", ir.str_attr("main")),
-            ("sym_visibility", ir.str_attr("public")),
-            (
-                "function_type",
-                ir.type_attr(ir.func_type(&main_in, &main_out)),
-            ),
-        ],
-        vec![ir.region(block)],
-    )?;
+    let func = ir.public_main(block, &main_in, &main_out)?;
     let mut module = module;
     module.body().append_operation(func);
     module.as_operation_mut().set_attribute(

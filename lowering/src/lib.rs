@@ -74,34 +74,28 @@ pub enum LoweringError {
 
 /// Target 1: the kernel module in upstream dialects, printed.
 pub fn kernel_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
-    let m = Mlir::new();
-    let ir = Ir::new(&m.ctx, "");
-    let module = kernel_module::build(
-        &ir,
-        kernel,
-        ModuleOptions {
-            flavor: Flavor::Upstream,
-            no_memory_spaces: false,
-        },
-    )?;
-    m.verify(&module, "kernel module")?;
-    Ok(module.as_operation().to_string())
+    printed_kernel_module(kernel, Flavor::Upstream, "kernel module")
 }
 
 /// The Mosaic-flavored kernel module, printed (for reading; the custom call
 /// carries its serialized form).
 pub fn mosaic_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
+    printed_kernel_module(kernel, Flavor::Mosaic, "Mosaic kernel module")
+}
+
+fn printed_kernel_module(
+    kernel: &VerifiedKernel,
+    flavor: Flavor,
+    what: &'static str,
+) -> Result<String, LoweringError> {
     let m = Mlir::new();
     let ir = Ir::new(&m.ctx, "");
-    let module = kernel_module::build(
-        &ir,
-        kernel,
-        ModuleOptions {
-            flavor: Flavor::Mosaic,
-            no_memory_spaces: false,
-        },
-    )?;
-    m.verify(&module, "Mosaic kernel module")?;
+    let options = ModuleOptions {
+        flavor,
+        no_memory_spaces: false,
+    };
+    let module = kernel_module::build(&ir, kernel, options)?;
+    m.verify(&module, what)?;
     Ok(module.as_operation().to_string())
 }
 

@@ -162,6 +162,30 @@ impl<'c> Ir<'c> {
             .map_err(|e| LoweringError::Internal(format!("building {full}: {e}")))
     }
 
+    /// The public `func.func @main` of a StableHLO module: `body` takes
+    /// `inputs` and returns `outputs`.
+    pub fn public_main(
+        &self,
+        body: Block<'c>,
+        inputs: &[Type<'c>],
+        outputs: &[Type<'c>],
+    ) -> Result<melior::ir::Operation<'c>, LoweringError> {
+        self.build(
+            "func.func",
+            &[],
+            &[],
+            vec![
+                ("sym_name", self.str_attr("main")),
+                ("sym_visibility", self.str_attr("public")),
+                (
+                    "function_type",
+                    self.type_attr(self.func_type(inputs, outputs)),
+                ),
+            ],
+            vec![self.region(body)],
+        )
+    }
+
     /// A block with arguments of these types.
     pub fn block(&self, args: &[Type<'c>]) -> Block<'c> {
         let a: Vec<(Type<'c>, Location<'c>)> = args.iter().map(|&t| (t, self.loc)).collect();
