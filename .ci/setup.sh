@@ -7,7 +7,9 @@
 #    the leak check of the PJRT bindings (tests/leaks/run.sh);
 #  * the PJRT CPU plugin: the pinned `lammps-jax-pjrt-cpu` wheel from PyPI,
 #    hash-checked, unpacked into the cache folder outside git
-#    ($TESSERA_CACHE, default ~/.cache/tessera).
+#    ($TESSERA_CACHE, default ~/.cache/tessera);
+#  * libtpu, the TPU compiler, from its pinned PyPI wheel, hash-checked, for
+#    the compile-only TPU check (runtime::tpu, `tessera compile`).
 set -euo pipefail
 
 log=$(mktemp)
@@ -64,5 +66,38 @@ with zipfile.ZipFile(sys.argv[1]) as z:
 PY
   mkdir -p "$plugin_dir"
   mv "$tmp/plugin.so" "$plugin"
+  rm -rf "$tmp"
+fi
+
+# --- libtpu (the TPU compiler, compile-only) ---------------------------------
+# The `libtpu` wheel jax 0.11.2 pins: the TPU compiler (Mosaic included) as a
+# PJRT plugin. Tessera only compiles with it (no TPU here); it is a
+# development and test dependency under Google's terms (see README), fetched
+# here and never committed or redistributed. The cp311 manylinux_2_31 file is
+# pinned whatever Python runs pip: the wheel holds no Python extension.
+libtpu_version="0.0.48.1"
+libtpu_sha256="62cd0567e8ac1e41f786245586041b9dddcc851095a2d8c0f380924365e8fc92"
+libtpu_dir="$cache/libtpu/$libtpu_version"
+libtpu="$libtpu_dir/libtpu.so"
+if [ ! -s "$libtpu" ]; then
+  echo "setup: fetching libtpu $libtpu_version (the TPU compiler, ~220 MB) into $libtpu_dir"
+  mkdir -p "$cache/libtpu"
+  tmp=$(mktemp -d "$cache/libtpu/download.XXXXXX")
+  printf 'libtpu==%s --hash=sha256:%s\n' "$libtpu_version" "$libtpu_sha256" >"$tmp/requirements.txt"
+  run_quiet python3 -m pip download --quiet --no-deps --require-hashes \
+    --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
+    --platform manylinux_2_31_x86_64 -r "$tmp/requirements.txt" -d "$tmp"
+  whl=$(ls "$tmp"/*.whl)
+  echo "$libtpu_sha256  $whl" | sha256sum --check --quiet
+  python3 - "$whl" "$tmp" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for want in ("libtpu/libtpu.so", "libtpu/LICENSE"):
+        with z.open(want) as src, open(sys.argv[2] + "/" + want.split("/")[-1], "wb") as dst:
+            shutil.copyfileobj(src, dst)
+PY
+  mkdir -p "$libtpu_dir"
+  mv "$tmp/LICENSE" "$libtpu_dir/LICENSE"
+  mv "$tmp/libtpu.so" "$libtpu"
   rm -rf "$tmp"
 fi

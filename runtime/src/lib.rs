@@ -11,7 +11,11 @@
 //! * [`graph`]: the deferred graph runtime: lazy [`graph::Tensor`] ops,
 //!   sync points that lower the pending subgraph to one StableHLO module,
 //!   kernels as graph nodes, shape buckets, collectives, statistics;
-//! * [`cache`]: the compile cache behind it (in-process, disk, remote).
+//! * [`cache`]: the compile cache behind it (in-process, disk, remote);
+//! * [`tpu`]: the TPU compiler (libtpu) in the loop, compile-only: a
+//!   topology per generation, compiled programs with the compiler's memory
+//!   stats, cost analysis and serialized form, and its errors taken apart;
+//! * [`plugin_log`]: plugin logging kept off the terminal unless asked for.
 
 pub mod backend;
 pub mod cache;
@@ -19,3 +23,5 @@ pub mod graph;
 pub mod host_call;
 pub mod pjrt;
 pub mod plugin;
+pub mod plugin_log;
+pub mod tpu;

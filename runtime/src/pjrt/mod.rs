@@ -10,8 +10,10 @@
 
 mod compile_options;
 pub(crate) mod sys;
+mod topology;
 
 pub use compile_options::CompileOptions;
+pub use topology::{CompiledMemoryStats, Topology, UnloadedExecutable};
 
 use std::ffi::{c_char, c_void};
 use std::path::{Path, PathBuf};
@@ -625,30 +627,9 @@ impl Executable {
     /// or another process with the same plugin version.
     pub fn serialize(&self) -> Result<Vec<u8>, PjrtError> {
         let inner = self.inner_executable()?;
-        let mut a = sys::ExecutableSerializeArgs::new();
-        a.executable = inner;
-        let p = &self.client.plugin;
-        let r = p.call(
-            p.api.executable_serialize,
-            &mut a,
-            "executable serialization",
-        );
-        let bytes = if r.is_ok() && !a.bytes.is_null() {
-            // SAFETY: the plugin returned `size` bytes at `bytes`, alive until
-            // the deleter runs.
-            unsafe { std::slice::from_raw_parts(a.bytes as *const u8, a.size) }.to_vec()
-        } else {
-            Vec::new()
-        };
-        if let Some(del) = a.deleter
-            && !a.serialized.is_null()
-        {
-            // SAFETY: called once on the object the plugin returned.
-            unsafe { del(a.serialized) };
-        }
+        let r = serialize_executable(&self.client.plugin, inner);
         self.release_inner(inner);
-        r?;
-        Ok(bytes)
+        r
     }
 
     /// Number of outputs per device.
@@ -727,6 +708,36 @@ impl Executable {
             .map(|o| o.into_iter().collect())
             .collect()
     }
+}
+
+/// `PJRT_Executable_Serialize` on `executable`, copying the bytes out and
+/// freeing the plugin's copy.
+pub(crate) fn serialize_executable(
+    plugin: &Plugin,
+    executable: *mut sys::Executable,
+) -> Result<Vec<u8>, PjrtError> {
+    let mut a = sys::ExecutableSerializeArgs::new();
+    a.executable = executable;
+    let r = plugin.call(
+        plugin.api.executable_serialize,
+        &mut a,
+        "executable serialization",
+    );
+    let bytes = if r.is_ok() && !a.bytes.is_null() {
+        // SAFETY: the plugin returned `size` bytes at `bytes`, alive until
+        // the deleter runs.
+        unsafe { std::slice::from_raw_parts(a.bytes as *const u8, a.size) }.to_vec()
+    } else {
+        Vec::new()
+    };
+    if let Some(del) = a.deleter
+        && !a.serialized.is_null()
+    {
+        // SAFETY: called once on the object the plugin returned.
+        unsafe { del(a.serialized) };
+    }
+    r?;
+    Ok(bytes)
 }
 
 fn buffer_type(d: DType) -> i32 {

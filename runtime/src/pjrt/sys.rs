@@ -142,6 +142,30 @@ pub struct Api {
     pub buffer_to_host_buffer: Option<Fn>,
     pub buffer_is_on_cpu: Option<Fn>,
     pub buffer_ready_event: Option<Fn>,
+    pub buffer_unsafe_pointer: Option<Fn>,
+    pub buffer_increase_external_reference_count: Option<Fn>,
+    pub buffer_decrease_external_reference_count: Option<Fn>,
+    pub buffer_opaque_device_memory_data_pointer: Option<Fn>,
+    pub copy_to_device_stream_destroy: Option<Fn>,
+    pub copy_to_device_stream_add_chunk: Option<Fn>,
+    pub copy_to_device_stream_total_bytes: Option<Fn>,
+    pub copy_to_device_stream_granule_size: Option<Fn>,
+    pub copy_to_device_stream_current_bytes: Option<Fn>,
+    pub topology_description_create: Option<Fn>,
+    pub topology_description_destroy: Option<Fn>,
+    pub topology_description_platform_name: Option<Fn>,
+    pub topology_description_platform_version: Option<Fn>,
+    pub topology_description_get_device_descriptions: Option<Fn>,
+    pub topology_description_serialize: Option<Fn>,
+    pub topology_description_attributes: Option<Fn>,
+    pub compile: Option<Fn>,
+    pub executable_output_element_types: Option<Fn>,
+    pub executable_output_dimensions: Option<Fn>,
+    pub buffer_copy_to_memory: Option<Fn>,
+    pub client_create_view_of_device_buffer: Option<Fn>,
+    pub executable_fingerprint: Option<Fn>,
+    pub client_topology_description: Option<Fn>,
+    pub executable_get_compiled_memory_stats: Option<Fn>,
 }
 
 /// Declares an argument struct: size and extension fields, the given
@@ -187,8 +211,12 @@ pub struct NamedValue {
     pub value_size: usize,
 }
 
-/// `PJRT_NamedValue_kInt64`.
+// PJRT_NamedValue_Type values.
+pub const NAMED_STRING: c_int = 0;
 pub const NAMED_INT64: c_int = 1;
+pub const NAMED_INT64_LIST: c_int = 2;
+pub const NAMED_FLOAT: c_int = 3;
+pub const NAMED_BOOL: c_int = 4;
 
 args!(ClientCreateArgs {
     create_options: *const NamedValue,
@@ -279,6 +307,57 @@ args!(ExecuteArgs {
     output_lists: *const *mut *mut Buffer,
     device_complete_events: *mut *mut Event,
     execute_device: *mut Device,
+});
+#[repr(C)]
+pub struct TopologyDescription {
+    _p: [u8; 0],
+}
+
+args!(TopologyCreateArgs {
+    topology_name: *const c_char,
+    topology_name_size: usize,
+    create_options: *const NamedValue,
+    num_options: usize,
+    topology: *mut TopologyDescription,
+});
+args!(TopologyDestroyArgs { topology: *mut TopologyDescription });
+args!(TopologyStringArgs {
+    topology: *const TopologyDescription,
+    string: *const c_char,
+    string_size: usize,
+});
+args!(TopologyDeviceDescriptionsArgs {
+    topology: *const TopologyDescription,
+    descriptions: *const *mut DeviceDescription,
+    num_descriptions: usize,
+});
+args!(CompileArgs {
+    topology: *const TopologyDescription,
+    program: *const Program,
+    compile_options: *const c_char,
+    compile_options_size: usize,
+    client: *mut Client,
+    executable: *mut Executable,
+});
+args!(ExecutableCodeSizeArgs { executable: *mut Executable, size_in_bytes: i64 });
+args!(ExecutableCostAnalysisArgs {
+    executable: *mut Executable,
+    num_properties: usize,
+    properties: *const NamedValue,
+});
+args!(CompiledMemoryStatsArgs {
+    executable: *mut Executable,
+    generated_code_size_in_bytes: i64,
+    argument_size_in_bytes: i64,
+    output_size_in_bytes: i64,
+    alias_size_in_bytes: i64,
+    temp_size_in_bytes: i64,
+    host_generated_code_size_in_bytes: i64,
+    host_argument_size_in_bytes: i64,
+    host_output_size_in_bytes: i64,
+    host_alias_size_in_bytes: i64,
+    host_temp_size_in_bytes: i64,
+    peak_memory_in_bytes: i64,
 });
 args!(BufferDestroyArgs { buffer: *mut Buffer });
 args!(BufferElementTypeArgs { buffer: *mut Buffer, kind: c_int });
