@@ -82,9 +82,13 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
 
     /// Emits a region's ops into `block`; returns the yielded values.
     fn region(&mut self, block: &Block<'c>, r: &Region) -> Result<Vec<Raw>, LoweringError> {
+        // The op that owns the region (and its terminator) keeps its own
+        // location once the region's ops have set theirs.
+        let owner = self.ir.loc();
         for op in &r.ops {
             self.op(block, op)?;
         }
+        self.ir.restore_loc(owner);
         r.yields.iter().map(|y| self.v(*y)).collect()
     }
 
@@ -149,6 +153,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
 
     fn op(&mut self, block: &Block<'c>, op: &Op) -> Result<(), LoweringError> {
         let ir = self.ir;
+        ir.set_loc(op.loc.as_ref());
         let res = op.results.first().copied();
         let out = match &op.kind {
             OpKind::Constant { value, ty } => Some(self.constant(block, value.as_f64(), ty)?),
@@ -528,7 +533,13 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                 }
             }
         }
-        let moved = Self::moved_shape(&acc);
+        // `tpu.vector_store` wants the vector at the memref's full rank
+        // (unit dims for points); upstream `vector.store` takes the minor
+        // dims from the first kept one on.
+        let moved = match self.flavor {
+            Flavor::Mosaic => acc.iter().map(|a| a.len).collect(),
+            Flavor::Upstream => Self::moved_shape(&acc),
+        };
         let kept_shape: Vec<usize> = acc.iter().filter(|a| a.keep).map(|a| a.len).collect();
         if kept_shape != moved {
             v = ir.op1(

@@ -257,7 +257,7 @@ fn wrapper(
     }
     ir.op(&block, "func.return", &rets, &[], Vec::new(), Vec::new())?;
     let func = ir.public_main(block, &main_in, &main_out)?;
-    let mut module = Module::new(ir.loc);
+    let mut module = Module::new(ir.loc());
     module.body().append_operation(func);
     let mut op = module.as_operation_mut();
     op.set_attribute("sym_name", ir.str_attr(&format!("tessera_{}", k.name)));

@@ -70,7 +70,7 @@ fn padded_shape(o: &kernel_ir::Operand) -> Vec<usize> {
 }
 
 fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<Module<'c>, LoweringError> {
-    let module = Module::new(ir.loc);
+    let module = Module::new(ir.loc());
     let inputs: Vec<usize> = (0..k.operands.len())
         .filter(|&i| k.operands[i].role.is_input())
         .collect();

@@ -1,7 +1,7 @@
 //! A thin layer over melior: one context per lowering, generic op
 //! construction, the types and attributes every target needs.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use melior::Context;
@@ -87,7 +87,9 @@ impl Mlir {
 /// form prefixes `stable_mosaic.`).
 pub(crate) struct Ir<'c> {
     pub ctx: &'c Context,
-    pub loc: Location<'c>,
+    /// The location new ops get: the kernel source line of the op being
+    /// lowered, else unknown.
+    loc: Cell<Location<'c>>,
     pub prefix: &'static str,
 }
 
@@ -98,9 +100,30 @@ impl<'c> Ir<'c> {
     pub fn new(ctx: &'c Context, prefix: &'static str) -> Ir<'c> {
         Ir {
             ctx,
-            loc: Location::unknown(ctx),
+            loc: Cell::new(Location::unknown(ctx)),
             prefix,
         }
+    }
+
+    /// The location new ops get.
+    pub fn loc(&self) -> Location<'c> {
+        self.loc.get()
+    }
+
+    /// Ops built from here on carry `loc` (as returned by [`Ir::loc`]).
+    pub fn restore_loc(&self, loc: Location<'c>) {
+        self.loc.set(loc);
+    }
+
+    /// Ops built from here on carry `loc` (the kernel author's
+    /// `file:line:col`), or an unknown location for `None`. Printed modules
+    /// do not show locations; bytecode keeps them, so a compiler error
+    /// about an op names the Rust line it came from.
+    pub fn set_loc(&self, loc: Option<&kernel_ir::Loc>) {
+        self.loc.set(match loc {
+            Some(l) => Location::new(self.ctx, &l.file, l.line as usize, l.column as usize),
+            None => Location::unknown(self.ctx),
+        });
     }
 
     /// Appends op `name` to `block` and returns its results.
@@ -153,7 +176,7 @@ impl<'c> Ir<'c> {
             .into_iter()
             .map(|(k, v)| (Identifier::new(self.ctx, k), v))
             .collect();
-        OperationBuilder::new(&full, self.loc)
+        OperationBuilder::new(&full, self.loc())
             .add_operands(&values)
             .add_results(results)
             .add_attributes(&named)
@@ -188,7 +211,7 @@ impl<'c> Ir<'c> {
 
     /// A block with arguments of these types.
     pub fn block(&self, args: &[Type<'c>]) -> Block<'c> {
-        let a: Vec<(Type<'c>, Location<'c>)> = args.iter().map(|&t| (t, self.loc)).collect();
+        let a: Vec<(Type<'c>, Location<'c>)> = args.iter().map(|&t| (t, self.loc())).collect();
         Block::new(&a)
     }
 

@@ -26,7 +26,7 @@
 
 mod driver;
 mod emit;
-mod jit;
+pub(crate) mod jit;
 
 use melior::ir::attribute::StridedLayoutAttribute;
 use melior::ir::r#type::MemRefType;
@@ -270,7 +270,7 @@ fn host_dtype(d: DType) -> DType {
 /// prefetch, operand windows, scratch, workspace)`. Returns it with the
 /// workspace bytes the body needs.
 fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<(Module<'c>, usize), LoweringError> {
-    let module = Module::new(ir.loc);
+    let module = Module::new(ir.loc());
     let mut types: Vec<Type<'c>> = vec![ir.i32(); k.grid.rank()];
     for p in &k.prefetch {
         types.push(ir.memref(&p.shape, host_dtype(p.dtype), None, None));

@@ -21,7 +21,7 @@
 //! [`crate::plugin_log`]); `TESSERA_PLUGIN_LOG=1` shows them.
 //!
 //! ```no_run
-//! use kernel_ir::Target;
+//! use kernel_ir::{Target, VerifiedKernel};
 //! use runtime::tpu::TpuCompiler;
 //!
 //! let tpu = TpuCompiler::load()?;
@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use kernel_ir::Target;
+use kernel_ir::{Target, VerifiedKernel};
 
 use crate::pjrt::{CompileOptions, CompiledMemoryStats, PjrtError, Plugin, Topology};
 use crate::plugin::cache_dir;
@@ -268,6 +268,68 @@ impl TpuCompiler {
             memory: exe.memory_stats().map_err(query)?,
             cost: exe.cost_analysis().map_err(query)?,
             executable: exe,
+        })
+    }
+}
+
+/// A kernel compiled for one generation: what was compiled and what the
+/// compiler said.
+#[derive(Debug)]
+pub struct KernelCompile {
+    /// The kernel, verified again for the generation.
+    pub kernel: VerifiedKernel,
+    /// The `tpu_custom_call` module that was compiled.
+    pub lowered: lowering::TpuCustomCall,
+    /// The compiled program.
+    pub compiled: TpuCompiled,
+}
+
+/// Why a kernel did not compile for a generation.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KernelCompileError {
+    /// The kernel breaks a rule of that generation (its VMEM, say).
+    #[error("{target}: the kernel does not verify for this generation: {errors}")]
+    Verify {
+        /// The generation.
+        target: Target,
+        /// What the verifier found.
+        errors: kernel_ir::KernelErrors,
+    },
+    /// Tessera could not lower it.
+    #[error("{target}: {source}")]
+    Lowering {
+        /// The generation.
+        target: Target,
+        /// What failed.
+        source: lowering::LoweringError,
+    },
+    /// The TPU compiler (or loading it) failed.
+    #[error(transparent)]
+    Tpu(#[from] TpuError),
+}
+
+impl TpuCompiler {
+    /// Builds `kernel` for `target` (its `target` set to that generation and
+    /// verified again, so that generation's VMEM and rules apply), lowers it
+    /// to a `tpu_custom_call` module and compiles that against the
+    /// generation's topology.
+    pub fn compile_kernel(
+        &self,
+        kernel: &VerifiedKernel,
+        target: Target,
+    ) -> Result<KernelCompile, KernelCompileError> {
+        let mut k = kernel.kernel().clone();
+        k.target = target;
+        let kernel = k
+            .verify()
+            .map_err(|errors| KernelCompileError::Verify { target, errors })?;
+        let lowered = lowering::tpu_custom_call(&kernel)
+            .map_err(|source| KernelCompileError::Lowering { target, source })?;
+        let compiled = self.compile(target, &lowered.module)?;
+        Ok(KernelCompile {
+            kernel,
+            lowered,
+            compiled,
         })
     }
 }

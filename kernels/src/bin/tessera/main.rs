@@ -6,6 +6,7 @@
 
 mod args;
 mod bench;
+mod compile;
 mod demo;
 mod kernel_args;
 mod lower;
@@ -25,6 +26,8 @@ COMMANDS:
              example kernels on every CPU path, compare with f64 references
     list     the kernels with their inputs, outputs and config parameters
     lower    print or write a kernel lowered to a target
+    compile  compile kernels with the real TPU compiler (libtpu, compile-only)
+             for v5e, v6e, v5p and v7x: code size and memory, or its error
     run      run a kernel on .npy inputs, write its outputs as .npy
     diff     compare two back ends (or one with the f64 reference) on one input
     bench    benchmarks with their XLA baselines, one table with ratios
@@ -80,6 +83,40 @@ OPTIONS:
 
 EXAMPLE:
     tessera lower flash_attention --config causal=true --config dtype=bf16 --target mosaic
+";
+
+const HELP_COMPILE: &str = "\
+tessera compile: kernels compiled by the TPU compiler, for each generation
+
+USAGE:
+    tessera compile KERNEL|PRESET|presets|kernels|all [--tpu G[,G..]|all] [--config KEY=VALUE]... [--shape INPUT=DxDx..]... [--out PATH]
+
+Lowers the kernel to its tpu_custom_call module and compiles that with libtpu
+(the TPU compiler from PyPI, which .ci/setup.sh fetches) against a
+compile-only topology of each generation: Mosaic and the TPU back end run as
+on a TPU host, nothing runs. The kernel is verified again for each
+generation first (its VMEM and rules). Prints, per generation, ok with the
+compile time, code size and the compiler's HBM memory stats, or the
+compiler's error: the kernel source line of the offending op first, then the
+Mosaic op, then the whole message. It proves a kernel compiles, not how fast
+it runs.
+
+KERNEL is a catalog kernel or a preset (`tessera list`); `presets` compiles
+every preset, `kernels` every catalog kernel at its defaults, `all` both.
+
+OPTIONS:
+    --tpu G               v5e, v6e, v5p, v7x, a comma list, or all   [default: all]
+    --config, --shape     as for `tessera lower` (one kernel only)
+    --out PATH            write the serialized executables (ahead-of-time
+                          artifacts a TPU host with the same libtpu loads): PATH
+                          is the file for one kernel on one generation, else a
+                          directory receiving KERNEL.GEN.tpu-executable
+
+ENVIRONMENT:
+    TESSERA_LIBTPU        the libtpu.so to use [default: the set-up's cache]
+    TESSERA_PLUGIN_LOG=1  show libtpu's own logging
+
+Exit status 1 if any compile fails.
 ";
 
 const HELP_RUN: &str = "\
@@ -178,6 +215,7 @@ fn main() -> ExitCode {
             "demo" => help(HELP_DEMO),
             "list" => help(HELP_LIST),
             "lower" => help(HELP_LOWER),
+            "compile" => help(HELP_COMPILE),
             "run" => help(HELP_RUN),
             "diff" => help(HELP_DIFF),
             "bench" => help(HELP_BENCH),
@@ -193,6 +231,7 @@ fn main() -> ExitCode {
         ))),
         "list" => lower::list(rest),
         "lower" => lower::lower(rest),
+        "compile" => compile::compile(rest),
         "run" => run::run(rest),
         "diff" => run::diff(rest),
         "bench" => bench::bench(rest),

@@ -1,0 +1,209 @@
+//! `tessera compile`: kernels compiled by the real TPU compiler (libtpu,
+//! compile-only) for one or every generation.
+
+use std::path::{Path, PathBuf};
+
+use kernel_ir::{Target, VerifiedKernel, human_bytes};
+use runtime::tpu::{KernelCompileError, TpuCompiler, TpuError};
+
+use crate::args::Args;
+use crate::kernel_args::kernel_for_lower;
+use crate::{Failure, usage};
+
+/// Names that stand for several kernels.
+const PRESETS: &str = "presets";
+const KERNELS: &str = "kernels";
+const ALL: &str = "all";
+
+/// `tessera compile KERNEL|PRESET|presets|kernels|all --tpu G|all [--config k=v].. [--shape ..] [--out PATH]`.
+pub fn compile(args: &[String]) -> Result<(), Failure> {
+    let a = Args::parse("compile", args, &["config", "shape", "tpu", "out"], &[]).map_err(usage)?;
+    let name = a.kernel("compile").map_err(usage)?;
+    let targets = parse_targets(a.one("tpu").map_err(usage)?.unwrap_or(ALL)).map_err(usage)?;
+    let kernels = kernels_named(name, &a).map_err(usage)?;
+    let out = a.one("out").map_err(usage)?.map(PathBuf::from);
+    let single = kernels.len() == 1 && targets.len() == 1;
+    if let Some(path) = &out {
+        check_out(path, single).map_err(usage)?;
+    }
+    let tpu = TpuCompiler::load().map_err(|e| Failure::Run(e.to_string()))?;
+    let (mut ok, mut failed) = (0usize, 0usize);
+    for (kname, kernel) in &kernels {
+        let budget = kernel.vmem_budget();
+        println!(
+            "{kname}: grid {:?}, Tessera VMEM budget {} of {} scoped",
+            kernel.grid.dims.iter().map(|d| d.bound).collect::<Vec<_>>(),
+            human_bytes(budget.total()),
+            human_bytes(kernel.effective_vmem_limit()),
+        );
+        for &t in &targets {
+            match tpu.compile_kernel(kernel, t) {
+                Ok(c) => {
+                    ok += 1;
+                    let m = &c.compiled.memory;
+                    println!(
+                        "  {:<4} ok      {:>6.2} s  code {:>9}  HBM: arguments {}, outputs {}, temporaries {}, peak {}",
+                        t.name(),
+                        c.compiled.compile_time.as_secs_f64(),
+                        human_bytes(c.compiled.code_bytes.max(0) as u64),
+                        human_bytes(m.argument_bytes.max(0) as u64),
+                        human_bytes(m.output_bytes.max(0) as u64),
+                        human_bytes(m.temp_bytes.max(0) as u64),
+                        human_bytes(m.peak_bytes.max(0) as u64),
+                    );
+                    if let Some(path) = &out {
+                        let file = if single {
+                            path.clone()
+                        } else {
+                            path.join(format!("{kname}.{}.tpu-executable", t.name()))
+                        };
+                        let bytes = c
+                            .compiled
+                            .serialize()
+                            .map_err(|e| Failure::Run(e.to_string()))?;
+                        write_atomically(&file, &bytes).map_err(Failure::Run)?;
+                        println!(
+                            "        wrote {} ({})",
+                            file.display(),
+                            human_bytes(bytes.len() as u64)
+                        );
+                    }
+                }
+                Err(e) => {
+                    failed += 1;
+                    println!("  {:<4} FAILED  {}", t.name(), indent(&failure_text(&e)));
+                }
+            }
+        }
+    }
+    if kernels.len() * targets.len() > 1 {
+        println!(
+            "\ncompiled {ok} of {} ({} kernels x {} generations) with libtpu {}",
+            ok + failed,
+            kernels.len(),
+            targets.len(),
+            runtime::tpu::LIBTPU_VERSION
+        );
+    }
+    if failed > 0 {
+        return Err(Failure::Run(format!(
+            "{failed} of {} compiles failed",
+            ok + failed
+        )));
+    }
+    Ok(())
+}
+
+/// The generations `--tpu` names.
+fn parse_targets(s: &str) -> Result<Vec<Target>, String> {
+    if s == ALL {
+        return Ok(Target::ALL.to_vec());
+    }
+    s.split(',')
+        .map(|t| {
+            t.parse::<Target>()
+                .map_err(|_| format!("unknown TPU generation `{t}`; use v5e, v6e, v5p, v7x or all"))
+        })
+        .collect()
+}
+
+/// The kernels a name stands for, built.
+fn kernels_named(name: &str, a: &Args) -> Result<Vec<(String, VerifiedKernel)>, String> {
+    let many = [PRESETS, KERNELS, ALL].contains(&name);
+    if many && (!a.all("config").is_empty() || !a.all("shape").is_empty()) {
+        return Err(format!(
+            "`{name}` compiles many kernels at their defaults; --config and --shape need one kernel"
+        ));
+    }
+    let mut out = Vec::new();
+    if name == KERNELS || name == ALL {
+        for e in kernels::catalog::entries() {
+            let k = kernel_for_lower(e.name, &Args::default())?;
+            out.push((e.name.to_string(), k));
+        }
+    }
+    if name == PRESETS || name == ALL {
+        for ex in kernels::examples::examples() {
+            let k = (ex.build)().map_err(|e| format!("preset `{}`: {e}", ex.name))?;
+            out.push((ex.name.to_string(), k));
+        }
+    }
+    if !many {
+        out.push((name.to_string(), kernel_for_lower(name, a)?));
+    }
+    Ok(out)
+}
+
+/// `--out` is a file for one kernel on one generation, else a directory;
+/// checked before anything is compiled.
+fn check_out(path: &Path, single: bool) -> Result<(), String> {
+    if single {
+        if path.is_dir() {
+            return Err(format!(
+                "--out {} is a directory; for one kernel and one generation give a file name",
+                path.display()
+            ));
+        }
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !parent.is_dir() {
+            return Err(format!(
+                "--out {}: the folder {} does not exist",
+                path.display(),
+                parent.display()
+            ));
+        }
+    } else {
+        if path.exists() && !path.is_dir() {
+            return Err(format!(
+                "--out {} is a file; with several kernels or generations --out names a directory",
+                path.display()
+            ));
+        }
+        std::fs::create_dir_all(path)
+            .map_err(|e| format!("--out {}: cannot create it: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same folder and
+/// a rename, so `path` is either the old file or the whole new one.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot write {}: {e}", path.display())
+    })
+}
+
+/// A failure as shown: for a compiler error, the user's source location
+/// first, then the Mosaic op, then the compiler's whole message.
+fn failure_text(e: &KernelCompileError) -> String {
+    match e {
+        KernelCompileError::Tpu(TpuError::Compile { diagnostic, .. }) => diagnostic.to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines().collect::<Vec<_>>().join("\n                ")
+}
