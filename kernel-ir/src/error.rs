@@ -244,6 +244,19 @@ pub enum ErrorKind {
         /// What would fit.
         suggest: String,
     },
+    /// Something the TPU compiler (Mosaic) rejects on every generation,
+    /// found by compiling with libtpu (see `verify::mosaic`).
+    #[error("[tpu-{rule}] {what}: {why}; {fix}")]
+    TpuUnsupported {
+        /// The rule's short name (`f16`, `i8-arith`, ...).
+        rule: &'static str,
+        /// What the kernel does.
+        what: String,
+        /// What Mosaic supports instead.
+        why: String,
+        /// What to write instead.
+        fix: String,
+    },
     /// A block start that breaks the operand's alignment.
     #[error("[align] operand `{operand}` has align = {align} but at grid index {} block {} starts at byte {offset}: each block along dim {dim} advances {step_bytes} bytes; make block dim {dim} a multiple of {elements} elements", idx(.grid), idx(.block_index))]
     Misaligned {

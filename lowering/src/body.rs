@@ -11,7 +11,7 @@ use kernel_ir::{
 };
 
 use crate::LoweringError;
-use crate::kernel_module::{ArgLayout, Flavor, Window};
+use crate::kernel_module::{ArgLayout, Flavor, Window, memory_dtype};
 use crate::lowered_values::LoweredValues;
 use crate::mlir::{Ir, Raw};
 
@@ -175,13 +175,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                 Some(match mask {
                     Some(m) => {
                         let zero = self.constant(block, 0.0, &rt)?;
-                        ir.op1(
-                            block,
-                            "arith.select",
-                            &[self.v(*m)?, v, zero],
-                            ir.tile(&rt),
-                            Vec::new(),
-                        )?
+                        self.select(block, self.v(*m)?, v, zero, &rt)?
                     }
                     None => v,
                 })
@@ -200,27 +194,22 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
             OpKind::Binary { op: b, lhs, rhs } => Some(self.binary(block, *b, *lhs, *rhs)?),
             OpKind::Compare { op: c, lhs, rhs } => {
                 let t = self.ty(*lhs).clone();
-                let bool_ty = ir.tile(&TileType::new(DType::Bool, t.shape.clone()));
-                let (name, pred) = compare_predicate(*c, t.dtype);
-                Some(ir.op1(
-                    block,
-                    name,
-                    &[self.v(*lhs)?, self.v(*rhs)?],
-                    bool_ty,
-                    vec![("predicate", ir.i64_attr(pred))],
-                )?)
+                Some(self.compare(block, *c, self.v(*lhs)?, self.v(*rhs)?, &t)?)
             }
             OpKind::Select {
                 cond,
                 on_true,
                 on_false,
-            } => Some(ir.op1(
-                block,
-                "arith.select",
-                &[self.v(*cond)?, self.v(*on_true)?, self.v(*on_false)?],
-                self.tile_type(*on_true),
-                Vec::new(),
-            )?),
+            } => {
+                let t = self.ty(*on_true).clone();
+                Some(self.select(
+                    block,
+                    self.v(*cond)?,
+                    self.v(*on_true)?,
+                    self.v(*on_false)?,
+                    &t,
+                )?)
+            }
             OpKind::Convert { x, dtype } => {
                 Some(self.convert(block, self.v(*x)?, self.ty(*x).clone(), *dtype)?)
             }
@@ -421,11 +410,13 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         let base = self.args[self.layout.arg(b, false)];
         let acc = self.accesses(block, b, indices)?;
         let starts: Vec<Raw> = acc.iter().map(|a| a.start).collect();
-        let elem = ir.elem(rt.dtype);
+        let mem = memory_dtype(self.flavor, rt.dtype);
+        let elem = ir.elem(mem);
         if acc.iter().all(|a| !a.keep) {
             let mut ops = vec![base];
             ops.extend(starts);
-            return ir.op1(block, "memref.load", &ops, elem, Vec::new());
+            let v = ir.op1(block, "memref.load", &ops, elem, Vec::new())?;
+            return self.from_memory(block, v, &TileType::scalar(mem), rt.dtype);
         }
         let moved = Self::moved_shape(&acc);
         let moved_ty = ir.shaped_vector(&moved, elem);
@@ -479,12 +470,27 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                 v = self.transpose(
                     block,
                     v,
-                    &TileType::new(rt.dtype, kept_shape_of(&kept, indices)),
+                    &TileType::new(mem, kept_shape_of(&kept, indices)),
                     &perm,
                 )?;
             }
         }
-        Ok(v)
+        self.from_memory(block, v, &TileType::new(mem, rt.shape.clone()), rt.dtype)
+    }
+
+    /// A value loaded as `mem` (its memory type) as a value of `dtype`:
+    /// bools are i32 in Mosaic memory, and nonzero is true.
+    fn from_memory(
+        &self,
+        block: &Block<'c>,
+        v: Raw,
+        mem: &TileType,
+        dtype: DType,
+    ) -> Result<Raw, LoweringError> {
+        if mem.dtype == dtype {
+            return Ok(v);
+        }
+        self.convert(block, v, mem.clone(), dtype)
     }
 
     fn store(
@@ -500,9 +506,14 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         let base = self.args[self.layout.arg(b, true)];
         let acc = self.accesses(block, b, indices)?;
         let starts: Vec<Raw> = acc.iter().map(|a| a.start).collect();
-        let vt = self.ty(value).clone();
-        let elem = ir.elem(vt.dtype);
+        let mut vt = self.ty(value).clone();
         let mut v = self.v(value)?;
+        let mem = memory_dtype(self.flavor, vt.dtype);
+        if mem != vt.dtype {
+            v = self.convert(block, v, vt.clone(), mem)?;
+            vt.dtype = mem;
+        }
+        let elem = ir.elem(vt.dtype);
         let mut m = match mask {
             Some(m) => Some(self.v(m)?),
             None => None,
@@ -626,6 +637,18 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         let ir = self.ir;
         let i32v = ir.tile(&TileType::new(DType::I32, ty.shape.clone()));
         let ints = match self.flavor {
+            // `tpu.iota` makes vectors of rank 2 and up: a rank-1 iota is
+            // the row of a [1, n] one.
+            Flavor::Mosaic if ty.shape.len() == 1 => {
+                let row = ir.op1(
+                    block,
+                    "tpu.iota",
+                    &[],
+                    ir.shaped_vector(&[1, ty.shape[0]], ir.i32()),
+                    vec![("dimensions", ir.i32_array(&[1]))],
+                )?;
+                ir.op1(block, "vector.shape_cast", &[row], i32v, Vec::new())?
+            }
             Flavor::Mosaic => ir.op1(
                 block,
                 "tpu.iota",
@@ -711,6 +734,23 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
             UnaryOp::Tanh => simple("math.tanh"),
             UnaryOp::Sqrt => simple("math.sqrt"),
             UnaryOp::Rsqrt => simple("math.rsqrt"),
+            // On the generations with a bf16 VPU (v6e, v7x), libtpu's bf16
+            // sine and cosine fail a type check on computed (packed)
+            // operands; in f32 they compile everywhere, and are closer to
+            // the reference too.
+            UnaryOp::Sin | UnaryOp::Cos
+                if self.flavor == Flavor::Mosaic && t.dtype == DType::BF16 =>
+            {
+                let wide = TileType::new(DType::F32, t.shape.clone());
+                let x32 = self.convert(block, xv, t.clone(), DType::F32)?;
+                let name = if u == UnaryOp::Sin {
+                    "math.sin"
+                } else {
+                    "math.cos"
+                };
+                let r = ir.op1(block, name, &[x32], ir.tile(&wide), Vec::new())?;
+                self.convert(block, r, wide, DType::BF16)
+            }
             UnaryOp::Sin => simple("math.sin"),
             UnaryOp::Cos => simple("math.cos"),
             UnaryOp::Erf => simple("math.erf"),
@@ -751,6 +791,83 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         )
     }
 
+    /// `cond ? a : b` for values of type `t`. Mosaic selects no i1 vectors,
+    /// so bools are selected bitwise: `(cond & a) | (!cond & b)`.
+    fn select(
+        &self,
+        block: &Block<'c>,
+        cond: Raw,
+        a: Raw,
+        b: Raw,
+        t: &TileType,
+    ) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let ty = ir.tile(t);
+        if self.flavor == Flavor::Mosaic && t.dtype == DType::Bool && !t.shape.is_empty() {
+            let not_cond = self.not(block, cond, t)?;
+            let x = ir.op1(block, "arith.andi", &[cond, a], ty, Vec::new())?;
+            let y = ir.op1(block, "arith.andi", &[not_cond, b], ty, Vec::new())?;
+            return ir.op1(block, "arith.ori", &[x, y], ty, Vec::new());
+        }
+        ir.op1(block, "arith.select", &[cond, a, b], ty, Vec::new())
+    }
+
+    /// Logical not of a bool tile of `t`'s shape.
+    fn not(&self, block: &Block<'c>, x: Raw, t: &TileType) -> Result<Raw, LoweringError> {
+        let bool_t = TileType::new(DType::Bool, t.shape.clone());
+        let all = self.constant(block, 1.0, &bool_t)?;
+        self.ir.op1(
+            block,
+            "arith.xori",
+            &[x, all],
+            self.ir.tile(&bool_t),
+            Vec::new(),
+        )
+    }
+
+    /// `lhs <c> rhs` on values of type `t`, as a bool tile.
+    fn compare(
+        &self,
+        block: &Block<'c>,
+        c: CompareOp,
+        lhs: Raw,
+        rhs: Raw,
+        t: &TileType,
+    ) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let bool_t = TileType::new(DType::Bool, t.shape.clone());
+        let bool_ty = ir.tile(&bool_t);
+        if self.flavor == Flavor::Mosaic && c == CompareOp::Ne && t.dtype.is_float() {
+            // Mosaic has only ordered float predicates; `!=` (true on NaN)
+            // is the negation of ordered `==`.
+            let eq = self.compare(block, CompareOp::Eq, lhs, rhs, t)?;
+            return self.not(block, eq, t);
+        }
+        if self.flavor == Flavor::Mosaic && t.dtype == DType::Bool && !t.shape.is_empty() {
+            // Mosaic compares no i1 vectors; with false < true each
+            // comparison is a bitwise formula.
+            let and = |a: Raw, b: Raw| ir.op1(block, "arith.andi", &[a, b], bool_ty, Vec::new());
+            let or = |a: Raw, b: Raw| ir.op1(block, "arith.ori", &[a, b], bool_ty, Vec::new());
+            let xor = ir.op1(block, "arith.xori", &[lhs, rhs], bool_ty, Vec::new())?;
+            return match c {
+                CompareOp::Ne => Ok(xor),
+                CompareOp::Eq => self.not(block, xor, t),
+                CompareOp::Gt => and(lhs, self.not(block, rhs, t)?),
+                CompareOp::Ge => or(lhs, self.not(block, rhs, t)?),
+                CompareOp::Lt => and(self.not(block, lhs, t)?, rhs),
+                CompareOp::Le => or(self.not(block, lhs, t)?, rhs),
+            };
+        }
+        let (name, pred) = compare_predicate(c, t.dtype);
+        ir.op1(
+            block,
+            name,
+            &[lhs, rhs],
+            bool_ty,
+            vec![("predicate", ir.i64_attr(pred))],
+        )
+    }
+
     fn convert(
         &self,
         block: &Block<'c>,
@@ -758,6 +875,11 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         from: TileType,
         to: DType,
     ) -> Result<Raw, LoweringError> {
+        if to == DType::Bool && from.dtype != DType::Bool {
+            // Nonzero is true, through the one comparison rule.
+            let zero = self.constant(block, 0.0, &from)?;
+            return self.compare(block, CompareOp::Ne, x, zero, &from);
+        }
         convert_values(self.ir, block, x, &from.shape, from.dtype, to)
     }
 
@@ -888,6 +1010,17 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
     ) -> Result<Raw, LoweringError> {
         let ir = self.ir;
         let t = self.ty(x).clone();
+        let mut xv = self.v(x)?;
+        // Mosaic reduces narrow floats only in some layouts ("Non-32-bit
+        // reductions over replicated axes" on v6e/v7x, no scalar extract of
+        // bf16): reduce bf16 in f32 and round once, as the reference does.
+        let wide = self.flavor == Flavor::Mosaic && t.dtype == DType::BF16;
+        let t = if wide {
+            xv = self.convert(block, xv, t.clone(), DType::F32)?;
+            TileType::new(DType::F32, t.shape.clone())
+        } else {
+            t
+        };
         let out_shape: Vec<usize> = t
             .shape
             .iter()
@@ -907,16 +1040,21 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         let init = r.identity(t.dtype);
         let acc = self.constant(block, init, &out)?;
         let a: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
-        ir.op1(
+        let reduced = ir.op1(
             block,
             "vector.multi_reduction",
-            &[self.v(x)?, acc],
+            &[xv, acc],
             ir.tile(&out),
             vec![
                 ("kind", ir.parse_attr(&format!("#vector.kind<{kind}>"))?),
                 ("reduction_dims", ir.i64_array(&a)),
             ],
-        )
+        )?;
+        if wide {
+            self.convert(block, reduced, out, DType::BF16)
+        } else {
+            Ok(reduced)
+        }
     }
 
     fn dot(

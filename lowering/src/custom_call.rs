@@ -176,6 +176,19 @@ fn wrapper(
                 bytes: (o.shape.iter().product::<usize>() * o.dtype.bytes()) as u64,
             });
         }
+        if let Some(mem) = memory_in_call(tpu, o.dtype) {
+            let shape: Vec<usize> = match physical_order(o) {
+                Some(perm) => perm.iter().map(|&d| o.shape[d]).collect(),
+                None => o.shape.clone(),
+            };
+            v = ir.op1(
+                &block,
+                "stablehlo.convert",
+                &[v],
+                ir.tensor(&shape, mem),
+                Vec::new(),
+            )?;
+        }
         call_args.push(v);
         layouts.push(row_major_layout(&ir, o.shape.len())?);
     }
@@ -187,7 +200,8 @@ fn wrapper(
             Some(perm) => perm.iter().map(|&d| o.shape[d]).collect(),
             None => o.shape.clone(),
         };
-        result_types.push(ir.tensor(&shape, o.dtype));
+        let dtype = memory_in_call(tpu, o.dtype).unwrap_or(o.dtype);
+        result_types.push(ir.tensor(&shape, dtype));
         result_layouts.push(row_major_layout(&ir, o.shape.len())?);
     }
     let mut attrs = match target {
@@ -242,6 +256,19 @@ fn wrapper(
     for (r, &i) in outputs.iter().enumerate() {
         let o = &k.operands[i];
         let mut v = results[r];
+        if memory_in_call(tpu, o.dtype).is_some() {
+            let shape: Vec<usize> = match physical_order(o) {
+                Some(perm) => perm.iter().map(|&d| o.shape[d]).collect(),
+                None => o.shape.clone(),
+            };
+            v = ir.op1(
+                &block,
+                "stablehlo.convert",
+                &[v],
+                ir.tensor(&shape, o.dtype),
+                Vec::new(),
+            )?;
+        }
         if let Some(perm) = physical_order(o) {
             let inverse: Vec<usize> = (0..perm.len())
                 .map(|d| perm.iter().position(|&p| p == d).unwrap_or(0))
@@ -265,6 +292,13 @@ fn wrapper(
     op.set_attribute("mhlo.num_replicas", ir.i32_attr(1));
     m.verify(&module, "custom call module")?;
     Ok((module.as_operation().to_string(), transposes))
+}
+
+/// The element type a TPU call passes a `dtype` operand as, when it is not
+/// `dtype` itself: bool buffers are i32 in Mosaic memory.
+fn memory_in_call(tpu: bool, dtype: kernel_ir::DType) -> Option<kernel_ir::DType> {
+    let mem = kernel_module::memory_dtype(Flavor::Mosaic, dtype);
+    (tpu && mem != dtype).then_some(mem)
 }
 
 fn transpose<'c>(

@@ -38,6 +38,17 @@ pub enum Flavor {
     Mosaic,
 }
 
+/// The element type a buffer of `dtype` has in memory. Mosaic takes no
+/// `i1` memrefs: as Pallas does, a bool buffer is i32 in memory (the
+/// wrapper converts at the call boundary), loads compare it with zero and
+/// stores widen the bits.
+pub(crate) fn memory_dtype(flavor: Flavor, dtype: kernel_ir::DType) -> kernel_ir::DType {
+    match (flavor, dtype) {
+        (Flavor::Mosaic, kernel_ir::DType::Bool) => kernel_ir::DType::I32,
+        _ => dtype,
+    }
+}
+
 /// How a kernel buffer appears to the kernel function.
 #[derive(Clone, Debug)]
 pub(crate) struct Window {
@@ -200,11 +211,21 @@ pub(crate) fn build<'c>(
     for &(i, _) in &layout.call_order {
         let o = &k.operands[i];
         let w = window(o, flavor);
-        arg_types.push(ir.memref(&w.shape, o.dtype, w.strides.as_deref(), space(o.space)?));
+        arg_types.push(ir.memref(
+            &w.shape,
+            memory_dtype(opts.flavor, o.dtype),
+            w.strides.as_deref(),
+            space(o.space)?,
+        ));
         windows.push(w);
     }
     for s in &k.scratch {
-        arg_types.push(ir.memref(&s.shape, s.dtype, None, space(s.space)?));
+        arg_types.push(ir.memref(
+            &s.shape,
+            memory_dtype(opts.flavor, s.dtype),
+            None,
+            space(s.space)?,
+        ));
     }
 
     // The kernel body.

@@ -15,3 +15,4 @@ mod native;
 mod paths;
 mod random_kernels;
 mod snapshots_ir;
+mod tpu_compile;

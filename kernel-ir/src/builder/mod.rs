@@ -78,6 +78,15 @@ impl KernelBuilder {
         });
     }
 
+    /// Sets the grid from a slice of (bound, semantics), outermost first: the
+    /// form for kernels whose grid rank is only known at run time (generated
+    /// kernels); [`KernelBuilder::grid`] is the usual one.
+    pub fn grid_dims(&mut self, dims: &[(usize, DimSemantics)]) {
+        state::with(self.id, |st| {
+            st.sig.grid = Grid::new(dims.iter().copied());
+        });
+    }
+
     /// Sets the TPU generation whose rules apply.
     pub fn target(&mut self, target: Target) {
         state::with(self.id, |st| st.sig.target = target);

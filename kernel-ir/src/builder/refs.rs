@@ -139,6 +139,22 @@ impl Ref {
         })
     }
 
+    /// Sets the block shape and index map from expressions over the grid
+    /// indices ([`IndexExpr::Grid`]`(d)` is grid index `d`): the form for
+    /// kernels whose grid rank is only known at run time; [`Ref::block`] is
+    /// the usual one. The verifier checks the map against the grid.
+    #[track_caller]
+    pub fn block_exprs(self, shape: impl Into<Vec<usize>>, map: Vec<IndexExpr>) -> Ref {
+        let loc = Loc::caller();
+        let shape = shape.into();
+        self.edit_operand("a block spec", loc, |o| {
+            o.block = BlockSpec {
+                shape,
+                index_map: IndexMap::new(map),
+            }
+        })
+    }
+
     /// Sets the layout hints.
     #[track_caller]
     pub fn layout(self, layout: Layout) -> Ref {

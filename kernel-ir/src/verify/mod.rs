@@ -9,7 +9,9 @@
 //! * [`grid_walk`]: index maps evaluated over the grid: blocks in bounds
 //!   and block starts aligned;
 //! * the VMEM budget ([`crate::VmemBudget`]);
-//! * [`carry`]: no scratch state across a parallel grid dim.
+//! * [`carry`]: no scratch state across a parallel grid dim;
+//! * [`mosaic`]: what the TPU compiler rejects beyond tiling (f16, i8
+//!   arithmetic, narrow masked stores, ...), found by compiling with libtpu.
 //!
 //! A kernel that passes is a [`VerifiedKernel`]; only those are interpreted
 //! and lowered.
@@ -17,6 +19,7 @@
 mod body;
 mod carry;
 mod grid_walk;
+mod mosaic;
 mod signature;
 mod tiling;
 
@@ -71,14 +74,38 @@ impl Kernel {
         }
     }
 
+    /// Verifies with every check but the TPU compiler's own limits (the
+    /// `mosaic` pass). Only for showing that each of those rules is needed:
+    /// the tests compile kernels that break one with libtpu and expect the
+    /// compiler to reject them. Anything else should use
+    /// [`Kernel::verify`].
+    #[doc(hidden)]
+    pub fn verify_without_mosaic_rules(self) -> Result<VerifiedKernel, KernelErrors> {
+        let errors = self.check_passes(false);
+        if errors.is_empty() {
+            Ok(VerifiedKernel { kernel: self })
+        } else {
+            Err(KernelErrors(errors))
+        }
+    }
+
     /// Runs every check and returns the errors (empty when valid).
     pub fn check(&self) -> Vec<KernelError> {
+        self.check_passes(true)
+    }
+
+    fn check_passes(&self, mosaic_rules: bool) -> Vec<KernelError> {
         let mut errors = signature::check(self);
         if !errors.is_empty() {
             // Later passes index blocks and maps by the signature; stop here.
             return errors;
         }
-        errors.extend(body::check(self));
+        let body_errors = body::check(self);
+        let typed = body_errors.is_empty();
+        errors.extend(body_errors);
+        if typed && mosaic_rules {
+            errors.extend(mosaic::check(self));
+        }
         errors.extend(tiling::check(self));
         errors.extend(grid_walk::check(self));
         let budget = VmemBudget::of(self);

@@ -15,7 +15,11 @@
 //!
 //! * `TPU_SKIP_MDS_QUERY=1`: do not ask the cloud metadata server what
 //!   machine this is (without it, loading takes ten minutes of retries);
-//! * `TPU_WORKER_HOSTNAMES=localhost`: a single-host "slice".
+//! * `TPU_WORKER_HOSTNAMES=localhost`: a single-host "slice";
+//! * `ALLOW_MULTIPLE_LIBTPU_LOAD=1`: libtpu otherwise takes
+//!   `/tmp/libtpu_lockfile` so that one process at a time owns the TPU,
+//!   and a second process (a test, a parallel `tessera compile`) fails to
+//!   load; with no TPU there is nothing to own.
 //!
 //! libtpu's set-up warnings go to a captured log (see
 //! [`crate::plugin_log`]); `TESSERA_PLUGIN_LOG=1` shows them.
@@ -342,6 +346,7 @@ fn compile_only_environment() {
         for (key, value) in [
             ("TPU_SKIP_MDS_QUERY", "1"),
             ("TPU_WORKER_HOSTNAMES", "localhost"),
+            ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
         ] {
             if std::env::var_os(key).is_none() {
                 // SAFETY: runs once, before libtpu is loaded; Rust's own
