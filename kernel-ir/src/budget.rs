@@ -18,8 +18,8 @@ pub struct VmemItem {
     pub shape: Vec<usize>,
     /// Bytes of one copy, padded to native (sublane, lane) tiles.
     pub padded_bytes: u64,
-    /// Number of copies: 2 for pipelined windows (double buffering), 1 for
-    /// scratch.
+    /// Number of copies: 2 for pipelined windows (double buffering), 4 for
+    /// an in-out operand (its input and output windows), 1 for scratch.
     pub copies: u64,
 }
 
@@ -56,8 +56,16 @@ impl VmemBudget {
                     kind: o.role.to_string(),
                     dtype: o.dtype,
                     shape: o.block.shape.clone(),
-                    padded_bytes: padded_bytes(t, o.dtype, &o.block.shape, order.as_deref()),
-                    copies: 2,
+                    padded_bytes: padded_bytes(
+                        t,
+                        o.dtype.tpu_memory_dtype(),
+                        &o.block.shape,
+                        order.as_deref(),
+                    ),
+                    // Pipelined windows are double-buffered; an in-out
+                    // operand is both an input and an output window (the
+                    // kernel takes it twice, as Pallas passes it).
+                    copies: if o.role == crate::Role::InOut { 4 } else { 2 },
                 });
             }
         }
@@ -68,11 +76,19 @@ impl VmemBudget {
                     kind: "scratch".into(),
                     dtype: s.dtype,
                     shape: s.shape.clone(),
-                    padded_bytes: padded_bytes(t, s.dtype, &s.shape, None),
+                    padded_bytes: padded_bytes(t, s.dtype.tpu_memory_dtype(), &s.shape, None),
                     copies: 1,
                 });
             }
         }
+        items.push(VmemItem {
+            name: "(compiler)".into(),
+            kind: "internal".into(),
+            dtype: DType::F32,
+            shape: Vec::new(),
+            padded_bytes: compiler_internal_bytes(kernel),
+            copies: 1,
+        });
         VmemBudget {
             target: t,
             items,
@@ -92,6 +108,48 @@ impl VmemBudget {
     pub fn fits(&self) -> bool {
         self.total() <= self.limit
     }
+}
+
+/// The vector register file of one TensorCore: 64 vregs of 8 x 128 words.
+const VREG_FILE_BYTES: u64 = 64 * 8 * 128 * 4;
+
+/// Headroom for the compiler's own small buffers (reductions' partial
+/// results, values spilled around branches): measured at up to 36 KiB on
+/// small kernels.
+const COMPILER_HEADROOM_BYTES: u64 = 64 << 10;
+
+/// VMEM the TPU compiler takes from the scoped limit for itself, measured
+/// with libtpu (`tests/it/tpu_compile.rs`): a matmul spills what does not
+/// fit in the register file to VMEM, up to its result tile plus its lhs
+/// tile (a transposed lhs is staged there), beyond the 256 KiB of vregs;
+/// reductions and branches take a few KiB, covered by a fixed headroom.
+/// An upper bound, not an exact count: the compiler often needs less (the
+/// test prints the slack).
+fn compiler_internal_bytes(kernel: &Kernel) -> u64 {
+    fn walk(k: &Kernel, r: &crate::Region, spill: &mut u64) {
+        for op in &r.ops {
+            match &op.kind {
+                crate::OpKind::Dot { lhs, .. } => {
+                    let tile = |v: crate::ValueId| {
+                        k.body
+                            .ty(v)
+                            .map(|t| padded_bytes(k.target, t.dtype, &t.shape, None))
+                            .unwrap_or(0)
+                    };
+                    let result = op.results.first().map_or(0, |&v| tile(v));
+                    let staged = result.saturating_add(tile(*lhs));
+                    *spill = spill.saturating_add(staged.saturating_sub(VREG_FILE_BYTES));
+                }
+                _ => {}
+            }
+            for inner in op.kind.regions() {
+                walk(k, inner, spill);
+            }
+        }
+    }
+    let mut spill = 0u64;
+    walk(kernel, &kernel.body.region, &mut spill);
+    spill.saturating_add(COMPILER_HEADROOM_BYTES)
 }
 
 /// Bytes of a buffer in VMEM, with the two physically minor dims padded to

@@ -47,6 +47,17 @@ impl DType {
         self.bits() as usize / 8
     }
 
+    /// The element type a buffer of this type has in TPU memory. Mosaic
+    /// takes no `i1` memrefs, so bools are i32 there (as in Pallas); every
+    /// other type is itself. The lowering converts at the boundary and the
+    /// VMEM budget counts these bytes.
+    pub fn tpu_memory_dtype(self) -> DType {
+        match self {
+            DType::Bool => DType::I32,
+            d => d,
+        }
+    }
+
     /// How many elements share one 32-bit sublane slot: 32 / bitwidth.
     pub fn packing(self) -> usize {
         32 / self.bits() as usize

@@ -209,7 +209,7 @@ fn list_and_help_describe_everything() {
     );
     let o = tessera(&["--help"]);
     assert!(o.status.success());
-    for cmd in ["demo", "list", "lower", "run", "diff", "bench"] {
+    for cmd in ["demo", "list", "lower", "compile", "run", "diff", "bench"] {
         assert!(stdout(&o).contains(cmd));
         let o = tessera(&[cmd, "--help"]);
         assert!(o.status.success(), "{cmd}");
@@ -218,6 +218,78 @@ fn list_and_help_describe_everything() {
             "{cmd}: {}",
             stdout(&o)
         );
+    }
+}
+
+#[test]
+fn compile_reports_every_generation_and_writes_executables() {
+    let d = dir("compile");
+    // One kernel, every generation (the default): a line per generation.
+    let o = tessera(&["compile", "flash_attention", "--config", "causal=true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for t in ["v5e", "v6e", "v5p", "v7x"] {
+        assert!(text.contains(&format!("  {t:<4} ok")), "{t}: {text}");
+    }
+    assert!(text.contains("code") && text.contains("HBM"), "{text}");
+    // One kernel on one generation: --out is the executable file.
+    let file = d.join("add.v6e.bin");
+    let o = tessera(&[
+        "compile",
+        "add_f32",
+        "--tpu",
+        "v6e",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = std::fs::read(&file).unwrap();
+    assert!(bytes.len() > 1000, "{} bytes", bytes.len());
+    // Several: --out is a directory with one file per kernel and generation.
+    let out = d.join("many");
+    let o = tessera(&[
+        "compile",
+        "add_f32",
+        "--tpu",
+        "v5e,v7x",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for t in ["v5e", "v7x"] {
+        assert!(
+            out.join(format!("add_f32.{t}.tpu-executable")).is_file(),
+            "{t}"
+        );
+    }
+    // Bad invocations: one line, status 2, before any compile.
+    for (args, want) in [
+        (vec!["compile", "nope"], "unknown kernel `nope`"),
+        (
+            vec!["compile", "add_f32", "--tpu", "v9"],
+            "unknown TPU generation `v9`",
+        ),
+        (
+            vec!["compile", "presets", "--config", "dtype=bf16"],
+            "--config and --shape need one kernel",
+        ),
+        (
+            vec![
+                "compile",
+                "add_f32",
+                "--tpu",
+                "v6e",
+                "--out",
+                d.to_str().unwrap(),
+            ],
+            "is a directory",
+        ),
+    ] {
+        let o = tessera(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert_eq!(e.lines().count(), 1, "{args:?}: {e}");
+        assert!(e.contains(want), "{args:?}: {e}");
     }
 }
 

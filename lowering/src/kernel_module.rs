@@ -43,9 +43,9 @@ pub enum Flavor {
 /// wrapper converts at the call boundary), loads compare it with zero and
 /// stores widen the bits.
 pub(crate) fn memory_dtype(flavor: Flavor, dtype: kernel_ir::DType) -> kernel_ir::DType {
-    match (flavor, dtype) {
-        (Flavor::Mosaic, kernel_ir::DType::Bool) => kernel_ir::DType::I32,
-        _ => dtype,
+    match flavor {
+        Flavor::Mosaic => dtype.tpu_memory_dtype(),
+        Flavor::Upstream => dtype,
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Every rule here was found by compiling with libtpu 0.0.48 for v5e, v6e,
 //! v5p and v7x (the differential test `tests/it/tpu_compile.rs` and the
-//! support matrix it came from) and holds on all four:
+//! support matrix it came from) and holds on all four unless it says so:
 //!
 //! * `f16`: no f16 vectors on any generation ("Invalid vector type for
 //!   load"), Pallas' f16 kernels included;
@@ -17,6 +17,9 @@
 //! * `bf16-rem`: `%` on bf16 vectors does not legalize;
 //! * `dot-operands`, `dot-acc`: the MXU multiplies f32, bf16 and i8 (not
 //!   i32) and accumulates in 32 bits;
+//! * `dot-k1` (v6e and v7x only): a dot contracting over size 1 (an outer
+//!   product) can fail libtpu's register allocator or abort it in the MXU
+//!   latch packer;
 //! * `smem-vector`: SMEM holds scalars; a load or store that moves a vector
 //!   from or to it is rejected ("Expected vmem memory space");
 //! * `bool-carry`: bool vectors carried by a loop or returned by a branch
@@ -202,6 +205,22 @@ impl Checker<'_> {
                     "`%` on bf16 vectors",
                     "Mosaic has no bf16 remainder",
                     "convert to f32 first",
+                );
+                self.push(kind, op);
+            }
+            OpKind::Dot { lhs, acc, dims, .. }
+                if matches!(self.k.target, crate::Target::V6e | crate::Target::V7x)
+                    && self.ty(*lhs).is_some_and(|t| {
+                        dims.lhs_contract
+                            .iter()
+                            .all(|&d| t.shape.get(d) == Some(&1))
+                    }) =>
+            {
+                let kind = unsupported(
+                    "dot-k1",
+                    format!("a dot contracting over size 1 on {}", self.k.target),
+                    "libtpu's 256-wide MXU path miscompiles these outer products (its register allocator and MXU latch checks fail)",
+                    "multiply with broadcasts instead (`a.broadcast_to(..) * b.broadcast_to(..)`)",
                 );
                 self.push(kind, op);
             }

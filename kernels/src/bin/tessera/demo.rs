@@ -1,8 +1,9 @@
 //! `tessera demo`: the main job. Builds flash attention from the
 //! `#[tpu_kernel]` DSL, verifies it, shows its grid, tiling, IR and VMEM
-//! budget, writes it lowered to every target, runs it and the foundation
-//! kernels on every CPU path on random inputs, and compares each with its
-//! f64 reference, with timings.
+//! budget, writes it lowered to every target, compiles it with the TPU
+//! compiler (libtpu, compile-only) for every generation, runs it and the
+//! foundation kernels on every CPU path on random inputs, and compares each
+//! with its f64 reference, with timings.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -199,6 +200,49 @@ fn write_lowered(name: &str, k: &VerifiedKernel) {
     }
 }
 
+/// Compiles the attention kernels with libtpu for every generation and
+/// prints what the compiler reports; false if any fails (or libtpu is
+/// missing).
+fn compile_for_tpu(cases: &[Case]) -> bool {
+    println!(
+        "\n== flash attention compiled by the TPU compiler (libtpu, compile-only; nothing runs)"
+    );
+    let tpu = match runtime::tpu::TpuCompiler::load() {
+        Ok(t) => t,
+        Err(e) => {
+            println!("{e}");
+            return false;
+        }
+    };
+    println!(
+        "{:<34} {:<4} {:>8} {:>10} {:>12} {:>12}  result",
+        "kernel", "tpu", "compile", "code", "HBM peak", "VMEM budget"
+    );
+    let mut ok = true;
+    for c in cases {
+        let Ok(k) = &c.kernel else { continue };
+        for t in Target::ALL {
+            match tpu.compile_kernel(k, t) {
+                Ok(r) => println!(
+                    "{:<34} {:<4} {:>6.0}ms {:>10} {:>12} {:>12}  ok",
+                    c.name,
+                    t.name(),
+                    r.compiled.compile_time.as_secs_f64() * 1e3,
+                    kernel_ir::human_bytes(r.compiled.code_bytes.max(0) as u64),
+                    kernel_ir::human_bytes(r.compiled.memory.peak_bytes.max(0) as u64),
+                    kernel_ir::human_bytes(r.kernel.vmem_budget().total()),
+                ),
+                Err(e) => {
+                    ok = false;
+                    println!("{:<34} {:<4} FAILED: {e}", c.name, t.name());
+                }
+            }
+        }
+    }
+    println!("(`tessera compile presets` compiles every preset the same way)");
+    ok
+}
+
 /// Prints what a kernel author checks first: grid, blocks, IR, VMEM.
 fn show_kernel(name: &str, k: &VerifiedKernel) {
     println!("\n== {name}: built from the #[tpu_kernel] DSL and verified");
@@ -267,6 +311,7 @@ pub fn demo() -> ExitCode {
     if let Some(Ok(k)) = cases.get(1).map(|c| &c.kernel) {
         write_lowered(cases[1].name, k);
     }
+    ok &= compile_for_tpu(&cases[..3]);
 
     println!(
         "\n== every CPU path vs the f64 reference (err/tol: worst error over its tolerance, ≤ 1 passes)"

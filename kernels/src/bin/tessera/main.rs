@@ -44,10 +44,12 @@ USAGE:
 Builds flash attention from the #[tpu_kernel] DSL and verifies it, prints its
 grid, blocks, IR and VMEM budget, writes it lowered to every target under
 target/tessera-demo/ (kernel module, tpu_custom_call module, Mosaic body,
-decomposed StableHLO, host module), then runs it and the foundation kernels on
-every CPU path (interp, jit, pjrt-decomposed, pjrt-ffi) on random inputs and
-prints, per path and output, the error against an f64 reference and the
-compile and run times. Exits 1 if any path mismatches.
+decomposed StableHLO, host module), compiles it with the TPU compiler
+(libtpu, compile-only) for v5e, v6e, v5p and v7x, then runs it and the
+foundation kernels on every CPU path (interp, jit, pjrt-decomposed, pjrt-ffi)
+on random inputs and prints, per path and output, the error against an f64
+reference and the compile and run times. Exits 1 if any path mismatches or
+any TPU compile fails.
 ";
 
 const HELP_LIST: &str = "\
