@@ -128,19 +128,16 @@ const COMPILER_HEADROOM_BYTES: u64 = 64 << 10;
 fn compiler_internal_bytes(kernel: &Kernel) -> u64 {
     fn walk(k: &Kernel, r: &crate::Region, spill: &mut u64) {
         for op in &r.ops {
-            match &op.kind {
-                crate::OpKind::Dot { lhs, .. } => {
-                    let tile = |v: crate::ValueId| {
-                        k.body
-                            .ty(v)
-                            .map(|t| padded_bytes(k.target, t.dtype, &t.shape, None))
-                            .unwrap_or(0)
-                    };
-                    let result = op.results.first().map_or(0, |&v| tile(v));
-                    let staged = result.saturating_add(tile(*lhs));
-                    *spill = spill.saturating_add(staged.saturating_sub(VREG_FILE_BYTES));
-                }
-                _ => {}
+            if let crate::OpKind::Dot { lhs, .. } = &op.kind {
+                let tile = |v: crate::ValueId| {
+                    k.body
+                        .ty(v)
+                        .map(|t| padded_bytes(k.target, t.dtype, &t.shape, None))
+                        .unwrap_or(0)
+                };
+                let result = op.results.first().map_or(0, |&v| tile(v));
+                let staged = result.saturating_add(tile(*lhs));
+                *spill = spill.saturating_add(staged.saturating_sub(VREG_FILE_BYTES));
             }
             for inner in op.kind.regions() {
                 walk(k, inner, spill);

@@ -416,7 +416,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
             let mut ops = vec![base];
             ops.extend(starts);
             let v = ir.op1(block, "memref.load", &ops, elem, Vec::new())?;
-            return self.from_memory(block, v, &TileType::scalar(mem), rt.dtype);
+            return self.loaded_as(block, v, &TileType::scalar(mem), rt.dtype);
         }
         let moved = Self::moved_shape(&acc);
         let moved_ty = ir.shaped_vector(&moved, elem);
@@ -475,12 +475,12 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                 )?;
             }
         }
-        self.from_memory(block, v, &TileType::new(mem, rt.shape.clone()), rt.dtype)
+        self.loaded_as(block, v, &TileType::new(mem, rt.shape.clone()), rt.dtype)
     }
 
     /// A value loaded as `mem` (its memory type) as a value of `dtype`:
     /// bools are i32 in Mosaic memory, and nonzero is true.
-    fn from_memory(
+    fn loaded_as(
         &self,
         block: &Block<'c>,
         v: Raw,

@@ -42,7 +42,7 @@ fn matmul_matches_builder() {
     for (m, n, k, bk, dtype, out_dtype) in [
         (256, 256, 512, 128, BF16, F32),
         (64, 128, 200, 128, F32, F32),
-        (16, 128, 384, 128, F16, BF16),
+        (16, 128, 384, 128, BF16, BF16),
     ] {
         let c = MatmulConfig {
             m,

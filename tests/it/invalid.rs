@@ -162,9 +162,12 @@ fn vmem_overflow_shows_the_breakdown() {
     let ErrorKind::VmemOverflow(b) = &e.first().unwrap().kind else {
         panic!("{e}")
     };
-    assert_eq!(b.total(), 2 * 2 * 2048 * 2048 * 4);
+    // Two double-buffered 16 MiB windows, and the compiler's own share
+    // (a copy has no matmul to spill: just the fixed headroom).
+    assert_eq!(b.total(), 2 * 2 * 2048 * 2048 * 4 + (64 << 10));
     let msg = e.to_string();
     for needle in [
+        "(compiler)",
         "exceeds the scoped limit 32.0 MiB",
         "x ",
         "o ",
