@@ -113,6 +113,15 @@ pub enum ErrorKind {
         /// Its shape.
         shape: Vec<usize>,
     },
+    /// An array too large to index: more than 2^40 elements, or a dim past
+    /// `i32::MAX`.
+    #[error("[too-large] {what} has shape {}: arrays hold at most 2^40 elements and 2147483647 per dim (kernels index in i32); check the shape", ShapeDisplay(.shape))]
+    TooLarge {
+        /// What it is (`operand x`, ...).
+        what: String,
+        /// Its shape.
+        shape: Vec<usize>,
+    },
     /// The block shape has a different rank than the array.
     #[error("[block-rank] operand `{operand}` is rank {array_rank} but its block {} is rank {block_rank}; give one block dim per array dim (use 1 for dims you index one at a time)", ShapeDisplay(.block))]
     BlockRank {

@@ -90,6 +90,65 @@ impl Kernel {
         Ok(bidx)
     }
 
+    /// Checks, before a run, that every block index the kernel's index maps
+    /// produce from these scalar-prefetch values is inside its array, at
+    /// every grid point: the check the interpreter and the native driver
+    /// make as they go, for paths that cannot make it themselves (the
+    /// decomposed StableHLO clamps a dynamic slice instead of failing).
+    /// `prefetch` are the scalar-prefetch arrays in order. The error is the
+    /// one the interpreter reports.
+    pub fn check_block_indices(&self, prefetch: &[crate::Array]) -> Result<(), crate::KernelError> {
+        let uses_prefetch: Vec<usize> = self
+            .operands
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| {
+                o.space != crate::MemorySpace::Any
+                    && o.block.index_map.exprs.iter().any(|e| e.uses_prefetch())
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if uses_prefetch.is_empty() {
+            return Ok(());
+        }
+        let read = |p: usize, idx: &[i64]| -> Result<i64, crate::IndexEvalError> {
+            let (decl, a) = self.prefetch.get(p).zip(prefetch.get(p)).ok_or_else(|| {
+                crate::IndexEvalError::Prefetch(format!("no scalar prefetch {p}"))
+            })?;
+            let mut flat = 0usize;
+            for (d, (&i, &n)) in idx.iter().zip(a.shape()).enumerate() {
+                if i < 0 || i as usize >= n {
+                    return Err(crate::IndexEvalError::Prefetch(format!(
+                        "`{}` index {i} in dim {d} is outside 0..{n}",
+                        decl.name
+                    )));
+                }
+                flat = flat * n + i as usize;
+            }
+            Ok(a.data()[flat] as i64)
+        };
+        let bounds: Vec<i64> = self.grid.dims.iter().map(|d| d.bound as i64).collect();
+        let mut point = vec![0i64; bounds.len()];
+        loop {
+            for &i in &uses_prefetch {
+                self.block_index(i, &point, &read)?;
+            }
+            // Next grid point, last dim fastest.
+            let mut d = bounds.len();
+            loop {
+                if d == 0 {
+                    return Ok(());
+                }
+                d -= 1;
+                point[d] += 1;
+                if point[d] < bounds[d] {
+                    break;
+                }
+                point[d] = 0;
+            }
+        }
+    }
+
     /// Operands the kernel reads from the caller (in and in-out), in order.
     pub fn inputs(&self) -> impl Iterator<Item = &Operand> {
         self.operands.iter().filter(|o| o.role.is_input())

@@ -564,6 +564,7 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
                 backend: Backend::Decomposed,
                 executable,
                 client,
+                prefetch_check: None,
             };
             let args: Vec<Array> = w
                 .baseline_inputs()

@@ -81,6 +81,91 @@ impl Entry {
         (self.build)(cfg, shapes)
     }
 
+    /// What the inputs must satisfy beyond their shapes and types, checked
+    /// before anything runs, so every back end (and the reference) gets
+    /// the same answer for out-of-range values: an error naming the value.
+    ///
+    /// * a valid kv length in `0..=skv`;
+    /// * paged decode: lengths in `0..=pages_per_seq · page`, block-table
+    ///   entries in `0..pages`;
+    /// * attention: scores that stay in f32 range (`max|q| · max|k| · d ·
+    ///   sm_scale` finite), or the kernels compute ±∞ and NaN.
+    pub fn check_inputs(
+        &self,
+        cfg: &Config,
+        kernel: &VerifiedKernel,
+        inputs: &[Array],
+    ) -> Result<(), String> {
+        let arg = |name: &str| {
+            kernel
+                .arguments()
+                .position(|a| a.name == name)
+                .and_then(|i| inputs.get(i))
+        };
+        let in_range = |name: &str, lo: f64, hi: f64, what: &str| -> Result<(), String> {
+            if let Some(a) = arg(name)
+                && let Some((i, v)) = a
+                    .data()
+                    .iter()
+                    .enumerate()
+                    .find(|(_, v)| !(lo..=hi).contains(*v))
+            {
+                return Err(format!(
+                    "input `{name}` has {v} at flat index {i}, outside {lo}..={hi} ({what})"
+                ));
+            }
+            Ok(())
+        };
+        match self.name {
+            "flash_attention_kv_len" => {
+                let skv = arg("k").map_or(0, |k| k.shape()[2]) as f64;
+                in_range("kv_len", 0.0, skv, "the keys that exist")?;
+            }
+            "paged_decode_attention" => {
+                let tables = arg("block_tables").map_or(&[][..], |t| t.shape());
+                let pages_per_seq = tables.get(1).copied().unwrap_or(0);
+                let pool = arg("k_pages").map_or(&[][..], |k| k.shape());
+                let (pages, page) = (
+                    pool.get(1).copied().unwrap_or(0),
+                    pool.get(2).copied().unwrap_or(0),
+                );
+                in_range(
+                    "lengths",
+                    0.0,
+                    (pages_per_seq * page) as f64,
+                    "a sequence holds at most pages_per_seq x page tokens",
+                )?;
+                in_range(
+                    "block_tables",
+                    0.0,
+                    pages as f64 - 1.0,
+                    "the pages of the pool",
+                )?;
+            }
+            _ => {}
+        }
+        if let (Some(q), Some(k)) = (arg("q"), arg("k")) {
+            // `auto` (or no such parameter): 1/√d.
+            let given = if self.params.iter().any(|p| p.name == "sm_scale") {
+                cfg.opt_f32("sm_scale").ok().flatten()
+            } else {
+                None
+            };
+            let scale = given
+                .map(f64::from)
+                .unwrap_or_else(|| 1.0 / (*q.shape().last().unwrap_or(&1) as f64).sqrt());
+            let max = |a: &Array| a.data().iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let d = *q.shape().last().unwrap_or(&1) as f64;
+            let bound = max(q) * max(k) * d * scale.abs();
+            if !bound.is_finite() || bound > f32::MAX as f64 / 4.0 {
+                return Err(format!(
+                    "the attention scores can overflow f32: max|q| x max|k| x d x sm_scale = {bound:.3e} (f32 holds up to 3.4e38); scale q or k down"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The f64 reference of each output for these inputs.
     pub fn reference(&self, cfg: &Config, inputs: &[Array]) -> Result<Vec<Vec<f64>>, String> {
         (self.reference)(cfg, inputs)

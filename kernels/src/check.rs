@@ -162,7 +162,10 @@ impl ErrorStats {
                 s.worst = i;
                 continue;
             }
-            let abs = (a - r).abs();
+            // Equal values (infinities of one sign included: the −∞ of an
+            // empty logsumexp) are exact; an infinity against anything
+            // else is an infinite error below.
+            let abs = if a == r { 0.0 } else { (a - r).abs() };
             let rel = abs / r.abs().max(f64::MIN_POSITIVE);
             s.max_abs = s.max_abs.max(abs);
             s.max_rel = s.max_rel.max(rel);

@@ -58,7 +58,7 @@ fn activate(y: Tile, act: Activation) -> Tile {
 
 /// `o = act(x·w + bias)`.
 #[tpu_kernel(
-    grid = (m.div_ceil(bm), n.div_ceil(bn), k.div_ceil(bk)),
+    grid = (crate::foundation::cdiv(m, bm), crate::foundation::cdiv(n, bn), crate::foundation::cdiv(k, bk)),
     semantics = (parallel, parallel, arbitrary)
 )]
 pub fn matmul_bias_act<T: Element, O: Element>(
@@ -90,7 +90,7 @@ pub fn matmul_bias_act<T: Element, O: Element>(
 
 /// `o = act(x·w + bias) + residual`.
 #[tpu_kernel(
-    grid = (m.div_ceil(bm), n.div_ceil(bn), k.div_ceil(bk)),
+    grid = (crate::foundation::cdiv(m, bm), crate::foundation::cdiv(n, bn), crate::foundation::cdiv(k, bk)),
     semantics = (parallel, parallel, arbitrary)
 )]
 pub fn matmul_bias_act_residual<T: Element, O: Element>(

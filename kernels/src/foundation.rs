@@ -15,7 +15,7 @@ pub fn cdiv(n: usize, block: usize) -> usize {
 
 pub(crate) fn unsupported(what: &str, dtype: DType) -> KernelErrors {
     KernelErrors::from(KernelError::from(ErrorKind::Builder(format!(
-        "{what} is instantiated for f32, bf16 and f16, not {dtype}"
+        "{what} is instantiated for float types (f32, bf16), not {dtype}"
     ))))
 }
 
@@ -60,7 +60,7 @@ pub struct AddConfig {
 /// Tiled elementwise `o = x + y` over a 2-D grid of blocks. Partial last
 /// blocks are allowed: their padding is computed and dropped.
 #[tpu_kernel(
-    grid = (rows.div_ceil(block_rows), cols.div_ceil(block_cols)),
+    grid = (crate::foundation::cdiv(rows, block_rows), crate::foundation::cdiv(cols, block_cols)),
     semantics = (parallel, parallel)
 )]
 pub fn add<T: Element>(
@@ -113,7 +113,7 @@ pub struct MatmulConfig {
 /// `arbitrary` k grid dim: zeroed at the first k step, written out at the
 /// last. A ragged k tail is masked so padding never enters the sum.
 #[tpu_kernel(
-    grid = (m.div_ceil(bm), n.div_ceil(bn), k.div_ceil(bk)),
+    grid = (crate::foundation::cdiv(m, bm), crate::foundation::cdiv(n, bn), crate::foundation::cdiv(k, bk)),
     semantics = (parallel, parallel, arbitrary)
 )]
 pub fn matmul<T: Element, O: Element>(
@@ -224,7 +224,7 @@ pub struct SoftmaxConfig {
 
 /// Numerically stable softmax of each row, one block of whole rows per
 /// grid step, computed in f32.
-#[tpu_kernel(grid = (rows.div_ceil(block_rows),), semantics = (parallel,))]
+#[tpu_kernel(grid = (crate::foundation::cdiv(rows, block_rows),), semantics = (parallel,))]
 pub fn softmax<T: Element>(
     block_rows: usize,
     #[shape(rows, cols)]
@@ -265,7 +265,7 @@ pub struct LayerNormConfig {
 
 /// Layer norm over the last dim: `(x − mean) / sqrt(var + eps) · gamma +
 /// beta`, with rank-1 gamma and beta broadcast over the rows of a block.
-#[tpu_kernel(grid = (rows.div_ceil(block_rows),), semantics = (parallel,))]
+#[tpu_kernel(grid = (crate::foundation::cdiv(rows, block_rows),), semantics = (parallel,))]
 pub fn layer_norm<T: Element>(
     block_rows: usize,
     eps: f32,

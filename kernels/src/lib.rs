@@ -22,6 +22,7 @@
 //! transformer block on the graph runtime), [`bench`](mod@bench) (benchmarks against
 //! XLA baselines), [`guide`] (porting from Triton and CUTLASS).
 
+pub mod atomic_file;
 pub mod attention;
 pub mod bench;
 pub mod catalog;

@@ -84,21 +84,41 @@ fn field<'a>(header: &'a str, key: &str) -> Result<&'a str, NpyError> {
     Ok(rest[..end].trim())
 }
 
-/// Parses a `.npy` file.
-pub fn decode(bytes: &[u8]) -> Result<Array, NpyError> {
-    if bytes.len() < 10 || &bytes[..6] != MAGIC {
+/// The most bytes of data a `.npy` file may hold here (16 GiB): a larger
+/// claim is refused before anything is read.
+pub const MAX_DATA_BYTES: u64 = 16 << 30;
+
+/// What a `.npy` header says: where the data starts, its type and shape.
+struct Header {
+    data_start: usize,
+    dtype: DType,
+    shape: Vec<usize>,
+    /// Bytes of data the header claims (checked against overflow and
+    /// [`MAX_DATA_BYTES`]).
+    data_bytes: usize,
+}
+
+/// Reads the header from the first bytes of a file (`prefix` holds at least
+/// the magic, version and length fields, and the header if it fits).
+fn header(prefix: &[u8]) -> Result<Header, NpyError> {
+    if prefix.len() < 10 || &prefix[..6] != MAGIC {
         return Err(err("not a .npy file (no \\x93NUMPY magic)"));
     }
-    let (header_start, header_len) = match bytes[6] {
-        1 => (10, u16::from_le_bytes([bytes[8], bytes[9]]) as usize),
-        2 | 3 if bytes.len() >= 12 => (
+    let (header_start, header_len) = match prefix[6] {
+        1 => (10, u16::from_le_bytes([prefix[8], prefix[9]]) as usize),
+        2 | 3 if prefix.len() >= 12 => (
             12,
-            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]) as usize,
         ),
         v => return Err(err(format!("unsupported .npy format version {v}"))),
     };
+    if header_len > MAX_HEADER {
+        return Err(err(format!(
+            "the header claims {header_len} bytes; real .npy headers are under {MAX_HEADER}"
+        )));
+    }
     let data_start = header_start + header_len;
-    let header = bytes
+    let header = prefix
         .get(header_start..data_start)
         .ok_or_else(|| err("the header is cut off"))?;
     let header = std::str::from_utf8(header).map_err(|_| err("the header is not text"))?;
@@ -131,28 +151,90 @@ pub fn decode(bytes: &[u8]) -> Result<Array, NpyError> {
                 .map_err(|_| err(format!("bad shape {shape_text}")))
         })
         .collect::<Result<_, _>>()?;
-    let data = &bytes[data_start..];
-    let want = shape.iter().product::<usize>() * dtype.bytes();
-    if data.len() != want {
+    let data_bytes = shape
+        .iter()
+        .try_fold(dtype.bytes() as u64, |a, &d| a.checked_mul(d as u64))
+        .filter(|&b| b <= MAX_DATA_BYTES)
+        .ok_or_else(|| {
+            err(format!(
+                "shape {shape:?} of {dtype} is more than {} GiB of data; refusing to read it",
+                MAX_DATA_BYTES >> 30
+            ))
+        })? as usize;
+    Ok(Header {
+        data_start,
+        dtype,
+        shape,
+        data_bytes,
+    })
+}
+
+/// The longest header accepted (numpy writes a few hundred bytes).
+const MAX_HEADER: usize = 1 << 16;
+
+/// Parses a `.npy` file.
+pub fn decode(bytes: &[u8]) -> Result<Array, NpyError> {
+    let h = header(bytes)?;
+    let data = &bytes[h.data_start.min(bytes.len())..];
+    if data.len() != h.data_bytes {
         return Err(err(format!(
-            "the data is {} bytes but shape {shape:?} of {dtype} needs {want}",
-            data.len()
+            "the data is {} bytes but shape {:?} of {} needs {}",
+            data.len(),
+            h.shape,
+            h.dtype,
+            h.data_bytes
         )));
     }
-    Array::from_le_bytes(dtype, shape, data).map_err(|e| err(e.to_string()))
+    Array::from_le_bytes(h.dtype, h.shape, data).map_err(|e| err(e.to_string()))
 }
 
-/// Reads a `.npy` file.
+/// Reads a `.npy` file: the header first, then exactly the data it
+/// announces (checked against the file's size when the file has one), so a
+/// device that never ends (`/dev/zero`) or a huge claim is an error, not
+/// an unbounded read.
 pub fn read(path: &std::path::Path) -> Result<Array, NpyError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| err(format!("cannot read {}: {e}", path.display())))?;
-    decode(&bytes).map_err(|e| err(format!("{}: {e}", path.display())))
+    use std::io::Read;
+    let cannot = |e: std::io::Error| err(format!("cannot read {}: {e}", path.display()));
+    let at = |e: NpyError| err(format!("{}: {e}", path.display()));
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if meta.is_dir() {
+        return Err(err(format!(
+            "{} is a directory, not a .npy file",
+            path.display()
+        )));
+    }
+    let mut prefix = Vec::new();
+    (&mut file)
+        .take((12 + MAX_HEADER) as u64)
+        .read_to_end(&mut prefix)
+        .map_err(cannot)?;
+    let h = header(&prefix).map_err(at)?;
+    let total = h.data_start as u64 + h.data_bytes as u64;
+    if meta.is_file() && meta.len() != total {
+        return Err(at(err(format!(
+            "the file is {} bytes but its header announces {} (shape {:?} of {}); it is truncated or not one array",
+            meta.len(),
+            total,
+            h.shape,
+            h.dtype
+        ))));
+    }
+    let mut bytes = prefix;
+    let have = bytes.len() as u64;
+    if have <= total {
+        // The rest, and one byte more than announced, which tells a longer
+        // stream from one that fits.
+        file.take(total + 1 - have)
+            .read_to_end(&mut bytes)
+            .map_err(cannot)?;
+    }
+    decode(&bytes).map_err(at)
 }
 
-/// Writes a `.npy` file.
+/// Writes a `.npy` file atomically (see [`crate::atomic_file`]).
 pub fn write(path: &std::path::Path, a: &Array) -> Result<(), NpyError> {
-    std::fs::write(path, encode(a))
-        .map_err(|e| err(format!("cannot write {}: {e}", path.display())))
+    crate::atomic_file::write(path, &encode(a)).map_err(|e| err(e.to_string()))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 use crate::foundation::with_float;
 
 /// RoPE over `x: [b, h, s, d]` (`d` even), `block_s` positions per step.
-#[tpu_kernel(grid = (b, h, s.div_ceil(block_s)), semantics = (parallel, parallel, parallel))]
+#[tpu_kernel(grid = (b, h, crate::foundation::cdiv(s, block_s)), semantics = (parallel, parallel, parallel))]
 pub fn rope<T: Element>(
     block_s: usize,
     #[shape(b, h, s, d)]

@@ -28,7 +28,7 @@ pub struct SwigluConfig {
 
 /// Fused SwiGLU.
 #[tpu_kernel(
-    grid = (m.div_ceil(bm), n.div_ceil(bn), k.div_ceil(bk)),
+    grid = (crate::foundation::cdiv(m, bm), crate::foundation::cdiv(n, bn), crate::foundation::cdiv(k, bk)),
     semantics = (parallel, parallel, arbitrary)
 )]
 pub fn swiglu<T: Element>(

@@ -136,6 +136,9 @@ pub enum Prepared {
         executable: Executable,
         /// The client it runs on.
         client: &'static Client,
+        /// The kernel, when its index maps read scalar prefetch and this
+        /// path does not check the blocks they pick itself.
+        prefetch_check: Option<VerifiedKernel>,
     },
 }
 
@@ -160,16 +163,19 @@ impl Prepared {
                     backend,
                     executable,
                     client,
+                    prefetch_check: (!kernel.prefetch.is_empty()).then(|| kernel.clone()),
                 }
             }
             Backend::HostCall => {
                 let client = cpu_client()?;
                 let module = host_call::host_call_module(client.plugin(), kernel)?;
                 let executable = client.compile(module.as_bytes(), &CompileOptions::default())?;
+                // The FFI handler runs the native driver, which checks.
                 Prepared::Pjrt {
                     backend,
                     executable,
                     client,
+                    prefetch_check: None,
                 }
             }
         })
@@ -190,7 +196,18 @@ impl Prepared {
         match self {
             Prepared::Interpreter(k) => Ok(kernel_ir::interpret(k, args)?),
             Prepared::Native(k) => Ok(k.run(args)?),
-            Prepared::Pjrt { executable, .. } => {
+            Prepared::Pjrt {
+                executable,
+                prefetch_check,
+                ..
+            } => {
+                // Out-of-range scalar-prefetch indices are the same error
+                // here as on the interpreter and native paths: decomposed
+                // StableHLO would clamp them silently.
+                if let Some(k) = prefetch_check {
+                    k.check_block_indices(&args[..k.prefetch.len().min(args.len())])
+                        .map_err(|e| LoweringError::Run(e.to_string()))?;
+                }
                 let bufs = self.upload(args)?;
                 let refs: Vec<&Buffer> = bufs.iter().collect();
                 let outs = executable.execute(&refs)?;

@@ -81,6 +81,93 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+
+    /// Query rows that see no key (every key hidden by a valid length, the
+    /// window and the causal mask, or past a short K) get o = 0 and
+    /// lse = −∞ on every path, as in the reference, and the other rows
+    /// their softmax.
+    #[test]
+    fn rows_with_no_visible_key_are_zero_with_lse_minus_infinity_on_every_path(
+        kv_len in 0usize..=100, window in 1usize..8, causal in any::<bool>(),
+        short_k in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let (h, sq, d) = (2, 128, 64);
+        let skv = if short_k { 100 } else { 256 };
+        let cfg = AttnConfig { causal, sm_scale: 0.125, block_q: 32, block_k: if short_k { skv } else { 128 }, window: Some(window), softcap: None };
+        let q = Array::random(F32, [1, h, sq, d], seed, -1.0, 1.0);
+        let k = Array::random(F32, [1, 1, skv, d], seed + 1, -1.0, 1.0);
+        let v = Array::random(F32, [1, 1, skv, d], seed + 2, -1.0, 1.0);
+        let kv_len = kv_len.min(skv);
+        let s = AttnSpec { kv_len: Some(kv_len), ..spec(&cfg) };
+        let (o, lse) = reference::attention_full(&q, &k, &v, &s);
+        // The case is not vacuous: some rows see nothing, and those are
+        // exactly 0 and −∞ in the reference.
+        let dead: Vec<usize> = (0..h * sq).filter(|&r| lse[r] == f64::NEG_INFINITY).collect();
+        prop_assert!(!dead.is_empty(), "no dead rows");
+        for &r in &dead {
+            prop_assert!(o[r * d..(r + 1) * d].iter().all(|&x| x == 0.0));
+        }
+        let len = Array::from_elems([1], &[kv_len as i32]).unwrap();
+        all_paths(
+            flash_attention_kv_len(&cfg, F32, kernels::attention::flash_attention_kv_len::Dims { b: 1, h, hkv: 1, sq, skv, d }),
+            &[len, q.clone(), k.clone(), v.clone()],
+            vec![o, lse],
+            &[out_tol(F32), lse_tol(F32)],
+        )?;
+        // Without a valid length, a short K under a causal window still
+        // leaves the late queries nothing to see.
+        let s = AttnSpec { kv_len: None, ..spec(&cfg) };
+        let (o, lse) = reference::attention_full(&q, &k, &v, &s);
+        all_paths(
+            flash_attention(&cfg, F32, kernels::attention::flash_attention::Dims { b: 1, h, hkv: 1, sq, skv, d }),
+            &[q, k, v],
+            vec![o, lse],
+            &[out_tol(F32), lse_tol(F32)],
+        )?;
+    }
+}
+
+/// An out-of-range page in a block table is the same error on every path:
+/// the decomposed StableHLO (whose dynamic slices clamp) is checked before
+/// the call, as the interpreter and native code check as they go.
+#[test]
+fn an_out_of_range_block_table_entry_is_an_error_on_every_path() {
+    use kernels::attention::decode::{DecodeConfig, paged_decode_attention};
+    let (b, hkv, g, d, pages, page, pages_per_seq) = (1, 1, 8, 32, 4, 8, 2);
+    let kernel = paged_decode_attention(
+        &DecodeConfig { sm_scale: 0.2 },
+        F32,
+        kernels::attention::decode::paged_decode_attention::Dims {
+            b,
+            hkv,
+            g,
+            d,
+            pages,
+            page,
+            pages_per_seq,
+        },
+    )
+    .unwrap();
+    for bad in [1_000_000, 40, -1] {
+        let lens = Array::from_elems([b], &[16i32]).unwrap();
+        let tab = Array::from_elems([b, pages_per_seq], &[0i32, bad]).unwrap();
+        let args = [
+            lens,
+            tab,
+            Array::random(F32, [b, hkv, g, d], 1, -1.0, 1.0),
+            Array::random(F32, [hkv, pages, page, d], 2, -1.0, 1.0),
+            Array::random(F32, [hkv, pages, page, d], 3, -1.0, 1.0),
+        ];
+        for backend in runtime::backend::Backend::ALL {
+            let e = runtime::backend::run(backend, &kernel, &args)
+                .expect_err(&format!("{backend} accepted page {bad}"));
+            assert!(e.to_string().contains("k_pages"), "{backend}: {e}");
+        }
+    }
+}
+
 #[test]
 fn per_target_defaults_verify_for_every_target() {
     for t in kernel_ir::Target::ALL {
@@ -249,7 +336,8 @@ proptest! {
             perm.swap(i, rng.below(i + 1));
         }
         let tables: Vec<Vec<usize>> = (0..b).map(|i| perm[i * pages_per_seq..(i + 1) * pages_per_seq].to_vec()).collect();
-        let lengths: Vec<usize> = (0..b).map(|_| 1 + rng.below(pages_per_seq * page)).collect();
+        // Length 0 (an empty sequence) included: its output is 0.
+        let lengths: Vec<usize> = (0..b).map(|_| rng.below(pages_per_seq * page + 1)).collect();
         let q = Array::random(dtype, [b, hkv, g, d], seed, -1.0, 1.0);
         let kp = Array::random(dtype, [hkv, pool, page, d], seed + 1, -1.0, 1.0);
         let vp = Array::random(dtype, [hkv, pool, page, d], seed + 2, -1.0, 1.0);

@@ -71,6 +71,9 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
                 &p.loc,
             );
         }
+        if let Some(kind) = too_large(format!("scalar prefetch `{}`", p.name), &p.shape) {
+            err(kind, &p.loc);
+        }
         if p.shape.contains(&0) {
             err(
                 ErrorKind::ZeroSize {
@@ -82,6 +85,9 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
         }
     }
     for s in &k.scratch {
+        if let Some(kind) = too_large(format!("scratch `{}`", s.name), &s.shape) {
+            err(kind, &s.loc);
+        }
         if s.shape.contains(&0) {
             err(
                 ErrorKind::ZeroSize {
@@ -112,6 +118,10 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
                 },
                 &o.loc,
             );
+            continue;
+        }
+        if let Some(kind) = too_large(format!("operand `{}`", o.name), &o.shape) {
+            err(kind, &o.loc);
             continue;
         }
         if let Order::MinorToMajor(order) = &o.layout.order
@@ -235,4 +245,20 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
         }
     }
     errors
+}
+
+/// The most elements one array may have: 2^40 (4 TiB of f32), far past any
+/// device memory, so that element and byte counts never overflow.
+pub const MAX_ELEMENTS: u64 = 1 << 40;
+
+/// An error when `shape` has more than [`MAX_ELEMENTS`] elements or a dim
+/// past `i32::MAX` (kernels index in i32).
+fn too_large(what: String, shape: &[usize]) -> Option<ErrorKind> {
+    let elements = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+    let fits = elements.is_some_and(|n| n <= MAX_ELEMENTS)
+        && shape.iter().all(|&d| d <= i32::MAX as usize);
+    (!fits).then(|| ErrorKind::TooLarge {
+        what,
+        shape: shape.to_vec(),
+    })
 }

@@ -20,7 +20,7 @@ use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 use super::{AttnConfig, block_visible, kv_block, mask_scores, raw_scores, visible_keys};
 
 /// `delta = rowsum(dO ∘ O)` in f32, `[b, h, sq, 1]`.
-#[tpu_kernel(grid = (b, h, sq.div_ceil(bq)), semantics = (parallel, parallel, parallel))]
+#[tpu_kernel(grid = (b, h, crate::foundation::cdiv(sq, bq)), semantics = (parallel, parallel, parallel))]
 pub fn attention_delta<T: Element>(
     bq: usize,
     #[shape(b, h, sq, d)]
@@ -46,7 +46,8 @@ pub fn attention_delta(
     match dtype {
         DType::BF16 => attention_delta::build::<bf16>(block_q, dims),
         DType::F16 => attention_delta::build::<f16>(block_q, dims),
-        _ => attention_delta::build::<f32>(block_q, dims),
+        DType::F32 => attention_delta::build::<f32>(block_q, dims),
+        other => Err(crate::foundation::unsupported("attention_delta", other)),
     }
 }
 
@@ -164,7 +165,7 @@ fn dkv_step(
 
 /// `dq` of flash attention: `[b, h, sq, d]`.
 #[tpu_kernel(
-    grid = (b, h, sq.div_ceil(cfg.block_q), skv.div_ceil(cfg.block_k)),
+    grid = (b, h, crate::foundation::cdiv(sq, cfg.block_q), crate::foundation::cdiv(skv, cfg.block_k)),
     semantics = (parallel, parallel, parallel, arbitrary)
 )]
 pub fn flash_attention_dq<T: Element>(
@@ -173,11 +174,11 @@ pub fn flash_attention_dq<T: Element>(
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
     q: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / (h / hkv), kv_block(cfg, i, j), 0))]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, i, j), 0))]
     #[col_major]
     k: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / (h / hkv), kv_block(cfg, i, j), 0))]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, i, j), 0))]
     v: In<T>,
     #[shape(b, h, sq, d)]
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
@@ -215,10 +216,12 @@ pub fn flash_attention_dq(
     dtype: DType,
     dims: flash_attention_dq::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
+    super::check_heads(dims.h, dims.hkv)?;
     match dtype {
         DType::BF16 => flash_attention_dq::build::<bf16>(cfg, dims),
         DType::F16 => flash_attention_dq::build::<f16>(cfg, dims),
-        _ => flash_attention_dq::build::<f32>(cfg, dims),
+        DType::F32 => flash_attention_dq::build::<f32>(cfg, dims),
+        other => Err(crate::foundation::unsupported("flash_attention_dq", other)),
     }
 }
 
@@ -237,13 +240,13 @@ pub(crate) fn q_block(cfg: &AttnConfig, i: IndexExpr, j: IndexExpr, nq: usize) -
 /// `dk` and `dv` of flash attention: `[b, hkv, skv, d]` each, summed over
 /// the query heads that share each kv head.
 #[tpu_kernel(
-    grid = (b, hkv, skv.div_ceil(cfg.block_k), h / hkv, sq.div_ceil(cfg.block_q)),
+    grid = (b, hkv, crate::foundation::cdiv(skv, cfg.block_k), crate::attention::group(h, hkv), crate::foundation::cdiv(sq, cfg.block_q)),
     semantics = (parallel, parallel, parallel, arbitrary, arbitrary)
 )]
 pub fn flash_attention_dkv<T: Element>(
     cfg: &AttnConfig,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * (h / hkv) + g, q_block(cfg, i, j, sq.div_ceil(cfg.block_q)), 0))]
+    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, i, j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
     q: In<T>,
     #[shape(b, hkv, skv, d)]
     #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
@@ -253,13 +256,13 @@ pub fn flash_attention_dkv<T: Element>(
     #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
     v: In<T>,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * (h / hkv) + g, q_block(cfg, i, j, sq.div_ceil(cfg.block_q)), 0))]
+    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, i, j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
     d_o: In<T>,
     #[shape(b, h, sq, 1)]
-    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * (h / hkv) + g, q_block(cfg, i, j, sq.div_ceil(cfg.block_q)), 0))]
+    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, i, j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
     lse: In<f32>,
     #[shape(b, h, sq, 1)]
-    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * (h / hkv) + g, q_block(cfg, i, j, sq.div_ceil(cfg.block_q)), 0))]
+    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, i, j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
     delta: In<f32>,
     #[shape(b, hkv, skv, d)]
     #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
@@ -298,9 +301,11 @@ pub fn flash_attention_dkv(
     dtype: DType,
     dims: flash_attention_dkv::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
+    super::check_heads(dims.h, dims.hkv)?;
     match dtype {
         DType::BF16 => flash_attention_dkv::build::<bf16>(cfg, dims),
         DType::F16 => flash_attention_dkv::build::<f16>(cfg, dims),
-        _ => flash_attention_dkv::build::<f32>(cfg, dims),
+        DType::F32 => flash_attention_dkv::build::<f32>(cfg, dims),
+        other => Err(crate::foundation::unsupported("flash_attention_dkv", other)),
     }
 }

@@ -15,7 +15,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
-use super::{MASK_VALUE, online_softmax_init, online_update};
+use super::{MASK_VALUE, normalized, online_softmax_init, online_update};
 
 /// Config of [`paged_decode_attention()`].
 #[derive(Clone, Debug, PartialEq)]
@@ -34,10 +34,10 @@ pub fn paged_decode_attention<T: Element>(
     #[block([1, 1, g, d], |bi, hk, _| (bi, hk, 0, 0))]
     q: In<T>,
     #[shape(hkv, pages, page, d)]
-    #[block([1, 1, page, d], |bi, hk, p| (hk, block_tables[(bi, p.min((lengths[bi] - 1) / page))], 0, 0))]
+    #[block([1, 1, page, d], |bi, hk, p| (hk, block_tables[(bi, p.min(((lengths[bi] - 1) / page).max(0)))], 0, 0))]
     k_pages: In<T>,
     #[shape(hkv, pages, page, d)]
-    #[block([1, 1, page, d], |bi, hk, p| (hk, block_tables[(bi, p.min((lengths[bi] - 1) / page))], 0, 0))]
+    #[block([1, 1, page, d], |bi, hk, p| (hk, block_tables[(bi, p.min(((lengths[bi] - 1) / page).max(0)))], 0, 0))]
     v_pages: In<T>,
     #[shape(b, hkv, g, d)]
     #[block([1, 1, g, d], |bi, hk, _| (bi, hk, 0, 0))]
@@ -62,7 +62,8 @@ pub fn paged_decode_attention<T: Element>(
         online_update(g, m, l, acc, s, vb);
     }
     if p == num_programs(2) - 1 {
-        let out = acc.load(..) / l.load((.., 0..1));
+        // A sequence of length 0 (or less) attends to nothing: o = 0.
+        let (out, _) = normalized(m, l, acc);
         o.store((0, 0, .., ..), out.cast::<T>());
     }
 }
@@ -76,6 +77,10 @@ pub fn paged_decode_attention(
     match dtype {
         DType::BF16 => paged_decode_attention::build::<bf16>(cfg, dims),
         DType::F16 => paged_decode_attention::build::<f16>(cfg, dims),
-        _ => paged_decode_attention::build::<f32>(cfg, dims),
+        DType::F32 => paged_decode_attention::build::<f32>(cfg, dims),
+        other => Err(crate::foundation::unsupported(
+            "paged_decode_attention",
+            other,
+        )),
     }
 }

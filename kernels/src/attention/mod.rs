@@ -20,6 +20,12 @@
 //!   masked.
 //! * Both return the output and the row logsumexp `lse = m + log l`
 //!   (`[b, h, sq, 1]`, f32), which the backward kernels ([`backward`]) use.
+//! * A query row that sees no key at all (every key hidden by the causal
+//!   mask, the window or the valid length) has an empty softmax: `o = 0`
+//!   and `lse = −∞`, on every path and in the reference.
+//! * Scores must stay in f32 range: when `|q|·|k|·d·sm_scale` overflows,
+//!   the scores are ±∞ and the row's output is NaN (the f64 reference
+//!   overflows only much later); `tessera run` refuses such inputs.
 //!
 //! K is given a column-major hint: each head's `[s, d]` matrix is stored as
 //! kᵀ, the layout the MXU wants for `q·kᵀ`, so its block's lane dim is the
@@ -69,6 +75,27 @@ impl AttnConfig {
     fn masked(&self) -> bool {
         self.causal || self.window.is_some()
     }
+}
+
+/// Query heads per kv head (`h / hkv`), for index maps and grids; never a
+/// division by zero (a zero `hkv` is the verifier's zero-size error, and
+/// the constructors check the head counts first with [`check_heads`]).
+pub(crate) fn group(h: usize, hkv: usize) -> usize {
+    h / hkv.max(1)
+}
+
+/// The head counts GQA needs: `hkv ≥ 1` kv heads, each shared by the same
+/// number of query heads (`h` a multiple of `hkv`).
+pub(crate) fn check_heads(h: usize, hkv: usize) -> Result<(), KernelErrors> {
+    if hkv >= 1 && h >= hkv && h.is_multiple_of(hkv) {
+        return Ok(());
+    }
+    Err(KernelErrors::from(kernel_ir::KernelError::from(
+        kernel_ir::ErrorKind::Builder(format!(
+            "grouped-query attention needs the query heads to be a multiple of the kv heads: \
+             got h = {h} query heads and hkv = {hkv} kv heads; use hkv = 1 (MQA), hkv = h (MHA) or a divisor of h"
+        )),
+    )))
 }
 
 /// Added to masked scores: far below any real score, yet finite so that a
@@ -219,19 +246,44 @@ fn online_softmax_init(m: Ref, l: Ref, acc: Ref) {
     acc.store(.., 0.0);
 }
 
-/// Writes `o = acc / l` and `lse = m + log l`.
+/// Writes `o = acc / l` and `lse = m + log l`; rows that saw no visible
+/// key (see [`no_visible_key`]) get `o = 0` and `lse = −∞`.
 #[kernel_fn]
 fn online_softmax_finish(m: Ref, l: Ref, acc: Ref, o: Ref, lse: Ref) {
-    let l_row = l.load((.., 0..1));
-    let out = acc.load(..) / l_row;
+    let (out, lse_row) = normalized(m, l, acc);
     o.store((0, 0, .., ..), out.convert(o.dtype()));
-    lse.store((0, 0, .., ..), m.load((.., 0..1)) + l_row.log());
+    lse.store((0, 0, .., ..), lse_row);
+}
+
+/// `acc / l` and `m + log l` of the online softmax, with the rows that saw
+/// no visible key set to 0 and −∞.
+///
+/// A row sees no key when every key is masked (causal with a short K, a
+/// window, a valid length of 0): its running max is still −∞ (no block
+/// was computed) or [`MASK_VALUE`] (only masked scores were), which no
+/// real score reaches. Its softmax is empty: the output is 0 (the sum over
+/// no keys) and the logsumexp −∞ (the log of an empty sum), as in the f64
+/// reference, on every path; the backward passes give it zero gradients.
+#[kernel_fn]
+fn normalized(m: Ref, l: Ref, acc: Ref) -> (Tile, Tile) {
+    let m_row = m.load((.., 0..1));
+    let dead = no_visible_key(m_row);
+    let l_row = select(dead, 1.0, l.load((.., 0..1)));
+    let alive = select(dead, 0.0, 1.0);
+    let out = acc.load(..) / l_row * alive;
+    (out, select(dead, f32::NEG_INFINITY, m_row + l_row.log()))
+}
+
+/// Whether rows with running max `m_row` have seen no visible key.
+#[kernel_fn]
+fn no_visible_key(m_row: Tile) -> Tile {
+    m_row < MASK_VALUE * 0.5
 }
 
 /// Flash attention forward over `[batch, heads, seq, head_dim]` arrays;
 /// k and v have `hkv` heads.
 #[tpu_kernel(
-    grid = (b, h, sq.div_ceil(cfg.block_q), skv.div_ceil(cfg.block_k)),
+    grid = (b, h, crate::foundation::cdiv(sq, cfg.block_q), crate::foundation::cdiv(skv, cfg.block_k)),
     semantics = (parallel, parallel, parallel, arbitrary)
 )]
 pub fn flash_attention<T: Element>(
@@ -240,11 +292,11 @@ pub fn flash_attention<T: Element>(
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
     q: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / (h / hkv), kv_block(cfg, i, j), 0))]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, i, j), 0))]
     #[col_major]
     k: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / (h / hkv), kv_block(cfg, i, j), 0))]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, i, j), 0))]
     v: In<T>,
     #[shape(b, h, sq, d)]
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
@@ -291,10 +343,12 @@ pub fn flash_attention(
     dtype: DType,
     dims: flash_attention::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
+    check_heads(dims.h, dims.hkv)?;
     match dtype {
         DType::BF16 => flash_attention::build::<bf16>(cfg, dims),
         DType::F16 => flash_attention::build::<f16>(cfg, dims),
-        _ => flash_attention::build::<f32>(cfg, dims),
+        DType::F32 => flash_attention::build::<f32>(cfg, dims),
+        other => Err(crate::foundation::unsupported("flash_attention", other)),
     }
 }
 
@@ -304,7 +358,7 @@ pub fn flash_attention(
 /// this scalar-prefetch operand). Queries past it compute finite values,
 /// which the caller ignores. Outputs as [`flash_attention()`].
 #[tpu_kernel(
-    grid = (b, h, sq.div_ceil(cfg.block_q), skv.div_ceil(cfg.block_k)),
+    grid = (b, h, crate::foundation::cdiv(sq, cfg.block_q), crate::foundation::cdiv(skv, cfg.block_k)),
     semantics = (parallel, parallel, parallel, arbitrary)
 )]
 pub fn flash_attention_kv_len<T: Element>(
@@ -314,11 +368,11 @@ pub fn flash_attention_kv_len<T: Element>(
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
     q: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / (h / hkv), kv_block(cfg, i, j), 0))]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, i, j), 0))]
     #[col_major]
     k: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / (h / hkv), kv_block(cfg, i, j), 0))]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, i, j), 0))]
     v: In<T>,
     #[shape(b, h, sq, d)]
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
@@ -354,9 +408,14 @@ pub fn flash_attention_kv_len(
     dtype: DType,
     dims: flash_attention_kv_len::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
+    check_heads(dims.h, dims.hkv)?;
     match dtype {
         DType::BF16 => flash_attention_kv_len::build::<bf16>(cfg, dims),
         DType::F16 => flash_attention_kv_len::build::<f16>(cfg, dims),
-        _ => flash_attention_kv_len::build::<f32>(cfg, dims),
+        DType::F32 => flash_attention_kv_len::build::<f32>(cfg, dims),
+        other => Err(crate::foundation::unsupported(
+            "flash_attention_kv_len",
+            other,
+        )),
     }
 }

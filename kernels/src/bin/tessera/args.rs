@@ -99,10 +99,26 @@ impl Args {
 /// `16x128` → `[16, 128]`.
 pub fn parse_shape(s: &str) -> Result<Vec<usize>, String> {
     let dims: Result<Vec<usize>, _> = s.split('x').map(str::parse::<usize>).collect();
-    match dims {
-        Ok(d) if !d.is_empty() && d.iter().all(|&x| x > 0) => Ok(d),
+    let d = match dims {
+        Ok(d) if !d.is_empty() && d.iter().all(|&x| x > 0) => d,
+        _ => {
+            return Err(format!(
+                "bad shape `{s}`; write dims joined by x, like 16x128"
+            ));
+        }
+    };
+    // An array must be addressable: its element count (and bytes, at up to
+    // 4 per element) below 2^40 and each dim an i32 index, as the kernels'
+    // index arithmetic is.
+    let elems = d.iter().try_fold(1u64, |a, &x| a.checked_mul(x as u64));
+    match elems {
+        Some(n) if n <= MAX_ELEMENTS && d.iter().all(|&x| x <= i32::MAX as usize) => Ok(d),
         _ => Err(format!(
-            "bad shape `{s}`; write dims joined by x, like 16x128"
+            "shape `{s}` is too large: at most {MAX_ELEMENTS} elements and {} per dim",
+            i32::MAX
         )),
     }
 }
+
+/// The most elements a `--shape` may have (4 TiB of f32).
+pub const MAX_ELEMENTS: u64 = 1 << 40;

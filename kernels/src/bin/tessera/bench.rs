@@ -37,19 +37,25 @@ pub fn bench(args: &[String]) -> Result<(), Failure> {
         }
         [_, extra, ..] => return Err(usage(format!("unexpected argument `{extra}`"))),
     };
-    let num = |name: &str, default: f64| -> Result<f64, Failure> {
+    // Every parameter has a range: a sequence length past 64k or a budget
+    // past an hour is a typo, and would run (or allocate) without end.
+    let num = |name: &str, default: f64, max: f64| -> Result<f64, Failure> {
         match a.one(name).map_err(usage)? {
             Some(v) => v
                 .parse::<f64>()
                 .ok()
-                .filter(|x| *x > 0.0)
-                .ok_or_else(|| usage(format!("--{name} takes a positive number, got `{v}`"))),
+                .filter(|x| x.is_finite() && *x > 0.0 && *x <= max)
+                .ok_or_else(|| {
+                    usage(format!(
+                        "--{name} takes a number above 0 and at most {max}, got `{v}`"
+                    ))
+                }),
             None => Ok(default),
         }
     };
-    let max_s = num("max-s", 8192.0)? as usize;
-    let max_bwd_s = num("max-bwd-s", 4096.0)? as usize;
-    let budget = Duration::from_secs_f64(num("budget", 3.0)?);
+    let max_s = num("max-s", 8192.0, 65536.0)? as usize;
+    let max_bwd_s = num("max-bwd-s", 4096.0, 65536.0)? as usize;
+    let budget = Duration::from_secs_f64(num("budget", 3.0, 3600.0)?);
     let mut rows = Vec::new();
     for (w, methods) in suite(max_s, max_bwd_s) {
         if filter.is_some_and(|f| f != group(w)) {

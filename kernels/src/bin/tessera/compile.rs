@@ -61,7 +61,7 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
                             .compiled
                             .serialize()
                             .map_err(|e| Failure::Run(e.to_string()))?;
-                        write_atomically(&file, &bytes).map_err(Failure::Run)?;
+                        kernels::atomic_file::write(&file, &bytes).map_err(Failure::Run)?;
                         println!(
                             "        wrote {} ({})",
                             file.display(),
@@ -166,33 +166,6 @@ fn check_out(path: &Path, single: bool) -> Result<(), String> {
             .map_err(|e| format!("--out {}: cannot create it: {e}", path.display()))?;
     }
     Ok(())
-}
-
-/// Writes `bytes` to `path` through a temporary file in the same folder and
-/// a rename, so `path` is either the old file or the whole new one.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    use std::io::Write;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot write {}: {e}", path.display())
-    })
 }
 
 /// A failure as shown: for a compiler error, the user's source location

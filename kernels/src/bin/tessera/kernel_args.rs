@@ -121,5 +121,6 @@ pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec
         };
         out.push(a);
     }
+    c.entry.check_inputs(&c.config, &kernel, &out)?;
     Ok((kernel, out))
 }

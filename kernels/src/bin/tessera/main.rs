@@ -197,10 +197,73 @@ pub fn usage(m: String) -> Failure {
     Failure::Usage(m)
 }
 
+/// Exit status of an internal error: a panic that reached `main` (a
+/// Tessera bug; the tests fail if it is ever seen).
+const EXIT_INTERNAL: u8 = 70;
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Arguments are UTF-8 or a usage error, never a panic.
+    let mut args = Vec::new();
+    for (i, a) in std::env::args_os().skip(1).enumerate() {
+        match a.into_string() {
+            Ok(s) => args.push(s),
+            Err(raw) => {
+                eprintln!(
+                    "tessera: argument {} ({}) is not valid UTF-8; paths and values must be UTF-8",
+                    i + 1,
+                    raw.to_string_lossy()
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
+    // A panic is reported as one line with exit status 70, not a trace;
+    // failing to print (a closed pipe, a full disk) is a clean stop.
+    let panic_info = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let slot = panic_info.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        if let Ok(mut s) = slot.lock() {
+            *s = Some(format!("{msg}{at}"));
+        }
+    }));
+    match std::panic::catch_unwind(|| run(&args)) {
+        Ok(code) => code,
+        Err(_) => {
+            let msg = panic_info
+                .lock()
+                .ok()
+                .and_then(|m| m.clone())
+                .unwrap_or_else(|| "panic".into());
+            let cmd = args.first().map(String::as_str).unwrap_or("");
+            if msg.contains("failed printing to stdout") {
+                if msg.contains("Broken pipe") {
+                    // The reader stopped reading (`tessera list | head`).
+                    return ExitCode::SUCCESS;
+                }
+                let why = msg.rsplit_once(" at ").map_or(msg.as_str(), |(m, _)| m);
+                let why = why.trim_start_matches("failed printing to stdout: ");
+                eprintln!("tessera {cmd}: cannot write to standard output: {why}");
+                return ExitCode::FAILURE;
+            }
+            eprintln!("tessera {cmd}: internal error (a Tessera bug, please report it): {msg}");
+            ExitCode::from(EXIT_INTERNAL)
+        }
+    }
+}
+
+fn run(args: &[String]) -> ExitCode {
     // Benchmark measurements re-run this binary in a child process.
-    if let Some(code) = kernels::bench::child_main(&args) {
+    if let Some(code) = kernels::bench::child_main(args) {
         return code;
     }
     let Some(cmd) = args.first().map(String::as_str) else {
@@ -221,7 +284,11 @@ fn main() -> ExitCode {
             "run" => help(HELP_RUN),
             "diff" => help(HELP_DIFF),
             "bench" => help(HELP_BENCH),
-            _ => help(HELP),
+            "help" => help(HELP),
+            other => {
+                eprintln!("tessera: unknown command `{other}`; see `tessera --help`");
+                ExitCode::from(2)
+            }
         };
     }
     let result = match cmd {

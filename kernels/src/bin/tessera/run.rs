@@ -41,33 +41,54 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
     } else {
         vec![backend(which).map_err(usage)?]
     };
+    // The output folder is checked before any work: a file in the way or
+    // a folder that cannot be made is a usage error now, not after a run.
+    let out = Path::new(out);
+    if out.exists() && !out.is_dir() {
+        return Err(usage(format!(
+            "--out {} is a file; give a folder for the output .npy files",
+            out.display()
+        )));
+    }
     let (kernel, inputs) = kernel_and_inputs(&c, &a).map_err(usage)?;
+    let mut files = Vec::new();
+    let mut report = Vec::new();
     for b in &backends {
         let t = Instant::now();
         let outs = run_on(*b, &kernel, &inputs)?;
         let dir: PathBuf = if backends.len() > 1 {
-            Path::new(out).join(b.name())
+            out.join(b.name())
         } else {
-            PathBuf::from(out)
+            out.to_path_buf()
         };
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
         for (o, arr) in kernel.outputs().zip(&outs) {
             let path = dir.join(format!("{}.npy", o.name));
-            kernels::npy::write(&path, arr).map_err(|e| Failure::Run(e.to_string()))?;
-            println!(
+            report.push(format!(
                 "{:<16} wrote {} ({}{:?})",
                 b.name(),
                 path.display(),
                 arr.dtype(),
                 arr.shape()
-            );
+            ));
+            files.push((path, kernels::npy::encode(arr)));
         }
-        println!(
+        report.push(format!(
             "{:<16} {:.1} ms including compile",
             b.name(),
             t.elapsed().as_secs_f64() * 1e3
-        );
+        ));
+    }
+    // All or nothing: only when every back end succeeded is anything
+    // written, and then every file is staged before any is renamed in.
+    for (path, _) in &files {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
+        }
+    }
+    kernels::atomic_file::write_all(&files).map_err(Failure::Run)?;
+    for line in report {
+        println!("{line}");
     }
     Ok(())
 }

@@ -1,0 +1,102 @@
+//! Files written all or nothing: into a temporary file beside the target,
+//! flushed to disk, then renamed over it. A reader sees the old file or the
+//! whole new one; a full disk or a crash leaves no half-written output
+//! (and the temporary file is removed on failure).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The temporary name `write` uses for `path`.
+fn temp_path(path: &Path) -> PathBuf {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    dir.join(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+/// A file staged for an all-or-nothing write: [`Staged::commit`] puts it
+/// in place, dropping it without committing removes it.
+#[derive(Debug)]
+pub struct Staged {
+    temp: PathBuf,
+    target: PathBuf,
+    committed: bool,
+}
+
+impl Staged {
+    /// Writes `bytes` to a temporary file beside `path` and syncs it.
+    pub fn new(path: &Path, bytes: &[u8]) -> Result<Staged, String> {
+        let temp = temp_path(path);
+        let staged = Staged {
+            temp: temp.clone(),
+            target: path.to_path_buf(),
+            committed: false,
+        };
+        let mut f = std::fs::File::create(&temp)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        f.write_all(bytes)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok(staged)
+    }
+
+    /// Renames the temporary file over the target.
+    pub fn commit(mut self) -> Result<(), String> {
+        std::fs::rename(&self.temp, &self.target)
+            .map_err(|e| format!("cannot write {}: {e}", self.target.display()))?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// Writes `bytes` to `path` all or nothing.
+pub fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    Staged::new(path, bytes)?.commit()
+}
+
+/// Writes several files all or nothing: every one is staged first, and only
+/// when all are staged are they renamed into place.
+pub fn write_all(files: &[(PathBuf, Vec<u8>)]) -> Result<(), String> {
+    let staged = files
+        .iter()
+        .map(|(p, b)| Staged::new(p, b))
+        .collect::<Result<Vec<_>, _>>()?;
+    staged.into_iter().try_for_each(Staged::commit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_batch_leaves_nothing_behind() {
+        let dir = std::env::temp_dir().join(format!("tessera-atomic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = dir.join("a.bin");
+        std::fs::write(&ok, b"old").unwrap();
+        // The second file's folder does not exist: nothing is written.
+        let bad = dir.join("missing").join("b.bin");
+        let e = write_all(&[(ok.clone(), b"new".to_vec()), (bad, b"x".to_vec())]);
+        assert!(e.is_err());
+        assert_eq!(std::fs::read(&ok).unwrap(), b"old");
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(left.len(), 1, "{left:?}");
+        write_all(&[(ok.clone(), b"new".to_vec())]).unwrap();
+        assert_eq!(std::fs::read(&ok).unwrap(), b"new");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
