@@ -601,6 +601,17 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
 /// runs it, prints the result line and returns the exit code.
 pub fn child_main(args: &[String]) -> Option<std::process::ExitCode> {
     let pos = args.iter().position(|a| a == CHILD_FLAG)?;
+    // A measurement dies with the `tessera bench` that started it (SIGINT,
+    // SIGTERM or a crash of the parent), instead of running on orphaned.
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag of this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+    // The parent may already be gone (between fork and the prctl).
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } == 1 {
+        return Some(std::process::ExitCode::FAILURE);
+    }
     let rest = &args[pos + 1..];
     let parsed = rest
         .first()

@@ -389,12 +389,14 @@ const NORM_PARAMS: &[Param] = &[
     param("eps", "1e-5", "added to the mean square or variance"),
 ];
 
-fn matmul_shapes(s: &[Vec<usize>]) -> Result<(usize, usize, usize), String> {
+/// `(m, n, k)` of `x: [m, k]` times `rhs: [k, n]` (the rhs input is
+/// called `rhs`).
+fn matmul_shapes(s: &[Vec<usize>], rhs: &str) -> Result<(usize, usize, usize), String> {
     let [m, k] = dims(&s[0], "x")?;
-    let [k2, n] = dims(&s[1], "w")?;
+    let [k2, n] = dims(&s[1], rhs)?;
     if k != k2 {
         return Err(format!(
-            "x is [{m}, {k}] but w is [{k2}, {n}]: the inner dims differ"
+            "x is [{m}, {k}] but {rhs} is [{k2}, {n}]: the inner dims differ"
         ));
     }
     Ok((m, n, k))
@@ -431,9 +433,9 @@ pub fn entries() -> Vec<Entry> {
             name: "matmul",
             about: "tiled matmul with an f32 accumulator in scratch",
             params: const { &[DTYPE, OUT_DTYPE, param("bm", "128", "block rows"), BN, BK] },
-            shapes: |_| Ok(vec![("x", vec![256, 512]), ("w", vec![512, 256])]),
+            shapes: |_| Ok(vec![("x", vec![256, 512]), ("y", vec![512, 256])]),
             build: |c, s| {
-                let (m, n, k) = matmul_shapes(s)?;
+                let (m, n, k) = matmul_shapes(s, "y")?;
                 matmul(&MatmulConfig {
                     m,
                     n,
@@ -724,7 +726,7 @@ pub fn entries() -> Vec<Entry> {
                 Ok(v)
             },
             build: |c, s| {
-                let (m, n, k) = matmul_shapes(s)?;
+                let (m, n, k) = matmul_shapes(s, "w")?;
                 matmul_epilogue(&EpilogueConfig {
                     m,
                     n,
@@ -785,7 +787,7 @@ pub fn entries() -> Vec<Entry> {
                 ])
             },
             build: |c, s| {
-                let (m, n, k) = matmul_shapes(s)?;
+                let (m, n, k) = matmul_shapes(s, "w_gate")?;
                 swiglu(&SwigluConfig {
                     m,
                     n,
@@ -805,4 +807,65 @@ pub fn entries() -> Vec<Entry> {
 /// The entry called `name`.
 pub fn find(name: &str) -> Option<Entry> {
     entries().into_iter().find(|e| e.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names `tessera list` prints (the kernel's arguments) are the
+    /// names `--input` and `--shape` take (the catalog's shapes).
+    #[test]
+    fn input_names_are_the_kernels_argument_names() {
+        for e in entries() {
+            let cfg = Config::parse(&e, &[]).unwrap();
+            let shapes = e.default_shapes(&cfg).unwrap();
+            let k = e
+                .build(
+                    &cfg,
+                    &shapes.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>(),
+                )
+                .unwrap();
+            let names: Vec<&str> = shapes.iter().map(|(n, _)| *n).collect();
+            let args: Vec<&str> = k.arguments().map(|a| a.name).collect();
+            assert_eq!(names, args, "{}", e.name);
+        }
+    }
+
+    /// A zero-size dim in any input of any kernel is an error from the
+    /// build (the verifier's `[zero-size]` or a shape error), never a
+    /// panic: every path runs only verified kernels, so this is the one
+    /// answer on all of them.
+    #[test]
+    fn zero_size_dims_are_errors_for_every_kernel() {
+        let mut tried = 0;
+        for e in entries() {
+            let cfg = Config::parse(&e, &[]).unwrap();
+            let shapes: Vec<Vec<usize>> = e
+                .default_shapes(&cfg)
+                .unwrap()
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect();
+            for i in 0..shapes.len() {
+                for d in 0..shapes[i].len() {
+                    let mut s = shapes.clone();
+                    s[i][d] = 0;
+                    tried += 1;
+                    // Either the build refuses it, or the kernel built
+                    // from the other inputs takes another shape there (an
+                    // argument error when it is called with this one).
+                    match e.build(&cfg, &s) {
+                        Err(_) => {}
+                        Ok(k) => {
+                            let want: Vec<Vec<usize>> =
+                                k.arguments().map(|a| a.shape.to_vec()).collect();
+                            assert_ne!(want[i], s[i], "{} input {i} dim {d}", e.name);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(tried > 40, "{tried}");
+    }
 }

@@ -34,6 +34,16 @@ pub enum PluginError {
         /// What failed.
         reason: String,
     },
+    /// The plugin could be replaced by another user.
+    #[error(
+        "refusing to load {path}: it {why}, and a plugin is code this process runs; run `chmod go-w` on it (or fix its owner), or set {PLUGIN_ENV} to a plugin you trust"
+    )]
+    Untrusted {
+        /// The file or folder.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The plugin speaks a PJRT C API version the bindings do not.
     #[error(
         "{path} implements PJRT C API {major}.{minor}, but Tessera needs {SUPPORTED_MAJOR}.x with x ≥ {MIN_MINOR}; use the plugin .ci/setup.sh installs"
@@ -57,9 +67,13 @@ pub fn cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
         return PathBuf::from(d).join("tessera");
     }
+    // `HOME` unset (or empty) falls back to the account's home directory,
+    // never to a path relative to the working directory.
     let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_default();
+        .or_else(std::env::home_dir)
+        .unwrap_or_else(|| PathBuf::from("/nonexistent"));
     home.join(".cache").join("tessera")
 }
 
@@ -73,11 +87,54 @@ pub fn locate() -> Result<PathBuf, PluginError> {
             "the default CPU plugin path",
         ),
     };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(PluginError::NotFound { path, why })
+    if !path.is_file() {
+        return Err(PluginError::NotFound { path, why });
     }
+    if std::env::var_os(PLUGIN_ENV).is_none() {
+        check_trusted(&path, &cache_dir())?;
+    }
+    Ok(path)
+}
+
+/// A plugin is code this process runs: one found in the cache folder must
+/// not be replaceable by other users. The file and every folder from it up
+/// to `root` must be owned by this user (or root) and not writable by
+/// group or others; a folder of ours that is too open is tightened
+/// (`chmod go-w`), anything else is refused with the fix.
+pub fn check_trusted(path: &Path, root: &Path) -> Result<(), PluginError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let me = unsafe { libc::getuid() };
+    let mut at = Some(path);
+    while let Some(p) = at {
+        let meta = std::fs::metadata(p).map_err(|e| PluginError::Untrusted {
+            path: p.to_path_buf(),
+            why: format!("cannot be read ({e})"),
+        })?;
+        if meta.uid() != me && meta.uid() != 0 {
+            return Err(PluginError::Untrusted {
+                path: p.to_path_buf(),
+                why: format!("is owned by another user (uid {})", meta.uid()),
+            });
+        }
+        let mode = meta.mode();
+        if mode & 0o022 != 0 {
+            let tightened = meta.uid() == me
+                && std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode & !0o022))
+                    .is_ok();
+            if !tightened {
+                return Err(PluginError::Untrusted {
+                    path: p.to_path_buf(),
+                    why: format!("is writable by other users (mode {:o})", mode & 0o777),
+                });
+            }
+        }
+        if p == root {
+            break;
+        }
+        at = p.parent();
+    }
+    Ok(())
 }
 
 /// What a plugin says about itself.
@@ -131,6 +188,30 @@ mod tests {
         let e = PluginInfo::probe(&fake).unwrap_err();
         assert!(matches!(e, PluginError::NotAPlugin { .. }), "{e}");
         assert!(e.to_string().contains("fake.so"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_plugin_others_can_replace_is_tightened_or_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("tessera-trust-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("pjrt")).unwrap();
+        let so = dir.join("pjrt").join("x.so");
+        std::fs::write(&so, b"x").unwrap();
+        std::fs::set_permissions(dir.join("pjrt"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::set_permissions(&so, std::fs::Permissions::from_mode(0o666)).unwrap();
+        // Ours: tightened, then trusted.
+        check_trusted(&so, &dir).unwrap();
+        let mode = std::fs::metadata(dir.join("pjrt"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o022, 0, "{mode:o}");
+        assert_eq!(
+            std::fs::metadata(&so).unwrap().permissions().mode() & 0o022,
+            0
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -301,7 +301,13 @@ impl Client {
         let mut a = sys::ClientCreateArgs::new();
         a.create_options = named.as_ptr();
         a.num_options = named.len();
-        plugin.call(plugin.api.client_create, &mut a, "client creation")?;
+        // Plugins log their set-up through absl straight to fd 2 (the CPU
+        // plugin: two lines per client); kept off the terminal unless
+        // `TESSERA_PLUGIN_LOG=1`.
+        let (created, _log) = crate::plugin_log::capture_stderr(|| {
+            plugin.call(plugin.api.client_create, &mut a, "client creation")
+        });
+        created?;
         let raw = a.client;
         let mut inner = ClientInner {
             plugin: plugin.clone(),

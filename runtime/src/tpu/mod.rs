@@ -137,11 +137,17 @@ pub fn locate_libtpu() -> Result<PathBuf, TpuError> {
         Some(p) => (PathBuf::from(p), "from $TESSERA_LIBTPU"),
         None => (cache_dir().join(LIBTPU_SUBPATH), "the default libtpu path"),
     };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(TpuError::NotInstalled { path, why })
+    if !path.is_file() {
+        return Err(TpuError::NotInstalled { path, why });
     }
+    if std::env::var_os(LIBTPU_ENV).is_none() {
+        crate::plugin::check_trusted(&path, &cache_dir()).map_err(|e| TpuError::Load {
+            path: path.clone(),
+            source: e.into(),
+            log: String::new(),
+        })?;
+    }
+    Ok(path)
 }
 
 /// A kernel module compiled for one TPU generation.

@@ -92,6 +92,16 @@ pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec
         ));
     }
     let arrays: Vec<Array> = files.into_iter().flatten().collect();
+    // Zero-size arrays have nothing to compute, and kernels need every dim
+    // to be at least 1: the one answer, before anything is built.
+    for (n, a) in wanted.iter().zip(&arrays) {
+        if a.shape().contains(&0) {
+            return Err(format!(
+                "input `{n}` has shape {:?}, with a zero-size dim; Tessera kernels need every dim to be at least 1",
+                a.shape()
+            ));
+        }
+    }
     let shapes: Vec<Vec<usize>> = arrays.iter().map(|a| a.shape().to_vec()).collect();
     let kernel = c.entry.build(&c.config, &shapes)?;
     // The files were matched in argument order: prefetch, then inputs.

@@ -30,8 +30,8 @@ pub fn lower(args: &[String]) -> Result<(), Failure> {
     .map_err(|e| Failure::Run(e.to_string()))?;
     match a.one("out").map_err(usage)? {
         Some(path) => {
-            std::fs::write(path, &text)
-                .map_err(|e| Failure::Run(format!("cannot write {path}: {e}")))?;
+            kernels::atomic_file::write(std::path::Path::new(path), text.as_bytes())
+                .map_err(Failure::Run)?;
             println!("wrote {path} ({} bytes)", text.len());
         }
         None => print!("{text}"),

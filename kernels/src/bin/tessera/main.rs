@@ -311,12 +311,28 @@ fn run(args: &[String]) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(m)) => {
-            eprintln!("tessera {cmd}: {m}");
+            eprintln!("tessera {cmd}: {}", one_line(&m));
             ExitCode::from(2)
         }
         Err(Failure::Run(m)) => {
-            eprintln!("tessera {cmd}: {m}");
+            eprintln!("tessera {cmd}: {}", one_line(&m));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A failure as one line: the first of several errors (the verifier
+/// reports every operand that breaks a rule, usually the same rule), with
+/// how many more there are.
+fn one_line(m: &str) -> String {
+    let lines: Vec<&str> = m.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let first = lines
+        .first()
+        .map(|l| l.strip_prefix("error: ").unwrap_or(l))
+        .unwrap_or("");
+    match lines.len() {
+        0 | 1 => first.to_string(),
+        2 => format!("{first} (and 1 more error)"),
+        n => format!("{first} (and {} more errors)", n - 1),
     }
 }

@@ -21,7 +21,29 @@ pub fn backend(name: &str) -> Result<Backend, String> {
     }
 }
 
+/// Elements the interpreter handles per second here, roughly (it computes
+/// exactly in f64 and checks every access).
+const INTERP_ELEMENTS_PER_SECOND: f64 = 2e7;
+
 fn run_on(b: Backend, k: &VerifiedKernel, inputs: &[Array]) -> Result<Vec<Array>, Failure> {
+    if b == Backend::Interpreter {
+        // The reference interpreter is slow on big shapes: say so up front
+        // (one note, on stderr) rather than sit silent for minutes.
+        let per_step: usize = k
+            .operands
+            .iter()
+            .map(|o| o.block.shape.iter().product::<usize>())
+            .sum();
+        let work = k.grid.steps() as f64 * per_step as f64 * 8.0;
+        let secs = work / INTERP_ELEMENTS_PER_SECOND;
+        if secs > 10.0 {
+            eprintln!(
+                "note: the interpreter runs {} grid steps here, about {:.0} s; --backend jit is the fast path",
+                k.grid.steps(),
+                secs
+            );
+        }
+    }
     Prepared::new(b, k)
         .and_then(|p| p.run(inputs))
         .map_err(|e| Failure::Run(format!("{b}: {e}")))
