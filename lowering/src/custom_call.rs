@@ -177,10 +177,7 @@ fn wrapper(
             });
         }
         if let Some(mem) = memory_in_call(tpu, o.dtype) {
-            let shape: Vec<usize> = match physical_order(o) {
-                Some(perm) => perm.iter().map(|&d| o.shape[d]).collect(),
-                None => o.shape.clone(),
-            };
+            let shape = physical_shape(o, physical_order(o));
             v = ir.op1(
                 &block,
                 "stablehlo.convert",
@@ -196,10 +193,7 @@ fn wrapper(
     let mut result_layouts = Vec::new();
     for &i in &outputs {
         let o = &k.operands[i];
-        let shape: Vec<usize> = match physical_order(o) {
-            Some(perm) => perm.iter().map(|&d| o.shape[d]).collect(),
-            None => o.shape.clone(),
-        };
+        let shape = physical_shape(o, physical_order(o));
         let dtype = memory_in_call(tpu, o.dtype).unwrap_or(o.dtype);
         result_types.push(ir.tensor(&shape, dtype));
         result_layouts.push(row_major_layout(&ir, o.shape.len())?);
@@ -257,10 +251,7 @@ fn wrapper(
         let o = &k.operands[i];
         let mut v = results[r];
         if memory_in_call(tpu, o.dtype).is_some() {
-            let shape: Vec<usize> = match physical_order(o) {
-                Some(perm) => perm.iter().map(|&d| o.shape[d]).collect(),
-                None => o.shape.clone(),
-            };
+            let shape = physical_shape(o, physical_order(o));
             v = ir.op1(
                 &block,
                 "stablehlo.convert",
@@ -292,6 +283,14 @@ fn wrapper(
     op.set_attribute("mhlo.num_replicas", ir.i32_attr(1));
     m.verify(&module, "custom call module")?;
     Ok((module.as_operation().to_string(), transposes))
+}
+
+/// `o`'s shape in the physical dim order `perm` (logical without one).
+fn physical_shape(o: &kernel_ir::Operand, perm: Option<Vec<usize>>) -> Vec<usize> {
+    match perm {
+        Some(perm) => perm.iter().map(|&d| o.shape[d]).collect(),
+        None => o.shape.clone(),
+    }
 }
 
 /// The element type a TPU call passes a `dtype` operand as, when it is not

@@ -427,15 +427,7 @@ impl Client {
         module: &[u8],
         options: &CompileOptions,
     ) -> Result<Executable, PjrtError> {
-        let format = "mlir";
-        let program = sys::Program {
-            struct_size: std::mem::size_of::<sys::Program>(),
-            extension_start: std::ptr::null(),
-            code: module.as_ptr() as *const c_char,
-            code_size: module.len(),
-            format: format.as_ptr() as *const c_char,
-            format_size: format.len(),
-        };
+        let program = sys::Program::mlir(module);
         let opts = options.to_proto();
         let mut a = sys::ClientCompileArgs::new();
         a.client = self.inner.raw;

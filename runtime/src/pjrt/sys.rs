@@ -243,6 +243,22 @@ pub struct Program {
     pub format_size: usize,
 }
 
+impl Program {
+    /// A StableHLO module (text or bytecode) in PJRT's `mlir` format; it
+    /// borrows `module`, which must outlive the compile call.
+    pub fn mlir(module: &[u8]) -> Program {
+        const FORMAT: &str = "mlir";
+        Program {
+            struct_size: std::mem::size_of::<Program>(),
+            extension_start: std::ptr::null(),
+            code: module.as_ptr() as *const c_char,
+            code_size: module.len(),
+            format: FORMAT.as_ptr() as *const c_char,
+            format_size: FORMAT.len(),
+        }
+    }
+}
+
 args!(ClientCompileArgs {
     client: *mut Client,
     program: *const Program,
