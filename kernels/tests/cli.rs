@@ -542,7 +542,7 @@ mod hostile {
             value in prop::sample::select(vec![
                 "", "0", "-1", "nan", "inf", "-inf", "1e300", "1e30", "18446744073709551616",
                 "x", "1x", "0x512", "18446744073709551615x512", "4294967296x4294967296", "abc=def",
-                "\u{1F600}", "v9", "all,all", " 8",
+                "\u{1F600}", "v9", "all,all", " 8", "5", "3x4",
             ]),
         ) {
             let args: Vec<String> = match which {
@@ -652,6 +652,25 @@ fn hostile_repros_get_their_documented_answers() {
     ] {
         let o = tessera(&["bench", "matmul", flag, v]);
         assert_eq!(o.status.code(), Some(2), "{flag} {v}: {}", stderr(&o));
+    }
+    // GQA head counts that do not divide are named as such.
+    for (k, why) in [
+        ("1x3x256x64", "h = 2 query heads and hkv = 3"),
+        ("1x0x256x64", "bad shape"),
+    ] {
+        let o = tessera(&[
+            "lower",
+            "flash_attention",
+            "--target",
+            "kernel",
+            "--shape",
+            &format!("k={k}"),
+            "--shape",
+            &format!("v={k}"),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{k}: {}", stderr(&o));
+        assert!(stderr(&o).contains(why), "{k}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1);
     }
     // An unknown command with --help names it.
     let o = tessera(&["frobnicate", "--help"]);
