@@ -6,8 +6,7 @@
 //! use kernels::catalog::{Config, find};
 //! let k = find("flash_attention").unwrap();
 //! let cfg = Config::parse(&k, &[("causal".into(), "true".into())]).unwrap();
-//! let shapes = k.default_shapes(&cfg).unwrap();
-//! let kernel = k.build(&cfg, &shapes.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>()).unwrap();
+//! let kernel = k.build_at_default_shapes(&cfg).unwrap();
 //! assert_eq!(kernel.outputs().count(), 2); // o and lse
 //! ```
 
@@ -164,6 +163,16 @@ impl Entry {
             }
         }
         Ok(())
+    }
+
+    /// The kernel for `cfg` at the default input shapes.
+    pub fn build_at_default_shapes(&self, cfg: &Config) -> Result<VerifiedKernel, String> {
+        let shapes: Vec<Vec<usize>> = self
+            .default_shapes(cfg)?
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        self.build(cfg, &shapes)
     }
 
     /// The f64 reference of each output for these inputs.
@@ -820,12 +829,7 @@ mod tests {
         for e in entries() {
             let cfg = Config::parse(&e, &[]).unwrap();
             let shapes = e.default_shapes(&cfg).unwrap();
-            let k = e
-                .build(
-                    &cfg,
-                    &shapes.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>(),
-                )
-                .unwrap();
+            let k = e.build_at_default_shapes(&cfg).unwrap();
             let names: Vec<&str> = shapes.iter().map(|(n, _)| *n).collect();
             let args: Vec<&str> = k.arguments().map(|a| a.name).collect();
             assert_eq!(names, args, "{}", e.name);

@@ -340,8 +340,9 @@ fn the_support_matrix_compiles_where_the_verifier_accepts_it() {
     );
 }
 
-/// A kernel over [64, 128] blocks of [32, 128] that loads `x` and `y` of
-/// `dtype` and stores `body(x, y)` into an `out`-typed output.
+/// A kernel over `shape` in blocks of `block` (one grid step per block)
+/// with inputs `x`, `y` of `dtype` and an output `o` of `out`; `body`
+/// writes it.
 fn one_op(
     dtype: kernel_ir::DType,
     out: kernel_ir::DType,
@@ -666,14 +667,8 @@ fn every_library_kernel_and_preset_compiles_for_every_generation() {
                     pairs.push(("block_rows".into(), "16".into()));
                 }
                 let cfg = Config::parse(&e, &pairs).unwrap_or_else(|m| panic!("{}: {m}", e.name));
-                let shapes: Vec<Vec<usize>> = e
-                    .default_shapes(&cfg)
-                    .unwrap()
-                    .into_iter()
-                    .map(|(_, s)| s)
-                    .collect();
                 let k = e
-                    .build(&cfg, &shapes)
+                    .build_at_default_shapes(&cfg)
                     .unwrap_or_else(|m| panic!("{} {pairs:?}: {m}", e.name));
                 kernels.push((format!("{} {pairs:?}", e.name), k));
             }

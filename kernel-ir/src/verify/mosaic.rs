@@ -56,6 +56,12 @@ struct Checker<'a> {
     f16_op_reported: bool,
 }
 
+/// A rank-1 vector of a packed type (narrower than 32 bits; bools are i32
+/// in Mosaic).
+fn packed_rank1(t: &TileType) -> bool {
+    t.shape.len() == 1 && t.dtype.bits() < 32 && t.dtype != DType::Bool
+}
+
 fn unsupported(rule: &'static str, what: impl Into<String>, why: &str, fix: &str) -> ErrorKind {
     ErrorKind::TpuUnsupported {
         rule,
@@ -274,33 +280,23 @@ impl Checker<'_> {
                 self.rank1_carry(op, init, "a loop carries");
             }
             OpKind::Select { on_true, .. } => {
-                if let Some(t) = self.ty(*on_true)
-                    && t.shape.len() == 1
-                    && t.dtype.bits() < 32
-                    && t.dtype != DType::Bool
-                {
-                    let kind = unsupported(
-                        "rank1-select",
-                        format!("a select of rank-1 {} vectors", t.dtype),
-                        "Mosaic cannot apply a mask to a packed rank-1 vector (no sublane broadcast)",
+                if let Some(t) = self.ty(*on_true).filter(|t| packed_rank1(t)) {
+                    let what = format!("a select of rank-1 {} vectors", t.dtype);
+                    self.rank1_select(
+                        op,
+                        what,
                         "work on a [1, n] tile (`.reshape([1, n])`), or select in f32",
                     );
-                    self.push(kind, op);
                 }
             }
             OpKind::Load { mask: Some(_), .. } => {
-                if let Some(t) = &result
-                    && t.shape.len() == 1
-                    && t.dtype.bits() < 32
-                    && t.dtype != DType::Bool
-                {
-                    let kind = unsupported(
-                        "rank1-select",
-                        format!("a masked load of a rank-1 {} vector", t.dtype),
-                        "Mosaic cannot apply a mask to a packed rank-1 vector (no sublane broadcast)",
+                if let Some(t) = result.as_ref().filter(|t| packed_rank1(t)) {
+                    let what = format!("a masked load of a rank-1 {} vector", t.dtype);
+                    self.rank1_select(
+                        op,
+                        what,
                         "load it whole and select in f32, or use a 2-D block",
                     );
-                    self.push(kind, op);
                 }
             }
             OpKind::If { .. } => {
@@ -316,6 +312,16 @@ impl Checker<'_> {
     fn is_bool_vector(&self, v: crate::ValueId) -> bool {
         self.ty(v)
             .is_some_and(|t| t.dtype == DType::Bool && !t.shape.is_empty())
+    }
+
+    fn rank1_select(&mut self, op: &Op, what: String, fix: &str) {
+        let kind = unsupported(
+            "rank1-select",
+            what,
+            "Mosaic cannot apply a mask to a packed rank-1 vector (no sublane broadcast)",
+            fix,
+        );
+        self.push(kind, op);
     }
 
     fn rank1_carry(&mut self, op: &Op, values: &[crate::ValueId], what: &str) {

@@ -51,13 +51,7 @@ pub fn list(args: &[String]) -> Result<(), Failure> {
     for e in catalog::entries() {
         println!("{} - {}", e.name, e.about);
         let cfg = Config::parse(&e, &[]).map_err(Failure::Run)?;
-        let shapes = e.default_shapes(&cfg).map_err(Failure::Run)?;
-        let kernel = e
-            .build(
-                &cfg,
-                &shapes.iter().map(|(_, s)| s.clone()).collect::<Vec<_>>(),
-            )
-            .map_err(Failure::Run)?;
+        let kernel = e.build_at_default_shapes(&cfg).map_err(Failure::Run)?;
         let inputs: Vec<String> = kernel
             .prefetch
             .iter()
