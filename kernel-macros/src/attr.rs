@@ -5,7 +5,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Token};
 
-/// Parsed `#[tpu_kernel(grid = (..), semantics = (..), target = .., vmem_limit = ..)]`.
+/// Parsed `#[tpu_kernel(grid = (..), semantics = (..), target = .., vmem_limit = .., name = ..)]`.
 pub struct KernelAttr {
     /// One bound per grid dim (Rust `usize` expressions).
     pub grid: Vec<Expr>,
@@ -19,6 +19,9 @@ pub struct KernelAttr {
     pub target: Option<Ident>,
     /// Scoped VMEM limit in bytes.
     pub vmem_limit: Option<Expr>,
+    /// The kernel's name (a `&str` expression over the config), when one
+    /// function builds kernels that are told apart by name.
+    pub name: Option<Expr>,
 }
 
 /// A tuple `(a, b, c)`, a unit `()`, or a single expression.
@@ -39,13 +42,14 @@ impl Parse for KernelAttr {
             semantics_span: None,
             target: None,
             vmem_limit: None,
+            name: None,
         };
         let items = Punctuated::<syn::MetaNameValue, Token![,]>::parse_terminated(input)?;
         for item in items {
             let Some(key) = item.path.get_ident() else {
                 return Err(syn::Error::new_spanned(
                     &item.path,
-                    "expected `grid`, `semantics`, `target` or `vmem_limit`",
+                    "expected `grid`, `semantics`, `target`, `vmem_limit` or `name`",
                 ));
             };
             match key.to_string().as_str() {
@@ -90,11 +94,12 @@ impl Parse for KernelAttr {
                     }
                 },
                 "vmem_limit" => attr.vmem_limit = Some(item.value),
+                "name" => attr.name = Some(item.value),
                 _ => {
                     return Err(syn::Error::new_spanned(
                         key,
                         format!(
-                            "unknown `#[tpu_kernel]` argument `{key}`; expected `grid`, `semantics`, `target` or `vmem_limit`"
+                            "unknown `#[tpu_kernel]` argument `{key}`; expected `grid`, `semantics`, `target`, `vmem_limit` or `name`"
                         ),
                     ));
                 }

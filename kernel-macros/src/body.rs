@@ -331,7 +331,7 @@ impl VisitMut for BodyTransform {
             Expr::Let(_) => {
                 *e = self.reject_unit(
                     span,
-                    "`if let` / `let` conditions are not supported in a kernel body; use a plain `if`",
+                    "`let` chains are not supported in a kernel body: `if let` takes one build-time pattern; nest an `if` inside it for the other conditions",
                 )
             }
             _ => visit_mut::visit_expr_mut(self, e),
@@ -372,6 +372,18 @@ fn trait_of(f: &str) -> String {
     .to_string()
 }
 
+/// Where a `let` stands in an `&&`/`||` chain of conditions, if one does.
+fn let_in_chain(e: &Expr) -> Option<Span> {
+    match e {
+        Expr::Let(l) => Some(l.let_token.span),
+        Expr::Binary(b) if matches!(b.op, BinOp::And(_) | BinOp::Or(_)) => {
+            let_in_chain(&b.left).or_else(|| let_in_chain(&b.right))
+        }
+        Expr::Paren(p) => let_in_chain(&p.expr),
+        _ => None,
+    }
+}
+
 /// True when a call of `path` must be a `#[kernel_fn]`.
 fn needs_kernel_fn(path: &syn::Path) -> bool {
     let segs: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
@@ -386,10 +398,13 @@ fn needs_kernel_fn(path: &syn::Path) -> bool {
 impl BodyTransform {
     fn rewrite_if(&mut self, mut i: syn::ExprIf) -> Expr {
         let if_span = i.if_token.span;
-        if let Expr::Let(l) = &*i.cond {
+        if matches!(&*i.cond, Expr::Let(_)) {
+            return self.rewrite_if_let(i);
+        }
+        if let Some(span) = let_in_chain(&i.cond) {
             return self.reject_unit(
-                l.span(),
-                "`if let` is not supported in a kernel body; use a plain `if`",
+                span,
+                "`let` chains are not supported in a kernel body: `if let` takes one build-time pattern; nest an `if` inside it for the other conditions",
             );
         }
         // Which outside variables the branches assign (analysed before the
@@ -440,6 +455,21 @@ impl BodyTransform {
                 __tessera_value
             }
         })
+    }
+
+    /// `if let` matches a build-time value (an `Option` of the config, an
+    /// optional operand): no tile has a pattern, so it stays a Rust `if
+    /// let` and only the branches are rewritten. Assignments in them need
+    /// no carrying: one branch runs while the kernel is built.
+    fn rewrite_if_let(&mut self, mut i: syn::ExprIf) -> Expr {
+        if let Expr::Let(l) = &mut *i.cond {
+            self.visit_expr_mut(&mut l.expr);
+        }
+        self.visit_block_mut(&mut i.then_branch);
+        if let Some((_, e)) = &mut i.else_branch {
+            self.visit_expr_mut(e);
+        }
+        Expr::If(i)
     }
 
     fn rewrite_for(&mut self, mut f: syn::ExprForLoop) -> Expr {

@@ -172,6 +172,8 @@ fn fallback(func: &ItemFn, symbols: &[Ident], body: &syn::Block) -> TokenStream 
             pt.attrs.retain(|a| !sig::is_our_attr(a));
             if sig::is_operand_type(&pt.ty) {
                 *pt.ty = syn::parse_quote_spanned!(pt.ty.span()=> ::kernel_ir::Ref);
+            } else if sig::optional_operand(&pt.ty).is_some() {
+                *pt.ty = syn::parse_quote_spanned!(pt.ty.span()=> ::core::option::Option<::kernel_ir::Ref>);
             }
         }
     }
@@ -183,6 +185,18 @@ fn fallback(func: &ItemFn, symbols: &[Ident], body: &syn::Block) -> TokenStream 
     quote! {
         #[allow(unused, dead_code, clippy::all)]
         #f
+    }
+}
+
+/// `let name = ctor;`, or for an optional operand
+/// `let name = if present { Some(ctor) } else { None };`: an absent operand
+/// is not declared at all, so it is no argument of the kernel.
+fn declare(name: &Ident, ctor: TokenStream, present: Option<&Expr>) -> TokenStream {
+    match present {
+        None => quote_spanned!(name.span()=> let #name = #ctor;),
+        Some(cond) => quote_spanned!(name.span()=>
+            let #name = if #cond { ::core::option::Option::Some(#ctor) } else { ::core::option::Option::None };
+        ),
     }
 }
 
@@ -264,6 +278,10 @@ fn module(
     let b = Ident::new("__tessera_builder", Span::call_site());
     let rank = attr.grid.len();
     let grid = &attr.grid;
+    let kernel_name = match &attr.name {
+        Some(e) => quote_spanned!(e.span()=> #e),
+        None => quote!(#name_str),
+    };
     let sem = attr.semantics.iter().map(semantics_tokens);
     let target = attr.target.as_ref().map(|t| {
         let v = match t.to_string().as_str() {
@@ -281,7 +299,8 @@ fn module(
     let prefetch_names: Vec<Ident> = params
         .iter()
         .filter_map(|p| match p {
-            Param::Prefetch(pf) => Some(pf.name.clone()),
+            // An optional prefetch is an `Option<Ref>` in index maps too.
+            Param::Prefetch(pf) if pf.present.is_none() => Some(pf.name.clone()),
             _ => None,
         })
         .collect();
@@ -295,9 +314,8 @@ fn module(
                 let ns = n.to_string();
                 let sp = n.span();
                 let b = Ident::new("__tessera_builder", sp);
-                decls.push(
-                    quote_spanned!(sp=> let #n = #b.scalar_prefetch(#ns, [#((#s) as usize),*]);),
-                );
+                let ctor = quote_spanned!(sp=> #b.scalar_prefetch(#ns, [#((#s) as usize),*]));
+                decls.push(declare(n, ctor, pf.present.as_ref()));
             }
             Param::Scratch(sc) => {
                 let (n, s) = (&sc.name, &sc.shape);
@@ -348,9 +366,10 @@ fn module(
                 };
                 let sp = n.span();
                 let b = Ident::new("__tessera_builder", sp);
-                decls.push(quote_spanned!(sp=>
-                    let #n = #b.#ctor(#ns, #dt, [#((#s) as usize),*])#block #layout #align #space;
-                ));
+                let ctor = quote_spanned!(sp=>
+                    #b.#ctor(#ns, #dt, [#((#s) as usize),*])#block #layout #align #space
+                );
+                decls.push(declare(n, ctor, a.present.as_ref()));
             }
         }
     }
@@ -371,7 +390,7 @@ fn module(
     } else {
         quote! {
             let Dims { #(#symbols,)* } = dims;
-            let mut #b = ::kernel_ir::KernelBuilder::new(#name_str);
+            let mut #b = ::kernel_ir::KernelBuilder::new(#kernel_name);
             #b.grid([#((#grid) as usize),*], [#(#sem),*]);
             #target
             #vmem
@@ -385,8 +404,12 @@ fn module(
     let inputs: Vec<(String, &Vec<Expr>)> = params
         .iter()
         .filter_map(|p| match p {
-            Param::Prefetch(pf) => Some((pf.name.to_string(), &pf.shape)),
-            Param::Array(a) if a.role != Role::Out => Some((a.name.to_string(), &a.shape)),
+            // Optional operands bind no symbols: whether they are there
+            // depends on the config, which `from_shapes` does not see.
+            Param::Prefetch(pf) if pf.present.is_none() => Some((pf.name.to_string(), &pf.shape)),
+            Param::Array(a) if a.role != Role::Out && a.present.is_none() => {
+                Some((a.name.to_string(), &a.shape))
+            }
             _ => None,
         })
         .collect();
@@ -431,7 +454,7 @@ fn module(
         }
     );
     let from_doc = format!(
-        "Binds the shape symbols from the shapes of the kernel's inputs, in call order: {}.",
+        "Binds the shape symbols from the shapes of the kernel's required inputs (optional operands are left out), in call order: {}.",
         if input_list.is_empty() {
             "none".to_string()
         } else {

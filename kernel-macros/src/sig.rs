@@ -90,6 +90,9 @@ pub struct ArrayParam {
     pub layout: LayoutAttr,
     pub align: Option<Expr>,
     pub space: Space,
+    /// `Option<In<T>>` with `#[present(cond)]`: the build-time condition
+    /// under which the kernel takes this operand.
+    pub present: Option<Expr>,
 }
 
 /// A scratch buffer.
@@ -104,6 +107,8 @@ pub struct ScratchParam {
 pub struct PrefetchParam {
     pub name: Ident,
     pub shape: Vec<Expr>,
+    /// As [`ArrayParam::present`].
+    pub present: Option<Expr>,
 }
 
 /// One kernel parameter.
@@ -115,8 +120,9 @@ pub enum Param {
     Prefetch(PrefetchParam),
 }
 
-const OUR_ATTRS: [&str; 8] = [
+const OUR_ATTRS: [&str; 9] = [
     "shape",
+    "present",
     "block",
     "col_major",
     "row_major",
@@ -184,12 +190,29 @@ fn dtype_arg(
     }
 }
 
+const OPERAND_KINDS: [&str; 5] = ["In", "Out", "InOut", "Scratch", "Prefetch"];
+
 /// True for the operand marker types (`In<T>`, `Out<T>`, `InOut<T>`,
 /// `Scratch<T>`, `Prefetch`).
 pub fn is_operand_type(ty: &Type) -> bool {
-    type_head(ty).is_some_and(|(i, _)| {
-        ["In", "Out", "InOut", "Scratch", "Prefetch"].contains(&i.to_string().as_str())
-    })
+    type_head(ty).is_some_and(|(i, _)| OPERAND_KINDS.contains(&i.to_string().as_str()))
+}
+
+/// The operand type inside `Option<..>` (an optional operand), if `ty` is
+/// one.
+pub fn optional_operand(ty: &Type) -> Option<&Type> {
+    let Type::Path(p) = ty else { return None };
+    let seg = p.path.segments.last()?;
+    if seg.ident != "Option" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(a) = &seg.arguments else {
+        return None;
+    };
+    match a.args.iter().collect::<Vec<_>>().as_slice() {
+        [GenericArgument::Type(inner)] if is_operand_type(inner) => Some(inner),
+        _ => None,
+    }
 }
 
 /// Parses one parameter.
@@ -197,12 +220,14 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
     let FnArg::Typed(pt) = arg else {
         return Err(syn::Error::new_spanned(arg, "a kernel takes no `self`"));
     };
-    let head = type_head(&pt.ty);
+    let optional = optional_operand(&pt.ty);
+    let ty = optional.unwrap_or(&pt.ty);
+    let head = type_head(ty);
     let kind = head
         .as_ref()
         .map(|(i, _)| i.to_string())
         .unwrap_or_default();
-    if !["In", "Out", "InOut", "Scratch", "Prefetch"].contains(&kind.as_str()) {
+    if !OPERAND_KINDS.contains(&kind.as_str()) {
         if let Some(a) = pt.attrs.iter().find(|a| is_our_attr(a)) {
             return Err(syn::Error::new_spanned(
                 a,
@@ -224,12 +249,14 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
     let mut layout = LayoutAttr::RowMajor;
     let mut align = None;
     let mut space = Space::Vmem;
+    let mut present = None;
     for a in &pt.attrs {
         let Some(id) = a.path().get_ident() else {
             continue;
         };
         match id.to_string().as_str() {
             "shape" => shape = Some(list(a)?),
+            "present" => present = Some(a.parse_args::<Expr>()?),
             "block" => {
                 let items = list(a)?;
                 let [shape_e, map_e]: [Expr; 2] = items.try_into().map_err(|_| {
@@ -271,6 +298,32 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
             ),
         )
     };
+    match (&present, optional.is_some()) {
+        (Some(_), false) => {
+            return Err(syn::Error::new_spanned(
+                &pt.ty,
+                format!(
+                    "`#[present(..)]` marks an optional operand: write its type as `Option<{}>`",
+                    quote::quote!(#ty).to_string().replace(' ', "")
+                ),
+            ));
+        }
+        (None, true) => {
+            return Err(syn::Error::new_spanned(
+                &pt.pat,
+                format!(
+                    "optional operand `{name}` needs `#[present(cond)]`: the build-time condition under which the kernel takes it (e.g. `#[present(cfg.residual)]`)"
+                ),
+            ));
+        }
+        _ => {}
+    }
+    if kind == "Scratch" && optional.is_some() {
+        return Err(syn::Error::new_spanned(
+            &pt.ty,
+            "scratch cannot be optional; declare it always (an unused scratch buffer costs its VMEM only)",
+        ));
+    }
     Ok(match kind.as_str() {
         "Scratch" => {
             if block.is_some() || align.is_some() || space == Space::Any {
@@ -289,13 +342,14 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
         "Prefetch" => {
             if !args.is_empty() {
                 return Err(syn::Error::new_spanned(
-                    &pt.ty,
+                    ty,
                     "scalar prefetch always holds i32; write `Prefetch`",
                 ));
             }
             Param::Prefetch(PrefetchParam {
                 shape: shape.ok_or_else(|| need_shape("scalar prefetch"))?,
                 name,
+                present,
             })
         }
         _ => {
@@ -304,7 +358,7 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
                 "Out" => Role::Out,
                 _ => Role::InOut,
             };
-            let dtype = dtype_arg(&head, &args, &pt.ty, generics)?;
+            let dtype = dtype_arg(&head, &args, ty, generics)?;
             let shape = shape.ok_or_else(|| need_shape("array operand"))?;
             if space == Space::Any && block.is_some() {
                 return Err(syn::Error::new_spanned(
@@ -321,6 +375,7 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
                 layout,
                 align,
                 space,
+                present,
             }))
         }
     })
