@@ -57,6 +57,7 @@ mod dtype;
 mod error;
 mod index_map;
 mod infer;
+mod int_expr;
 mod interp;
 mod kernel;
 mod layout;
@@ -78,7 +79,10 @@ pub use dtype::{DType, Element, ParseDTypeError};
 pub use error::{ErrorKind, KernelError, KernelErrors};
 pub use half::{bf16, f16};
 pub use index_map::{IndexEvalError, IndexExpr, IndexExprDisplay, IndexMap, IndexOp};
-pub use interp::{InterpOptions, interpret, interpret_with};
+pub use int_expr::IntExpr;
+pub use interp::{
+    BlockFetch, FetchTrace, InterpOptions, interpret, interpret_traced, interpret_with,
+};
 pub use kernel::{Argument, Kernel};
 pub use layout::{Layout, Order};
 pub use loc::Loc;

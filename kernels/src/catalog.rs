@@ -539,10 +539,9 @@ pub fn entries() -> Vec<Entry> {
             build: |c, s| {
                 let [_, _, sq, d] = dims(&s[1], "q")?;
                 let [_, _, skv, _] = dims(&s[2], "k")?;
-                let dims = crate::attention::flash_attention_kv_len::Dims::from_shapes(&[
-                    &s[0], &s[1], &s[2], &s[3],
-                ])
-                .map_err(e)?;
+                let dims =
+                    crate::attention::flash_attention::Dims::from_shapes(&[&s[1], &s[2], &s[3]])
+                        .map_err(e)?;
                 flash_attention_kv_len(&attn_config(c, sq, skv, d)?, c.dtype("dtype")?, dims)
                     .map_err(e)
             },

@@ -56,16 +56,20 @@ fn activate(y: Tile, act: Activation) -> Tile {
     }
 }
 
-/// `o = act(x·w + bias)`.
+/// `o = act(x·w + bias) [+ residual]`; the kernel takes `residual` when
+/// `with_residual` (and is then called `matmul_bias_act_residual`).
 #[tpu_kernel(
     grid = (crate::foundation::cdiv(m, bm), crate::foundation::cdiv(n, bn), crate::foundation::cdiv(k, bk)),
-    semantics = (parallel, parallel, arbitrary)
+    semantics = (parallel, parallel, arbitrary),
+    name = if with_residual { "matmul_bias_act_residual" } else { "matmul_bias_act" }
 )]
+#[allow(clippy::too_many_arguments)]
 pub fn matmul_bias_act<T: Element, O: Element>(
     bm: usize,
     bn: usize,
     bk: usize,
     act: Activation,
+    with_residual: bool,
     #[shape(m, k)]
     #[block([bm, bk], |i, _, l| (i, l))]
     x: In<T>,
@@ -75,6 +79,10 @@ pub fn matmul_bias_act<T: Element, O: Element>(
     #[shape(1, n)]
     #[block([1, bn], |_, j, _| (0, j))]
     bias: In<f32>,
+    #[present(with_residual)]
+    #[shape(m, n)]
+    #[block([bm, bn], |i, j, _| (i, j))]
+    residual: Option<In<O>>,
     #[shape(m, n)]
     #[block([bm, bn], |i, j, _| (i, j))]
     o: Out<O>,
@@ -83,57 +91,23 @@ pub fn matmul_bias_act<T: Element, O: Element>(
     let l = program_id(2);
     accumulate_k_step(k, bm, bn, bk, x, w, acc, l);
     if l == num_programs(2) - 1 {
-        let y = activate(acc.load(..) + bias.load(..), act);
+        let mut y = activate(acc.load(..) + bias.load(..), act);
+        if let Some(r) = residual {
+            y = y + r.load(..).convert(F32);
+        }
         o.store(.., y.cast::<O>());
     }
 }
 
-/// `o = act(x·w + bias) + residual`.
-#[tpu_kernel(
-    grid = (crate::foundation::cdiv(m, bm), crate::foundation::cdiv(n, bn), crate::foundation::cdiv(k, bk)),
-    semantics = (parallel, parallel, arbitrary)
-)]
-pub fn matmul_bias_act_residual<T: Element, O: Element>(
-    bm: usize,
-    bn: usize,
-    bk: usize,
-    act: Activation,
-    #[shape(m, k)]
-    #[block([bm, bk], |i, _, l| (i, l))]
-    x: In<T>,
-    #[shape(k, n)]
-    #[block([bk, bn], |_, j, l| (l, j))]
-    w: In<T>,
-    #[shape(1, n)]
-    #[block([1, bn], |_, j, _| (0, j))]
-    bias: In<f32>,
-    #[shape(m, n)]
-    #[block([bm, bn], |i, j, _| (i, j))]
-    residual: In<O>,
-    #[shape(m, n)]
-    #[block([bm, bn], |i, j, _| (i, j))]
-    o: Out<O>,
-    #[shape(bm, bn)] acc: Scratch<f32>,
-) {
-    let l = program_id(2);
-    accumulate_k_step(k, bm, bn, bk, x, w, acc, l);
-    if l == num_programs(2) - 1 {
-        let y = activate(acc.load(..) + bias.load(..), act) + residual.load(..).convert(F32);
-        o.store(.., y.cast::<O>());
-    }
-}
-
-/// The epilogue kernel for a config: [`matmul_bias_act`](mod@matmul_bias_act)
-/// or, with `residual`, [`matmul_bias_act_residual`](mod@matmul_bias_act_residual).
+/// The epilogue kernel for a config ([`matmul_bias_act`](mod@matmul_bias_act)).
 /// Arguments: `x, w, bias[1, n]` (f32) and, with `residual`, `residual`.
 pub fn matmul_epilogue(c: &EpilogueConfig) -> Result<VerifiedKernel, KernelErrors> {
+    let dims = matmul_bias_act::Dims {
+        m: c.m,
+        k: c.k,
+        n: c.n,
+    };
     with_float!("matmul_epilogue", c.dtype, T => with_float!("matmul_epilogue", c.out_dtype, O => {
-        if c.residual {
-            let dims = matmul_bias_act_residual::Dims { m: c.m, k: c.k, n: c.n };
-            matmul_bias_act_residual::build::<T, O>(c.bm, c.bn, c.bk, c.activation, dims)
-        } else {
-            let dims = matmul_bias_act::Dims { m: c.m, k: c.k, n: c.n };
-            matmul_bias_act::build::<T, O>(c.bm, c.bn, c.bk, c.activation, dims)
-        }
+        matmul_bias_act::build::<T, O>(c.bm, c.bn, c.bk, c.activation, c.residual, dims)
     }))
 }

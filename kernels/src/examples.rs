@@ -195,7 +195,7 @@ pub fn examples() -> Vec<Example> {
             name: "flash_attention_kv_len",
             about: "flash attention forward over a bucket of 256 keys, valid length as scalar prefetch",
             build: || {
-                let dims = crate::attention::flash_attention_kv_len::Dims {
+                let dims = crate::attention::flash_attention::Dims {
                     b: 1,
                     h: 2,
                     hkv: 2,

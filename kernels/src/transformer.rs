@@ -138,7 +138,7 @@ pub fn block_forward(
             softcap: None,
         },
         DType::F32,
-        crate::attention::flash_attention_kv_len::Dims {
+        crate::attention::flash_attention::Dims {
             b: 1,
             h,
             sq: s,

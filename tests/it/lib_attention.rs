@@ -64,7 +64,7 @@ proptest! {
     ) {
         let (h, sq, skv, d) = (2, 64, 256, 64);
         let hkv = hkv.min(h);
-        let dims = kernels::attention::flash_attention_kv_len::Dims { b: 1, h, hkv, sq, skv, d };
+        let dims = kernels::attention::flash_attention::Dims { b: 1, h, hkv, sq, skv, d };
         let cfg = AttnConfig { causal, sm_scale: 0.125, block_q: 32, block_k: 128, window: None, softcap: None };
         let len = Array::from_elems([1], &[kv_len as i32]).unwrap();
         let q = Array::random(F32, [1, h, sq, d], seed, -1.0, 1.0);
@@ -111,7 +111,7 @@ proptest! {
         }
         let len = Array::from_elems([1], &[kv_len as i32]).unwrap();
         all_paths(
-            flash_attention_kv_len(&cfg, F32, kernels::attention::flash_attention_kv_len::Dims { b: 1, h, hkv: 1, sq, skv, d }),
+            flash_attention_kv_len(&cfg, F32, kernels::attention::flash_attention::Dims { b: 1, h, hkv: 1, sq, skv, d }),
             &[len, q.clone(), k.clone(), v.clone()],
             vec![o, lse],
             &[out_tol(F32), lse_tol(F32)],

@@ -1,6 +1,7 @@
 //! Tessera's integration tests, one binary (see the crate docs).
 
 mod attention;
+mod block_fetches;
 mod builder_kernels;
 mod common;
 mod dsl;

@@ -94,6 +94,47 @@ pub fn interpret_with(
     args: &[Array],
     opts: &InterpOptions,
 ) -> Result<Vec<Array>, KernelError> {
+    interpret_traced(kernel, args, opts).map(|(out, _)| out)
+}
+
+/// One block copy into VMEM that a pipelined TPU grid makes: the block
+/// index of an operand changed from the previous grid step (or this is
+/// the first step), so the block is fetched for this step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockFetch {
+    /// The operand's name.
+    pub operand: String,
+    /// The grid step that needs the block.
+    pub point: Vec<i64>,
+    /// Its block index.
+    pub block: Vec<i64>,
+}
+
+/// The block fetches of a run, in grid order: what a kernel costs in
+/// HBM traffic, and the check that steps a kernel skips fetch nothing new
+/// (their index maps re-use a block some computed step needs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FetchTrace {
+    /// Every fetch of every input (and in-out) operand with a block spec.
+    pub fetches: Vec<BlockFetch>,
+}
+
+impl FetchTrace {
+    /// The fetches of operand `name`.
+    pub fn of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a BlockFetch> + 'a {
+        self.fetches.iter().filter(move |f| f.operand == name)
+    }
+}
+
+/// [`interpret_with`], also returning the [`FetchTrace`]: a fetch is
+/// counted when an operand's block index differs from the one of the step
+/// before (the rule of Pallas's pipeline, which keeps a block in VMEM while
+/// consecutive steps map to it).
+pub fn interpret_traced(
+    kernel: &VerifiedKernel,
+    args: &[Array],
+    opts: &InterpOptions,
+) -> Result<(Vec<Array>, FetchTrace), KernelError> {
     let k = kernel.kernel();
     let (prefetch, operands) = bind_args(k, args)?;
     let mut m = eval::Machine {
@@ -118,6 +159,8 @@ pub fn interpret_with(
         .filter(|&d| k.grid.dims[d].semantics == DimSemantics::Parallel)
         .collect();
     let mut last_parallel: Option<Vec<i64>> = None;
+    let mut trace = FetchTrace::default();
+    let mut last_block: Vec<Option<Vec<i64>>> = vec![None; k.operands.len()];
     for point in order {
         let par: Vec<i64> = parallel.iter().map(|&d| point[d]).collect();
         if last_parallel.as_ref() != Some(&par) {
@@ -126,9 +169,27 @@ pub fn interpret_with(
             }
             last_parallel = Some(par);
         }
-        m.step(point)?;
+        m.step(point.clone())?;
+        for (i, o) in k.operands.iter().enumerate() {
+            if !o.role.is_input() || o.space == MemorySpace::Any {
+                continue;
+            }
+            let block: Vec<i64> = m.offsets[i]
+                .iter()
+                .zip(&o.block.shape)
+                .map(|(&off, &s)| off / (s as i64).max(1))
+                .collect();
+            if last_block[i].as_ref() != Some(&block) {
+                trace.fetches.push(BlockFetch {
+                    operand: o.name.clone(),
+                    point: point.clone(),
+                    block: block.clone(),
+                });
+                last_block[i] = Some(block);
+            }
+        }
     }
-    collect_outputs(k, m.operands)
+    Ok((collect_outputs(k, m.operands)?, trace))
 }
 
 fn bind_args(k: &Kernel, args: &[Array]) -> Result<(Vec<Buf>, Vec<Buf>), KernelError> {

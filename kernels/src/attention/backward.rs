@@ -17,7 +17,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
-use super::{AttnConfig, block_visible, kv_block, mask_scores, raw_scores, visible_keys};
+use super::{AttnConfig, kv_block, mask_scores, raw_scores, visible_keys};
 
 /// `delta = rowsum(dO ∘ O)` in f32, `[b, h, sq, 1]`.
 #[tpu_kernel(grid = (b, h, crate::foundation::cdiv(sq, bq)), semantics = (parallel, parallel, parallel))]
@@ -174,11 +174,11 @@ pub fn flash_attention_dq<T: Element>(
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
     q: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, i, j), 0))]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, None, skv), 0))]
     #[col_major]
     k: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, i, j), 0))]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, None, skv), 0))]
     v: In<T>,
     #[shape(b, h, sq, d)]
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
@@ -198,8 +198,8 @@ pub fn flash_attention_dq<T: Element>(
     if ki == 0 {
         acc.store(.., 0.0);
     }
-    if cfg.masked() {
-        if block_visible(cfg, qi, ki) {
+    if let Some(live) = cfg.key_blocks(qi, sq, None).contains(ki) {
+        if live {
             dq_step(cfg, sq, skv, q, k, v, d_o, lse, delta, acc, qi, ki);
         }
     } else {
@@ -225,16 +225,16 @@ pub fn flash_attention_dq(
     }
 }
 
-/// The q block of grid step (k block `i`, q block `j`) when there are `nq`
-/// q blocks: with a causal mask, steps before the first q block that sees
-/// k block `i` re-use that block (the last one, if none does).
-pub(crate) fn q_block(cfg: &AttnConfig, i: IndexExpr, j: IndexExpr, nq: usize) -> IndexExpr {
-    if cfg.causal {
-        j.max(i * cfg.block_k as i64 / cfg.block_q as i64)
-            .min(nq as i64 - 1)
-    } else {
-        j
-    }
+/// The q block grid step (k block `i`, q block `j`) of `nq` fetches: its
+/// own when it has work, else the nearest that has
+/// ([`AttnConfig::query_blocks`] decides both), so a skipped step fetches nothing new.
+pub(crate) fn q_block(
+    cfg: &AttnConfig,
+    (i, skv): (IndexExpr, usize),
+    j: IndexExpr,
+    nq: usize,
+) -> IndexExpr {
+    cfg.query_blocks(i, skv).clamp(j, nq)
 }
 
 /// `dk` and `dv` of flash attention: `[b, hkv, skv, d]` each, summed over
@@ -246,7 +246,7 @@ pub(crate) fn q_block(cfg: &AttnConfig, i: IndexExpr, j: IndexExpr, nq: usize) -
 pub fn flash_attention_dkv<T: Element>(
     cfg: &AttnConfig,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, i, j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
+    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
     q: In<T>,
     #[shape(b, hkv, skv, d)]
     #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
@@ -256,13 +256,13 @@ pub fn flash_attention_dkv<T: Element>(
     #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
     v: In<T>,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, i, j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
+    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
     d_o: In<T>,
     #[shape(b, h, sq, 1)]
-    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, i, j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
+    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
     lse: In<f32>,
     #[shape(b, h, sq, 1)]
-    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, i, j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
+    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
     delta: In<f32>,
     #[shape(b, hkv, skv, d)]
     #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
@@ -278,8 +278,8 @@ pub fn flash_attention_dkv<T: Element>(
         dk_acc.store(.., 0.0);
         dv_acc.store(.., 0.0);
     }
-    if cfg.masked() {
-        if block_visible(cfg, qj, ki) {
+    if let Some(live) = cfg.query_blocks(ki, skv).contains(qj) {
+        if live {
             dkv_step(
                 cfg, sq, skv, q, k, v, d_o, lse, delta, dk_acc, dv_acc, qj, ki,
             );

@@ -32,7 +32,10 @@
 //! key dim.
 
 pub mod backward;
+pub mod band;
 pub mod decode;
+
+use band::Band;
 
 use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, Target, VerifiedKernel};
@@ -73,7 +76,29 @@ impl AttnConfig {
 
     /// Whether any key can be hidden from a query (mask needed).
     fn masked(&self) -> bool {
-        self.causal || self.window.is_some()
+        !Band::of(self).is_full()
+    }
+
+    /// The k blocks q block `qi` (of `sq` queries) sees, by the mask and
+    /// a valid length: the body skips the others, the K/V index maps clamp
+    /// to these.
+    pub(crate) fn key_blocks<E: kernel_ir::IntExpr>(
+        &self,
+        qi: E,
+        sq: usize,
+        kv_len: Option<E>,
+    ) -> band::BlockRange<E> {
+        Band::of(self).key_blocks(qi, (self.block_q, sq), self.block_k, kv_len)
+    }
+
+    /// The q blocks that see k block `ki` (of `skv` keys): the dk/dv
+    /// kernel's view.
+    pub(crate) fn query_blocks<E: kernel_ir::IntExpr>(
+        &self,
+        ki: E,
+        skv: usize,
+    ) -> band::BlockRange<E> {
+        Band::of(self).query_blocks(ki, self.block_q, (self.block_k, skv))
     }
 }
 
@@ -140,41 +165,26 @@ fn visible_keys(cfg: &AttnConfig, qi: Tile, ki: Tile) -> Tile {
     let (bq, bk) = (cfg.block_q, cfg.block_k);
     let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
     let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
-    let w = cfg.window.unwrap_or(0) as i32;
-    if cfg.causal {
-        if cfg.window.is_some() {
-            k_pos <= q_pos && q_pos - k_pos < w
-        } else {
-            k_pos <= q_pos
-        }
-    } else if cfg.window.is_some() {
-        (q_pos - k_pos).abs() < w
+    if let Some(v) = Band::of(cfg).visible(q_pos, k_pos) {
+        v
     } else {
         k_pos >= 0
     }
 }
 
-/// Whether (q block `qi`, k block `ki`) has any visible key: blocks that
-/// are entirely masked are skipped.
-#[kernel_fn]
-fn block_visible(cfg: &AttnConfig, qi: Tile, ki: Tile) -> Tile {
-    let (bq, bk) = (cfg.block_q as i32, cfg.block_k as i32);
-    let w = cfg.window.unwrap_or(0) as i32;
-    // The last query of the q block and the first key of the k block.
-    let q1 = qi * bq + (bq - 1);
-    let k0 = ki * bk;
-    if cfg.window.is_none() {
-        // Causal: the block starts at or before the last query.
-        k0 <= q1
-    } else {
-        // Some key is within the window of some query.
-        let (q0, k1) = (qi * bq, ki * bk + (bk - 1));
-        if cfg.causal {
-            k0 <= q1 && q0 - k1 < w
-        } else {
-            q0 - k1 < w && k0 - q1 < w
-        }
-    }
+/// The K/V block grid step (q block `i`, k block `j`) fetches: the step's
+/// own block when it has work, else the nearest block of `i` that has, so
+/// a skipped step fetches nothing new ([`AttnConfig::key_blocks`] decides
+/// both).
+pub(crate) fn kv_block(
+    cfg: &AttnConfig,
+    (i, sq): (IndexExpr, usize),
+    j: IndexExpr,
+    kv_len: Option<IndexExpr>,
+    skv: usize,
+) -> IndexExpr {
+    cfg.key_blocks(i, sq, kv_len)
+        .clamp(j, crate::foundation::cdiv(skv, cfg.block_k))
 }
 
 /// The online-softmax step: new running max and sum, rescaled accumulator.
@@ -200,8 +210,8 @@ fn online_update(rows: usize, m: Ref, l: Ref, acc: Ref, s: Tile, vb: Tile) {
 }
 
 /// One (q block, k block) step of the forward pass: scores, masks (the
-/// causal/window masks, a valid kv length when `use_len`, the padding of a
-/// ragged last k block), online-softmax update.
+/// causal/window masks, a valid kv length, the padding of a ragged last k
+/// block), online-softmax update.
 #[kernel_fn]
 #[allow(clippy::too_many_arguments)]
 fn attend_step(
@@ -215,16 +225,15 @@ fn attend_step(
     acc: Ref,
     qi: Tile,
     ki: Tile,
-    kv_len: Tile,
-    use_len: bool,
+    kv_len: Option<Tile>,
 ) {
     let (bq, bk) = (cfg.block_q, cfg.block_k);
     let mut vb = v.load((0, 0, .., ..));
     let mut s = block_scores(cfg, q, k, qi, ki);
-    if use_len || !skv.is_multiple_of(bk) {
+    if kv_len.is_some() || !skv.is_multiple_of(bk) {
         let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
-        if use_len {
-            s = select(k_pos < kv_len, s, MASK_VALUE);
+        if let Some(len) = kv_len {
+            s = select(k_pos < len, s, MASK_VALUE);
         }
         if !skv.is_multiple_of(bk) {
             // The last k block runs past the array: its padding must not
@@ -281,22 +290,28 @@ fn no_visible_key(m_row: Tile) -> Tile {
 }
 
 /// Flash attention forward over `[batch, heads, seq, head_dim]` arrays;
-/// k and v have `hkv` heads.
+/// k and v have `hkv` heads. With `with_len`, the kernel takes the valid
+/// key count as scalar prefetch `kv_len` (see [`flash_attention_kv_len()`]).
 #[tpu_kernel(
     grid = (b, h, crate::foundation::cdiv(sq, cfg.block_q), crate::foundation::cdiv(skv, cfg.block_k)),
-    semantics = (parallel, parallel, parallel, arbitrary)
+    semantics = (parallel, parallel, parallel, arbitrary),
+    name = if with_len { "flash_attention_kv_len" } else { "flash_attention" }
 )]
 pub fn flash_attention<T: Element>(
     cfg: &AttnConfig,
+    with_len: bool,
+    #[present(with_len)]
+    #[shape(1)]
+    kv_len: Option<Prefetch>,
     #[shape(b, h, sq, d)]
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
     q: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, i, j), 0))]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv), 0))]
     #[col_major]
     k: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, i, j), 0))]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv), 0))]
     v: In<T>,
     #[shape(b, h, sq, d)]
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
@@ -309,30 +324,23 @@ pub fn flash_attention<T: Element>(
     #[shape(cfg.block_q, d)] acc: Scratch<f32>,
 ) {
     let (qi, ki) = (program_id(2), program_id(3));
+    let len = if let Some(t) = kv_len {
+        Some(t.load([0]))
+    } else {
+        None
+    };
     if ki == 0 {
         online_softmax_init(m, l, acc);
     }
-    if cfg.masked() {
-        if block_visible(cfg, qi, ki) {
-            attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, qi, false);
+    if let Some(live) = cfg.key_blocks(qi, sq, len).contains(ki) {
+        if live {
+            attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, len);
         }
     } else {
-        attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, qi, false);
+        attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, len);
     }
     if ki == num_programs(3) - 1 {
         online_softmax_finish(m, l, acc, o, lse);
-    }
-}
-
-/// The K/V block index of grid step (q block `i`, k block `j`): with a
-/// causal mask, steps past the last block q block `i` needs re-use that
-/// block, so the skipped steps fetch nothing.
-pub(crate) fn kv_block(cfg: &AttnConfig, i: IndexExpr, j: IndexExpr) -> IndexExpr {
-    if cfg.causal {
-        let last = (i + 1i64) * cfg.block_q as i64 - 1i64;
-        j.min(last / cfg.block_k as i64)
-    } else {
-        j
     }
 }
 
@@ -343,79 +351,35 @@ pub fn flash_attention(
     dtype: DType,
     dims: flash_attention::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    check_heads(dims.h, dims.hkv)?;
-    match dtype {
-        DType::BF16 => flash_attention::build::<bf16>(cfg, dims),
-        DType::F16 => flash_attention::build::<f16>(cfg, dims),
-        DType::F32 => flash_attention::build::<f32>(cfg, dims),
-        other => Err(crate::foundation::unsupported("flash_attention", other)),
-    }
+    forward("flash_attention", cfg, false, dtype, dims)
 }
 
 /// Flash attention over keys padded to a bucket: keys at or past
 /// `kv_len[0]` are masked out, and k blocks that start past it are skipped
-/// (the graph runtime passes the valid length of a bucketed sequence as
-/// this scalar-prefetch operand). Queries past it compute finite values,
-/// which the caller ignores. Outputs as [`flash_attention()`].
-#[tpu_kernel(
-    grid = (b, h, crate::foundation::cdiv(sq, cfg.block_q), crate::foundation::cdiv(skv, cfg.block_k)),
-    semantics = (parallel, parallel, parallel, arbitrary)
-)]
-pub fn flash_attention_kv_len<T: Element>(
-    cfg: &AttnConfig,
-    #[shape(1)] kv_len: Prefetch,
-    #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
-    q: In<T>,
-    #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, i, j), 0))]
-    #[col_major]
-    k: In<T>,
-    #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, i, j), 0))]
-    v: In<T>,
-    #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
-    o: Out<T>,
-    #[shape(b, h, sq, 1)]
-    #[block([1, 1, cfg.block_q, 1], |bi, hi, i, _| (bi, hi, i, 0))]
-    lse: Out<f32>,
-    #[shape(cfg.block_q, 128)] m: Scratch<f32>,
-    #[shape(cfg.block_q, 128)] l: Scratch<f32>,
-    #[shape(cfg.block_q, d)] acc: Scratch<f32>,
-) {
-    let (qi, ki) = (program_id(2), program_id(3));
-    let len = kv_len.load([0]);
-    if ki == 0 {
-        online_softmax_init(m, l, acc);
-    }
-    let start = ki * cfg.block_k;
-    let mut live = start < len;
-    if cfg.masked() {
-        live = live && block_visible(cfg, qi, ki);
-    }
-    if live {
-        attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, len, true);
-    }
-    if ki == num_programs(3) - 1 {
-        online_softmax_finish(m, l, acc, o, lse);
-    }
-}
-
-/// [`flash_attention_kv_len()`] for a config, dtype and shapes.
+/// and fetch nothing new (the graph runtime passes the valid length of a
+/// bucketed sequence as this scalar-prefetch operand). Queries past it
+/// compute finite values, which the caller ignores. Arguments: `kv_len`,
+/// then those of [`flash_attention()`]; outputs as it.
 pub fn flash_attention_kv_len(
     cfg: &AttnConfig,
     dtype: DType,
-    dims: flash_attention_kv_len::Dims,
+    dims: flash_attention::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    forward("flash_attention_kv_len", cfg, true, dtype, dims)
+}
+
+fn forward(
+    name: &str,
+    cfg: &AttnConfig,
+    with_len: bool,
+    dtype: DType,
+    dims: flash_attention::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
     check_heads(dims.h, dims.hkv)?;
     match dtype {
-        DType::BF16 => flash_attention_kv_len::build::<bf16>(cfg, dims),
-        DType::F16 => flash_attention_kv_len::build::<f16>(cfg, dims),
-        DType::F32 => flash_attention_kv_len::build::<f32>(cfg, dims),
-        other => Err(crate::foundation::unsupported(
-            "flash_attention_kv_len",
-            other,
-        )),
+        DType::BF16 => flash_attention::build::<bf16>(cfg, with_len, dims),
+        DType::F16 => flash_attention::build::<f16>(cfg, with_len, dims),
+        DType::F32 => flash_attention::build::<f32>(cfg, with_len, dims),
+        other => Err(crate::foundation::unsupported(name, other)),
     }
 }
