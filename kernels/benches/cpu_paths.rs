@@ -1,12 +1,12 @@
 //! `cargo bench -p kernels`: the CPU paths against their XLA baselines, in
-//! one run (see `kernels::bench`). `TESSERA_BENCH_MAX_S` caps the attention
+//! one run (see `kernels::tooling::bench`). `TESSERA_BENCH_MAX_S` caps the attention
 //! sequence length (default 8192), `TESSERA_BENCH_MAX_BWD_S` the backward's
 //! (default 4096); `TESSERA_BENCH_BUDGET` is the seconds of
 //! timed runs per measurement (default 3).
 
 use std::time::Duration;
 
-use kernels::bench::{child_main, measure_isolated, suite, table};
+use kernels::tooling::bench::{child_main, measure_isolated, suite, table};
 
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

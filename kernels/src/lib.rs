@@ -1,43 +1,35 @@
-//! Tessera's kernels, each with its reference op.
+//! Tessera's kernels, each with its reference op, and the tools around them.
 //!
-//! Every kernel is a function from a config (block sizes, shapes, flags) to
-//! a [`kernel_ir::VerifiedKernel`], next to a plain f64 host implementation
-//! of the same math in [`reference`](mod@reference). [`check`] compares the two.
+//! Two module trees:
 //!
-//! The library:
+//! * [`library`]: the kernels. Each module holds `#[tpu_kernel]`s, a
+//!   builder function from a typed config, and an [`library::Entry`]
+//!   (config parameters, default shapes, f64 reference, tolerances,
+//!   presets) that every tool and test reads. The library modules are
+//!   re-exported here ([`attention`], [`norm`], ...).
+//!   - [`attention`]: flash attention forward (GQA/MQA, causal, sliding
+//!     window, soft-cap, valid kv length, logsumexp), [`attention::backward`]
+//!     (delta, dq, dk/dv), [`attention::decode`] (paged KV cache);
+//!   - [`norm`]: RMS norm forward and backward, layer norm backward
+//!     (forward in [`foundation`]);
+//!   - [`epilogue`]: matmul with a fused bias + gelu/silu (+ residual)
+//!     epilogue; [`rope`]: rotary embeddings; [`swiglu`]: fused SwiGLU;
+//!   - [`foundation`]: tiled elementwise add, tiled matmul with an f32
+//!     accumulator in scratch, row softmax, layer norm;
+//!   - [`reference`]: the plain f64 host math the entries compare with.
+//! * [`tooling`]: what runs the library: [`tooling::paths`] (one kernel on
+//!   every CPU path against its reference), [`tooling::check`] (error
+//!   statistics), [`tooling::bench`] (benchmarks against XLA baselines),
+//!   [`tooling::transformer`] (a transformer block on the graph runtime),
+//!   [`tooling::npy`], [`tooling::diff`], [`tooling::atomic_file`]; and the
+//!   `tessera` command (`src/bin/tessera`).
 //!
-//! * [`attention`]: flash attention forward (GQA/MQA, causal, sliding
-//!   window, soft-cap, valid kv length, logsumexp), [`attention::backward`]
-//!   (delta, dq, dk/dv), [`attention::decode`] (paged KV cache);
-//! * [`norm`]: RMS norm forward and backward, layer norm backward (forward
-//!   in [`foundation`]);
-//! * [`epilogue`]: matmul with a fused bias + gelu/silu (+ residual)
-//!   epilogue; [`rope`]: rotary embeddings; [`swiglu`]: fused SwiGLU;
-//! * [`foundation`]: tiled elementwise add, tiled matmul with an f32
-//!   accumulator in scratch, row softmax, layer norm.
-//!
-//! Around it: [`examples`] (named instances: what `tessera lower`, the
-//! lowering snapshots and the Pallas conformance check use), [`paths`] (one
-//! kernel on every CPU path against its reference), [`transformer`] (a
-//! transformer block on the graph runtime), [`bench`](mod@bench) (benchmarks against
-//! XLA baselines), [`guide`] (porting from Triton and CUTLASS).
+//! [`guide`]: porting from Triton and CUTLASS.
 
-pub mod atomic_file;
-pub mod attention;
-pub mod bench;
-pub mod catalog;
-pub mod check;
-pub mod diff;
-pub mod epilogue;
-pub mod examples;
-pub mod foundation;
-pub mod norm;
-pub mod npy;
-pub mod paths;
-pub mod reference;
-pub mod rope;
-pub mod swiglu;
-pub mod transformer;
+pub mod library;
+pub mod tooling;
+
+pub use library::{attention, epilogue, foundation, norm, reference, rope, swiglu};
 
 /// Guides for kernel authors.
 pub mod guide {

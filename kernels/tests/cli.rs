@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use kernel_ir::{Array, DType};
-use kernels::check::{ErrorStats, Tolerance};
+use kernels::tooling::check::{ErrorStats, Tolerance};
 
 fn tessera(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tessera"))
@@ -24,7 +24,7 @@ fn dir(name: &str) -> PathBuf {
 
 fn save(d: &Path, name: &str, a: &Array) -> String {
     let p = d.join(format!("{name}.npy"));
-    kernels::npy::write(&p, a).unwrap();
+    kernels::tooling::npy::write(&p, a).unwrap();
     format!("{name}={}", p.display())
 }
 
@@ -60,7 +60,7 @@ fn run_writes_every_backends_outputs_and_they_match_the_reference() {
     assert!(o.status.success(), "{}", stderr(&o));
     let want = kernels::reference::add(&x, &y);
     for b in ["interp", "jit", "pjrt-decomposed", "pjrt-ffi"] {
-        let got = kernels::npy::read(&out.join(b).join("o.npy")).unwrap();
+        let got = kernels::tooling::npy::read(&out.join(b).join("o.npy")).unwrap();
         assert_eq!(got.shape(), &[40, 200]);
         let s = ErrorStats::between(&got, &want, Tolerance::for_dtype(DType::F32));
         assert!(s.passes(), "{b}: {s}");
@@ -92,8 +92,8 @@ fn a_two_output_kernel_writes_one_file_per_output_and_bf16_goes_through_f32_file
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let got = kernels::npy::read(&out.join("o.npy")).unwrap();
-    let lse = kernels::npy::read(&out.join("lse.npy")).unwrap();
+    let got = kernels::tooling::npy::read(&out.join("o.npy")).unwrap();
+    let lse = kernels::tooling::npy::read(&out.join("lse.npy")).unwrap();
     assert_eq!(got.dtype(), DType::F32, "bf16 is stored as f32");
     assert_eq!(lse.shape(), &[1, 2, 64, 1]);
     let spec = kernels::reference::AttnSpec::new(true, 1.0 / (32f64).sqrt());
@@ -192,7 +192,7 @@ fn list_and_help_describe_everything() {
     let o = tessera(&["list"]);
     assert!(o.status.success());
     let text = stdout(&o);
-    for k in kernels::catalog::entries() {
+    for k in kernels::library::ENTRIES {
         assert!(text.contains(k.name), "{} missing from list", k.name);
         for p in k.params {
             assert!(

@@ -8,8 +8,8 @@
 use std::process::ExitCode;
 
 use kernel_ir::{Array, DType};
-use kernels::check::{ErrorStats, Tolerance};
-use kernels::transformer::{BlockWeights, block_forward, block_reference};
+use kernels::tooling::check::{ErrorStats, Tolerance};
+use kernels::tooling::transformer::{BlockWeights, block_forward, block_reference};
 use runtime::graph::{Buckets, Runtime, RuntimeOptions};
 
 fn list(s: &str) -> Result<Vec<usize>, String> {

@@ -1,8 +1,8 @@
 //! Helpers shared by the test modules.
 
 use kernel_ir::{Array, KernelErrors, VerifiedKernel};
-use kernels::check::Tolerance;
-use kernels::paths::run_paths;
+use kernels::tooling::check::Tolerance;
+use kernels::tooling::paths::run_paths;
 use proptest::prelude::*;
 use runtime::backend::Backend;
 

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use kernel_ir::VerifiedKernel;
 use kernel_ir::prelude::*;
-use kernels::check::{ErrorStats, Tolerance};
-use kernels::transformer::{BlockWeights, block_forward, block_reference};
+use kernels::tooling::check::{ErrorStats, Tolerance};
+use kernels::tooling::transformer::{BlockWeights, block_forward, block_reference};
 use runtime::cache::RemoteCache;
 use runtime::graph::{Buckets, Runtime, RuntimeError, RuntimeOptions};
 

@@ -5,8 +5,8 @@
 
 use kernel_ir::prelude::*;
 use kernels::attention::{AttnConfig, flash_attention, flash_attention_kv_len};
-use kernels::check::Tolerance;
 use kernels::reference::{self, AttnSpec};
+use kernels::tooling::check::Tolerance;
 use proptest::prelude::*;
 
 use crate::common::all_paths;

@@ -37,12 +37,11 @@ pub(crate) fn scatter_rows(
     o.store((dest.load([i]), .., ..), x.load((0, .., ..)));
 }
 
-/// The kernels every target is checked on, by snapshot name: the examples
-/// of `kernels` and the test kernels.
+/// The kernels every target is checked on, by snapshot name: the presets
+/// of the library and the test kernels.
 pub(crate) fn catalog() -> Vec<(&'static str, VerifiedKernel)> {
-    let mut all: Vec<(&'static str, VerifiedKernel)> = kernels::examples::examples()
-        .into_iter()
-        .map(|e| (e.name, (e.build)().unwrap()))
+    let mut all: Vec<(&'static str, VerifiedKernel)> = kernels::library::presets()
+        .map(|p| (p.name(), p.build().unwrap()))
         .collect();
     all.extend([
         (

@@ -11,6 +11,7 @@ mod graph;
 mod invalid;
 mod lib_attention;
 mod lib_ops;
+mod library_paths;
 mod lowered;
 mod native;
 mod paths;

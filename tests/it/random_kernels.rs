@@ -7,8 +7,8 @@
 
 use kernel_ir::prelude::*;
 use kernel_ir::{Kernel, SplitMix64};
-use kernels::check::{ErrorStats, Tolerance};
-use kernels::paths::run_paths;
+use kernels::tooling::check::{ErrorStats, Tolerance};
+use kernels::tooling::paths::run_paths;
 use proptest::prelude::*;
 use runtime::backend::Backend;
 use tests::mutation::{mutate, seed_kernels};

@@ -599,8 +599,8 @@ fn tessera_vmem_budget_covers_what_libtpu_allocates() {
     })
     .unwrap();
     kernels.push(("matmul bf16 512^3 blocks".into(), mm));
-    let preset = kernels::examples::example("flash_attention_f32").unwrap();
-    kernels.push(("flash_attention_f32".into(), (preset.build)().unwrap()));
+    let preset = kernels::library::preset("flash_attention_f32").unwrap();
+    kernels.push(("flash_attention_f32".into(), preset.build().unwrap()));
     let mut report = Vec::new();
     for (name, kernel) in kernels {
         for target in [Target::V5e, Target::V7x] {
@@ -638,16 +638,16 @@ fn tessera_vmem_budget_covers_what_libtpu_allocates() {
 /// libtpu for every generation.
 #[test]
 fn every_library_kernel_and_preset_compiles_for_every_generation() {
-    use kernels::catalog::{Config, entries};
+    use kernels::library::{Config, ENTRIES, presets};
     let tpu = tpu();
     let mut kernels: Vec<(String, kernel_ir::VerifiedKernel)> = Vec::new();
-    for ex in kernels::examples::examples() {
+    for p in presets() {
         kernels.push((
-            ex.name.to_string(),
-            (ex.build)().unwrap_or_else(|e| panic!("{}: {e}", ex.name)),
+            p.name().to_string(),
+            p.build().unwrap_or_else(|e| panic!("{}: {e}", p.name())),
         ));
     }
-    for e in entries() {
+    for e in ENTRIES {
         let has = |p: &str| e.params.iter().any(|q| q.name == p);
         for dtype in ["f32", "bf16"] {
             let mut variants: Vec<Vec<(String, String)>> = vec![vec![]];
@@ -666,7 +666,7 @@ fn every_library_kernel_and_preset_compiles_for_every_generation() {
                 if dtype == "bf16" && has("block_rows") {
                     pairs.push(("block_rows".into(), "16".into()));
                 }
-                let cfg = Config::parse(&e, &pairs).unwrap_or_else(|m| panic!("{}: {m}", e.name));
+                let cfg = Config::parse(e, &pairs).unwrap_or_else(|m| panic!("{}: {m}", e.name));
                 let k = e
                     .build_at_default_shapes(&cfg)
                     .unwrap_or_else(|m| panic!("{} {pairs:?}: {m}", e.name));

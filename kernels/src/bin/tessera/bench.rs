@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use kernels::bench::{Method, Workload, measure_isolated, suite, svg_chart, table, to_json};
+use kernels::tooling::bench::{
+    Method, Workload, measure_isolated, suite, svg_chart, table, to_json,
+};
 
 use crate::args::Args;
 use crate::{Failure, usage};

@@ -61,7 +61,8 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
                             .compiled
                             .serialize()
                             .map_err(|e| Failure::Run(e.to_string()))?;
-                        kernels::atomic_file::write(&file, &bytes).map_err(Failure::Run)?;
+                        kernels::tooling::atomic_file::write(&file, &bytes)
+                            .map_err(Failure::Run)?;
                         println!(
                             "        wrote {} ({})",
                             file.display(),
@@ -117,15 +118,17 @@ fn kernels_named(name: &str, a: &Args) -> Result<Vec<(String, VerifiedKernel)>, 
     }
     let mut out = Vec::new();
     if name == KERNELS || name == ALL {
-        for e in kernels::catalog::entries() {
+        for e in kernels::library::ENTRIES {
             let k = kernel_for_lower(e.name, &Args::default())?;
             out.push((e.name.to_string(), k));
         }
     }
     if name == PRESETS || name == ALL {
-        for ex in kernels::examples::examples() {
-            let k = (ex.build)().map_err(|e| format!("preset `{}`: {e}", ex.name))?;
-            out.push((ex.name.to_string(), k));
+        for p in kernels::library::presets() {
+            let k = p
+                .build()
+                .map_err(|e| format!("preset `{}`: {e}", p.name()))?;
+            out.push((p.name().to_string(), k));
         }
     }
     if !many {

@@ -9,144 +9,116 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use kernel_ir::prelude::*;
-use kernel_ir::{KernelErrors, VerifiedKernel};
-use kernels::attention::{AttnConfig, flash_attention};
-use kernels::check::Tolerance;
-use kernels::foundation::*;
-use kernels::paths::run_paths;
-use kernels::reference;
+use kernel_ir::{Array, VerifiedKernel};
+use kernels::library::{self, Config, EntryError};
+use kernels::tooling::check::Tolerance;
+use kernels::tooling::paths::run_paths;
 use runtime::backend::Backend;
 
-/// One demo case: a kernel, its inputs and its reference output.
+/// One demo case: a library kernel at the demo's config and shapes, with
+/// inputs, reference and tolerances from its entry.
 struct Case {
     name: &'static str,
-    kernel: Result<VerifiedKernel, KernelErrors>,
+    kernel: Result<VerifiedKernel, EntryError>,
     inputs: Vec<Array>,
-    reference: fn(&[Array]) -> Vec<Vec<f64>>,
+    reference: Result<Vec<Vec<f64>>, EntryError>,
     tol: Vec<Tolerance>,
 }
 
-/// The attention shapes of the demo.
-const ATTN: kernels::attention::flash_attention::Dims = kernels::attention::flash_attention::Dims {
-    b: 1,
-    h: 2,
-    sq: 256,
-    skv: 256,
-    d: 64,
-    hkv: 2,
-};
+/// The demo's attention: `[1, 2, 256, 64]`, 64 × 128 blocks.
+const ATTN: &[(&str, &[usize])] = &[];
+const ATTN_CONFIG: &[(&str, &str)] = &[("sm_scale", "0.125"), ("block_q", "64")];
 
-fn attn_config(causal: bool) -> AttnConfig {
-    AttnConfig {
-        causal,
-        sm_scale: 0.125,
-        block_q: 64,
-        block_k: 128,
-        window: None,
-        softcap: None,
-    }
-}
+type Demo = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static [(&'static str, &'static [usize])],
+);
 
-fn attention_case(name: &'static str, causal: bool, dtype: DType, seed: u64) -> Case {
-    let shape = [ATTN.b, ATTN.h, ATTN.sq, ATTN.d];
-    let r = |s| Array::random(dtype, shape, s, -1.0, 1.0);
-    Case {
+/// (label, entry, config, shapes) of every case.
+const DEMO: &[Demo] = &[
+    ("flash attention f32", "flash_attention", ATTN_CONFIG, ATTN),
+    (
+        "flash attention f32 causal",
+        "flash_attention",
+        &[("sm_scale", "0.125"), ("block_q", "64"), ("causal", "true")],
+        ATTN,
+    ),
+    (
+        "flash attention bf16 causal",
+        "flash_attention",
+        &[
+            ("sm_scale", "0.125"),
+            ("block_q", "64"),
+            ("causal", "true"),
+            ("dtype", "bf16"),
+        ],
+        ATTN,
+    ),
+    (
+        "add 512x1024 (blocks 64x512)",
+        "add",
+        &[("block_rows", "64"), ("block_cols", "512")],
+        &[("x", &[512, 1024]), ("y", &[512, 1024])],
+    ),
+    (
+        "matmul 256x256x512 bf16 -> f32",
+        "matmul",
+        &[("dtype", "bf16")],
+        &[],
+    ),
+    (
+        "softmax 256x1024 (rows of 32)",
+        "softmax",
+        &[("block_rows", "32")],
+        &[("x", &[256, 1024])],
+    ),
+    (
+        "layer_norm 256x1024 (rows of 16)",
+        "layer_norm",
+        &[("block_rows", "16")],
+        &[("x", &[256, 1024]), ("gamma", &[1024]), ("beta", &[1024])],
+    ),
+];
+
+fn case((name, entry, config, shapes): &Demo, seed: u64) -> Result<Case, String> {
+    let e = library::find(entry).ok_or_else(|| format!("no library kernel `{entry}`"))?;
+    let pairs: Vec<(String, String)> = config
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let cfg = Config::parse(e, &pairs).map_err(|e| e.to_string())?;
+    let shapes: Vec<(&str, Vec<usize>)> = shapes.iter().map(|(n, s)| (*n, s.to_vec())).collect();
+    let kernel = e.build_with_shapes(&cfg, &shapes);
+    let (inputs, reference, tol) = match &kernel {
+        Ok(k) => {
+            let inputs = e.sample_inputs(&cfg, k, seed);
+            let reference = e.reference(&cfg, &inputs);
+            (inputs, reference, e.tolerances(&cfg, k))
+        }
+        Err(err) => (Vec::new(), Err(err.clone()), Vec::new()),
+    };
+    Ok(Case {
         name,
-        kernel: flash_attention(&attn_config(causal), dtype, ATTN),
-        inputs: vec![r(seed), r(seed + 1), r(seed + 2)],
-        reference: if causal {
-            |a| {
-                let (o, lse) = reference::attention_full(
-                    &a[0],
-                    &a[1],
-                    &a[2],
-                    &reference::AttnSpec::new(true, 0.125),
-                );
-                vec![o, lse]
-            }
-        } else {
-            |a| {
-                let (o, lse) = reference::attention_full(
-                    &a[0],
-                    &a[1],
-                    &a[2],
-                    &reference::AttnSpec::new(false, 0.125),
-                );
-                vec![o, lse]
-            }
-        },
-        tol: vec![Tolerance::attention(dtype), Tolerance::logsumexp(dtype)],
-    }
+        kernel,
+        inputs,
+        reference,
+        tol,
+    })
 }
 
 fn cases() -> Vec<Case> {
-    let x = |shape: &[usize], seed| Array::random(F32, shape.to_vec(), seed, -2.0, 2.0);
-    vec![
-        attention_case("flash attention f32", false, F32, 20),
-        attention_case("flash attention f32 causal", true, F32, 30),
-        attention_case("flash attention bf16 causal", true, BF16, 40),
-        Case {
-            name: "add 512x1024 (blocks 64x512)",
-            kernel: add(&AddConfig {
-                rows: 512,
-                cols: 1024,
-                block_rows: 64,
-                block_cols: 512,
-                dtype: F32,
-            }),
-            inputs: vec![x(&[512, 1024], 1), x(&[512, 1024], 2)],
-            reference: |a| vec![reference::add(&a[0], &a[1])],
-            tol: vec![Tolerance::for_dtype(F32)],
-        },
-        Case {
-            name: "matmul 256x256x512 bf16 -> f32",
-            kernel: matmul(&MatmulConfig {
-                m: 256,
-                n: 256,
-                k: 512,
-                bm: 128,
-                bn: 128,
-                bk: 128,
-                dtype: BF16,
-                out_dtype: F32,
-            }),
-            inputs: vec![x(&[256, 512], 3).cast(BF16), x(&[512, 256], 4).cast(BF16)],
-            reference: |a| vec![reference::matmul(&a[0], &a[1])],
-            tol: vec![Tolerance::matmul(512, F32)],
-        },
-        Case {
-            name: "softmax 256x1024 (rows of 32)",
-            kernel: softmax(&SoftmaxConfig {
-                rows: 256,
-                cols: 1024,
-                block_rows: 32,
-                dtype: F32,
-            }),
-            inputs: vec![x(&[256, 1024], 5)],
-            reference: |a| vec![reference::softmax_rows(&a[0])],
-            tol: vec![Tolerance::for_dtype(F32)],
-        },
-        Case {
-            name: "layer_norm 256x1024 (rows of 16)",
-            kernel: layer_norm(&LayerNormConfig {
-                rows: 256,
-                cols: 1024,
-                block_rows: 16,
-                eps: 1e-5,
-                dtype: F32,
-            }),
-            inputs: vec![
-                x(&[256, 1024], 6),
-                Array::random(F32, [1024], 7, 0.5, 1.5),
-                Array::random(F32, [1024], 8, -0.5, 0.5),
-            ],
-            reference: |a| vec![reference::layer_norm(&a[0], &a[1], &a[2], 1e-5)],
-            tol: vec![Tolerance {
-                abs: 1e-4,
-                rel: 1e-4,
-            }],
-        },
-    ]
+    DEMO.iter()
+        .enumerate()
+        .filter_map(|(i, d)| match case(d, 10 * (i as u64 + 2)) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                println!("{}: {e}", d.0);
+                None
+            }
+        })
+        .collect()
 }
 
 /// Writes the kernel lowered to every target under `target/tessera-demo`
@@ -246,15 +218,11 @@ fn compile_for_tpu(cases: &[Case]) -> bool {
 /// Prints what a kernel author checks first: grid, blocks, IR, VMEM.
 fn show_kernel(name: &str, k: &VerifiedKernel) {
     println!("\n== {name}: built from the #[tpu_kernel] DSL and verified");
-    println!(
-        "shapes b={} h={} sq={} skv={} d={}; config {:?}",
-        ATTN.b,
-        ATTN.h,
-        ATTN.sq,
-        ATTN.skv,
-        ATTN.d,
-        attn_config(true)
-    );
+    let args: Vec<String> = k
+        .arguments()
+        .map(|a| format!("{} {}{:?}", a.name, a.dtype, a.shape))
+        .collect();
+    println!("inputs {}", args.join(", "));
     let grid: Vec<String> = k
         .grid
         .dims
@@ -323,7 +291,14 @@ pub fn demo() -> ExitCode {
     let mut err = std::io::stderr();
     for c in &cases {
         let Ok(k) = &c.kernel else { continue };
-        let want = (c.reference)(&c.inputs);
+        let want = match &c.reference {
+            Ok(w) => w.clone(),
+            Err(e) => {
+                println!("{:<34} reference: {e}", c.name);
+                ok = false;
+                continue;
+            }
+        };
         for b in Backend::ALL {
             // Progress: the first compile of a path takes a moment.
             let _ = write!(err, "\r  running {} on {} ...{:20}", c.name, b.name(), "");

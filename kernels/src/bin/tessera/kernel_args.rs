@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use kernel_ir::{Array, DType, VerifiedKernel};
-use kernels::catalog::{self, Config, Entry};
+use kernels::library::{self, Config, Entry};
 
 use crate::args::{Args, parse_shape};
 
@@ -14,44 +14,42 @@ fn unknown_kernel(name: &str) -> String {
 
 /// A catalog kernel with its parsed config.
 pub struct Chosen {
-    pub entry: Entry,
+    pub entry: &'static Entry,
     pub config: Config,
 }
 
 /// The catalog entry `name` with `--config` applied.
 pub fn choose(name: &str, args: &Args) -> Result<Chosen, String> {
-    let entry = catalog::find(name).ok_or_else(|| unknown_kernel(name))?;
-    let config = Config::parse(&entry, &args.pairs("config")?)?;
+    let entry = library::find(name).ok_or_else(|| unknown_kernel(name))?;
+    let config = Config::parse(entry, &args.pairs("config")?).map_err(|e| e.to_string())?;
     Ok(Chosen { entry, config })
 }
 
 /// For `lower`: a catalog kernel (default shapes, overridden by
 /// `--shape NAME=DxD..`) or a preset from `tessera list`.
 pub fn kernel_for_lower(name: &str, args: &Args) -> Result<VerifiedKernel, String> {
-    if catalog::find(name).is_none()
-        && let Some(ex) = kernels::examples::example(name)
+    if library::find(name).is_none()
+        && let Some(ex) = library::preset(name)
     {
         if !args.all("config").is_empty() || !args.all("shape").is_empty() {
             return Err(format!(
                 "`{name}` is a preset with fixed config and shapes; use a catalog kernel with --config and --shape"
             ));
         }
-        return (ex.build)().map_err(|e| e.to_string());
+        return ex.build().map_err(|e| e.to_string());
     }
     let c = choose(name, args)?;
-    let mut shapes = c.entry.default_shapes(&c.config)?;
+    let mut shapes = Vec::new();
     for (k, v) in args.pairs("shape")? {
-        let names: Vec<&str> = shapes.iter().map(|(n, _)| *n).collect();
-        let slot = shapes.iter_mut().find(|(n, _)| *n == k).ok_or_else(|| {
-            format!(
-                "kernel `{name}` has no input `{k}`; its inputs are: {}",
-                names.join(", ")
-            )
-        })?;
-        slot.1 = parse_shape(&v)?;
+        shapes.push((k, parse_shape(&v)?));
     }
-    let shapes: Vec<Vec<usize>> = shapes.into_iter().map(|(_, s)| s).collect();
-    c.entry.build(&c.config, &shapes)
+    let shapes: Vec<(&str, Vec<usize>)> = shapes
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    c.entry
+        .build_with_shapes(&c.config, &shapes)
+        .map_err(|e| e.to_string())
 }
 
 /// For `run` and `diff`: the kernel built for the shapes of the `.npy`
@@ -61,7 +59,8 @@ pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec
     let name = c.entry.name;
     let wanted: Vec<&str> = c
         .entry
-        .default_shapes(&c.config)?
+        .default_shapes(&c.config)
+        .map_err(|e| e.to_string())?
         .into_iter()
         .map(|(n, _)| n)
         .collect();
@@ -76,7 +75,7 @@ pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec
         if files[i].is_some() {
             return Err(format!("--input {k} is given twice"));
         }
-        files[i] = Some(kernels::npy::read(Path::new(&path)).map_err(|e| e.to_string())?);
+        files[i] = Some(kernels::tooling::npy::read(Path::new(&path)).map_err(|e| e.to_string())?);
     }
     let missing: Vec<&str> = wanted
         .iter()
@@ -103,7 +102,10 @@ pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec
         }
     }
     let shapes: Vec<Vec<usize>> = arrays.iter().map(|a| a.shape().to_vec()).collect();
-    let kernel = c.entry.build(&c.config, &shapes)?;
+    let kernel = c
+        .entry
+        .build(&c.config, &shapes)
+        .map_err(|e| e.to_string())?;
     // The files were matched in argument order: prefetch, then inputs.
     let mut out = Vec::with_capacity(arrays.len());
     for (a, arg) in arrays.into_iter().zip(kernel.arguments()) {
@@ -131,6 +133,8 @@ pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec
         };
         out.push(a);
     }
-    c.entry.check_inputs(&c.config, &kernel, &out)?;
+    c.entry
+        .check_inputs(&c.config, &kernel, &out)
+        .map_err(|e| e.to_string())?;
     Ok((kernel, out))
 }

@@ -1,6 +1,6 @@
 //! `tessera lower` and `tessera list`.
 
-use kernels::catalog::{self, Config};
+use kernels::library::{self, Config};
 
 use crate::args::Args;
 use crate::kernel_args::kernel_for_lower;
@@ -30,7 +30,7 @@ pub fn lower(args: &[String]) -> Result<(), Failure> {
     .map_err(|e| Failure::Run(e.to_string()))?;
     match a.one("out").map_err(usage)? {
         Some(path) => {
-            kernels::atomic_file::write(std::path::Path::new(path), text.as_bytes())
+            kernels::tooling::atomic_file::write(std::path::Path::new(path), text.as_bytes())
                 .map_err(Failure::Run)?;
             println!("wrote {path} ({} bytes)", text.len());
         }
@@ -48,10 +48,12 @@ pub fn list(args: &[String]) -> Result<(), Failure> {
             "unexpected argument `{extra}`; see `tessera list --help`"
         )));
     }
-    for e in catalog::entries() {
+    for e in library::ENTRIES {
         println!("{} - {}", e.name, e.about);
-        let cfg = Config::parse(&e, &[]).map_err(Failure::Run)?;
-        let kernel = e.build_at_default_shapes(&cfg).map_err(Failure::Run)?;
+        let cfg = Config::parse(e, &[]).map_err(|e| Failure::Run(e.to_string()))?;
+        let kernel = e
+            .build_at_default_shapes(&cfg)
+            .map_err(|e| Failure::Run(e.to_string()))?;
         let inputs: Vec<String> = kernel
             .prefetch
             .iter()
@@ -73,8 +75,8 @@ pub fn list(args: &[String]) -> Result<(), Failure> {
         }
     }
     println!("\npresets (fixed config and shapes; `tessera lower PRESET --target T`):");
-    for ex in kernels::examples::examples() {
-        println!("    {:<32} {}", ex.name, ex.about);
+    for p in library::presets() {
+        println!("    {:<32} {}", p.name(), p.preset.about);
     }
     Ok(())
 }

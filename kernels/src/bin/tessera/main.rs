@@ -263,7 +263,7 @@ fn main() -> ExitCode {
 
 fn run(args: &[String]) -> ExitCode {
     // Benchmark measurements re-run this binary in a child process.
-    if let Some(code) = kernels::bench::child_main(args) {
+    if let Some(code) = kernels::tooling::bench::child_main(args) {
         return code;
     }
     let Some(cmd) = args.first().map(String::as_str) else {

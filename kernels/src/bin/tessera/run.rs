@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use kernel_ir::{Array, VerifiedKernel};
-use kernels::catalog::Config;
+use kernels::library::Config;
 use runtime::backend::{Backend, Prepared};
 
 use crate::args::Args;
@@ -92,7 +92,7 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
                 arr.dtype(),
                 arr.shape()
             ));
-            files.push((path, kernels::npy::encode(arr)));
+            files.push((path, kernels::tooling::npy::encode(arr)));
         }
         report.push(format!(
             "{:<16} {:.1} ms including compile",
@@ -108,7 +108,7 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
                 .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
         }
     }
-    kernels::atomic_file::write_all(&files).map_err(Failure::Run)?;
+    kernels::tooling::atomic_file::write_all(&files).map_err(Failure::Run)?;
     for line in report {
         println!("{line}");
     }
@@ -124,7 +124,10 @@ fn side(
     inputs: &[Array],
 ) -> Result<Vec<Vec<f64>>, Failure> {
     if name == "reference" {
-        return c.entry.reference(config, inputs).map_err(Failure::Run);
+        return c
+            .entry
+            .reference(config, inputs)
+            .map_err(|e| Failure::Run(e.to_string()));
     }
     let b = backend(name).map_err(usage)?;
     Ok(run_on(b, kernel, inputs)?
@@ -163,7 +166,7 @@ pub fn diff(args: &[String]) -> Result<(), Failure> {
     let right = side(y, &kernel, &c, &c.config, &inputs)?;
     for ((o, l), r) in kernel.outputs().zip(&left).zip(&right) {
         println!("output `{}` {}{:?}: {x} vs {y}", o.name, o.dtype, o.shape);
-        let d = kernels::diff::compare(&o.name, o.dtype, &o.shape, l, r, first);
+        let d = kernels::tooling::diff::compare(&o.name, o.dtype, &o.shape, l, r, first);
         print!("{d}");
     }
     Ok(())

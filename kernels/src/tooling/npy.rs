@@ -232,9 +232,9 @@ pub fn read(path: &std::path::Path) -> Result<Array, NpyError> {
     decode(&bytes).map_err(at)
 }
 
-/// Writes a `.npy` file atomically (see [`crate::atomic_file`]).
+/// Writes a `.npy` file atomically (see [`crate::tooling::atomic_file`]).
 pub fn write(path: &std::path::Path, a: &Array) -> Result<(), NpyError> {
-    crate::atomic_file::write(path, &encode(a)).map_err(|e| err(e.to_string()))
+    crate::tooling::atomic_file::write(path, &encode(a)).map_err(|e| err(e.to_string()))
 }
 
 #[cfg(test)]

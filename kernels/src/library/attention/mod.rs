@@ -38,7 +38,14 @@ pub mod decode;
 use band::Band;
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, Target, VerifiedKernel};
+use kernel_ir::{Array, Element, KernelErrors, Target, VerifiedKernel};
+
+use crate::library::entry::{
+    Config, DTYPE, Entry, EntryError, Param, ParamKind, Preset, Shapes, arg, in_range, param, refs,
+    uniform_inputs,
+};
+use crate::library::reference;
+use crate::library::tolerance::Tolerance;
 
 /// Config of [`flash_attention()`] and the backward kernels.
 #[derive(Clone, Debug, PartialEq)]
@@ -383,3 +390,225 @@ fn forward(
         other => Err(crate::foundation::unsupported(name, other)),
     }
 }
+
+/// The config parameters of the attention kernels.
+const ATTN_PARAMS: &[Param] = &[
+    DTYPE,
+    param(
+        "causal",
+        ParamKind::Bool,
+        "false",
+        "query i sees keys j <= i only",
+    ),
+    param(
+        "block_q",
+        ParamKind::Positive,
+        "64",
+        "query rows per block (clamped to the sequence)",
+    ),
+    param(
+        "block_k",
+        ParamKind::Positive,
+        "128",
+        "keys per block (clamped to the sequence)",
+    ),
+    param(
+        "sm_scale",
+        ParamKind::Scale,
+        "auto",
+        "score scale; auto = 1/sqrt(head_dim)",
+    ),
+    param(
+        "window",
+        ParamKind::OptPositive,
+        "none",
+        "sliding window: keys more than window-1 away are hidden",
+    ),
+    param(
+        "softcap",
+        ParamKind::OptPositiveNumber,
+        "none",
+        "logit soft-cap: s = cap * tanh(s / cap)",
+    ),
+];
+
+/// The [`AttnConfig`] of a library config for these sequence lengths.
+pub(crate) fn attn_config(
+    c: &Config,
+    sq: usize,
+    skv: usize,
+    d: usize,
+) -> Result<AttnConfig, EntryError> {
+    Ok(AttnConfig {
+        causal: c.bool("causal")?,
+        sm_scale: c.scale("sm_scale", d)?,
+        block_q: c.usize("block_q")?.min(sq),
+        block_k: c.usize("block_k")?.min(skv),
+        window: c.opt_usize("window")?,
+        softcap: c.opt_f32("softcap")?,
+    })
+}
+
+/// The reference's view of a library config.
+pub(crate) fn attn_spec(c: &Config, d: usize) -> Result<reference::AttnSpec, EntryError> {
+    Ok(reference::AttnSpec {
+        causal: c.bool("causal")?,
+        scale: c.scale("sm_scale", d)? as f64,
+        window: c.opt_usize("window")?,
+        softcap: c.opt_f32("softcap")?.map(f64::from),
+        kv_len: None,
+    })
+}
+
+/// `[b, h, s, d]` q, `[b, hkv, s, d]` k and v: the attention defaults.
+pub(crate) fn qkv() -> Shapes {
+    vec![
+        ("q", vec![1, 2, 256, 64]),
+        ("k", vec![1, 2, 256, 64]),
+        ("v", vec![1, 2, 256, 64]),
+    ]
+}
+
+/// Scores that stay in f32 range: `max|q| · max|k| · d · sm_scale` finite
+/// (else the kernels compute ±∞ and NaN where the f64 reference does not).
+pub(crate) fn check_scores(
+    c: &Config,
+    k: &VerifiedKernel,
+    inputs: &[Array],
+) -> Result<(), EntryError> {
+    let (Some(q), Some(kk)) = (arg(k, inputs, "q"), arg(k, inputs, "k")) else {
+        return Ok(());
+    };
+    let d = *q.shape().last().unwrap_or(&1);
+    let scale = if c.is_declared("sm_scale") {
+        c.scale("sm_scale", d)? as f64
+    } else {
+        1.0 / (d as f64).sqrt()
+    };
+    let max = |a: &Array| a.data().iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let bound = max(q) * max(kk) * d as f64 * scale.abs();
+    if !bound.is_finite() || bound > f32::MAX as f64 / 4.0 {
+        return Err(EntryError::Input(format!(
+            "the attention scores can overflow f32: max|q| x max|k| x d x sm_scale = {bound:.3e} (f32 holds up to 3.4e38); scale q or k down"
+        )));
+    }
+    Ok(())
+}
+
+/// The output's and the logsumexp's tolerances.
+fn forward_tolerance(c: &Config, _: &VerifiedKernel) -> Vec<Tolerance> {
+    let d = c.dtype("dtype").unwrap_or(DType::F32);
+    vec![Tolerance::attention(d), Tolerance::logsumexp(d)]
+}
+
+/// The GQA presets' config: causal, sliding window 96, soft-cap 30.
+pub(crate) const GQA_WINDOW: &[(&str, &str)] = &[
+    ("dtype", "bf16"),
+    ("causal", "true"),
+    ("sm_scale", "0.125"),
+    ("window", "96"),
+    ("softcap", "30"),
+];
+
+/// 4 query heads on 2 kv heads, 200 positions of 64.
+pub(crate) const GQA_SHAPES: &[(&str, &[usize])] = &[
+    ("q", &[1, 4, 200, 64]),
+    ("k", &[1, 2, 200, 64]),
+    ("v", &[1, 2, 200, 64]),
+];
+
+/// [`flash_attention()`] in the library.
+pub const FLASH_ATTENTION: Entry = Entry {
+    name: "flash_attention",
+    about: "flash attention forward (GQA, causal, window, soft-cap): outputs o and lse",
+    params: ATTN_PARAMS,
+    inputs: |_| Ok(qkv()),
+    build: |c, s| {
+        let dims = flash_attention::Dims::from_shapes(&refs(s))?;
+        Ok(flash_attention(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let d = a[0].shape()[3];
+        let (o, lse) = reference::attention_full(&a[0], &a[1], &a[2], &attn_spec(c, d)?);
+        Ok(vec![o, lse])
+    },
+    check: check_scores,
+    tolerance: forward_tolerance,
+    sample: uniform_inputs,
+    presets: &[
+        Preset {
+            name: "flash_attention_causal_bf16",
+            about: "flash attention forward, causal, bf16[1, 2, 256, 64], K col-major",
+            config: &[("dtype", "bf16"), ("causal", "true"), ("sm_scale", "0.125")],
+            shapes: &[],
+        },
+        Preset {
+            name: "flash_attention_f32",
+            about: "flash attention forward, f32, 128 queries over 256 keys",
+            config: &[("block_q", "32"), ("sm_scale", "0.125")],
+            shapes: &[("q", &[1, 2, 128, 64])],
+        },
+        Preset {
+            name: "flash_attention_gqa_window_bf16",
+            about: "flash attention forward, bf16, 4 query heads on 2 kv heads, causal, window 96, soft-cap 30, ragged 200 keys",
+            config: GQA_WINDOW,
+            shapes: GQA_SHAPES,
+        },
+    ],
+};
+
+/// [`flash_attention_kv_len()`] in the library.
+pub const FLASH_ATTENTION_KV_LEN: Entry = Entry {
+    name: "flash_attention_kv_len",
+    about: "flash attention forward over keys padded to a bucket; kv_len[0] valid keys",
+    params: ATTN_PARAMS,
+    inputs: |_| {
+        let mut v = vec![("kv_len", vec![1])];
+        v.extend(qkv());
+        Ok(v)
+    },
+    build: |c, s| {
+        let dims = flash_attention::Dims::from_shapes(&refs(&s[1..]))?;
+        Ok(flash_attention_kv_len(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let d = a[1].shape()[3];
+        let spec = reference::AttnSpec {
+            kv_len: Some(a[0].data()[0].max(0.0) as usize),
+            ..attn_spec(c, d)?
+        };
+        let (o, lse) = reference::attention_full(&a[1], &a[2], &a[3], &spec);
+        Ok(vec![o, lse])
+    },
+    check: |c, k, a| {
+        let skv = arg(k, a, "k").map_or(0, |k| k.shape()[2]) as f64;
+        in_range(arg(k, a, "kv_len"), "kv_len", 0.0, skv, "the keys that exist")?;
+        check_scores(c, k, a)
+    },
+    tolerance: forward_tolerance,
+    sample: |c, k, seed| {
+        let mut v = uniform_inputs(c, k, seed);
+        let skv = v[2].shape()[2];
+        // Some keys valid, at least one, not all.
+        let len = 1 + kernel_ir::SplitMix64(seed).below(skv.max(1));
+        v[0] = Array::new(DType::I32, [1], vec![len as f64]).unwrap_or_else(|_| v[0].clone());
+        v
+    },
+    presets: &[Preset {
+        name: "flash_attention_kv_len",
+        about: "flash attention forward over a bucket of 256 keys, valid length as scalar prefetch",
+        config: &[("causal", "true"), ("sm_scale", "0.125")],
+        shapes: &[],
+    }],
+};
+
+pub use backward::{ATTENTION_DELTA, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DQ};
+pub use decode::PAGED_DECODE_ATTENTION;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use kernel_ir::{Array, VerifiedKernel};
 use runtime::backend::{Backend, Prepared};
 
-use crate::check::{ErrorStats, Tolerance};
+use crate::tooling::check::{ErrorStats, Tolerance};
 
 /// One backend's run of one kernel.
 #[derive(Debug)]

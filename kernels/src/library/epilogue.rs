@@ -4,9 +4,14 @@
 //! goes to memory.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use crate::foundation::{accumulate_k_step, with_float};
+use crate::library::entry::{
+    DTYPE, Entry, ParamKind, Preset, matmul_shapes, no_check, param, uniform_inputs,
+};
+use crate::library::reference;
+use crate::library::tolerance::Tolerance;
 
 /// The activation of the epilogue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,3 +116,94 @@ pub fn matmul_epilogue(c: &EpilogueConfig) -> Result<VerifiedKernel, KernelError
         matmul_bias_act::build::<T, O>(c.bm, c.bn, c.bk, c.activation, c.residual, dims)
     }))
 }
+
+/// [`matmul_epilogue()`] in the library.
+pub const MATMUL_EPILOGUE: Entry = Entry {
+    name: "matmul_epilogue",
+    about: "matmul with a fused epilogue: act(x*w + bias) [+ residual]",
+    params: &[
+        DTYPE,
+        param(
+            "out_dtype",
+            ParamKind::FloatDType,
+            "f32",
+            "output (and residual) element type",
+        ),
+        param(
+            "activation",
+            ParamKind::Choice(&["none", "gelu", "silu"]),
+            "gelu",
+            "none, gelu or silu",
+        ),
+        param(
+            "residual",
+            ParamKind::Bool,
+            "false",
+            "add a [m, n] residual input",
+        ),
+        param("bm", ParamKind::Positive, "128", "block rows"),
+        param("bn", ParamKind::Positive, "128", "block columns"),
+        param("bk", ParamKind::Positive, "128", "block depth along k"),
+    ],
+    inputs: |c| {
+        let mut v = vec![
+            ("x", vec![128, 320]),
+            ("w", vec![320, 256]),
+            ("bias", vec![1, 256]),
+        ];
+        if c.bool("residual")? {
+            v.push(("residual", vec![128, 256]));
+        }
+        Ok(v)
+    },
+    build: |c, s| {
+        let (m, n, k) = matmul_shapes(s, "w")?;
+        let activation = match c.choice("activation")? {
+            "gelu" => Activation::Gelu,
+            "silu" => Activation::Silu,
+            _ => Activation::Identity,
+        };
+        Ok(matmul_epilogue(&EpilogueConfig {
+            m,
+            n,
+            k,
+            bm: c.usize("bm")?.min(m),
+            bn: c.usize("bn")?.min(n),
+            bk: c.usize("bk")?.min(k),
+            activation,
+            residual: c.bool("residual")?,
+            dtype: c.dtype("dtype")?,
+            out_dtype: c.dtype("out_dtype")?,
+        })?)
+    },
+    reference: |c, a| {
+        Ok(vec![reference::matmul_epilogue(
+            &a[0],
+            &a[1],
+            &a[2],
+            c.choice("activation")?,
+            a.get(3),
+        )])
+    },
+    check: no_check,
+    tolerance: |_, k| {
+        let depth = k.arguments().next().map_or(1, |x| x.shape[1]);
+        k.outputs()
+            .map(|o| Tolerance::matmul(depth, o.dtype))
+            .collect()
+    },
+    sample: |c, k, seed| {
+        let mut v = uniform_inputs(c, k, seed);
+        // Weights of a trained layer: small, so the activations stay O(1).
+        if let Some(w) = v.get_mut(1) {
+            *w = Array::random(w.dtype(), w.shape().to_vec(), seed + 50, -0.2, 0.2);
+        }
+        v
+    },
+    presets: &[Preset {
+        name: "matmul_gelu_residual",
+        about: "matmul with the epilogue fused: gelu(x*w + bias) + residual, bf16 in, f32 out, ragged k",
+        config: &[("dtype", "bf16"), ("residual", "true")],
+        shapes: &[],
+    }],
+};

@@ -7,6 +7,10 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 use crate::foundation::with_float;
+use crate::library::entry::{
+    DTYPE, Entry, ParamKind, Preset, dtype_tolerance, no_check, param, refs, uniform_inputs,
+};
+use crate::library::reference;
 
 /// RoPE over `x: [b, h, s, d]` (`d` even), `block_s` positions per step.
 #[tpu_kernel(grid = (b, h, crate::foundation::cdiv(s, block_s)), semantics = (parallel, parallel, parallel))]
@@ -60,3 +64,42 @@ pub fn rope_tables(seq: usize, d: usize, base: f64) -> (kernel_ir::Array, kernel
     };
     (mk(c), mk(s))
 }
+
+/// [`rope()`] in the library.
+pub const ROPE: Entry = Entry {
+    name: "rope",
+    about: "rotary position embedding with [s, d/2] cos and sin tables",
+    params: &[
+        DTYPE,
+        param("block_s", ParamKind::Positive, "32", "positions per block"),
+    ],
+    inputs: |_| {
+        Ok(vec![
+            ("x", vec![1, 4, 200, 128]),
+            ("cos", vec![200, 64]),
+            ("sin", vec![200, 64]),
+        ])
+    },
+    build: |c, s| {
+        let dims = rope::Dims::from_shapes(&refs(s))?;
+        Ok(rope(c.usize("block_s")?.min(dims.s), c.dtype("dtype")?, dims)?)
+    },
+    reference: |_, a| Ok(vec![reference::rope(&a[0], &a[1], &a[2])]),
+    check: no_check,
+    tolerance: dtype_tolerance,
+    sample: |c, k, seed| {
+        let mut v = uniform_inputs(c, k, seed);
+        let (s, d) = (v[0].shape()[2], v[0].shape()[3]);
+        let (cos, sin) = rope_tables(s, d, 10000.0);
+        if v[1].shape() == cos.shape() {
+            (v[1], v[2]) = (cos, sin);
+        }
+        v
+    },
+    presets: &[Preset {
+        name: "rope",
+        about: "rotary position embedding, bf16[1, 4, 200, 128], 32 positions per step",
+        config: &[("dtype", "bf16")],
+        shapes: &[],
+    }],
+};

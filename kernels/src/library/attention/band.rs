@@ -75,7 +75,7 @@ impl Band {
         let first = self
             .hi
             .map(|hi| offset(q0(), -hi).max_const(0).div_nonneg(bk));
-        let ragged = sq as i64 % bq != 0;
+        let ragged = sq as i64 % bq.max(1) != 0;
         let end_key = |lo: i64| {
             if ragged {
                 offset(offset(q0(), bq).min_const(sq as i64), -lo)
@@ -112,7 +112,7 @@ impl Band {
         // Queries q ≥ k0 + lo and q < k_end + hi, k_end one past the
         // block's last real key.
         let end = |hi: i64| {
-            if skv as i64 % bk != 0 {
+            if skv as i64 % bk.max(1) != 0 {
                 offset(offset(k0(), bk).min_const(skv as i64), hi + bq - 1)
             } else {
                 offset(k0(), bk + hi + bq - 1)

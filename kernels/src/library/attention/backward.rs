@@ -15,7 +15,14 @@
 //! of ragged last blocks is zeroed before it can reach a product.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
+
+use crate::library::entry::{
+    Config, DTYPE, Entry, EntryError, ParamKind, Preset, Shapes, no_check, param, refs,
+    uniform_inputs,
+};
+use crate::library::reference;
+use crate::library::tolerance::Tolerance;
 
 use super::{AttnConfig, kv_block, mask_scores, raw_scores, visible_keys};
 
@@ -309,3 +316,146 @@ pub fn flash_attention_dkv(
         other => Err(crate::foundation::unsupported("flash_attention_dkv", other)),
     }
 }
+
+/// q, k, v, dO, lse, delta: the inputs of the dq and dk/dv kernels.
+fn backward_shapes(_: &Config) -> Result<Shapes, EntryError> {
+    let mut v = super::qkv();
+    v.extend([
+        ("d_o", vec![1, 2, 256, 64]),
+        ("lse", vec![1, 2, 256, 1]),
+        ("delta", vec![1, 2, 256, 1]),
+    ]);
+    Ok(v)
+}
+
+/// Random q, k, v, dO, and the lse and delta the forward would have
+/// saved for them (the backward is defined only for those).
+fn backward_inputs(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
+    let mut v = uniform_inputs(c, k, seed);
+    let d = v[0].shape()[3];
+    let Ok(spec) = super::attn_spec(c, d) else {
+        return v;
+    };
+    let (o, lse) = reference::attention_full(&v[0], &v[1], &v[2], &spec);
+    let o = Array::new(v[0].dtype(), v[0].shape().to_vec(), o).unwrap_or_else(|_| v[0].clone());
+    let delta = reference::attention_delta(o.data(), &v[3]);
+    let rows = v[4].shape().to_vec();
+    if let (Ok(l), Ok(dl)) = (
+        Array::new(DType::F32, rows.clone(), lse),
+        Array::new(DType::F32, rows, delta),
+    ) {
+        v[4] = l;
+        v[5] = dl;
+    }
+    v
+}
+
+fn grad_tolerance(c: &Config, k: &VerifiedKernel) -> Vec<Tolerance> {
+    let d = c.dtype("dtype").unwrap_or(DType::F32);
+    k.outputs().map(|_| Tolerance::attention_grad(d)).collect()
+}
+
+/// The GQA dq/dk/dv presets' shapes.
+const GQA_BACKWARD_SHAPES: &[(&str, &[usize])] = &[
+    ("q", &[1, 4, 200, 64]),
+    ("k", &[1, 2, 200, 64]),
+    ("v", &[1, 2, 200, 64]),
+    ("d_o", &[1, 4, 200, 64]),
+    ("lse", &[1, 4, 200, 1]),
+    ("delta", &[1, 4, 200, 1]),
+];
+
+/// [`attention_delta()`] in the library.
+pub const ATTENTION_DELTA: Entry = Entry {
+    name: "attention_delta",
+    about: "flash attention backward: delta = rowsum(dO * O)",
+    params: &[
+        DTYPE,
+        param("block_q", ParamKind::Positive, "64", "query rows per block"),
+    ],
+    inputs: |_| {
+        Ok(vec![
+            ("o", vec![1, 2, 256, 64]),
+            ("d_o", vec![1, 2, 256, 64]),
+        ])
+    },
+    build: |c, s| {
+        let dims = attention_delta::Dims::from_shapes(&refs(s))?;
+        Ok(attention_delta(
+            c.usize("block_q")?.min(dims.sq),
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |_, a| Ok(vec![reference::attention_delta(a[0].data(), &a[1])]),
+    check: no_check,
+    tolerance: |_, _| vec![Tolerance { abs: 1e-4, rel: 1e-4 }],
+    sample: uniform_inputs,
+    presets: &[Preset {
+        name: "attention_delta",
+        about: "flash attention backward, delta = rowsum(dO * O), bf16[1, 4, 200, 64]",
+        config: &[("dtype", "bf16")],
+        shapes: &[("o", &[1, 4, 200, 64]), ("d_o", &[1, 4, 200, 64])],
+    }],
+};
+
+/// [`flash_attention_dq()`] in the library.
+pub const FLASH_ATTENTION_DQ: Entry = Entry {
+    name: "flash_attention_dq",
+    about: "flash attention backward: dq from q, k, v, dO, lse, delta",
+    params: super::ATTN_PARAMS,
+    inputs: backward_shapes,
+    build: |c, s| {
+        let dims = flash_attention_dq::Dims::from_shapes(&refs(s))?;
+        Ok(flash_attention_dq(
+            &super::attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = super::attn_spec(c, a[0].shape()[3])?;
+        Ok(vec![
+            reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &spec).0,
+        ])
+    },
+    check: super::check_scores,
+    tolerance: grad_tolerance,
+    sample: backward_inputs,
+    presets: &[Preset {
+        name: "flash_attention_dq",
+        about: "flash attention backward, dq, GQA 4/2 heads, causal, window, soft-cap",
+        config: super::GQA_WINDOW,
+        shapes: GQA_BACKWARD_SHAPES,
+    }],
+};
+
+/// [`flash_attention_dkv()`] in the library.
+pub const FLASH_ATTENTION_DKV: Entry = Entry {
+    name: "flash_attention_dkv",
+    about: "flash attention backward: dk and dv (summed over GQA groups)",
+    params: super::ATTN_PARAMS,
+    inputs: backward_shapes,
+    build: |c, s| {
+        let dims = flash_attention_dkv::Dims::from_shapes(&refs(s))?;
+        Ok(flash_attention_dkv(
+            &super::attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = super::attn_spec(c, a[0].shape()[3])?;
+        let (_, dk, dv) = reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &spec);
+        Ok(vec![dk, dv])
+    },
+    check: super::check_scores,
+    tolerance: grad_tolerance,
+    sample: backward_inputs,
+    presets: &[Preset {
+        name: "flash_attention_dkv",
+        about: "flash attention backward, dk and dv summed over the 2 query heads of each kv head",
+        config: super::GQA_WINDOW,
+        shapes: GQA_BACKWARD_SHAPES,
+    }],
+};

@@ -12,7 +12,12 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
-use crate::foundation::with_float;
+use crate::foundation::{NORM_PARAMS, norm_inputs, with_float};
+use crate::library::entry::{
+    Config, Entry, EntryError, Preset, Shapes, dims, dtype_tolerance, no_check,
+};
+use crate::library::reference;
+use crate::library::tolerance::Tolerance;
 
 /// Shapes and blocking of a norm kernel.
 #[derive(Clone, Debug, PartialEq)]
@@ -187,3 +192,106 @@ pub fn layer_norm_bwd(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
     };
     with_float!("layer_norm_bwd", c.dtype, T => layer_norm_bwd::build::<T>(c.block_rows, c.eps, dims))
 }
+
+/// The [`NormConfig`] of a library config for `x` of shape `s`.
+fn norm_config(c: &Config, s: &[usize]) -> Result<NormConfig, EntryError> {
+    let [rows, cols] = dims(s, "x")?;
+    Ok(NormConfig {
+        rows,
+        cols,
+        block_rows: c.usize("block_rows")?.min(rows),
+        eps: c.f32("eps")?,
+        dtype: c.dtype("dtype")?,
+    })
+}
+
+/// dx per element; the parameter gradients summed over the rows.
+fn norm_grad_tolerance(c: &Config, k: &VerifiedKernel) -> Vec<Tolerance> {
+    let d = c.dtype("dtype").unwrap_or(DType::F32);
+    let rows = k.arguments().next().map_or(1, |x| x.shape[0]);
+    k.outputs()
+        .enumerate()
+        .map(|(i, _)| Tolerance::sum_grad(d, if i == 0 { 1 } else { rows }))
+        .collect()
+}
+
+/// x, gamma and dy: the backward kernels' inputs.
+fn backward_shapes(_: &Config) -> Result<Shapes, EntryError> {
+    Ok(vec![
+        ("x", vec![64, 256]),
+        ("gamma", vec![256]),
+        ("dy", vec![64, 256]),
+    ])
+}
+
+/// The norm presets: 40 rows (a ragged last block of 16), eps 1e-6.
+const NORM_PRESET: &[(&str, &[usize])] = &[("x", &[40, 256]), ("dy", &[40, 256])];
+
+/// [`rms_norm()`] in the library.
+pub const RMS_NORM: Entry = Entry {
+    name: "rms_norm",
+    about: "RMS norm over the last dim",
+    params: NORM_PARAMS,
+    inputs: |_| Ok(vec![("x", vec![64, 256]), ("gamma", vec![256])]),
+    build: |c, s| Ok(rms_norm(&norm_config(c, &s[0])?)?),
+    reference: |c, a| {
+        Ok(vec![reference::rms_norm(
+            &a[0],
+            &a[1],
+            c.f32("eps")? as f64,
+        )])
+    },
+    check: no_check,
+    tolerance: dtype_tolerance,
+    sample: norm_inputs,
+    presets: &[Preset {
+        name: "rms_norm_bf16",
+        about: "RMS norm, bf16[40, 256] (ragged last block of 16 rows)",
+        config: &[("dtype", "bf16"), ("block_rows", "16"), ("eps", "1e-6")],
+        shapes: &[("x", &[40, 256])],
+    }],
+};
+
+/// [`rms_norm_bwd()`] in the library.
+pub const RMS_NORM_BWD: Entry = Entry {
+    name: "rms_norm_bwd",
+    about: "RMS norm backward: dx and dgamma",
+    params: NORM_PARAMS,
+    inputs: backward_shapes,
+    build: |c, s| Ok(rms_norm_bwd(&norm_config(c, &s[0])?)?),
+    reference: |c, a| {
+        let (dx, dg) = reference::rms_norm_bwd(&a[0], &a[1], &a[2], c.f32("eps")? as f64);
+        Ok(vec![dx, dg])
+    },
+    check: no_check,
+    tolerance: norm_grad_tolerance,
+    sample: norm_inputs,
+    presets: &[Preset {
+        name: "rms_norm_bwd",
+        about: "RMS norm backward: dx, and dgamma reduced over an arbitrary grid",
+        config: &[("block_rows", "16"), ("eps", "1e-6")],
+        shapes: NORM_PRESET,
+    }],
+};
+
+/// [`layer_norm_bwd()`] in the library.
+pub const LAYER_NORM_BWD: Entry = Entry {
+    name: "layer_norm_bwd",
+    about: "layer norm backward: dx, dgamma and dbeta",
+    params: NORM_PARAMS,
+    inputs: backward_shapes,
+    build: |c, s| Ok(layer_norm_bwd(&norm_config(c, &s[0])?)?),
+    reference: |c, a| {
+        let (dx, dg, db) = reference::layer_norm_bwd(&a[0], &a[1], &a[2], c.f32("eps")? as f64);
+        Ok(vec![dx, dg, db])
+    },
+    check: no_check,
+    tolerance: norm_grad_tolerance,
+    sample: norm_inputs,
+    presets: &[Preset {
+        name: "layer_norm_bwd",
+        about: "layer norm backward: dx, dgamma, dbeta",
+        config: &[("block_rows", "16"), ("eps", "1e-6")],
+        shapes: NORM_PRESET,
+    }],
+};

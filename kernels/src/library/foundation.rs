@@ -6,7 +6,15 @@
 //! (`add(&AddConfig)`, ...) pick the instance from a runtime dtype.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, ErrorKind, KernelError, KernelErrors, VerifiedKernel};
+use kernel_ir::{Array, Element, ErrorKind, KernelError, KernelErrors, VerifiedKernel};
+
+use crate::library::Config;
+use crate::library::entry::{
+    DTYPE, Entry, ParamKind, Preset, dims, dtype_tolerance, matmul_shapes, no_check, param,
+    uniform_inputs,
+};
+use crate::library::reference;
+use crate::library::tolerance::Tolerance;
 
 /// Number of blocks of `block` needed to cover `n`.
 pub fn cdiv(n: usize, block: usize) -> usize {
@@ -298,3 +306,198 @@ pub fn layer_norm(c: &LayerNormConfig) -> Result<VerifiedKernel, KernelErrors> {
     };
     with_float!("layer_norm", c.dtype, T => layer_norm::build::<T>(c.block_rows, c.eps, dims))
 }
+
+/// [`add()`] in the library.
+pub const ADD: Entry = Entry {
+    name: "add",
+    about: "tiled elementwise add",
+    params: &[
+        DTYPE,
+        param("block_rows", ParamKind::Positive, "16", "rows per block"),
+        param("block_cols", ParamKind::Positive, "128", "columns per block"),
+    ],
+    inputs: |_| Ok(vec![("x", vec![64, 256]), ("y", vec![64, 256])]),
+    build: |c, s| {
+        let [rows, cols] = dims(&s[0], "x")?;
+        Ok(add(&AddConfig {
+            rows,
+            cols,
+            block_rows: c.usize("block_rows")?.min(rows),
+            block_cols: c.usize("block_cols")?.min(cols),
+            dtype: c.dtype("dtype")?,
+        })?)
+    },
+    reference: |_, a| Ok(vec![reference::add(&a[0], &a[1])]),
+    check: no_check,
+    tolerance: dtype_tolerance,
+    sample: uniform_inputs,
+    presets: &[
+        Preset {
+            name: "add_f32",
+            about: "tiled elementwise add, f32[64, 256] in 16x128 blocks",
+            config: &[],
+            shapes: &[],
+        },
+        Preset {
+            name: "add_bf16_ragged",
+            about: "tiled add with partial last blocks, bf16[40, 200] in 16x128 blocks",
+            config: &[("dtype", "bf16")],
+            shapes: &[("x", &[40, 200]), ("y", &[40, 200])],
+        },
+    ],
+};
+
+const MATMUL_BLOCKS: [crate::library::Param; 3] = [
+    param("bm", ParamKind::Positive, "128", "block rows"),
+    param("bn", ParamKind::Positive, "128", "block columns"),
+    param("bk", ParamKind::Positive, "128", "block depth along k"),
+];
+
+/// [`matmul()`] in the library.
+pub const MATMUL: Entry = Entry {
+    name: "matmul",
+    about: "tiled matmul with an f32 accumulator in scratch",
+    params: &[
+        DTYPE,
+        param("out_dtype", ParamKind::FloatDType, "f32", "output element type"),
+        MATMUL_BLOCKS[0],
+        MATMUL_BLOCKS[1],
+        MATMUL_BLOCKS[2],
+    ],
+    inputs: |_| Ok(vec![("x", vec![256, 512]), ("y", vec![512, 256])]),
+    build: |c, s| {
+        let (m, n, k) = matmul_shapes(s, "y")?;
+        Ok(matmul(&MatmulConfig {
+            m,
+            n,
+            k,
+            bm: c.usize("bm")?.min(m),
+            bn: c.usize("bn")?.min(n),
+            bk: c.usize("bk")?.min(k),
+            dtype: c.dtype("dtype")?,
+            out_dtype: c.dtype("out_dtype")?,
+        })?)
+    },
+    reference: |_, a| Ok(vec![reference::matmul(&a[0], &a[1])]),
+    check: no_check,
+    tolerance: |_, k| {
+        let depth = k.arguments().next().map_or(1, |x| x.shape[1]);
+        k.outputs()
+            .map(|o| Tolerance::matmul(depth, o.dtype))
+            .collect()
+    },
+    sample: uniform_inputs,
+    presets: &[
+        Preset {
+            name: "matmul_bf16_f32",
+            about: "tiled matmul 256x256x512, bf16 in, f32 accumulator in scratch",
+            config: &[("dtype", "bf16")],
+            shapes: &[],
+        },
+        Preset {
+            name: "matmul_ragged_k",
+            about: "tiled matmul 64x128x200 with the k tail masked",
+            config: &[],
+            shapes: &[("x", &[64, 200]), ("y", &[200, 128])],
+        },
+    ],
+};
+
+/// [`softmax()`] in the library.
+pub const SOFTMAX: Entry = Entry {
+    name: "softmax",
+    about: "row softmax, whole rows per block",
+    params: &[DTYPE, param("block_rows", ParamKind::Positive, "16", "rows per block")],
+    inputs: |_| Ok(vec![("x", vec![64, 512])]),
+    build: |c, s| {
+        let [rows, cols] = dims(&s[0], "x")?;
+        Ok(softmax(&SoftmaxConfig {
+            rows,
+            cols,
+            block_rows: c.usize("block_rows")?.min(rows),
+            dtype: c.dtype("dtype")?,
+        })?)
+    },
+    reference: |_, a| Ok(vec![reference::softmax_rows(&a[0])]),
+    check: no_check,
+    tolerance: dtype_tolerance,
+    sample: uniform_inputs,
+    presets: &[Preset {
+        name: "softmax_bf16",
+        about: "row softmax, bf16[64, 512], 16 rows per step",
+        config: &[("dtype", "bf16")],
+        shapes: &[],
+    }],
+};
+
+/// The config parameters of the norm kernels.
+pub(crate) const NORM_PARAMS: &[crate::library::Param] = &[
+    DTYPE,
+    param("block_rows", ParamKind::Positive, "8", "rows per block"),
+    param("eps", ParamKind::Number, "1e-5", "added to the mean square or variance"),
+];
+
+/// Gammas near 1 and betas near 0, as trained norms have; the rest
+/// uniform.
+pub(crate) fn norm_inputs(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
+    let mut v = uniform_inputs(c, k, seed);
+    for (a, arg) in v.iter_mut().zip(k.arguments()) {
+        match arg.name {
+            "gamma" => *a = Array::random(arg.dtype, arg.shape.to_vec(), seed + 100, 0.5, 1.5),
+            "beta" => *a = Array::random(arg.dtype, arg.shape.to_vec(), seed + 101, -0.5, 0.5),
+            _ => {}
+        }
+    }
+    v
+}
+
+/// [`layer_norm()`] in the library.
+pub const LAYER_NORM: Entry = Entry {
+    name: "layer_norm",
+    about: "layer norm over the last dim",
+    params: NORM_PARAMS,
+    inputs: |_| {
+        Ok(vec![
+            ("x", vec![64, 256]),
+            ("gamma", vec![256]),
+            ("beta", vec![256]),
+        ])
+    },
+    build: |c, s| {
+        let [rows, cols] = dims(&s[0], "x")?;
+        Ok(layer_norm(&LayerNormConfig {
+            rows,
+            cols,
+            block_rows: c.usize("block_rows")?.min(rows),
+            eps: c.f32("eps")?,
+            dtype: c.dtype("dtype")?,
+        })?)
+    },
+    reference: |c, a| {
+        Ok(vec![reference::layer_norm(
+            &a[0],
+            &a[1],
+            &a[2],
+            c.f32("eps")? as f64,
+        )])
+    },
+    check: no_check,
+    tolerance: |_, k| {
+        k.outputs()
+            .map(|o| match o.dtype {
+                DType::F32 => Tolerance {
+                    abs: 1e-4,
+                    rel: 1e-4,
+                },
+                d => Tolerance::for_dtype(d),
+            })
+            .collect()
+    },
+    sample: norm_inputs,
+    presets: &[Preset {
+        name: "layer_norm",
+        about: "layer norm, f32[64, 256], 8 rows per step",
+        config: &[],
+        shapes: &[],
+    }],
+};

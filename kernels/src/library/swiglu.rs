@@ -3,9 +3,14 @@
 //! read once per block and neither product goes to memory.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use crate::foundation::{k_block_operands, k_block_rhs, with_float};
+use crate::library::entry::{
+    DTYPE, Entry, ParamKind, Preset, matmul_shapes, no_check, param, uniform_inputs,
+};
+use crate::library::reference;
+use crate::library::tolerance::Tolerance;
 
 /// Shapes and blocking: `x[m, k]`, `w_gate, w_up [k, n]`, `o[m, n]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,3 +79,53 @@ pub fn swiglu(c: &SwigluConfig) -> Result<VerifiedKernel, KernelErrors> {
     };
     with_float!("swiglu", c.dtype, T => swiglu::build::<T>(c.bm, c.bn, c.bk, dims))
 }
+
+/// [`swiglu()`] in the library.
+pub const SWIGLU: Entry = Entry {
+    name: "swiglu",
+    about: "fused SwiGLU: silu(x*w_gate) * (x*w_up)",
+    params: &[
+        DTYPE,
+        param("bm", ParamKind::Positive, "64", "block rows"),
+        param("bn", ParamKind::Positive, "128", "block columns"),
+        param("bk", ParamKind::Positive, "128", "block depth along k"),
+    ],
+    inputs: |_| {
+        Ok(vec![
+            ("x", vec![64, 256]),
+            ("w_gate", vec![256, 512]),
+            ("w_up", vec![256, 512]),
+        ])
+    },
+    build: |c, s| {
+        let (m, n, k) = matmul_shapes(s, "w_gate")?;
+        Ok(swiglu(&SwigluConfig {
+            m,
+            n,
+            k,
+            bm: c.usize("bm")?.min(m),
+            bn: c.usize("bn")?.min(n),
+            bk: c.usize("bk")?.min(k),
+            dtype: c.dtype("dtype")?,
+        })?)
+    },
+    reference: |_, a| Ok(vec![reference::swiglu(&a[0], &a[1], &a[2])]),
+    check: no_check,
+    tolerance: |c, k| {
+        let depth = k.arguments().next().map_or(1, |x| x.shape[1]);
+        vec![Tolerance::matmul(depth, c.dtype("dtype").unwrap_or(DType::F32))]
+    },
+    sample: |c, k, seed| {
+        let mut v = uniform_inputs(c, k, seed);
+        for (i, w) in v.iter_mut().enumerate().skip(1) {
+            *w = Array::random(w.dtype(), w.shape().to_vec(), seed + 50 + i as u64, -0.2, 0.2);
+        }
+        v
+    },
+    presets: &[Preset {
+        name: "swiglu",
+        about: "fused SwiGLU: silu(x*w_gate) * (x*w_up), bf16[64, 256] x [256, 512]",
+        config: &[("dtype", "bf16"), ("bn", "256")],
+        shapes: &[],
+    }],
+};

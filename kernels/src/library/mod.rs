@@ -1,0 +1,192 @@
+//! The kernel library: each kernel with its [`Entry`] (config, shapes,
+//! f64 reference, tolerances, presets) in its own module.
+//!
+//! [`ENTRIES`] lists them all, in a fixed order; adding a kernel is its
+//! module (the `#[tpu_kernel]`, a builder function, an `Entry` const) plus
+//! its line in the `library!` list below.
+
+pub mod entry;
+pub mod reference;
+pub mod tolerance;
+
+pub use entry::{Config, Entry, EntryError, Param, ParamKind, Preset};
+
+/// Declares the kernel modules and lists their entries in [`ENTRIES`].
+macro_rules! library {
+    ($($module:ident: [$($entry:ident),* $(,)?];)*) => {
+        $(pub mod $module;)*
+
+        /// Every kernel of the library, in a fixed order: what `tessera
+        /// list` prints and every tool and test walks.
+        pub const ENTRIES: &[&Entry] = &[$($(&$module::$entry,)*)*];
+    };
+}
+
+library! {
+    foundation: [ADD, MATMUL, SOFTMAX, LAYER_NORM];
+    attention: [FLASH_ATTENTION, FLASH_ATTENTION_KV_LEN, ATTENTION_DELTA, FLASH_ATTENTION_DQ, FLASH_ATTENTION_DKV, PAGED_DECODE_ATTENTION];
+    norm: [RMS_NORM, RMS_NORM_BWD, LAYER_NORM_BWD];
+    epilogue: [MATMUL_EPILOGUE];
+    rope: [ROPE];
+    swiglu: [SWIGLU];
+}
+
+/// The entry called `name`.
+pub fn find(name: &str) -> Option<&'static Entry> {
+    ENTRIES.iter().copied().find(|e| e.name == name)
+}
+
+/// A preset with its entry.
+#[derive(Clone, Copy)]
+pub struct PresetOf {
+    /// The kernel.
+    pub entry: &'static Entry,
+    /// The instance.
+    pub preset: &'static Preset,
+}
+
+impl PresetOf {
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        self.preset.name
+    }
+
+    /// Its config.
+    pub fn config(&self) -> Result<Config, EntryError> {
+        Config::of_preset(self.entry, self.preset)
+    }
+
+    /// Builds and verifies it.
+    pub fn build(&self) -> Result<kernel_ir::VerifiedKernel, EntryError> {
+        let cfg = self.config()?;
+        let shapes: Vec<(&str, Vec<usize>)> = self
+            .preset
+            .shapes
+            .iter()
+            .map(|(n, s)| (*n, s.to_vec()))
+            .collect();
+        self.entry.build_with_shapes(&cfg, &shapes)
+    }
+}
+
+/// Every preset, entry by entry.
+pub fn presets() -> impl Iterator<Item = PresetOf> {
+    ENTRIES.iter().flat_map(|&entry| {
+        entry
+            .presets
+            .iter()
+            .map(move |preset| PresetOf { entry, preset })
+    })
+}
+
+/// The preset called `name`.
+pub fn preset(name: &str) -> Option<PresetOf> {
+    presets().find(|p| p.name() == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names `tessera list` prints (the kernel's arguments) are the
+    /// names `--input` and `--shape` take (the entry's shapes).
+    #[test]
+    fn input_names_are_the_kernels_argument_names() {
+        for e in ENTRIES {
+            let cfg = Config::parse(e, &[]).unwrap();
+            let shapes = e.default_shapes(&cfg).unwrap();
+            let k = e.build_at_default_shapes(&cfg).unwrap();
+            let names: Vec<&str> = shapes.iter().map(|(n, _)| *n).collect();
+            let args: Vec<&str> = k.arguments().map(|a| a.name).collect();
+            assert_eq!(names, args, "{}", e.name);
+        }
+    }
+
+    /// Names are unique (a preset may share its own kernel's name), every
+    /// preset builds, and every preset's override names a parameter or an
+    /// input of its kernel.
+    #[test]
+    fn presets_build_and_names_are_unique() {
+        let mut names = std::collections::HashSet::new();
+        for e in ENTRIES {
+            assert!(names.insert(e.name), "two kernels are called {}", e.name);
+        }
+        let mut presets_seen = std::collections::HashSet::new();
+        for p in presets() {
+            assert!(
+                presets_seen.insert(p.name()),
+                "two presets are called {}",
+                p.name()
+            );
+            assert!(
+                find(p.name()).is_none_or(|e| e.name == p.entry.name),
+                "preset {} is another kernel's name",
+                p.name()
+            );
+            p.build().unwrap_or_else(|e| panic!("{}: {e}", p.name()));
+        }
+        assert_eq!(presets_seen.len(), 20);
+    }
+
+    /// Values of the wrong kind are refused when parsed, with the kind.
+    #[test]
+    fn config_values_are_checked_by_kind() {
+        let e = find("flash_attention").unwrap();
+        let bad = |k: &str, v: &str| {
+            Config::parse(e, &[(k.into(), v.into())])
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(bad("block_q", "0").contains("a positive integer"));
+        assert!(bad("causal", "yes").contains("true or false"));
+        assert!(bad("dtype", "i32").contains("f32, bf16 or f16"));
+        assert!(bad("window", "-3").contains("none or a positive integer"));
+        assert!(bad("softcap", "0").contains("none or a positive number"));
+        assert!(bad("sm_scale", "nan").contains("auto or a number"));
+        assert!(bad("nope", "1").contains("its keys are: dtype, causal"));
+        let e = find("matmul_epilogue").unwrap();
+        assert!(
+            Config::parse(e, &[("activation".into(), "relu".into())])
+                .unwrap_err()
+                .to_string()
+                .contains("none, gelu, silu")
+        );
+    }
+
+    /// A zero-size dim in any input of any kernel is an error from the
+    /// build (the verifier's `[zero-size]` or a shape error), never a
+    /// panic: every path runs only verified kernels, so this is the one
+    /// answer on all of them.
+    #[test]
+    fn zero_size_dims_are_errors_for_every_kernel() {
+        let mut tried = 0;
+        for e in ENTRIES {
+            let cfg = Config::parse(e, &[]).unwrap();
+            let shapes: Vec<Vec<usize>> = e
+                .default_shapes(&cfg)
+                .unwrap()
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect();
+            for i in 0..shapes.len() {
+                for d in 0..shapes[i].len() {
+                    let mut s = shapes.clone();
+                    s[i][d] = 0;
+                    tried += 1;
+                    // Either the build refuses it, or the kernel built
+                    // from the other inputs takes another shape there (an
+                    // argument error when it is called with this one).
+                    match e.build(&cfg, &s) {
+                        Err(_) => {}
+                        Ok(k) => {
+                            let want: Vec<Vec<usize>> =
+                                k.arguments().map(|a| a.shape.to_vec()).collect();
+                            assert_ne!(want[i], s[i], "{} input {i} dim {d}", e.name);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(tried > 40, "{tried}");
+    }
+}

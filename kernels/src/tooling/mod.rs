@@ -1,0 +1,10 @@
+//! What runs the library: comparisons, benchmarks, file formats and the
+//! demo model. Nothing here defines a kernel.
+
+pub mod atomic_file;
+pub mod bench;
+pub mod check;
+pub mod diff;
+pub mod npy;
+pub mod paths;
+pub mod transformer;
