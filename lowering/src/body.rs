@@ -11,7 +11,7 @@ use kernel_ir::{
 };
 
 use crate::LoweringError;
-use crate::kernel_module::{ArgLayout, Flavor, Window, memory_dtype};
+use crate::convention::{ArgLayout, Flavor, Window, memory_dtype};
 use crate::lowered_values::LoweredValues;
 use crate::mlir::{Ir, Raw};
 

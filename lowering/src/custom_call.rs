@@ -16,8 +16,9 @@ use melior::ir::{BlockLike, Module, Type};
 use kernel_ir::{Kernel, Role, VerifiedKernel};
 
 use crate::LoweringError;
+use crate::convention::{ArgLayout, Flavor, memory_dtype, physical_order};
 use crate::cost::CostEstimate;
-use crate::kernel_module::{self, ArgLayout, Flavor, ModuleOptions, physical_order};
+use crate::kernel_module::{self, ModuleOptions};
 use crate::mlir::{Ir, Mlir, Raw};
 
 /// A layout change the wrapper makes explicit.
@@ -296,7 +297,7 @@ fn physical_shape(o: &kernel_ir::Operand, perm: Option<Vec<usize>>) -> Vec<usize
 /// The element type a TPU call passes a `dtype` operand as, when it is not
 /// `dtype` itself: bool buffers are i32 in Mosaic memory.
 fn memory_in_call(tpu: bool, dtype: kernel_ir::DType) -> Option<kernel_ir::DType> {
-    let mem = kernel_module::memory_dtype(Flavor::Mosaic, dtype);
+    let mem = memory_dtype(Flavor::Mosaic, dtype);
     (tpu && mem != dtype).then_some(mem)
 }
 

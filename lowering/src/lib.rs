@@ -15,6 +15,7 @@
 //! Only [`kernel_ir::VerifiedKernel`]s are lowered.
 
 mod body;
+mod convention;
 mod cost;
 mod custom_call;
 mod decomposed;
@@ -25,6 +26,7 @@ mod lowered_values;
 mod mlir;
 pub mod stablehlo_ops;
 
+pub use convention::Flavor;
 pub use cost::CostEstimate;
 pub use custom_call::{
     HOST_CALL_TARGET, TpuCustomCall, Transpose, host_custom_call, tpu_custom_call,
@@ -32,7 +34,7 @@ pub use custom_call::{
 pub use decomposed::decomposed;
 pub use embed::private_function;
 pub use host::{HostKernel, HostOptions, host_module};
-pub use kernel_module::{Flavor, MOSAIC_VERSION};
+pub use kernel_module::MOSAIC_VERSION;
 pub use mlir::literal_text;
 
 use kernel_ir::VerifiedKernel;

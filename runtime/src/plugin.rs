@@ -137,7 +137,9 @@ pub fn check_trusted(path: &Path, root: &Path) -> Result<(), PluginError> {
     Ok(())
 }
 
-/// What a plugin says about itself.
+/// What a plugin says about itself ([`PluginInfo::probe`] loads it, in
+/// `pjrt`: finding and checking files is this module's, loading them
+/// that one's).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginInfo {
     /// The file.
@@ -148,48 +150,9 @@ pub struct PluginInfo {
     pub minor: i32,
 }
 
-impl PluginInfo {
-    /// Loads the plugin (once per process), checks its PJRT C API version
-    /// and initializes it.
-    pub fn probe(path: &Path) -> Result<PluginInfo, PluginError> {
-        match crate::pjrt::Plugin::load(path) {
-            Ok(p) => Ok(PluginInfo {
-                path: p.path.clone(),
-                major: p.version.0,
-                minor: p.version.1,
-            }),
-            Err(crate::pjrt::PjrtError::Load(e)) => Err(std::sync::Arc::unwrap_or_clone(e)),
-            Err(e) => Err(PluginError::NotAPlugin {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            }),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_installed_cpu_plugin_is_found_and_speaks_a_supported_api() {
-        let path = locate().expect("run .ci/setup.sh first");
-        let info = PluginInfo::probe(&path).unwrap();
-        assert_eq!(info.major, 0);
-        assert!(info.minor >= MIN_MINOR, "{info:?}");
-    }
-
-    #[test]
-    fn a_file_that_is_not_a_plugin_is_a_clear_error() {
-        let dir = std::env::temp_dir().join(format!("tessera-plugin-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let fake = dir.join("fake.so");
-        std::fs::write(&fake, b"not an ELF file").unwrap();
-        let e = PluginInfo::probe(&fake).unwrap_err();
-        assert!(matches!(e, PluginError::NotAPlugin { .. }), "{e}");
-        assert!(e.to_string().contains("fake.so"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 
     #[test]
     fn a_plugin_others_can_replace_is_tightened_or_refused() {

@@ -17,4 +17,5 @@ mod native;
 mod paths;
 mod random_kernels;
 mod snapshots_ir;
+mod structure;
 mod tpu_compile;

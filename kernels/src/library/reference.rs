@@ -2,7 +2,7 @@
 //!
 //! Inputs are [`Array`]s (whose values the kernel also sees); outputs are
 //! row-major f64 vectors, compared against kernel outputs with
-//! [`crate::tooling::check::ErrorStats`].
+//! `tooling::check::ErrorStats`.
 
 use kernel_ir::Array;
 

@@ -5,7 +5,7 @@
 //!
 //! ```
 //! use kernel_ir::DType;
-//! use kernels::diff::{compare, ulps};
+//! use kernels::tooling::diff::{compare, ulps};
 //! assert_eq!(ulps(1.0, 1.0 + f32::EPSILON as f64, DType::F32), Some(1));
 //! let d = compare("o", DType::F32, &[2, 2], &[1.0, 2.0, 3.0, 4.0], &[1.0, 2.0, 3.5, 4.0], 10);
 //! assert_eq!(d.differing, 1);

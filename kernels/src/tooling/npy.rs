@@ -9,8 +9,8 @@
 //! ```
 //! use kernel_ir::{Array, DType};
 //! let a = Array::random(DType::F32, [2, 3], 1, -1.0, 1.0);
-//! let bytes = kernels::npy::encode(&a);
-//! assert_eq!(kernels::npy::decode(&bytes).unwrap(), a);
+//! let bytes = kernels::tooling::npy::encode(&a);
+//! assert_eq!(kernels::tooling::npy::decode(&bytes).unwrap(), a);
 //! ```
 
 use kernel_ir::{Array, DType};

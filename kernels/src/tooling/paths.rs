@@ -3,8 +3,8 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use kernels::check::Tolerance;
-//! use kernels::paths::{PathReport, run_paths};
+//! use kernels::tooling::check::Tolerance;
+//! use kernels::tooling::paths::{PathReport, run_paths};
 //! use runtime::backend::Backend;
 //! # let kernel: kernel_ir::VerifiedKernel = unimplemented!();
 //! # let (x, y): (kernel_ir::Array, kernel_ir::Array) = unimplemented!();

@@ -9,7 +9,7 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use kernels::transformer::{BlockWeights, block_forward, block_reference};
+//! use kernels::tooling::transformer::{BlockWeights, block_forward, block_reference};
 //! use runtime::graph::{Buckets, Runtime};
 //!
 //! let rt = Runtime::cpu()?;

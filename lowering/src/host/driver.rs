@@ -92,7 +92,7 @@ impl Storage {
             strides,
             in_place,
             elem: o.dtype.bytes(),
-            order: crate::kernel_module::physical_order(o),
+            order: crate::convention::physical_order(o),
         }
     }
 

@@ -278,7 +278,7 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<(Module<'c>, usize), LoweringErr
     let physical: Vec<Option<Vec<usize>>> = k
         .operands
         .iter()
-        .map(crate::kernel_module::physical_order)
+        .map(crate::convention::physical_order)
         .collect();
     for (o, p) in k.operands.iter().zip(&physical) {
         let view = o.view_shape();

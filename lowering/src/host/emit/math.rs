@@ -1,0 +1,215 @@
+//! Elementwise math on chunk vectors: conversions, unary and binary ops,
+//! the polynomial `exp`, rounding to half floats.
+
+use melior::ir::Block;
+
+use kernel_ir::{BinaryOp, DType, UnaryOp};
+
+use super::*;
+use crate::LoweringError;
+use crate::mlir::Raw;
+
+impl<'c> HostEmitter<'_, 'c> {
+    pub(super) fn convert_vec(
+        &self,
+        b: &Block<'c>,
+        x: Raw,
+        from: DType,
+        to: DType,
+        w: usize,
+    ) -> Result<Raw, LoweringError> {
+        crate::body::convert_values(self.ir, b, x, &[w], from, to)
+    }
+
+    pub(super) fn unary(
+        &self,
+        b: &Block<'c>,
+        u: UnaryOp,
+        x: Raw,
+        d: DType,
+        w: usize,
+    ) -> Result<Raw, LoweringError> {
+        if is_half(d) {
+            // Half floats compute in f32 and round once per op, as the
+            // interpreter does (and LLVM has no native bf16 arithmetic).
+            let x = self.convert_vec(b, x, d, DType::F32, w)?;
+            let y = self.unary(b, u, x, DType::F32, w)?;
+            return self.convert_vec(b, y, DType::F32, d, w);
+        }
+        let ir = self.ir;
+        let ty = self.vec_ty(w, d);
+        let c = |v: f64| -> Result<Raw, LoweringError> {
+            ir.op1(
+                b,
+                "arith.constant",
+                &[],
+                ty,
+                vec![("value", ir.literal(v, d, ty)?)],
+            )
+        };
+        let simple = |name: &str| ir.op1(b, name, &[x], ty, Vec::new());
+        match u {
+            UnaryOp::Neg if d.is_float() => simple("arith.negf"),
+            UnaryOp::Neg => {
+                let z = c(0.0)?;
+                ir.op1(b, "arith.subi", &[z, x], ty, Vec::new())
+            }
+            UnaryOp::Abs if d.is_float() => simple("math.absf"),
+            UnaryOp::Abs => simple("math.absi"),
+            UnaryOp::Exp => self.exp(b, x, d, w),
+            UnaryOp::Exp2 => {
+                let ln2 = c(std::f64::consts::LN_2)?;
+                let y = ir.op1(b, "arith.mulf", &[x, ln2], ty, Vec::new())?;
+                self.exp(b, y, d, w)
+            }
+            UnaryOp::Logistic => {
+                let n = simple("arith.negf")?;
+                let e = self.exp(b, n, d, w)?;
+                let one = c(1.0)?;
+                let den = ir.op1(b, "arith.addf", &[one, e], ty, Vec::new())?;
+                ir.op1(b, "arith.divf", &[one, den], ty, Vec::new())
+            }
+            UnaryOp::Rsqrt => {
+                let s = simple("math.sqrt")?;
+                let one = c(1.0)?;
+                ir.op1(b, "arith.divf", &[one, s], ty, Vec::new())
+            }
+            UnaryOp::Log => simple("math.log"),
+            UnaryOp::Log1p => simple("math.log1p"),
+            UnaryOp::Tanh => simple("math.tanh"),
+            UnaryOp::Sqrt => simple("math.sqrt"),
+            UnaryOp::Sin => simple("math.sin"),
+            UnaryOp::Cos => simple("math.cos"),
+            UnaryOp::Erf => simple("math.erf"),
+            UnaryOp::Floor => simple("math.floor"),
+            UnaryOp::Ceil => simple("math.ceil"),
+            UnaryOp::Not => {
+                let ones = c(if d == DType::Bool { 1.0 } else { -1.0 })?;
+                ir.op1(b, "arith.xori", &[x, ones], ty, Vec::new())
+            }
+        }
+    }
+
+    /// eˣ by range reduction and a degree-6 polynomial (Cephes' expf
+    /// coefficients, about 1 ulp in f32), computed in f32.
+    pub(super) fn exp(
+        &self,
+        b: &Block<'c>,
+        x: Raw,
+        d: DType,
+        w: usize,
+    ) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let f = DType::F32;
+        let x = self.convert_vec(b, x, d, f, w)?;
+        let ty = self.vec_ty(w, f);
+        let c = |v: f64| -> Result<Raw, LoweringError> {
+            ir.op1(
+                b,
+                "arith.constant",
+                &[],
+                ty,
+                vec![("value", ir.literal(v, f, ty)?)],
+            )
+        };
+        let bin = |name: &str, a: Raw, c: Raw| ir.op1(b, name, &[a, c], ty, Vec::new());
+        let fma = |a: Raw, m: Raw, add: Raw| ir.op1(b, "math.fma", &[a, m, add], ty, Vec::new());
+        let lo = c(-87.336_544)?;
+        let hi = c(88.376_26)?;
+        let xc = bin("arith.maximumf", x, lo)?;
+        let xc = bin("arith.minimumf", xc, hi)?;
+        let log2e = c(std::f64::consts::LOG2_E)?;
+        let half = c(0.5)?;
+        let t = fma(xc, log2e, half)?;
+        let n = ir.op1(b, "math.floor", &[t], ty, Vec::new())?;
+        let ln2_hi = c(-0.693_359_375)?;
+        let ln2_lo = c(2.121_944_4e-4)?;
+        let r = fma(n, ln2_hi, xc)?;
+        let r = fma(n, ln2_lo, r)?;
+        let mut p = c(1.987_569_150_0e-4)?;
+        for coeff in [
+            1.398_199_950_7e-3,
+            8.333_451_907_3e-3,
+            4.166_579_589_4e-2,
+            1.666_666_545_9e-1,
+            5.000_000_120_1e-1,
+        ] {
+            let k = c(coeff)?;
+            p = fma(p, r, k)?;
+        }
+        let r2 = bin("arith.mulf", r, r)?;
+        let one = c(1.0)?;
+        let rp1 = bin("arith.addf", r, one)?;
+        let y = fma(p, r2, rp1)?;
+        // 2ⁿ from the exponent bits.
+        let i32v = self.vec_ty(w, DType::I32);
+        let ni = ir.op1(b, "arith.fptosi", &[n], i32v, Vec::new())?;
+        let bias = ir.op1(
+            b,
+            "arith.constant",
+            &[],
+            i32v,
+            vec![("value", ir.literal(127.0, DType::I32, i32v)?)],
+        )?;
+        let e = ir.op1(b, "arith.addi", &[ni, bias], i32v, Vec::new())?;
+        let sh = ir.op1(
+            b,
+            "arith.constant",
+            &[],
+            i32v,
+            vec![("value", ir.literal(23.0, DType::I32, i32v)?)],
+        )?;
+        let bits = ir.op1(b, "arith.shli", &[e, sh], i32v, Vec::new())?;
+        let pow2 = ir.op1(b, "arith.bitcast", &[bits], ty, Vec::new())?;
+        let y = bin("arith.mulf", y, pow2)?;
+        // Below the range the result is 0 (and -inf gives 0); NaN stays NaN.
+        let zero = c(0.0)?;
+        let under = ir.op1(
+            b,
+            "arith.cmpf",
+            &[x, lo],
+            self.vec_ty(w, DType::Bool),
+            vec![("predicate", ir.i64_attr(4))],
+        )?;
+        let y = ir.op1(b, "arith.select", &[under, zero, y], ty, Vec::new())?;
+        self.convert_vec(b, y, f, d, w)
+    }
+
+    pub(super) fn binary(
+        &self,
+        b: &Block<'c>,
+        op: BinaryOp,
+        x: Raw,
+        y: Raw,
+        d: DType,
+        w: usize,
+    ) -> Result<Raw, LoweringError> {
+        if is_half(d) {
+            let x = self.convert_vec(b, x, d, DType::F32, w)?;
+            let y = self.convert_vec(b, y, d, DType::F32, w)?;
+            let r = self.binary(b, op, x, y, DType::F32, w)?;
+            return self.convert_vec(b, r, DType::F32, d, w);
+        }
+        let float = d.is_float();
+        let name = crate::body::binary_op_name(op, float);
+        self.ir.op1(b, name, &[x, y], self.vec_ty(w, d), Vec::new())
+    }
+
+    /// A scalar of dtype `from` converted to `to`.
+    pub(super) fn round_scalar(
+        &self,
+        b: &Block<'c>,
+        s: Raw,
+        from: DType,
+        to: DType,
+    ) -> Result<Raw, LoweringError> {
+        if from == to {
+            return Ok(s);
+        }
+        let v = self.splat(b, s, 1, from)?;
+        let v = self.convert_vec(b, v, from, to, 1)?;
+        self.lane0(b, v, to)
+    }
+
+    // ---- reductions, matmul, control flow ----
+}
