@@ -531,3 +531,43 @@ fn kernels_lowered_as_decomposed_stablehlo_inside_the_graph_give_the_same_block(
     assert!(s.passes(), "{s}");
     assert_eq!(rt.stats().compiles, 1);
 }
+
+/// An exported module takes exactly the tensors given as inputs, in that
+/// order, and runs on a plain PJRT client to the graph's answer; leaving
+/// out a tensor the outputs read is an error that says so.
+#[test]
+fn export_gives_a_module_over_the_named_inputs() {
+    use runtime::backend::{Backend, Prepared, cpu_client};
+    let rt = runtime::graph::Runtime::cpu().unwrap();
+    let a = Array::random(F32, [4, 8], 1, -1.0, 1.0);
+    let b = Array::random(F32, [4, 8], 2, -1.0, 1.0);
+    let (x, y) = (rt.tensor(&a).unwrap(), rt.tensor(&b).unwrap());
+    let pos = rt.iota(&[4, 8], 1, I32).unwrap().cast(F32).unwrap();
+    let z = x.sub(&y).unwrap().scale(3.0).unwrap().add(&pos).unwrap();
+    let text = rt.export(&[&y, &x], &[&z]).unwrap();
+    let client = cpu_client().unwrap();
+    let executable = client
+        .compile(text.as_bytes(), &runtime::pjrt::CompileOptions::default())
+        .unwrap();
+    let out = Prepared::Pjrt {
+        backend: Backend::Decomposed,
+        executable,
+        client,
+        prefetch_check: None,
+    }
+    .run(&[b.clone(), a.clone()])
+    .unwrap();
+    let want: Vec<f64> = a
+        .data()
+        .iter()
+        .zip(b.data())
+        .enumerate()
+        .map(|(i, (p, q))| 3.0 * (p - q) + (i % 8) as f64)
+        .collect();
+    for (g, w) in out[0].data().iter().zip(&want) {
+        assert!((g - w).abs() < 1e-5, "{g} vs {w}");
+    }
+    let e = rt.export(&[&x], &[&z]).unwrap_err().to_string();
+    assert!(e.contains("pass every tensor they read"), "{e}");
+    assert!(rt.iota(&[4], 1, I32).is_err());
+}

@@ -18,9 +18,10 @@ use std::fmt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kernel_ir::{Array, DType, VerifiedKernel};
+use kernel_ir::{Array, DType, DotDims, VerifiedKernel};
 use lowering::HostKernel;
 use runtime::backend::{Backend, Prepared, cpu_client};
+use runtime::graph::{Runtime, RuntimeError, Tensor};
 use runtime::pjrt::{Buffer, CompileOptions};
 
 use crate::attention::{AttnConfig, flash_attention};
@@ -262,17 +263,10 @@ impl Workload {
         .map_err(|e| e.to_string())
     }
 
-    /// The plain-StableHLO baseline XLA compiles.
-    pub fn baseline_module(self) -> String {
-        match self {
-            Workload::Matmul { n } => format!(
-                "func.func @main(%a: tensor<{n}x{n}xf32>, %b: tensor<{n}x{n}xf32>) -> tensor<{n}x{n}xf32> {{\n  \
-                 %c = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<{n}x{n}xf32>, tensor<{n}x{n}xf32>) -> tensor<{n}x{n}xf32>\n  \
-                 return %c : tensor<{n}x{n}xf32>\n}}\n"
-            ),
-            Workload::Attention { s, causal } => unfused_attention(s, causal),
-            Workload::AttentionBwd { s, causal } => unfused_attention_bwd(s, causal),
-        }
+    /// The unfused baseline XLA compiles: the workload written with the
+    /// graph runtime's ops and exported as the StableHLO it would run.
+    pub fn baseline_module(self) -> Result<String, String> {
+        baseline(self).map_err(|e| e.to_string())
     }
 }
 
@@ -303,94 +297,85 @@ pub fn attention_block(m: Method, s: usize) -> usize {
     b.min(s)
 }
 
-/// softmax(Q·Kᵀ·scale [+ causal mask])·V over [1, H, S, D], op by op.
-fn unfused_attention(s: usize, causal: bool) -> String {
-    let (h, d) = (HEADS, HEAD_DIM);
-    let qt = format!("tensor<1x{h}x{s}x{d}xf32>");
-    let st = format!("tensor<1x{h}x{s}x{s}xf32>");
-    let rt = format!("tensor<1x{h}x{s}xf32>");
-    let scale = 1.0 / (d as f32).sqrt();
-    let mut m = format!("func.func @main(%q: {qt}, %k: {qt}, %v: {qt}) -> {qt} {{\n");
-    m += &format!(
-        "  %s0 = stablehlo.dot_general %q, %k, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [3] : ({qt}, {qt}) -> {st}\n"
-    );
-    m += &format!("  %scale = stablehlo.constant dense<{scale:e}> : {st}\n");
-    m += &format!("  %s1 = stablehlo.multiply %s0, %scale : {st}\n");
-    let scores = if causal {
-        m += &format!("  %iq = stablehlo.iota dim = 2 : tensor<1x{h}x{s}x{s}xi32>\n");
-        m += &format!("  %ik = stablehlo.iota dim = 3 : tensor<1x{h}x{s}x{s}xi32>\n");
-        m += &format!(
-            "  %keep = stablehlo.compare GE, %iq, %ik : (tensor<1x{h}x{s}x{s}xi32>, tensor<1x{h}x{s}x{s}xi32>) -> tensor<1x{h}x{s}x{s}xi1>\n"
-        );
-        m += &format!("  %ninf = stablehlo.constant dense<0xFF800000> : {st}\n");
-        m += &format!(
-            "  %s2 = stablehlo.select %keep, %s1, %ninf : tensor<1x{h}x{s}x{s}xi1>, {st}\n"
-        );
-        "%s2"
-    } else {
-        "%s1"
-    };
-    m += "  %minf = stablehlo.constant dense<0xFF800000> : tensor<f32>\n";
-    m += "  %zero = stablehlo.constant dense<0.0> : tensor<f32>\n";
-    m += &format!(
-        "  %mx = stablehlo.reduce({scores} init: %minf) applies stablehlo.maximum across dimensions = [3] : ({st}, tensor<f32>) -> {rt}\n"
-    );
-    m += &format!("  %mxb = stablehlo.broadcast_in_dim %mx, dims = [0, 1, 2] : ({rt}) -> {st}\n");
-    m += &format!("  %c = stablehlo.subtract {scores}, %mxb : {st}\n");
-    m += &format!("  %e = stablehlo.exponential %c : {st}\n");
-    m += &format!(
-        "  %l = stablehlo.reduce(%e init: %zero) applies stablehlo.add across dimensions = [3] : ({st}, tensor<f32>) -> {rt}\n"
-    );
-    m += &format!("  %lb = stablehlo.broadcast_in_dim %l, dims = [0, 1, 2] : ({rt}) -> {st}\n");
-    m += &format!("  %p = stablehlo.divide %e, %lb : {st}\n");
-    m += &format!(
-        "  %o = stablehlo.dot_general %p, %v, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : ({st}, {qt}) -> {qt}\n"
-    );
-    m += &format!("  return %o : {qt}\n}}\n");
-    m
+/// `[.., S, D] × [.., S, D]` products over the `[1, H]` batch dims,
+/// contracting dim `l` of the lhs with dim `r` of the rhs.
+fn batched(l: usize, r: usize) -> DotDims {
+    DotDims {
+        lhs_batch: vec![0, 1],
+        rhs_batch: vec![0, 1],
+        lhs_contract: vec![l],
+        rhs_contract: vec![r],
+    }
 }
 
-/// The unfused backward of [`unfused_attention`]: `P` recomputed from
-/// q, k; then `dV = Pᵀ·dO`, `dP = dO·Vᵀ`, `dS = P ∘ (dP − rowsum(P ∘ dP))`,
-/// `dQ = scale·dS·K`, `dK = scale·dSᵀ·Q`, each an `[S, S]` intermediate.
-fn unfused_attention_bwd(s: usize, causal: bool) -> String {
-    let (h, d) = (HEADS, HEAD_DIM);
-    let qt = format!("tensor<1x{h}x{s}x{d}xf32>");
-    let st = format!("tensor<1x{h}x{s}x{s}xf32>");
-    let rt = format!("tensor<1x{h}x{s}xf32>");
-    let fwd = unfused_attention(s, causal);
-    // The forward's body up to the probabilities `%p`, reused.
-    let body: String = fwd
-        .lines()
-        .skip(1)
-        .take_while(|l| !l.contains("%o = "))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let mut m = format!(
-        "func.func @main(%q: {qt}, %k: {qt}, %v: {qt}, %do: {qt}) -> ({qt}, {qt}, {qt}) {{\n{body}"
-    );
-    m += &format!(
-        "  %dv = stablehlo.dot_general %p, %do, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2] : ({st}, {qt}) -> {qt}\n"
-    );
-    m += &format!(
-        "  %dp = stablehlo.dot_general %do, %v, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [3] : ({qt}, {qt}) -> {st}\n"
-    );
-    m += &format!("  %pdp = stablehlo.multiply %p, %dp : {st}\n");
-    m += &format!(
-        "  %delta = stablehlo.reduce(%pdp init: %zero) applies stablehlo.add across dimensions = [3] : ({st}, tensor<f32>) -> {rt}\n"
-    );
-    m += &format!("  %db = stablehlo.broadcast_in_dim %delta, dims = [0, 1, 2] : ({rt}) -> {st}\n");
-    m += &format!("  %dpc = stablehlo.subtract %dp, %db : {st}\n");
-    m += &format!("  %ds0 = stablehlo.multiply %p, %dpc : {st}\n");
-    m += &format!("  %ds = stablehlo.multiply %ds0, %scale : {st}\n");
-    m += &format!(
-        "  %dq = stablehlo.dot_general %ds, %k, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : ({st}, {qt}) -> {qt}\n"
-    );
-    m += &format!(
-        "  %dk = stablehlo.dot_general %ds, %q, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2] : ({st}, {qt}) -> {qt}\n"
-    );
-    m += &format!("  return %dq, %dk, %dv : {qt}, {qt}, {qt}\n}}\n");
-    m
+/// `P = softmax(Q·Kᵀ·scale [+ causal mask])` over `[1, H, S, S]`, op by
+/// op: the `[S, S]` intermediate flash attention never writes.
+fn probabilities(
+    rt: &Runtime,
+    q: &Tensor,
+    k: &Tensor,
+    s: usize,
+    causal: bool,
+) -> Result<Tensor, RuntimeError> {
+    let scale = 1.0 / (HEAD_DIM as f64).sqrt();
+    let scores = q.dot_general(k, batched(3, 3))?.scale(scale)?;
+    let scores = if causal {
+        let shape = [1, HEADS, s, s];
+        let keep = rt
+            .iota(&shape, 2, DType::I32)?
+            .ge(&rt.iota(&shape, 3, DType::I32)?)?;
+        let hidden = rt
+            .scalar(f64::NEG_INFINITY, DType::F32)
+            .broadcast_to(&shape)?;
+        keep.select(&scores, &hidden)?
+    } else {
+        scores
+    };
+    scores.softmax(3)
+}
+
+/// The baseline graph of `w` on a CPU runtime, exported.
+fn baseline(w: Workload) -> Result<String, RuntimeError> {
+    let rt = Runtime::cpu()?;
+    let input = |shape: &[usize]| rt.tensor(&Array::zeros(DType::F32, shape.to_vec()));
+    match w {
+        Workload::Matmul { n } => {
+            let (a, b) = (input(&[n, n])?, input(&[n, n])?);
+            let c = a.matmul(&b)?;
+            rt.export(&[&a, &b], &[&c])
+        }
+        Workload::Attention { s, causal } => {
+            let shape = [1, HEADS, s, HEAD_DIM];
+            let (q, k, v) = (input(&shape)?, input(&shape)?, input(&shape)?);
+            let o = probabilities(&rt, &q, &k, s, causal)?.dot_general(&v, batched(3, 2))?;
+            rt.export(&[&q, &k, &v], &[&o])
+        }
+        Workload::AttentionBwd { s, causal } => {
+            // P recomputed from q, k; then dV = Pᵀ·dO, dP = dO·Vᵀ,
+            // dS = P ∘ (dP − rowsum(P ∘ dP)), dQ = scale·dS·K,
+            // dK = scale·dSᵀ·Q, each with an [S, S] intermediate.
+            let shape = [1, HEADS, s, HEAD_DIM];
+            let (q, k, v, d_o) = (
+                input(&shape)?,
+                input(&shape)?,
+                input(&shape)?,
+                input(&shape)?,
+            );
+            let p = probabilities(&rt, &q, &k, s, causal)?;
+            let dv = p.dot_general(&d_o, batched(2, 2))?;
+            let dp = d_o.dot_general(&v, batched(3, 3))?;
+            let delta = p
+                .mul(&dp)?
+                .sum(&[3])?
+                .broadcast_in_dim(&[1, HEADS, s, s], &[0, 1, 2])?;
+            let ds = p
+                .mul(&dp.sub(&delta)?)?
+                .scale(1.0 / (HEAD_DIM as f64).sqrt())?;
+            let dq = ds.dot_general(&k, batched(3, 2))?;
+            let dk = ds.dot_general(&q, batched(2, 2))?;
+            rt.export(&[&q, &k, &v, &d_o], &[&dq, &dk, &dv])
+        }
+    }
 }
 
 /// How a workload is run.
@@ -558,7 +543,7 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
         Method::Xla => {
             let client = cpu_client().map_err(|e| e.to_string())?;
             let executable = client
-                .compile(w.baseline_module().as_bytes(), &CompileOptions::default())
+                .compile(w.baseline_module()?.as_bytes(), &CompileOptions::default())
                 .map_err(|e| e.to_string())?;
             let exe = Prepared::Pjrt {
                 backend: Backend::Decomposed,
@@ -894,4 +879,75 @@ pub fn svg_chart(rows: &[Result<Measurement, String>]) -> String {
     }
     svg += "<text x=\"740\" y=\"352\">solid: full, dashed: causal</text>\n</svg>\n";
     svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference;
+    use crate::tooling::check::{ErrorStats, Tolerance};
+
+    /// Runs the exported baseline of `w` on XLA's CPU plugin.
+    fn run_baseline(w: Workload, args: &[Array]) -> Vec<Array> {
+        let client = cpu_client().unwrap();
+        let executable = client
+            .compile(
+                w.baseline_module().unwrap().as_bytes(),
+                &CompileOptions::default(),
+            )
+            .unwrap();
+        Prepared::Pjrt {
+            backend: Backend::Decomposed,
+            executable,
+            client,
+            prefetch_check: None,
+        }
+        .run(args)
+        .unwrap()
+    }
+
+    /// The peer the benchmark compares with computes what it claims:
+    /// attention forward and backward against the f64 reference.
+    #[test]
+    fn the_xla_baselines_compute_attention() {
+        let s = 64;
+        let shape = [1, HEADS, s, HEAD_DIM];
+        let r = |seed| Array::random(DType::F32, shape, seed, -1.0, 1.0);
+        let (q, k, v, g) = (r(1), r(2), r(3), r(4));
+        let scale = 1.0 / (HEAD_DIM as f64).sqrt();
+        for causal in [false, true] {
+            let o = run_baseline(
+                Workload::Attention { s, causal },
+                &[q.clone(), k.clone(), v.clone()],
+            );
+            let want = reference::attention(&q, &k, &v, causal, scale);
+            let st = ErrorStats::between(&o[0], &want, Tolerance::attention(DType::F32));
+            assert!(st.passes(), "forward causal={causal}: {st}");
+            let grads = run_baseline(
+                Workload::AttentionBwd { s, causal },
+                &[q.clone(), k.clone(), v.clone(), g.clone()],
+            );
+            let spec = reference::AttnSpec::new(causal, scale);
+            let (dq, dk, dv) = reference::attention_backward(&q, &k, &v, &g, &spec);
+            for (name, got, want) in [
+                ("dq", &grads[0], dq),
+                ("dk", &grads[1], dk),
+                ("dv", &grads[2], dv),
+            ] {
+                let st = ErrorStats::between(got, &want, Tolerance::attention_grad(DType::F32));
+                assert!(st.passes(), "{name} causal={causal}: {st}");
+            }
+        }
+        let (a, b) = (
+            Array::random(DType::F32, [64, 64], 5, -1.0, 1.0),
+            Array::random(DType::F32, [64, 64], 6, -1.0, 1.0),
+        );
+        let c = run_baseline(Workload::Matmul { n: 64 }, &[a.clone(), b.clone()]);
+        let st = ErrorStats::between(
+            &c[0],
+            &reference::matmul(&a, &b),
+            Tolerance::matmul(64, DType::F32),
+        );
+        assert!(st.passes(), "matmul: {st}");
+    }
 }

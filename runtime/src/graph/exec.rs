@@ -200,7 +200,7 @@ fn execute(
 /// The kernel lowered for `platform` (`cpu`, `tpu`, anything else:
 /// decomposed) as a private function `name` (memoized per kernel and name;
 /// a runtime lowers every kernel one way).
-fn kernel_function(
+pub(crate) fn kernel_function(
     inner: &Inner,
     platform: &str,
     k: &VerifiedKernel,

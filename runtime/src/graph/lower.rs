@@ -94,6 +94,9 @@ struct Emitter<'a> {
     kernel_text: &'a KernelText<'a>,
     devices: usize,
     transposes: (u64, u64),
+    /// Every constant in the program text (an exported module has no
+    /// per-call scalar parameters).
+    inline_constants: bool,
 }
 
 impl Emitter<'_> {
@@ -274,11 +277,18 @@ impl Emitter<'_> {
             .collect();
         Ok(match op {
             Op::Constant(v) => {
-                if is_structural(*v) {
+                if is_structural(*v) || self.inline_constants {
                     self.constant(*v, &n.shape, n.dtype)
                 } else {
                     self.param(Param::Scalar(*v, n.dtype), rt)
                 }
+            }
+            Op::Iota(d) => {
+                let v = self.fresh();
+                self.line(format!(
+                    "{v} = \"stablehlo.iota\"() {{iota_dimension = {d} : i64}} : () -> {rt}"
+                ));
+                v
             }
             Op::Unary(u) => self.unary(*u, &ins[0], &rt, n.dtype)?,
             Op::Binary(b) => self.op2(
@@ -611,8 +621,21 @@ pub(crate) fn lower(
     devices: usize,
     kernel_text: &KernelText<'_>,
 ) -> Result<Program, RuntimeError> {
+    lower_with(outputs, &[], false, devices, kernel_text)
+}
+
+/// [`lower`] with `inputs` as the first parameters, in order, and with
+/// `inline_constants`, no scalar parameters: a module to run elsewhere.
+pub(crate) fn lower_with(
+    outputs: &[Arc<Node>],
+    inputs: &[Arc<Node>],
+    inline_constants: bool,
+    devices: usize,
+    kernel_text: &KernelText<'_>,
+) -> Result<Program, RuntimeError> {
     let order = topo_order(outputs)?;
     let mut e = Emitter {
+        inline_constants,
         body: String::new(),
         next: 0,
         names: HashMap::new(),
@@ -625,6 +648,12 @@ pub(crate) fn lower(
         devices,
         transposes: (0, 0),
     };
+    for i in inputs {
+        if !e.names.contains_key(&i.id) {
+            let name = e.param(Param::Node(i.clone()), type_name(&i.shape, i.dtype));
+            e.names.insert(i.id, name);
+        }
+    }
     for (_, _, inputs) in &order {
         for i in inputs {
             if !e.names.contains_key(&i.id) && matches!(&*i.lock(), State::Ready(_)) {

@@ -389,6 +389,35 @@ impl Runtime {
         Tensor::from_node(self.clone(), node)
     }
 
+    /// Indices `0..shape[dim]` along `dim`, repeated over the other dims
+    /// (`stablehlo.iota`): positions for masks built in the graph.
+    #[track_caller]
+    pub fn iota(&self, shape: &[usize], dim: usize, dtype: DType) -> Result<Tensor, RuntimeError> {
+        let loc = std::panic::Location::caller().to_string();
+        if dim >= shape.len() {
+            return Err(RuntimeError::Record {
+                message: format!(
+                    "iota along dim {dim} of a rank-{} shape {shape:?}; give a dim below {}",
+                    shape.len(),
+                    shape.len()
+                ),
+                loc,
+            });
+        }
+        let node = Arc::new(Node {
+            id: self.inner.next_id(),
+            shape: shape.to_vec(),
+            dtype,
+            dims: vec![None; shape.len()],
+            loc,
+            state: Mutex::new(State::Deferred {
+                op: node::Op::Iota(dim),
+                inputs: Vec::new(),
+            }),
+        });
+        Ok(Tensor::from_node(self.clone(), node))
+    }
+
     /// Uploads `array` padded along `dim` to the smallest bucket that holds
     /// it; the tensor remembers the valid length, which graph ops use as a
     /// mask and kernels get through [`Tensor::valid_length`]. A new length
@@ -438,6 +467,43 @@ impl Runtime {
             }
         }
         Ok(())
+    }
+
+    /// The StableHLO module that computes `outputs` from `inputs` (its
+    /// parameters, in this order; materialized first, then read, not
+    /// computed): the program the runtime would compile, with every
+    /// constant inline, to run on any PJRT client. Kernel calls are
+    /// lowered for this runtime's platform. An error names a tensor the
+    /// outputs read that is not among `inputs`.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use runtime::graph::Runtime;
+    /// let rt = Runtime::cpu()?;
+    /// let x = rt.tensor(&kernel_ir::Array::zeros(kernel_ir::DType::F32, [4, 8]))?;
+    /// let y = x.exp()?.scale(0.5)?;
+    /// let text = rt.export(&[&x], &[&y])?;
+    /// assert!(text.contains("stablehlo.exponential"));
+    /// # Ok(()) }
+    /// ```
+    pub fn export(&self, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<String, RuntimeError> {
+        // Materialized inputs are parameters; the walk stops at them.
+        self.sync(inputs)?;
+        let ins: Vec<Arc<Node>> = inputs.iter().map(|t| t.node.clone()).collect();
+        let outs: Vec<Arc<Node>> = outputs.iter().map(|t| t.node.clone()).collect();
+        let platform = self.inner.client.platform().to_string();
+        let kernel_text = |k: &kernel_ir::VerifiedKernel, name: &str| {
+            exec::kernel_function(&self.inner, &platform, k, name)
+        };
+        let program = lower::lower_with(&outs, &ins, true, self.inner.devices, &kernel_text)?;
+        if program.params.len() != ins.len() {
+            return Err(RuntimeError::Failed(format!(
+                "the outputs read {} tensors but {} are given as inputs; pass every tensor they read",
+                program.params.len(),
+                ins.len()
+            )));
+        }
+        Ok(program.text)
     }
 
     pub(crate) fn sync_nodes(&self, nodes: &[Arc<Node>]) -> Result<(), RuntimeError> {

@@ -30,6 +30,8 @@ pub(crate) struct KernelCall {
 pub(crate) enum Op {
     /// A scalar constant of the node's dtype.
     Constant(f64),
+    /// Indices along dim `n` of the node's shape.
+    Iota(usize),
     Unary(UnaryOp),
     Binary(BinaryOp),
     Compare(CompareOp),
