@@ -417,9 +417,13 @@ pub enum ErrorKind {
     Builder(String),
 
     // ---- execution (interpreter) ----
-    /// Wrong number, dtype or shape of inputs.
+    /// Input shapes that bind no consistent shape symbols, or an operand
+    /// that does not exist.
     #[error("[inputs] {0}")]
     Inputs(String),
+    /// Wrong number, dtype or shape of a call's arrays.
+    #[error("[inputs] {0}")]
+    Arguments(crate::ArgumentError),
     /// Read of a scratch or output element that holds no value.
     #[error("[poison] {buffer} `{name}` element {} is read before anything was written to it{why}", idx(.element))]
     PoisonRead {

@@ -177,37 +177,99 @@ impl Kernel {
     }
 
     /// Checks the dtype and shape of each array a call passes against
-    /// [`Kernel::arguments`]; the error names the kernel, the argument and
-    /// what it must be.
+    /// [`Kernel::arguments`]: the one argument check every way of running a
+    /// kernel makes (interpreter, host JIT, PJRT, graph runtime, XLA's FFI
+    /// handler, the `tessera` command). `None` as a dtype is one Tessera
+    /// has no name for (an XLA type code it does not know).
     pub fn check_arguments<'s>(
         &self,
-        given: impl ExactSizeIterator<Item = (DType, &'s [usize])>,
-    ) -> Result<(), String> {
+        given: impl ExactSizeIterator<Item = (Option<DType>, &'s [usize])>,
+    ) -> Result<(), ArgumentError> {
         let expected: Vec<Argument<'_>> = self.arguments().collect();
-        if given.len() != expected.len() {
-            let list: Vec<String> = expected.iter().map(Argument::to_string).collect();
-            return Err(format!(
-                "kernel `{}` takes {} arrays ({}), got {}",
-                self.name,
-                expected.len(),
-                list.join(", "),
-                given.len()
-            ));
-        }
-        for (a, (dtype, shape)) in expected.iter().zip(given) {
-            if a.dtype != dtype || a.shape != shape {
-                return Err(format!(
-                    "`{}` of kernel `{}` must be {}{} but got {dtype}{}",
-                    a.name,
-                    self.name,
-                    a.dtype,
-                    ShapeDisplay(a.shape),
-                    ShapeDisplay(shape)
-                ));
-            }
-        }
-        Ok(())
+        check_against(&self.name, "arrays", &expected, given)
     }
+
+    /// [`Kernel::check_arguments`] for the arrays a call returns (out and
+    /// in-out operands, in operand order).
+    pub fn check_results<'s>(
+        &self,
+        given: impl ExactSizeIterator<Item = (Option<DType>, &'s [usize])>,
+    ) -> Result<(), ArgumentError> {
+        let expected: Vec<Argument<'_>> = self
+            .outputs()
+            .map(|o| Argument {
+                name: &o.name,
+                dtype: o.dtype,
+                shape: &o.shape,
+            })
+            .collect();
+        check_against(&self.name, "results", &expected, given)
+    }
+}
+
+fn check_against<'s>(
+    kernel: &str,
+    what: &'static str,
+    expected: &[Argument<'_>],
+    given: impl ExactSizeIterator<Item = (Option<DType>, &'s [usize])>,
+) -> Result<(), ArgumentError> {
+    if given.len() != expected.len() {
+        return Err(ArgumentError::Count {
+            kernel: kernel.to_string(),
+            what,
+            expected: expected.iter().map(Argument::to_string).collect(),
+            given: given.len(),
+        });
+    }
+    for (index, (a, (dtype, shape))) in expected.iter().zip(given).enumerate() {
+        if dtype != Some(a.dtype) || a.shape != shape {
+            return Err(ArgumentError::Mismatch {
+                kernel: kernel.to_string(),
+                index,
+                name: a.name.to_string(),
+                want: (a.dtype, a.shape.to_vec()),
+                got: (dtype, shape.to_vec()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Why the arrays of a call do not fit a kernel ([`Kernel::check_arguments`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ArgumentError {
+    /// Not the kernel's number of arrays.
+    #[error("kernel `{kernel}` takes {} {what} ({}), got {given}", expected.len(), expected.join(", "))]
+    Count {
+        /// The kernel.
+        kernel: String,
+        /// `arrays` (arguments) or `results`.
+        what: &'static str,
+        /// What it takes, as `name: dtype[shape]`.
+        expected: Vec<String>,
+        /// How many the call has.
+        given: usize,
+    },
+    /// An array of the wrong dtype or shape.
+    #[error(
+        "`{name}` of kernel `{kernel}` must be {}{} but got {}{}",
+        want.0,
+        ShapeDisplay(&want.1),
+        got.0.map_or("an unknown dtype ".to_string(), |d| d.to_string()),
+        ShapeDisplay(&got.1)
+    )]
+    Mismatch {
+        /// The kernel.
+        kernel: String,
+        /// Position among the arguments (or results).
+        index: usize,
+        /// The argument's name.
+        name: String,
+        /// Its dtype and shape.
+        want: (DType, Vec<usize>),
+        /// What the call passes.
+        got: (Option<DType>, Vec<usize>),
+    },
 }
 
 /// One array a kernel call takes (see [`Kernel::arguments`]); displays as

@@ -83,7 +83,7 @@ pub use int_expr::IntExpr;
 pub use interp::{
     BlockFetch, FetchTrace, InterpOptions, interpret, interpret_traced, interpret_with,
 };
-pub use kernel::{Argument, Kernel};
+pub use kernel::{Argument, ArgumentError, Kernel};
 pub use layout::{Layout, Order};
 pub use loc::Loc;
 pub use ops::{

@@ -142,7 +142,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
     fn unsupported(&self, op: &Op, reason: &str) -> LoweringError {
         LoweringError::Unsupported {
             op: op.kind.mnemonic().to_string(),
-            loc: op.loc.as_ref().map(|l| l.to_string()),
+            loc: op.loc.clone(),
             target: match self.flavor {
                 Flavor::Upstream => "kernel module",
                 Flavor::Mosaic => "Mosaic",

@@ -51,7 +51,7 @@ pub enum LoweringError {
         /// The op's mnemonic.
         op: String,
         /// Where the user wrote it.
-        loc: Option<String>,
+        loc: Option<kernel_ir::Loc>,
         /// The target.
         target: &'static str,
         /// Why.
@@ -65,8 +65,15 @@ pub enum LoweringError {
         /// MLIR's diagnostics.
         message: String,
     },
-    /// A native (host) kernel run failed: bad arguments, or a block index
-    /// outside its array at run time.
+    /// A native (host) kernel was called with arrays that do not fit it
+    /// (the shared [`kernel_ir::Kernel::check_arguments`]).
+    #[error("{0}")]
+    Arguments(kernel_ir::ArgumentError),
+    /// A block index outside its array at run time (from scalar prefetch).
+    #[error("{0}")]
+    BlockIndex(Box<kernel_ir::KernelError>),
+    /// A native (host) kernel run failed: buffers of the wrong size, or
+    /// its workspace could not be allocated.
     #[error("{0}")]
     Run(String),
     /// An internal inconsistency: a Tessera bug.

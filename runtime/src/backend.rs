@@ -96,6 +96,9 @@ pub enum BackendError {
     /// PJRT failed.
     #[error(transparent)]
     Pjrt(#[from] PjrtError),
+    /// Arrays that do not fit the kernel (the shared check).
+    #[error(transparent)]
+    Arguments(kernel_ir::ArgumentError),
 }
 
 impl From<KernelError> for BackendError {
@@ -136,9 +139,11 @@ pub enum Prepared {
         executable: Executable,
         /// The client it runs on.
         client: &'static Client,
-        /// The kernel, when its index maps read scalar prefetch and this
-        /// path does not check the blocks they pick itself.
-        prefetch_check: Option<VerifiedKernel>,
+        /// The kernel it runs (`None` for a module that is no Tessera
+        /// kernel, a baseline): [`Prepared::run`] makes the shared argument
+        /// check against it, and checks the blocks scalar prefetch picks
+        /// where the path itself does not.
+        kernel: Option<VerifiedKernel>,
     },
 }
 
@@ -163,19 +168,18 @@ impl Prepared {
                     backend,
                     executable,
                     client,
-                    prefetch_check: (!kernel.prefetch.is_empty()).then(|| kernel.clone()),
+                    kernel: Some(kernel.clone()),
                 }
             }
             Backend::HostCall => {
                 let client = cpu_client()?;
                 let module = host_call::host_call_module(client.plugin(), kernel)?;
                 let executable = client.compile(module.as_bytes(), &CompileOptions::default())?;
-                // The FFI handler runs the native driver, which checks.
                 Prepared::Pjrt {
                     backend,
                     executable,
                     client,
-                    prefetch_check: None,
+                    kernel: Some(kernel.clone()),
                 }
             }
         })
@@ -197,16 +201,21 @@ impl Prepared {
             Prepared::Interpreter(k) => Ok(kernel_ir::interpret(k, args)?),
             Prepared::Native(k) => Ok(k.run(args)?),
             Prepared::Pjrt {
+                backend,
                 executable,
-                prefetch_check,
+                kernel,
                 ..
             } => {
-                // Out-of-range scalar-prefetch indices are the same error
-                // here as on the interpreter and native paths: decomposed
-                // StableHLO would clamp them silently.
-                if let Some(k) = prefetch_check {
-                    k.check_block_indices(&args[..k.prefetch.len().min(args.len())])
-                        .map_err(|e| LoweringError::Run(e.to_string()))?;
+                if let Some(k) = kernel {
+                    k.check_arguments(args.iter().map(|a| (Some(a.dtype()), a.shape())))
+                        .map_err(BackendError::Arguments)?;
+                    // Out-of-range scalar-prefetch indices are the same
+                    // error here as on the interpreter and native paths:
+                    // decomposed StableHLO would clamp them silently (the
+                    // FFI handler runs the native driver, which checks).
+                    if *backend == Backend::Decomposed && !k.prefetch.is_empty() {
+                        k.check_block_indices(&args[..k.prefetch.len()])?;
+                    }
                 }
                 let bufs = self.upload(args)?;
                 let refs: Vec<&Buffer> = bufs.iter().collect();

@@ -553,7 +553,7 @@ fn export_gives_a_module_over_the_named_inputs() {
         backend: Backend::Decomposed,
         executable,
         client,
-        prefetch_check: None,
+        kernel: None,
     }
     .run(&[b.clone(), a.clone()])
     .unwrap();

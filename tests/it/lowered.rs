@@ -173,8 +173,8 @@ fn a_whole_array_operand_cannot_be_loaded_directly_on_tpu() {
         panic!("{e}")
     };
     assert_eq!((op.as_str(), *target), ("store", "Mosaic"));
-    let loc = loc.as_deref().unwrap_or_default();
-    assert!(loc.contains("tests/it/lowered.rs"), "{e}");
+    let loc = loc.as_ref().map(|l| l.file.to_string()).unwrap_or_default();
+    assert!(loc.ends_with("tests/it/lowered.rs"), "{e}");
     assert!(e.to_string().contains("DMA"), "{e}");
     let _ = ErrorKind::ForeignTile;
 }

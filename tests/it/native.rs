@@ -40,7 +40,7 @@ fn wrong_argument_count_and_dtype_are_errors() {
     let native = HostKernel::compile(&small_add()).unwrap();
     let x = Array::random(F32, [16, 128], 1, -1.0, 1.0);
     let err = native.run(std::slice::from_ref(&x)).unwrap_err();
-    assert!(matches!(err, LoweringError::Run(_)), "{err}");
+    assert!(matches!(err, LoweringError::Arguments(_)), "{err}");
     assert!(err.to_string().contains("takes 2 arrays"), "{err}");
     let wrong = Array::random(BF16, [16, 128], 2, -1.0, 1.0);
     let err = native.run(&[x.clone(), wrong]).unwrap_err();
@@ -192,4 +192,48 @@ fn the_host_module_is_printed_and_lowers_without_leftovers() {
     assert!(text.contains("func.func @tessera_host_kernel"), "{text}");
     // Windows are strided memrefs with a dynamic offset.
     assert!(text.contains("strided<[?, 1], offset: ?>"), "{text}");
+}
+
+/// One argument check, typed, on every path: the interpreter, the native
+/// JIT, both PJRT paths and the graph runtime refuse the same wrong array
+/// with the same [`kernel_ir::ArgumentError`].
+#[test]
+fn every_path_makes_the_one_argument_check() {
+    use kernel_ir::ArgumentError;
+    use runtime::backend::{BackendError, Prepared};
+    let k = small_add();
+    let x = Array::random(F32, [16, 128], 1, -1.0, 1.0);
+    let wrong = Array::random(BF16, [16, 128], 2, -1.0, 1.0);
+    let args = [x.clone(), wrong.clone()];
+    let mut seen: Vec<(String, ArgumentError)> = Vec::new();
+    for b in Backend::ALL {
+        let e = Prepared::new(b, &k).unwrap().run(&args).unwrap_err();
+        let a = match e {
+            BackendError::Arguments(a) => a,
+            BackendError::Lowering(LoweringError::Arguments(a)) => a,
+            BackendError::Kernel(k) => match k.kind {
+                ErrorKind::Arguments(a) => a,
+                other => panic!("{b}: {other}"),
+            },
+            other => panic!("{b}: not the shared check: {other}"),
+        };
+        seen.push((b.to_string(), a));
+    }
+    let rt = runtime::graph::Runtime::cpu().unwrap();
+    let (tx, tw) = (rt.tensor(&x).unwrap(), rt.tensor(&wrong).unwrap());
+    match rt.call(&k, &[&tx, &tw]) {
+        Err(runtime::graph::RuntimeError::Arguments { error, .. }) => {
+            seen.push(("graph".into(), error))
+        }
+        other => panic!("graph: {other:?}"),
+    }
+    let first = seen[0].1.clone();
+    assert!(
+        matches!(&first, ArgumentError::Mismatch { index: 1, got: (Some(d), _), .. } if *d == BF16),
+        "{first}"
+    );
+    for (path, e) in &seen {
+        assert_eq!(e, &first, "{path}");
+    }
+    assert_eq!(seen.len(), 5);
 }

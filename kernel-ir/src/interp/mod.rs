@@ -193,8 +193,8 @@ pub fn interpret_traced(
 }
 
 fn bind_args(k: &Kernel, args: &[Array]) -> Result<(Vec<Buf>, Vec<Buf>), KernelError> {
-    k.check_arguments(args.iter().map(|a| (a.dtype(), a.shape())))
-        .map_err(ErrorKind::Inputs)?;
+    k.check_arguments(args.iter().map(|a| (Some(a.dtype()), a.shape())))
+        .map_err(ErrorKind::Arguments)?;
     // Checked above: one array per prefetch and per input, in that order.
     let (prefetch_args, input_args) = args.split_at(k.prefetch.len());
     let mut input_args = input_args.iter();

@@ -549,7 +549,7 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
                 backend: Backend::Decomposed,
                 executable,
                 client,
-                prefetch_check: None,
+                kernel: None,
             };
             let args: Vec<Array> = w
                 .baseline_inputs()
@@ -900,7 +900,7 @@ mod tests {
             backend: Backend::Decomposed,
             executable,
             client,
-            prefetch_check: None,
+            kernel: None,
         }
         .run(args)
         .unwrap()

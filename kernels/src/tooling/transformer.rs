@@ -147,7 +147,7 @@ pub fn block_forward(
             hkv: h,
         },
     )
-    .map_err(|e| RuntimeError::Failed(e.to_string()))?;
+    .map_err(|e| RuntimeError::failed("building flash attention", e))?;
     let len = x.valid_length(0)?;
     let attn = rt
         .call(&kernel, &[&len, &q, &k, &v])?

@@ -475,7 +475,7 @@ impl Program<'_> {
                     }
                     let bidx = k
                         .block_index(i, point, &read)
-                        .map_err(|e| LoweringError::Run(e.to_string()))?;
+                        .map_err(|e| LoweringError::BlockIndex(Box::new(e)))?;
                     let st = &self.storage[i];
                     let offset: usize = bidx
                         .iter()

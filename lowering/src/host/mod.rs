@@ -135,8 +135,8 @@ impl HostKernel {
     /// in-out operands) in operand order.
     pub fn run(&self, args: &[Array]) -> Result<Vec<Array>, LoweringError> {
         let k = &self.kernel;
-        k.check_arguments(args.iter().map(|a| (a.dtype(), a.shape())))
-            .map_err(LoweringError::Run)?;
+        k.check_arguments(args.iter().map(|a| (Some(a.dtype()), a.shape())))
+            .map_err(LoweringError::Arguments)?;
         let bytes: Vec<Vec<u8>> = args.iter().map(Array::to_le_bytes).collect();
         let np = k.prefetch.len();
         let mut outs: Vec<Vec<u8>> = k

@@ -42,12 +42,12 @@ pub(crate) fn materialize(inner: &Inner, requested: &[Arc<Node>]) {
         Ok(()) => {}
         Err(e) => {
             for n in &outputs {
-                let e = match &e {
-                    RuntimeError::Failed(m) if !m.contains(" (recorded at ") => {
-                        RuntimeError::Failed(format!("{m} (recorded at {})", n.loc))
-                    }
-                    e => e.clone(),
-                };
+                let mut e = e.clone();
+                if let RuntimeError::Failed { recorded_at, .. } = &mut e
+                    && recorded_at.is_none()
+                {
+                    *recorded_at = Some(n.loc.clone());
+                }
                 *n.lock() = State::Failed(e);
             }
         }
@@ -95,7 +95,7 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
     let lookup = inner
         .cache
         .get(&key, &program.text, &options, &inner.client)
-        .map_err(|e| RuntimeError::Failed(format!("compiling the graph failed: {e}")))?;
+        .map_err(|e| RuntimeError::failed("compiling the graph", e))?;
     {
         let mut s = inner.stats();
         match lookup.tier {
@@ -114,7 +114,7 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
         // in this process (a disk hit skips XLA's compile, not this).
         for k in &program.kernels {
             crate::host_call::register_kernel(k)
-                .map_err(|e| RuntimeError::Failed(format!("kernel `{}`: {e}", k.name)))?;
+                .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e))?;
         }
     }
     let results = execute(inner, &program, &lookup.executable)?;
@@ -135,7 +135,7 @@ fn execute(
     program: &Program,
     exe: &crate::pjrt::Executable,
 ) -> Result<Vec<Vec<Buffer>>, RuntimeError> {
-    let fail = |e: crate::pjrt::PjrtError| RuntimeError::Failed(e.to_string());
+    let fail = |e: crate::pjrt::PjrtError| RuntimeError::failed("running the graph", e);
     let mut scalars: Vec<Vec<Buffer>> = Vec::new();
     let mut node_bufs: Vec<Arc<Vec<Buffer>>> = Vec::new();
     // Per parameter: (is scalar, index into the matching list).
@@ -215,8 +215,7 @@ pub(crate) fn kernel_function(
     {
         return Ok(t.clone());
     }
-    let fail =
-        |e: lowering::LoweringError| RuntimeError::Failed(format!("kernel `{}`: {e}", k.name));
+    let fail = |e: lowering::LoweringError| RuntimeError::failed(format!("kernel `{}`", k.name), e);
     let module = match platform {
         "cpu" => lowering::host_custom_call(k, &key.0).map_err(fail)?,
         "tpu" => lowering::tpu_custom_call(k).map_err(fail)?.module,

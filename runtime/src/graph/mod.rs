@@ -46,7 +46,7 @@ use crate::pjrt::{Client, Plugin};
 use node::{Node, State};
 
 /// Errors of the graph runtime.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum RuntimeError {
     /// An op was recorded with inputs it cannot take; `loc` is the call.
     #[error("{loc}: {message}")]
@@ -56,16 +56,93 @@ pub enum RuntimeError {
         /// `file:line:col` of the recording call.
         loc: String,
     },
+    /// A kernel call was recorded with arrays that do not fit the kernel
+    /// (the shared [`kernel_ir::Kernel::check_arguments`]); `loc` is the
+    /// call.
+    #[error("{loc}: {error}")]
+    Arguments {
+        /// What does not fit.
+        error: kernel_ir::ArgumentError,
+        /// `file:line:col` of the recording call.
+        loc: String,
+    },
     /// Materializing a node failed (lowering, compile or execution); stored
     /// in every node it affects and reported at each sync that reads them.
-    #[error("{0}")]
-    Failed(String),
+    #[error("{what}: {cause}{}", recorded_at.as_ref().map(|l| format!(" (recorded at {l})")).unwrap_or_default())]
+    Failed {
+        /// What failed (`compiling the graph`, `kernel `rope``, ...).
+        what: String,
+        /// Why.
+        cause: Cause,
+        /// Where the op whose value failed was recorded, once known.
+        recorded_at: Option<String>,
+    },
     /// Setting up the runtime failed (plugin, client, cache directory).
-    #[error("{0}")]
-    Setup(String),
+    #[error("{what}: {cause}")]
+    Setup {
+        /// The step that failed.
+        what: &'static str,
+        /// Why.
+        cause: Cause,
+    },
     /// A Tessera bug.
     #[error("internal runtime error (a Tessera bug, please report it): {0}")]
     Internal(String),
+}
+
+/// What a runtime failure came from, kept typed so callers can tell a PJRT
+/// error from a lowering one without reading the message.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Cause {
+    /// The PJRT plugin (compile, transfer, execute).
+    #[error(transparent)]
+    Pjrt(#[from] crate::pjrt::PjrtError),
+    /// Lowering a kernel call.
+    #[error(transparent)]
+    Lowering(#[from] lowering::LoweringError),
+    /// Building or verifying a kernel.
+    #[error(transparent)]
+    Kernel(#[from] kernel_ir::KernelErrors),
+    /// Finding or loading the plugin.
+    #[error(transparent)]
+    Plugin(#[from] crate::plugin::PluginError),
+    /// Anything else, said in words (the compile cache, the OS).
+    #[error("{0}")]
+    Other(String),
+}
+
+impl RuntimeError {
+    /// A materialization failure of `what` because of `cause`.
+    pub fn failed(what: impl Into<String>, cause: impl Into<Cause>) -> RuntimeError {
+        RuntimeError::Failed {
+            what: what.into(),
+            cause: cause.into(),
+            recorded_at: None,
+        }
+    }
+}
+
+impl From<crate::host_call::HostCallError> for Cause {
+    fn from(e: crate::host_call::HostCallError) -> Self {
+        match e {
+            crate::host_call::HostCallError::Lowering(e) => Cause::Lowering(e),
+            crate::host_call::HostCallError::Pjrt(e) => Cause::Pjrt(e),
+        }
+    }
+}
+
+/// A `map_err` for set-up step `what`.
+fn setup<E: Into<Cause>>(what: &'static str) -> impl FnOnce(E) -> RuntimeError {
+    move |e| RuntimeError::Setup {
+        what,
+        cause: e.into(),
+    }
+}
+
+impl From<String> for Cause {
+    fn from(s: String) -> Self {
+        Cause::Other(s)
+    }
 }
 
 /// How a [`Runtime`] is set up.
@@ -232,34 +309,37 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// A runtime with `options`.
     pub fn new(options: RuntimeOptions) -> Result<Runtime, RuntimeError> {
-        let setup = |e: String| RuntimeError::Setup(e);
         let plugin = match &options.plugin {
             Some(p) => Plugin::load(p),
             None => Plugin::default_plugin(),
         }
-        .map_err(|e| setup(e.to_string()))?;
+        .map_err(setup("loading the PJRT plugin"))?;
         let devices = options.devices.max(1);
         let create: Vec<(&str, i64)> = if options.plugin.is_none() {
             vec![("cpu_device_count", devices as i64)]
         } else {
             Vec::new()
         };
-        let client = Client::new(plugin.clone(), &create).map_err(|e| setup(e.to_string()))?;
+        let client = Client::new(plugin.clone(), &create).map_err(setup("creating the client"))?;
         if client.devices().len() < devices {
-            return Err(setup(format!(
-                "the plugin has {} devices, {devices} were asked for",
-                client.devices().len()
-            )));
+            return Err(RuntimeError::Setup {
+                what: "choosing devices",
+                cause: Cause::Other(format!(
+                    "the plugin has {} devices, {devices} were asked for",
+                    client.devices().len()
+                )),
+            });
         }
         if client.platform() == "cpu" {
-            crate::host_call::install_handler(&plugin).map_err(|e| setup(e.to_string()))?;
+            crate::host_call::install_handler(&plugin)
+                .map_err(setup("installing the host-kernel handler"))?;
         }
         let disk = if options.disk_cache {
             let dir = options
                 .cache_dir
                 .clone()
                 .unwrap_or_else(|| crate::plugin::cache_dir().join("compile"));
-            Some(DiskCache::open(&dir).map_err(setup)?)
+            Some(DiskCache::open(&dir).map_err(setup("opening the disk cache"))?)
         } else {
             None
         };
@@ -272,7 +352,10 @@ impl Runtime {
                     let _ = job.done.send(());
                 }
             })
-            .map_err(|e| setup(format!("cannot start the materialization worker: {e}")))?;
+            .map_err(|e| RuntimeError::Setup {
+                what: "starting the materialization worker",
+                cause: Cause::Other(e.to_string()),
+            })?;
         Ok(Runtime {
             inner: Arc::new(Inner {
                 client,
@@ -355,7 +438,7 @@ impl Runtime {
                 self.inner
                     .client
                     .upload(a, d)
-                    .map_err(|e| RuntimeError::Failed(e.to_string()))?,
+                    .map_err(|e| RuntimeError::failed("uploading an array", e))?,
             );
             bytes += (a.len() * a.dtype().bytes()) as u64;
         }
@@ -486,7 +569,9 @@ impl Runtime {
     /// assert!(text.contains("stablehlo.exponential"));
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn export(&self, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<String, RuntimeError> {
+        let loc = std::panic::Location::caller().to_string();
         // Materialized inputs are parameters; the walk stops at them.
         self.sync(inputs)?;
         let ins: Vec<Arc<Node>> = inputs.iter().map(|t| t.node.clone()).collect();
@@ -497,11 +582,14 @@ impl Runtime {
         };
         let program = lower::lower_with(&outs, &ins, true, self.inner.devices, &kernel_text)?;
         if program.params.len() != ins.len() {
-            return Err(RuntimeError::Failed(format!(
-                "the outputs read {} tensors but {} are given as inputs; pass every tensor they read",
-                program.params.len(),
-                ins.len()
-            )));
+            return Err(RuntimeError::Record {
+                message: format!(
+                    "the outputs read {} tensors but {} are given as inputs; pass every tensor they read",
+                    program.params.len(),
+                    ins.len()
+                ),
+                loc,
+            });
         }
         Ok(program.text)
     }

@@ -153,7 +153,7 @@ impl Tensor {
         for b in bufs.iter() {
             let a = b
                 .to_host()
-                .map_err(|e| RuntimeError::Failed(e.to_string()))?;
+                .map_err(|e| RuntimeError::failed("copying to the host", e))?;
             self.rt.inner.stats().bytes_to_host += (a.len() * a.dtype().bytes()) as u64;
             out.push(crop(&a, &self.valid_shape()));
         }
@@ -1061,8 +1061,14 @@ pub(super) fn call(
         return Err(e("the arguments belong to another runtime".into()));
     }
     kernel
-        .check_arguments(args.iter().map(|t| (t.node.dtype, t.node.shape.as_slice())))
-        .map_err(e)?;
+        .check_arguments(
+            args.iter()
+                .map(|t| (Some(t.node.dtype), t.node.shape.as_slice())),
+        )
+        .map_err(|error| RuntimeError::Arguments {
+            error,
+            loc: loc.clone(),
+        })?;
     let call = Arc::new(KernelCall {
         kernel: kernel.clone(),
     });

@@ -125,6 +125,11 @@ fn ffi_dtype(d: DType) -> c_int {
     }
 }
 
+/// The dtype of an XLA FFI type code, if Tessera has one.
+fn dtype_of_ffi(code: c_int) -> Option<DType> {
+    DType::ALL.into_iter().find(|&d| ffi_dtype(d) == code)
+}
+
 /// A failed call: the code and message XLA reports.
 struct CallError(c_int, String);
 
@@ -209,16 +214,16 @@ unsafe fn handle(frame: *mut sys::CallFrame) -> Result<(), CallError> {
         )
     })?;
     let k = kernel.kernel();
-    let expected: Vec<(&str, DType, &[usize])> =
-        k.arguments().map(|a| (a.name, a.dtype, a.shape)).collect();
-    let outputs: Vec<(&str, DType, &[usize])> = k
-        .outputs()
-        .map(|o| (o.name.as_str(), o.dtype, o.shape.as_slice()))
-        .collect();
     // SAFETY: the frame's args and rets are valid for the call.
-    let args = unsafe { buffers(&f.args, sys::ARG_BUFFER, &expected, &k.name, "argument") }?;
+    let (args, arg_types) = unsafe { buffers(&f.args, sys::ARG_BUFFER, "argument") }?;
     // SAFETY: as above.
-    let rets = unsafe { buffers(&f.rets, sys::RET_BUFFER, &outputs, &k.name, "result") }?;
+    let (rets, ret_types) = unsafe { buffers(&f.rets, sys::RET_BUFFER, "result") }?;
+    // The one argument check every path makes, on XLA's view of the call.
+    let bad = |e: kernel_ir::ArgumentError| CallError(sys::ERROR_INVALID_ARGUMENT, e.to_string());
+    k.check_arguments(arg_types.iter().map(|(d, s)| (*d, s.as_slice())))
+        .map_err(bad)?;
+    k.check_results(ret_types.iter().map(|(d, s)| (*d, s.as_slice())))
+        .map_err(bad)?;
     let np = k.prefetch.len();
     let prefetch: Vec<*const u8> = args[..np].iter().map(|&p| p as *const u8).collect();
     let inputs: Vec<*const u8> = args[np..].iter().map(|&p| p as *const u8).collect();
@@ -253,31 +258,29 @@ fn kernel_attr(f: &sys::CallFrame) -> Result<String, CallError> {
     ))
 }
 
-/// Data pointers of the call's buffers, checked against the kernel.
+/// Data pointers of the call's buffers, with each buffer's dtype (`None`
+/// for a type Tessera has no name for) and dims, for
+/// [`kernel_ir::Kernel::check_arguments`].
 ///
 /// # Safety
 /// `list` is a valid argument or result list of a call frame.
+#[allow(clippy::type_complexity)]
 unsafe fn buffers(
     list: &sys::Args,
     kind: c_int,
-    expected: &[(&str, DType, &[usize])],
-    kernel: &str,
     what: &str,
-) -> Result<Vec<*mut u8>, CallError> {
-    let bad = |m: String| CallError(sys::ERROR_INVALID_ARGUMENT, m);
-    if list.size != expected.len() as i64 {
-        return Err(bad(format!(
-            "kernel `{kernel}` takes {} {what}s, the call has {}",
-            expected.len(),
-            list.size
-        )));
-    }
-    let mut out = Vec::with_capacity(expected.len());
-    for (i, (name, dtype, shape)) in expected.iter().enumerate() {
+) -> Result<(Vec<*mut u8>, Vec<(Option<DType>, Vec<usize>)>), CallError> {
+    let n = usize::try_from(list.size).unwrap_or(0);
+    let mut ptrs = Vec::with_capacity(n);
+    let mut types = Vec::with_capacity(n);
+    for i in 0..n {
         // SAFETY: `types` and `args` have `size` entries.
         let (ty, ptr) = unsafe { (*list.types.add(i), *list.args.add(i)) };
         if ty != kind {
-            return Err(bad(format!("{what} {i} (`{name}`) is not a buffer")));
+            return Err(CallError(
+                sys::ERROR_INVALID_ARGUMENT,
+                format!("{what} {i} is not a buffer"),
+            ));
         }
         // SAFETY: a buffer entry points at an XLA_FFI_Buffer.
         let b = unsafe { &*(ptr as *const sys::Buffer) };
@@ -287,15 +290,13 @@ unsafe fn buffers(
             // SAFETY: `dims` has `rank` entries.
             unsafe { std::slice::from_raw_parts(b.dims, b.rank as usize) }
         };
-        let same =
-            dims.len() == shape.len() && dims.iter().zip(*shape).all(|(&a, &s)| a == s as i64);
-        if b.dtype != ffi_dtype(*dtype) || !same {
-            return Err(bad(format!(
-                "{what} `{name}` of kernel `{kernel}` must be {dtype}{shape:?}, the call passes XLA dtype {} with dims {dims:?}",
-                b.dtype
-            )));
-        }
-        out.push(b.data as *mut u8);
+        // A negative dim fits no kernel: usize::MAX mismatches every shape.
+        let dims = dims
+            .iter()
+            .map(|&d| usize::try_from(d).unwrap_or(usize::MAX))
+            .collect();
+        types.push((dtype_of_ffi(b.dtype), dims));
+        ptrs.push(b.data as *mut u8);
     }
-    Ok(out)
+    Ok((ptrs, types))
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use kernel_ir::{Array, DType, VerifiedKernel};
+use kernel_ir::{ArgumentError, Array, DType, VerifiedKernel};
 use kernels::library::{self, Config, Entry};
 
 use crate::args::{Args, parse_shape};
@@ -107,34 +107,53 @@ pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec
         .build(&c.config, &shapes)
         .map_err(|e| e.to_string())?;
     // The files were matched in argument order: prefetch, then inputs.
-    let mut out = Vec::with_capacity(arrays.len());
-    for (a, arg) in arrays.into_iter().zip(kernel.arguments()) {
-        let (n, d, shape) = (arg.name, arg.dtype, arg.shape);
-        if a.shape() != shape {
-            return Err(format!(
-                "input `{n}` has shape {:?} but, given the other inputs, kernel `{name}` takes {shape:?} there",
-                a.shape()
-            ));
-        }
-        let a = if a.dtype() == d {
-            a
-        } else if a.dtype() == DType::F32 && d == DType::BF16 {
-            a.cast(DType::BF16)
-        } else {
-            return Err(format!(
-                "input `{n}` is {} but kernel `{name}` takes {d} there; convert the file{}",
-                a.dtype(),
-                if d.is_float() {
-                    " or set --config dtype=..."
-                } else {
-                    ""
-                }
-            ));
-        };
-        out.push(a);
-    }
+    // A float32 file given to a bf16 input is rounded to bf16; then the
+    // check every path makes.
+    let out: Vec<Array> = arrays
+        .into_iter()
+        .zip(kernel.arguments())
+        .map(|(a, arg)| {
+            if a.dtype() == DType::F32 && arg.dtype == DType::BF16 && a.shape() == arg.shape {
+                a.cast(DType::BF16)
+            } else {
+                a
+            }
+        })
+        .collect();
+    kernel
+        .check_arguments(out.iter().map(|a| (Some(a.dtype()), a.shape())))
+        .map_err(|e| argument_error(name, e))?;
     c.entry
         .check_inputs(&c.config, &kernel, &out)
         .map_err(|e| e.to_string())?;
     Ok((kernel, out))
+}
+
+/// The shared argument check's error in the words of `--input` files.
+fn argument_error(kernel: &str, e: ArgumentError) -> String {
+    match e {
+        ArgumentError::Mismatch {
+            name,
+            want: (d, shape),
+            got: (gd, gs),
+            ..
+        } => {
+            if gs != shape {
+                format!(
+                    "input `{name}` has shape {gs:?} but, given the other inputs, kernel `{kernel}` takes {shape:?} there"
+                )
+            } else {
+                format!(
+                    "input `{name}` is {} but kernel `{kernel}` takes {d} there; convert the file{}",
+                    gd.map_or("of an unknown dtype".to_string(), |g| g.to_string()),
+                    if d.is_float() {
+                        " or set --config dtype=..."
+                    } else {
+                        ""
+                    }
+                )
+            }
+        }
+        other => other.to_string(),
+    }
 }
