@@ -68,7 +68,7 @@ pub enum LoweringError {
     /// A native (host) kernel was called with arrays that do not fit it
     /// (the shared [`kernel_ir::Kernel::check_arguments`]).
     #[error("{0}")]
-    Arguments(kernel_ir::ArgumentError),
+    Arguments(Box<kernel_ir::ArgumentError>),
     /// A block index outside its array at run time (from scalar prefetch).
     #[error("{0}")]
     BlockIndex(Box<kernel_ir::KernelError>),

@@ -98,7 +98,7 @@ pub enum BackendError {
     Pjrt(#[from] PjrtError),
     /// Arrays that do not fit the kernel (the shared check).
     #[error(transparent)]
-    Arguments(kernel_ir::ArgumentError),
+    Arguments(Box<kernel_ir::ArgumentError>),
 }
 
 impl From<KernelError> for BackendError {
@@ -208,7 +208,7 @@ impl Prepared {
             } => {
                 if let Some(k) = kernel {
                     k.check_arguments(args.iter().map(|a| (Some(a.dtype()), a.shape())))
-                        .map_err(BackendError::Arguments)?;
+                        .map_err(|e| BackendError::Arguments(Box::new(e)))?;
                     // Out-of-range scalar-prefetch indices are the same
                     // error here as on the interpreter and native paths:
                     // decomposed StableHLO would clamp them silently (the

@@ -17,10 +17,6 @@
 //!   stats, cost analysis and serialized form, and its errors taken apart;
 //! * [`plugin_log`]: plugin logging kept off the terminal unless asked for.
 
-// Error values carry their typed cause (and what was found); they are built
-// on the cold path only, so their size does not matter.
-#![allow(clippy::result_large_err)]
-
 pub mod backend;
 pub mod cache;
 pub mod graph;

@@ -209,8 +209,8 @@ fn every_path_makes_the_one_argument_check() {
     for b in Backend::ALL {
         let e = Prepared::new(b, &k).unwrap().run(&args).unwrap_err();
         let a = match e {
-            BackendError::Arguments(a) => a,
-            BackendError::Lowering(LoweringError::Arguments(a)) => a,
+            BackendError::Arguments(a) => *a,
+            BackendError::Lowering(LoweringError::Arguments(a)) => *a,
             BackendError::Kernel(k) => match k.kind {
                 ErrorKind::Arguments(a) => a,
                 other => panic!("{b}: {other}"),
@@ -223,7 +223,7 @@ fn every_path_makes_the_one_argument_check() {
     let (tx, tw) = (rt.tensor(&x).unwrap(), rt.tensor(&wrong).unwrap());
     match rt.call(&k, &[&tx, &tw]) {
         Err(runtime::graph::RuntimeError::Arguments { error, .. }) => {
-            seen.push(("graph".into(), error))
+            seen.push(("graph".into(), *error))
         }
         other => panic!("graph: {other:?}"),
     }

@@ -136,7 +136,7 @@ impl HostKernel {
     pub fn run(&self, args: &[Array]) -> Result<Vec<Array>, LoweringError> {
         let k = &self.kernel;
         k.check_arguments(args.iter().map(|a| (Some(a.dtype()), a.shape())))
-            .map_err(LoweringError::Arguments)?;
+            .map_err(|e| LoweringError::Arguments(Box::new(e)))?;
         let bytes: Vec<Vec<u8>> = args.iter().map(Array::to_le_bytes).collect();
         let np = k.prefetch.len();
         let mut outs: Vec<Vec<u8>> = k

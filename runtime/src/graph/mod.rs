@@ -62,7 +62,7 @@ pub enum RuntimeError {
     #[error("{loc}: {error}")]
     Arguments {
         /// What does not fit.
-        error: kernel_ir::ArgumentError,
+        error: Box<kernel_ir::ArgumentError>,
         /// `file:line:col` of the recording call.
         loc: String,
     },
@@ -73,7 +73,7 @@ pub enum RuntimeError {
         /// What failed (`compiling the graph`, `kernel `rope``, ...).
         what: String,
         /// Why.
-        cause: Cause,
+        cause: Box<Cause>,
         /// Where the op whose value failed was recorded, once known.
         recorded_at: Option<String>,
     },
@@ -83,7 +83,7 @@ pub enum RuntimeError {
         /// The step that failed.
         what: &'static str,
         /// Why.
-        cause: Cause,
+        cause: Box<Cause>,
     },
     /// A Tessera bug.
     #[error("internal runtime error (a Tessera bug, please report it): {0}")]
@@ -116,7 +116,7 @@ impl RuntimeError {
     pub fn failed(what: impl Into<String>, cause: impl Into<Cause>) -> RuntimeError {
         RuntimeError::Failed {
             what: what.into(),
-            cause: cause.into(),
+            cause: Box::new(cause.into()),
             recorded_at: None,
         }
     }
@@ -135,7 +135,7 @@ impl From<crate::host_call::HostCallError> for Cause {
 fn setup<E: Into<Cause>>(what: &'static str) -> impl FnOnce(E) -> RuntimeError {
     move |e| RuntimeError::Setup {
         what,
-        cause: e.into(),
+        cause: Box::new(e.into()),
     }
 }
 
@@ -324,10 +324,10 @@ impl Runtime {
         if client.devices().len() < devices {
             return Err(RuntimeError::Setup {
                 what: "choosing devices",
-                cause: Cause::Other(format!(
+                cause: Box::new(Cause::Other(format!(
                     "the plugin has {} devices, {devices} were asked for",
                     client.devices().len()
-                )),
+                ))),
             });
         }
         if client.platform() == "cpu" {
@@ -354,7 +354,7 @@ impl Runtime {
             })
             .map_err(|e| RuntimeError::Setup {
                 what: "starting the materialization worker",
-                cause: Cause::Other(e.to_string()),
+                cause: Box::new(Cause::Other(e.to_string())),
             })?;
         Ok(Runtime {
             inner: Arc::new(Inner {

@@ -1066,7 +1066,7 @@ pub(super) fn call(
                 .map(|t| (Some(t.node.dtype), t.node.shape.as_slice())),
         )
         .map_err(|error| RuntimeError::Arguments {
-            error,
+            error: Box::new(error),
             loc: loc.clone(),
         })?;
     let call = Arc::new(KernelCall {
