@@ -170,6 +170,52 @@ pub enum UnaryOp {
 }
 
 impl UnaryOp {
+    /// Every unary op.
+    pub const ALL: [UnaryOp; 16] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Exp,
+        UnaryOp::Exp2,
+        UnaryOp::Log,
+        UnaryOp::Log1p,
+        UnaryOp::Tanh,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Erf,
+        UnaryOp::Logistic,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Not,
+    ];
+
+    /// What the op means, exactly, on a value of `dtype` held as f64 (the
+    /// interpreter rounds the result to the dtype): the one definition the
+    /// back ends are checked against.
+    pub fn eval(self, dtype: crate::DType, x: f64) -> f64 {
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Exp2 => x.exp2(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Log1p => x.ln_1p(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Sin => x.sin(),
+            UnaryOp::Cos => x.cos(),
+            UnaryOp::Erf => libm::erf(x),
+            UnaryOp::Logistic => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Floor => x.floor(),
+            UnaryOp::Ceil => x.ceil(),
+            UnaryOp::Not if dtype == crate::DType::Bool => (x == 0.0) as u8 as f64,
+            // Bitwise not of the integer (values are exact integers here).
+            UnaryOp::Not => !(x as i64) as f64,
+        }
+    }
+
     /// The printed name.
     pub fn name(self) -> &'static str {
         match self {

@@ -725,15 +725,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                 let zero = self.constant(block, 0.0, &t)?;
                 ir.op1(block, "arith.subi", &[zero, xv], ty, Vec::new())
             }
-            UnaryOp::Abs if float => simple("math.absf"),
-            UnaryOp::Abs => simple("math.absi"),
-            UnaryOp::Exp => simple("math.exp"),
-            UnaryOp::Exp2 => simple("math.exp2"),
-            UnaryOp::Log => simple("math.log"),
-            UnaryOp::Log1p => simple("math.log1p"),
-            UnaryOp::Tanh => simple("math.tanh"),
-            UnaryOp::Sqrt => simple("math.sqrt"),
-            UnaryOp::Rsqrt => simple("math.rsqrt"),
+            UnaryOp::Abs if !float => simple("math.absi"),
             // On the generations with a bf16 VPU (v6e, v7x), libtpu's bf16
             // sine and cosine fail a type check on computed (packed)
             // operands; in f32 they compile everywhere, and are closer to
@@ -743,19 +735,12 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
             {
                 let wide = TileType::new(DType::F32, t.shape.clone());
                 let x32 = self.convert(block, xv, t.clone(), DType::F32)?;
-                let name = if u == UnaryOp::Sin {
-                    "math.sin"
-                } else {
-                    "math.cos"
-                };
+                let name = crate::op_names::unary_math(u).ok_or_else(|| {
+                    LoweringError::Internal(format!("no math op for `{}`", u.name()))
+                })?;
                 let r = ir.op1(block, name, &[x32], ir.tile(&wide), Vec::new())?;
                 self.convert(block, r, wide, DType::BF16)
             }
-            UnaryOp::Sin => simple("math.sin"),
-            UnaryOp::Cos => simple("math.cos"),
-            UnaryOp::Erf => simple("math.erf"),
-            UnaryOp::Floor => simple("math.floor"),
-            UnaryOp::Ceil => simple("math.ceil"),
             UnaryOp::Logistic => {
                 // 1 / (1 + exp(-x))
                 let neg = simple("arith.negf")?;
@@ -769,6 +754,14 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                     self.constant(block, if t.dtype == DType::Bool { 1.0 } else { -1.0 }, &t)?;
                 ir.op1(block, "arith.xori", &[xv, ones], ty, Vec::new())
             }
+            // The rest are one `math` op each (the table in `op_names`).
+            u => match crate::op_names::unary_math(u) {
+                Some(name) => simple(name),
+                None => Err(LoweringError::Internal(format!(
+                    "no math op for `{}`",
+                    u.name()
+                ))),
+            },
         }
     }
 

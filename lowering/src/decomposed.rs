@@ -28,7 +28,7 @@ use kernel_ir::{
 use crate::LoweringError;
 use crate::lowered_values::LoweredValues;
 use crate::mlir::{Attrs, Ir, Mlir, Raw};
-use crate::stablehlo_ops;
+use crate::op_names;
 
 /// Lowers `kernel` to a StableHLO module `@main(prefetch.., inputs..) ->
 /// outputs..`, printed.
@@ -294,7 +294,7 @@ impl<'c> Hlo<'_, 'c> {
         d: DType,
         shape: &[usize],
     ) -> Result<Raw, LoweringError> {
-        let dir = stablehlo_ops::comparison_direction(c);
+        let dir = op_names::comparison_direction(c);
         let kind = if d.is_float() {
             "FLOAT"
         } else if d == DType::Bool {
@@ -645,7 +645,7 @@ impl<'c> Step<'_, 'c> {
             OpKind::Unary { op: u, x } => Some(self.unary(b, *u, *x)?),
             OpKind::Binary { op: bo, lhs, rhs } => {
                 let t = self.ty(*lhs);
-                let name = stablehlo_ops::binary(*bo);
+                let name = op_names::binary(*bo);
                 Some(e.bin(b, name, self.v(*lhs)?, self.v(*rhs)?, t.dtype, &t.shape)?)
             }
             OpKind::Compare { op: c, lhs, rhs } => {
@@ -784,7 +784,7 @@ impl<'c> Step<'_, 'c> {
         let xv = self.v(x)?;
         let ty = self.e.t(&t.shape, t.dtype);
         let one = |name: &str, v: Raw| self.e.ir.op1(b, name, &[v], ty, Vec::new());
-        match stablehlo_ops::unary(u) {
+        match op_names::unary(u) {
             Some(name) => one(name, xv),
             None => {
                 // exp2 only: StableHLO has no base-2 exponential.
@@ -808,7 +808,7 @@ impl<'c> Step<'_, 'c> {
         let e = &self.e;
         let ir = e.ir;
         let d = rt.dtype;
-        let name = stablehlo_ops::reduction(r);
+        let name = op_names::reduction(r);
         let init = r.identity(d);
         let init = e.splat(b, init, d, &[])?;
         let scalar = e.t(&[], d);

@@ -24,7 +24,7 @@ mod host;
 mod kernel_module;
 mod lowered_values;
 mod mlir;
-pub mod stablehlo_ops;
+pub mod op_names;
 
 pub use convention::Flavor;
 pub use cost::CostEstimate;

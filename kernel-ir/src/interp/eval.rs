@@ -590,25 +590,7 @@ fn merge(vals: &[&Val]) -> Option<Vec<bool>> {
 }
 
 fn unary(op: UnaryOp, dtype: DType, x: f64) -> f64 {
-    match op {
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Exp2 => x.exp2(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Log1p => x.ln_1p(),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-        UnaryOp::Erf => libm::erf(x),
-        UnaryOp::Logistic => 1.0 / (1.0 + (-x).exp()),
-        UnaryOp::Floor => x.floor(),
-        UnaryOp::Ceil => x.ceil(),
-        UnaryOp::Not if dtype == DType::Bool => (x == 0.0) as u8 as f64,
-        UnaryOp::Not => !int(x) as f64,
-    }
+    op.eval(dtype, x)
 }
 
 fn nan_max(a: f64, b: f64) -> f64 {

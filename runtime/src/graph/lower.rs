@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use kernel_ir::{DType, ReduceOp, UnaryOp, VerifiedKernel};
 
-use lowering::stablehlo_ops;
+use lowering::op_names;
 
 use super::RuntimeError;
 use super::node::{KernelCall, Node, Op, State};
@@ -170,7 +170,7 @@ impl Emitter<'_> {
         axes: &[usize],
         op: ReduceOp,
     ) -> String {
-        let combine = stablehlo_ops::reduction(op);
+        let combine = op_names::reduction(op);
         let init = self.constant(op.identity(d), &[], d);
         let st = type_name(&[], d);
         let out: Vec<usize> = shape
@@ -292,14 +292,14 @@ impl Emitter<'_> {
             }
             Op::Unary(u) => self.unary(*u, &ins[0], &rt, n.dtype)?,
             Op::Binary(b) => self.op2(
-                stablehlo_ops::binary(*b),
+                op_names::binary(*b),
                 (&ins[0], &it[0]),
                 (&ins[1], &it[1]),
                 &rt,
                 "",
             ),
             Op::Compare(c) => {
-                let dir = stablehlo_ops::comparison_direction(*c);
+                let dir = op_names::comparison_direction(*c);
                 self.op2(
                     "stablehlo.compare",
                     (&ins[0], &it[0]),
@@ -524,7 +524,7 @@ impl Emitter<'_> {
     }
 
     fn unary(&mut self, u: UnaryOp, x: &str, t: &str, d: DType) -> Result<String, RuntimeError> {
-        if let Some(name) = stablehlo_ops::unary(u) {
+        if let Some(name) = op_names::unary(u) {
             return Ok(self.op1(name, x, t, t, ""));
         }
         // exp2 only: StableHLO has no base-2 exponential.

@@ -54,8 +54,7 @@ impl<'c> HostEmitter<'_, 'c> {
                 let z = c(0.0)?;
                 ir.op1(b, "arith.subi", &[z, x], ty, Vec::new())
             }
-            UnaryOp::Abs if d.is_float() => simple("math.absf"),
-            UnaryOp::Abs => simple("math.absi"),
+            UnaryOp::Abs if !d.is_float() => simple("math.absi"),
             UnaryOp::Exp => self.exp(b, x, d, w),
             UnaryOp::Exp2 => {
                 let ln2 = c(std::f64::consts::LN_2)?;
@@ -74,19 +73,18 @@ impl<'c> HostEmitter<'_, 'c> {
                 let one = c(1.0)?;
                 ir.op1(b, "arith.divf", &[one, s], ty, Vec::new())
             }
-            UnaryOp::Log => simple("math.log"),
-            UnaryOp::Log1p => simple("math.log1p"),
-            UnaryOp::Tanh => simple("math.tanh"),
-            UnaryOp::Sqrt => simple("math.sqrt"),
-            UnaryOp::Sin => simple("math.sin"),
-            UnaryOp::Cos => simple("math.cos"),
-            UnaryOp::Erf => simple("math.erf"),
-            UnaryOp::Floor => simple("math.floor"),
-            UnaryOp::Ceil => simple("math.ceil"),
             UnaryOp::Not => {
                 let ones = c(if d == DType::Bool { 1.0 } else { -1.0 })?;
                 ir.op1(b, "arith.xori", &[x, ones], ty, Vec::new())
             }
+            // The rest are one `math` op each (the table in `op_names`).
+            u => match crate::op_names::unary_math(u) {
+                Some(name) => simple(name),
+                None => Err(LoweringError::Internal(format!(
+                    "no math op for `{}`",
+                    u.name()
+                ))),
+            },
         }
     }
 
