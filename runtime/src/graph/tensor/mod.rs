@@ -7,10 +7,13 @@
 use std::panic::Location;
 use std::sync::{Arc, Mutex};
 
-use kernel_ir::{Array, BinaryOp, CompareOp, DType, DotDims, ReduceOp, UnaryOp, VerifiedKernel};
+use kernel_ir::{Array, BinaryOp, CompareOp, DType, UnaryOp, VerifiedKernel};
 
 use super::node::{Dyn, KernelCall, Node, Op, State};
 use super::{Runtime, RuntimeError};
+
+mod linalg;
+mod movement;
 
 /// A lazy tensor: a handle on a node of the runtime's graph. Clones share
 /// the node; when it is materialized, every handle sees the result.
@@ -326,42 +329,50 @@ impl Tensor {
     pub fn add(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.binary(BinaryOp::Add, other, Location::caller())
     }
+
     /// `self - other`.
     #[track_caller]
     pub fn sub(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.binary(BinaryOp::Sub, other, Location::caller())
     }
+
     /// `self * other`.
     #[track_caller]
     pub fn mul(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.binary(BinaryOp::Mul, other, Location::caller())
     }
+
     /// `self / other`.
     #[track_caller]
     pub fn div(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.binary(BinaryOp::Div, other, Location::caller())
     }
+
     /// Elementwise maximum.
     #[track_caller]
     pub fn maximum(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.binary(BinaryOp::Max, other, Location::caller())
     }
+
     /// Elementwise minimum.
     #[track_caller]
     pub fn minimum(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.binary(BinaryOp::Min, other, Location::caller())
     }
+
     /// `self ^ other`.
     #[track_caller]
     pub fn pow(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.binary(BinaryOp::Pow, other, Location::caller())
     }
+
     /// `self * c` for a constant `c`.
     #[track_caller]
     pub fn scale(&self, c: f64) -> Result<Tensor, RuntimeError> {
         let s = self.rt.scalar(c, self.node.dtype);
         self.binary(BinaryOp::Mul, &s, Location::caller())
     }
+
     /// `self + c` for a constant `c`.
     #[track_caller]
     pub fn add_scalar(&self, c: f64) -> Result<Tensor, RuntimeError> {
@@ -374,51 +385,61 @@ impl Tensor {
     pub fn neg(&self) -> Result<Tensor, RuntimeError> {
         self.unary(UnaryOp::Neg, Location::caller())
     }
+
     /// `|self|`.
     #[track_caller]
     pub fn abs(&self) -> Result<Tensor, RuntimeError> {
         self.unary(UnaryOp::Abs, Location::caller())
     }
+
     /// `eˣ`.
     #[track_caller]
     pub fn exp(&self) -> Result<Tensor, RuntimeError> {
         self.unary(UnaryOp::Exp, Location::caller())
     }
+
     /// Natural log.
     #[track_caller]
     pub fn log(&self) -> Result<Tensor, RuntimeError> {
         self.unary(UnaryOp::Log, Location::caller())
     }
+
     /// `tanh`.
     #[track_caller]
     pub fn tanh(&self) -> Result<Tensor, RuntimeError> {
         self.unary(UnaryOp::Tanh, Location::caller())
     }
+
     /// `√x`.
     #[track_caller]
     pub fn sqrt(&self) -> Result<Tensor, RuntimeError> {
         self.unary(UnaryOp::Sqrt, Location::caller())
     }
+
     /// `1/√x`.
     #[track_caller]
     pub fn rsqrt(&self) -> Result<Tensor, RuntimeError> {
         self.unary(UnaryOp::Rsqrt, Location::caller())
     }
+
     /// `1/(1+e⁻ˣ)`.
     #[track_caller]
     pub fn logistic(&self) -> Result<Tensor, RuntimeError> {
         self.unary(UnaryOp::Logistic, Location::caller())
     }
+
     /// `sin`.
     #[track_caller]
     pub fn sin(&self) -> Result<Tensor, RuntimeError> {
         self.unary(UnaryOp::Sin, Location::caller())
     }
+
     /// `cos`.
     #[track_caller]
     pub fn cos(&self) -> Result<Tensor, RuntimeError> {
         self.unary(UnaryOp::Cos, Location::caller())
     }
+
     /// The error function.
     #[track_caller]
     pub fn erf(&self) -> Result<Tensor, RuntimeError> {
@@ -442,31 +463,37 @@ impl Tensor {
             loc,
         )
     }
+
     /// `self < other` (bool).
     #[track_caller]
     pub fn lt(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.compare(CompareOp::Lt, other, Location::caller())
     }
+
     /// `self <= other` (bool).
     #[track_caller]
     pub fn le(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.compare(CompareOp::Le, other, Location::caller())
     }
+
     /// `self > other` (bool).
     #[track_caller]
     pub fn gt(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.compare(CompareOp::Gt, other, Location::caller())
     }
+
     /// `self >= other` (bool).
     #[track_caller]
     pub fn ge(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.compare(CompareOp::Ge, other, Location::caller())
     }
+
     /// `self == other` (bool).
     #[track_caller]
     pub fn eq(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.compare(CompareOp::Eq, other, Location::caller())
     }
+
     /// `self != other` (bool).
     #[track_caller]
     pub fn ne(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
@@ -521,488 +548,6 @@ impl Tensor {
             self.node.shape.clone(),
             dtype,
             self.node.dims.clone(),
-            loc,
-        )
-    }
-
-    /// A general dot product (XLA's `dot_general`): result dims are batch,
-    /// lhs free, rhs free; the result has the inputs' dtype.
-    #[track_caller]
-    pub fn dot_general(&self, rhs: &Tensor, dims: DotDims) -> Result<Tensor, RuntimeError> {
-        let loc = Location::caller();
-        self.same_runtime(rhs, loc)?;
-        let (a, b) = (&self.node, &rhs.node);
-        if a.dtype != b.dtype {
-            return Err(err(
-                format!("dtypes differ: {} and {}; cast one", a.dtype, b.dtype),
-                loc,
-            ));
-        }
-        let check = |ds: &[usize], rank: usize, side: &str| -> Result<(), RuntimeError> {
-            for &d in ds {
-                if d >= rank {
-                    return Err(err(
-                        format!("{side} dim {d} is out of range for rank {rank}"),
-                        loc,
-                    ));
-                }
-            }
-            Ok(())
-        };
-        check(&dims.lhs_batch, a.shape.len(), "lhs batch")?;
-        check(&dims.lhs_contract, a.shape.len(), "lhs contracting")?;
-        check(&dims.rhs_batch, b.shape.len(), "rhs batch")?;
-        check(&dims.rhs_contract, b.shape.len(), "rhs contracting")?;
-        if dims.lhs_batch.len() != dims.rhs_batch.len()
-            || dims.lhs_contract.len() != dims.rhs_contract.len()
-        {
-            return Err(err(
-                "batch and contracting dims must pair up between lhs and rhs",
-                loc,
-            ));
-        }
-        for (&l, &r) in dims
-            .lhs_batch
-            .iter()
-            .zip(&dims.rhs_batch)
-            .chain(dims.lhs_contract.iter().zip(&dims.rhs_contract))
-        {
-            if a.shape[l] != b.shape[r] {
-                return Err(err(
-                    format!(
-                        "lhs dim {l} has size {} but rhs dim {r} has size {}",
-                        a.shape[l], b.shape[r]
-                    ),
-                    loc,
-                ));
-            }
-            if !same_dyn(&a.dims[l], &b.dims[r]) {
-                return Err(err(
-                    format!("lhs dim {l} and rhs dim {r} have different valid lengths"),
-                    loc,
-                ));
-            }
-        }
-        let free = |rank: usize, batch: &[usize], con: &[usize]| -> Vec<usize> {
-            (0..rank)
-                .filter(|d| !batch.contains(d) && !con.contains(d))
-                .collect()
-        };
-        let lf = free(a.shape.len(), &dims.lhs_batch, &dims.lhs_contract);
-        let rf = free(b.shape.len(), &dims.rhs_batch, &dims.rhs_contract);
-        let mut shape = Vec::new();
-        let mut out_dims = Vec::new();
-        for &d in &dims.lhs_batch {
-            shape.push(a.shape[d]);
-            out_dims.push(a.dims[d].clone());
-        }
-        for &d in &lf {
-            shape.push(a.shape[d]);
-            out_dims.push(a.dims[d].clone());
-        }
-        for &d in &rf {
-            shape.push(b.shape[d]);
-            out_dims.push(b.dims[d].clone());
-        }
-        self.record(
-            Op::Dot(dims),
-            vec![a.clone(), b.clone()],
-            shape,
-            a.dtype,
-            out_dims,
-            loc,
-        )
-    }
-
-    /// Matrix product over the last two dims (`[.., m, k] × [.., k, n]`,
-    /// equal leading batch dims; or `[.., m, k] × [k, n]`).
-    #[track_caller]
-    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor, RuntimeError> {
-        let loc = Location::caller();
-        let (ra, rb) = (self.node.shape.len(), rhs.node.shape.len());
-        if ra < 2 || rb < 2 {
-            return Err(err(
-                format!("matmul needs rank ≥ 2 operands, got ranks {ra} and {rb}"),
-                loc,
-            ));
-        }
-        let dims = if rb == 2 {
-            DotDims {
-                lhs_batch: vec![],
-                rhs_batch: vec![],
-                lhs_contract: vec![ra - 1],
-                rhs_contract: vec![0],
-            }
-        } else if ra == rb {
-            DotDims {
-                lhs_batch: (0..ra - 2).collect(),
-                rhs_batch: (0..rb - 2).collect(),
-                lhs_contract: vec![ra - 1],
-                rhs_contract: vec![rb - 2],
-            }
-        } else {
-            return Err(err(
-                format!("matmul of ranks {ra} and {rb}: give the rhs rank 2 or the lhs's rank"),
-                loc,
-            ));
-        };
-        self.dot_general(rhs, dims).map_err(|e| relocate(e, loc))
-    }
-
-    fn reduce(
-        &self,
-        op: ReduceOp,
-        axes: &[usize],
-        mean: bool,
-        loc: &Location<'_>,
-    ) -> Result<Tensor, RuntimeError> {
-        let n = &self.node;
-        let mut sorted = axes.to_vec();
-        sorted.sort_unstable();
-        sorted.dedup();
-        if sorted.len() != axes.len() || sorted.iter().any(|&a| a >= n.shape.len()) {
-            return Err(err(
-                format!(
-                    "axes {axes:?} must be distinct dims of a rank-{} tensor",
-                    n.shape.len()
-                ),
-                loc,
-            ));
-        }
-        if mean && !n.dtype.is_float() {
-            return Err(err("mean needs a float tensor", loc));
-        }
-        let mut inputs = vec![n.clone()];
-        let mut masked = Vec::new();
-        for &a in &sorted {
-            if let Some(d) = &n.dims[a] {
-                masked.push((a, inputs.len()));
-                inputs.push(d.node.clone());
-            }
-        }
-        let keep: Vec<usize> = (0..n.shape.len()).filter(|d| !sorted.contains(d)).collect();
-        self.record(
-            Op::Reduce {
-                op,
-                axes: sorted,
-                mean,
-                masked,
-            },
-            inputs,
-            keep.iter().map(|&d| n.shape[d]).collect(),
-            n.dtype,
-            keep.iter().map(|&d| n.dims[d].clone()).collect(),
-            loc,
-        )
-    }
-    /// Sum over `axes` (padding of bucketed dims excluded).
-    #[track_caller]
-    pub fn sum(&self, axes: &[usize]) -> Result<Tensor, RuntimeError> {
-        self.reduce(ReduceOp::Sum, axes, false, Location::caller())
-    }
-    /// Mean over `axes` (over valid elements only).
-    #[track_caller]
-    pub fn mean(&self, axes: &[usize]) -> Result<Tensor, RuntimeError> {
-        self.reduce(ReduceOp::Sum, axes, true, Location::caller())
-    }
-    /// Maximum over `axes`.
-    #[track_caller]
-    pub fn max(&self, axes: &[usize]) -> Result<Tensor, RuntimeError> {
-        self.reduce(ReduceOp::Max, axes, false, Location::caller())
-    }
-    /// Minimum over `axes`.
-    #[track_caller]
-    pub fn min(&self, axes: &[usize]) -> Result<Tensor, RuntimeError> {
-        self.reduce(ReduceOp::Min, axes, false, Location::caller())
-    }
-
-    /// Softmax along `axis` (padding of a bucketed axis gets probability 0).
-    #[track_caller]
-    pub fn softmax(&self, axis: usize) -> Result<Tensor, RuntimeError> {
-        let loc = Location::caller();
-        let n = &self.node;
-        if axis >= n.shape.len() || !n.dtype.is_float() {
-            return Err(err(
-                format!(
-                    "softmax needs a float tensor and an axis below its rank {}",
-                    n.shape.len()
-                ),
-                loc,
-            ));
-        }
-        let mut inputs = vec![n.clone()];
-        let masked = n.dims[axis].as_ref().map(|d| {
-            inputs.push(d.node.clone());
-            1
-        });
-        self.record(
-            Op::Softmax { axis, masked },
-            inputs,
-            n.shape.clone(),
-            n.dtype,
-            n.dims.clone(),
-            loc,
-        )
-    }
-
-    /// The same elements in a new shape. A bucketed dim must stay a dim of
-    /// its own (same size, same elements before it).
-    #[track_caller]
-    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor, RuntimeError> {
-        let loc = Location::caller();
-        let n = &self.node;
-        let count: usize = shape.iter().product();
-        let have: usize = n.shape.iter().product();
-        if count != have {
-            return Err(err(
-                format!(
-                    "cannot reshape {:?} ({have} elements) to {shape:?} ({count})",
-                    n.shape
-                ),
-                loc,
-            ));
-        }
-        let mut dims = vec![None; shape.len()];
-        for (d, dy) in n.dims.iter().enumerate() {
-            let Some(dy) = dy else { continue };
-            let before: usize = n.shape[..d].iter().product();
-            let target = (0..shape.len()).find(|&e| {
-                shape[e] == n.shape[d] && shape[..e].iter().product::<usize>() == before
-            });
-            match target {
-                Some(e) => dims[e] = Some(dy.clone()),
-                None => {
-                    return Err(err(
-                        format!(
-                            "dim {d} is padded to a bucket; the reshape to {shape:?} would mix its padding into other dims"
-                        ),
-                        loc,
-                    ));
-                }
-            }
-        }
-        self.record(
-            Op::Reshape,
-            vec![n.clone()],
-            shape.to_vec(),
-            n.dtype,
-            dims,
-            loc,
-        )
-    }
-
-    /// Permutes dims: result dim `i` is input dim `perm[i]`.
-    #[track_caller]
-    pub fn transpose(&self, perm: &[usize]) -> Result<Tensor, RuntimeError> {
-        let loc = Location::caller();
-        let n = &self.node;
-        let mut seen = vec![false; n.shape.len()];
-        if perm.len() != n.shape.len()
-            || perm
-                .iter()
-                .any(|&p| p >= seen.len() || std::mem::replace(&mut seen[p], true))
-        {
-            return Err(err(
-                format!("{perm:?} is not a permutation of {} dims", n.shape.len()),
-                loc,
-            ));
-        }
-        self.record(
-            Op::Transpose(perm.to_vec()),
-            vec![n.clone()],
-            perm.iter().map(|&p| n.shape[p]).collect(),
-            n.dtype,
-            perm.iter().map(|&p| n.dims[p].clone()).collect(),
-            loc,
-        )
-    }
-
-    /// Broadcasts to `shape`, input dim `i` becoming output dim `dims[i]`
-    /// (sizes equal or 1).
-    #[track_caller]
-    pub fn broadcast_in_dim(
-        &self,
-        shape: &[usize],
-        dims: &[usize],
-    ) -> Result<Tensor, RuntimeError> {
-        let loc = Location::caller();
-        let n = &self.node;
-        if dims.len() != n.shape.len() {
-            return Err(err(
-                format!(
-                    "give one output dim per input dim ({}), got {dims:?}",
-                    n.shape.len()
-                ),
-                loc,
-            ));
-        }
-        let mut out_dims = vec![None; shape.len()];
-        for (i, &d) in dims.iter().enumerate() {
-            if d >= shape.len()
-                || (n.shape[i] != 1 && n.shape[i] != shape[d])
-                || (i > 0 && dims[i - 1] >= d)
-            {
-                return Err(err(
-                    format!(
-                        "cannot broadcast {:?} to {shape:?} with dims {dims:?}: dims must increase and sizes match or be 1",
-                        n.shape
-                    ),
-                    loc,
-                ));
-            }
-            if n.shape[i] == shape[d] {
-                out_dims[d] = n.dims[i].clone();
-            }
-        }
-        self.record(
-            Op::Broadcast(dims.to_vec()),
-            vec![n.clone()],
-            shape.to_vec(),
-            n.dtype,
-            out_dims,
-            loc,
-        )
-    }
-
-    /// Broadcasts trailing-aligned, NumPy style.
-    #[track_caller]
-    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor, RuntimeError> {
-        let loc = Location::caller();
-        let rank = self.node.shape.len();
-        if rank > shape.len() {
-            return Err(err(
-                format!(
-                    "cannot broadcast {:?} to the lower-rank {shape:?}",
-                    self.node.shape
-                ),
-                loc,
-            ));
-        }
-        let dims: Vec<usize> = (shape.len() - rank..shape.len()).collect();
-        self.broadcast_in_dim(shape, &dims)
-            .map_err(|e| relocate(e, loc))
-    }
-
-    /// Elements `start[d]..limit[d]` of each dim (not along a bucketed
-    /// dim: its valid length is only known at run time).
-    #[track_caller]
-    pub fn slice(&self, start: &[usize], limit: &[usize]) -> Result<Tensor, RuntimeError> {
-        let loc = Location::caller();
-        let n = &self.node;
-        if start.len() != n.shape.len() || limit.len() != n.shape.len() {
-            return Err(err(
-                format!("give a start and a limit per dim ({})", n.shape.len()),
-                loc,
-            ));
-        }
-        for d in 0..n.shape.len() {
-            if start[d] > limit[d] || limit[d] > n.shape[d] {
-                return Err(err(
-                    format!(
-                        "dim {d}: {}..{} is not inside 0..{}",
-                        start[d], limit[d], n.shape[d]
-                    ),
-                    loc,
-                ));
-            }
-            if n.dims[d].is_some() && (start[d], limit[d]) != (0, n.shape[d]) {
-                return Err(err(
-                    format!("dim {d} is padded to a bucket; slice it after to_host"),
-                    loc,
-                ));
-            }
-        }
-        self.record(
-            Op::Slice {
-                start: start.to_vec(),
-                limit: limit.to_vec(),
-            },
-            vec![n.clone()],
-            start.iter().zip(limit).map(|(s, l)| l - s).collect(),
-            n.dtype,
-            n.dims.clone(),
-            loc,
-        )
-    }
-
-    /// Concatenates `self` and `others` along `axis`.
-    #[track_caller]
-    pub fn concat(&self, others: &[&Tensor], axis: usize) -> Result<Tensor, RuntimeError> {
-        let loc = Location::caller();
-        let n = &self.node;
-        if axis >= n.shape.len() {
-            return Err(err(
-                format!("axis {axis} is out of range for rank {}", n.shape.len()),
-                loc,
-            ));
-        }
-        let mut shape = n.shape.clone();
-        let mut dims = n.dims.clone();
-        let mut inputs = vec![n.clone()];
-        for o in others {
-            self.same_runtime(o, loc)?;
-            let m = &o.node;
-            let same_other_dims = m.shape.len() == n.shape.len()
-                && (0..n.shape.len()).all(|d| d == axis || m.shape[d] == n.shape[d]);
-            if m.dtype != n.dtype || !same_other_dims {
-                return Err(err(
-                    format!(
-                        "cannot concatenate {}{:?} to {}{:?} along {axis}",
-                        m.dtype, m.shape, n.dtype, n.shape
-                    ),
-                    loc,
-                ));
-            }
-            dims = merge_dims(&dims, &m.dims, loc)?;
-            shape[axis] += m.shape[axis];
-            inputs.push(m.clone());
-        }
-        if inputs.iter().any(|i| i.dims[axis].is_some()) {
-            return Err(err(
-                format!("dim {axis} is padded to a bucket; concatenate after to_host"),
-                loc,
-            ));
-        }
-        self.record(Op::Concat(axis), inputs, shape, n.dtype, dims, loc)
-    }
-
-    /// The sum over all devices, on every device.
-    #[track_caller]
-    pub fn all_reduce_sum(&self) -> Result<Tensor, RuntimeError> {
-        let loc = Location::caller();
-        let n = &self.node;
-        self.record(
-            Op::AllReduce,
-            vec![n.clone()],
-            n.shape.clone(),
-            n.dtype,
-            n.dims.clone(),
-            loc,
-        )
-    }
-
-    /// Every device's value concatenated along `axis`, on every device.
-    #[track_caller]
-    pub fn all_gather(&self, axis: usize) -> Result<Tensor, RuntimeError> {
-        let loc = Location::caller();
-        let n = &self.node;
-        if axis >= n.shape.len() || n.dims[axis].is_some() {
-            return Err(err(
-                format!(
-                    "all_gather needs an unpadded axis below rank {}",
-                    n.shape.len()
-                ),
-                loc,
-            ));
-        }
-        let mut shape = n.shape.clone();
-        shape[axis] *= self.rt.inner.devices;
-        self.record(
-            Op::AllGather(axis),
-            vec![n.clone()],
-            shape,
-            n.dtype,
-            n.dims.clone(),
             loc,
         )
     }

@@ -1,0 +1,247 @@
+//! Target 3: the kernel as plain StableHLO, runnable on any PJRT back end.
+//!
+//! * Arrays are padded to whole blocks, so the last (partial) block of a
+//!   dim is sliced like any other, and the padding is cut off at the end.
+//! * The grid is one `stablehlo.while` over all steps in row-major order;
+//!   each step derives its grid indices, evaluates the index maps, and
+//!   takes its windows with `dynamic_slice`. Output arrays and scratch are
+//!   loop-carried; an output window is read from the carried array (so a
+//!   block revisited across steps accumulates) and written back with
+//!   `dynamic_update_slice`.
+//! * Inside a step, a buffer (window, scratch) is an SSA tensor: a store
+//!   makes a new one. Kernel `for` loops become `stablehlo.while` and
+//!   conditionals `stablehlo.if`, threading the buffers they write.
+//!
+//! Ops are generic-form StableHLO (the dialect is not part of upstream
+//! MLIR), which PJRT plugins accept.
+
+use melior::ir::operation::OperationMutLike;
+use melior::ir::{BlockLike, Module, Type};
+
+use kernel_ir::{BufferRef, CompareOp, DType, Kernel, MemorySpace, VerifiedKernel};
+
+use crate::LoweringError;
+use crate::lowered_values::LoweredValues;
+use crate::mlir::{Ir, Mlir, Raw};
+
+mod hlo;
+mod step;
+
+use hlo::Hlo;
+use step::Step;
+
+/// Lowers `kernel` to a StableHLO module `@main(prefetch.., inputs..) ->
+/// outputs..`, printed.
+pub fn decomposed(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
+    let m = Mlir::new();
+    let ir = Ir::new(&m.ctx, "");
+    let module = build(&ir, kernel)?;
+    m.verify(&module, "decomposed StableHLO module")?;
+    Ok(module.as_operation().to_string())
+}
+
+/// Slots of the buffers a step can touch: prefetch, operands, scratch.
+#[derive(Clone, Copy)]
+struct Slots {
+    prefetch: usize,
+    operands: usize,
+}
+
+impl Slots {
+    fn of(&self, b: BufferRef) -> usize {
+        match b {
+            BufferRef::Prefetch(i) => i,
+            BufferRef::Operand(i) => self.prefetch + i,
+            BufferRef::Scratch(i) => self.prefetch + self.operands + i,
+        }
+    }
+}
+
+/// Padded extent of each operand dim: whole blocks (the array for `any`).
+fn padded_shape(o: &kernel_ir::Operand) -> Vec<usize> {
+    if o.space == MemorySpace::Any {
+        return o.shape.clone();
+    }
+    o.shape
+        .iter()
+        .zip(&o.block.shape)
+        .map(|(&n, &b)| n.div_ceil(b) * b)
+        .collect()
+}
+
+fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<Module<'c>, LoweringError> {
+    let module = Module::new(ir.loc());
+    let inputs: Vec<usize> = (0..k.operands.len())
+        .filter(|&i| k.operands[i].role.is_input())
+        .collect();
+    let outputs: Vec<usize> = (0..k.operands.len())
+        .filter(|&i| k.operands[i].role.is_output())
+        .collect();
+    let mut main_in = Vec::new();
+    for p in &k.prefetch {
+        main_in.push(ir.tensor(&p.shape, p.dtype));
+    }
+    for &i in &inputs {
+        main_in.push(ir.tensor(&k.operands[i].shape, k.operands[i].dtype));
+    }
+    let main_out: Vec<Type<'c>> = outputs
+        .iter()
+        .map(|&i| ir.tensor(&k.operands[i].shape, k.operands[i].dtype))
+        .collect();
+    let block = ir.block(&main_in);
+    let args = ir.args(&block);
+    let e = Hlo { ir };
+
+    // Whole arrays, padded to whole blocks.
+    let prefetch: Vec<Raw> = args[..k.prefetch.len()].to_vec();
+    let mut arrays: Vec<Option<Raw>> = vec![None; k.operands.len()];
+    for (n, &i) in inputs.iter().enumerate() {
+        let o = &k.operands[i];
+        arrays[i] = Some(e.pad(
+            &block,
+            args[k.prefetch.len() + n],
+            o.dtype,
+            &o.shape,
+            &padded_shape(o),
+        )?);
+    }
+    // Outputs start as zeros (in-out ones as their input).
+    let mut carried_types = vec![ir.tensor(&[], DType::I32)];
+    let mut init = vec![e.scalar_i32(&block, 0)?];
+    for &i in &outputs {
+        let o = &k.operands[i];
+        let shape = padded_shape(o);
+        let v = match arrays[i] {
+            Some(v) => v,
+            None => e.splat(&block, 0.0, o.dtype, &shape)?,
+        };
+        carried_types.push(ir.tensor(&shape, o.dtype));
+        init.push(v);
+    }
+    for s in &k.scratch {
+        carried_types.push(ir.tensor(&s.shape, s.dtype));
+        init.push(e.splat(&block, 0.0, s.dtype, &s.shape)?);
+    }
+    let steps = k.grid.steps() as i64;
+
+    // cond: step < steps
+    let cond = ir.block(&carried_types);
+    let cargs = ir.args(&cond);
+    let limit = e.scalar_i32(&cond, steps)?;
+    let lt = e.compare(&cond, CompareOp::Lt, cargs[0], limit, DType::I32, &[])?;
+    ir.op(
+        &cond,
+        "stablehlo.return",
+        &[lt],
+        &[],
+        Vec::new(),
+        Vec::new(),
+    )?;
+
+    // body: one grid step
+    let body = ir.block(&carried_types);
+    let bargs = ir.args(&body);
+    let step = bargs[0];
+    let mut grid = Vec::new();
+    let mut stride = 1i64;
+    let bounds = k.grid.bounds();
+    let mut strides = vec![0i64; bounds.len()];
+    for d in (0..bounds.len()).rev() {
+        strides[d] = stride;
+        stride *= bounds[d] as i64;
+    }
+    for d in 0..bounds.len() {
+        let s = e.scalar_i32(&body, strides[d])?;
+        let q = e.bin(&body, "stablehlo.divide", step, s, DType::I32, &[])?;
+        let b = e.scalar_i32(&body, bounds[d] as i64)?;
+        grid.push(e.bin(&body, "stablehlo.remainder", q, b, DType::I32, &[])?);
+    }
+    let slots = Slots {
+        prefetch: k.prefetch.len(),
+        operands: k.operands.len(),
+    };
+    let mut bufs: Vec<Raw> = prefetch.clone();
+    let mut starts: Vec<Vec<Raw>> = vec![Vec::new(); k.operands.len()];
+    for (i, o) in k.operands.iter().enumerate() {
+        let source = if o.role.is_output() {
+            bargs[1 + outputs.iter().position(|&x| x == i).unwrap_or(0)]
+        } else {
+            arrays[i].ok_or_else(|| LoweringError::Internal("input array".into()))?
+        };
+        if o.space == MemorySpace::Any {
+            bufs.push(source);
+            continue;
+        }
+        let mut st = Vec::new();
+        for (d, ex) in o.block.index_map.exprs.iter().enumerate() {
+            let b = e.index_expr(&body, ex, &grid, &prefetch, k)?;
+            let size = e.scalar_i32(&body, o.block.shape[d] as i64)?;
+            st.push(e.bin(&body, "stablehlo.multiply", b, size, DType::I32, &[])?);
+        }
+        bufs.push(e.dynamic_slice(&body, source, &st, &o.block.shape, o.dtype)?);
+        starts[i] = st;
+    }
+    let scratch_base = 1 + outputs.len();
+    for (n, _) in k.scratch.iter().enumerate() {
+        bufs.push(bargs[scratch_base + n]);
+    }
+    let mut em = Step {
+        e: Hlo { ir },
+        k,
+        slots,
+        grid: grid.clone(),
+        values: LoweredValues::new(k),
+        bufs,
+    };
+    em.region(&body, &k.body.region)?;
+    let one = e.scalar_i32(&body, 1)?;
+    let mut next = vec![e.bin(&body, "stablehlo.add", step, one, DType::I32, &[])?];
+    for (n, &i) in outputs.iter().enumerate() {
+        let o = &k.operands[i];
+        let window = em.bufs[slots.of(BufferRef::Operand(i))];
+        next.push(if o.space == MemorySpace::Any {
+            window
+        } else {
+            e.dynamic_update_slice(
+                &body,
+                bargs[1 + n],
+                window,
+                &starts[i],
+                carried_types[1 + n],
+            )?
+        });
+    }
+    for n in 0..k.scratch.len() {
+        next.push(em.bufs[slots.of(BufferRef::Scratch(n))]);
+    }
+    ir.op(
+        &body,
+        "stablehlo.return",
+        &next,
+        &[],
+        Vec::new(),
+        Vec::new(),
+    )?;
+    let results = ir.op(
+        &block,
+        "stablehlo.while",
+        &init,
+        &carried_types,
+        Vec::new(),
+        vec![ir.region(cond), ir.region(body)],
+    )?;
+    let mut rets = Vec::new();
+    for (n, &i) in outputs.iter().enumerate() {
+        let o = &k.operands[i];
+        rets.push(e.unpad(&block, results[1 + n], o.dtype, &padded_shape(o), &o.shape)?);
+    }
+    ir.op(&block, "func.return", &rets, &[], Vec::new(), Vec::new())?;
+    let func = ir.public_main(block, &main_in, &main_out)?;
+    let mut module = module;
+    module.body().append_operation(func);
+    module.as_operation_mut().set_attribute(
+        "sym_name",
+        ir.str_attr(&format!("tessera_{}_decomposed", k.name)),
+    );
+    Ok(module)
+}
