@@ -5,11 +5,27 @@
 //! test runs it with the random kernels (`tests/it/tpu_compile.rs`).
 
 use kernel_ir::prelude::*;
-use kernel_ir::{DimSemantics, IndexExpr, ReduceOp};
+use kernel_ir::{DimSemantics, IndexExpr, ReduceOp, UnaryOp};
 
 use crate::random_kernel::RandomKernel;
 
 type Case = (&'static str, fn(Tile, Tile) -> Tile);
+
+/// One row of the matrix: every unary op (from [`UnaryOp::ALL`], so a new
+/// op is in the matrix without a line here), then the other cases.
+#[derive(Clone, Copy)]
+enum Row {
+    Unary(UnaryOp),
+    Other(Case),
+}
+
+fn rows() -> Vec<Row> {
+    UnaryOp::ALL
+        .into_iter()
+        .map(Row::Unary)
+        .chain(cases().into_iter().map(Row::Other))
+        .collect()
+}
 
 fn last(t: Tile) -> usize {
     t.shape().len() - 1
@@ -18,21 +34,6 @@ fn last(t: Tile) -> usize {
 fn cases() -> Vec<Case> {
     vec![
         ("copy", |x, _| x),
-        ("neg", |x, _| -x),
-        ("abs", |x, _| x.abs()),
-        ("exp", |x, _| x.exp()),
-        ("tanh", |x, _| x.tanh()),
-        ("log", |x, _| x.log()),
-        ("sqrt", |x, _| x.sqrt()),
-        ("rsqrt", |x, _| x.rsqrt()),
-        ("sin", |x, _| x.sin()),
-        ("cos", |x, _| x.cos()),
-        ("erf", |x, _| x.erf()),
-        ("logistic", |x, _| x.logistic()),
-        ("floor", |x, _| x.floor()),
-        ("exp2", |x, _| x.exp2()),
-        ("log1p", |x, _| x.log1p()),
-        ("not", |x, _| !x),
         ("add", |x, y| x + y),
         ("sub", |x, y| x - y),
         ("mul", |x, y| x * y),
@@ -125,16 +126,16 @@ const MASKS: [&str; 3] = ["", "+masked_load", "+masked_store"];
 
 /// How many kernels the matrix has.
 pub fn len() -> u64 {
-    (cases().len() * DTYPES.len() * shapes().len() * MASKS.len()) as u64
+    (rows().len() * DTYPES.len() * shapes().len() * MASKS.len()) as u64
 }
 
 /// Kernel `index` of the matrix (for `index < len()`).
 pub fn kernel(index: u64) -> RandomKernel {
-    let cases = cases();
+    let rows = rows();
     let shapes = shapes();
     let mut i = index as usize;
-    let (name, f) = cases[i % cases.len()];
-    i /= cases.len();
+    let row = rows[i % rows.len()];
+    i /= rows.len();
     let dtype = DTYPES[i % DTYPES.len()];
     i /= DTYPES.len();
     let (shape, block) = shapes[i % shapes.len()].clone();
@@ -164,7 +165,10 @@ pub fn kernel(index: u64) -> RandomKernel {
     } else {
         x.load(..)
     };
-    let v = f(xv, y.load(..));
+    let (name, v) = match row {
+        Row::Unary(u) => (u.name(), xv.apply(u)),
+        Row::Other((name, f)) => (name, f(xv, y.load(..))),
+    };
     if masked == 2 {
         o.store_masked(.., v, mask())
     } else {

@@ -435,6 +435,13 @@ impl Tile {
         self.ty().map(|t| t.dtype).unwrap_or(DType::F32)
     }
 
+    /// The unary op `op` (for code that walks [`UnaryOp::ALL`]; the named
+    /// methods below are the same).
+    #[track_caller]
+    pub fn apply(self, op: UnaryOp) -> Tile {
+        self.unary(op, Loc::caller())
+    }
+
     fn unary(self, op: UnaryOp, loc: Loc) -> Tile {
         record(self.builder, |st| {
             let x = st.own(self, &loc)?;
