@@ -449,6 +449,15 @@ pub fn dtype_tolerance(_: &Config, k: &VerifiedKernel) -> Vec<Tolerance> {
     k.outputs().map(|o| Tolerance::for_dtype(o.dtype)).collect()
 }
 
+/// A product over the first input's last dim (`x: [m, k]`), accumulated in
+/// f32: [`Tolerance::matmul`] per output.
+pub fn matmul_tolerance(_: &Config, k: &VerifiedKernel) -> Vec<Tolerance> {
+    let depth = k.arguments().next().map_or(1, |x| x.shape[1]);
+    k.outputs()
+        .map(|o| Tolerance::matmul(depth, o.dtype))
+        .collect()
+}
+
 /// Each argument uniform in −1..1 (scalar prefetch: zeros), in its dtype.
 pub fn uniform_inputs(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     k.arguments()

@@ -8,10 +8,10 @@ use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use crate::foundation::{accumulate_k_step, with_float};
 use crate::library::entry::{
-    DTYPE, Entry, ParamKind, Preset, matmul_shapes, no_check, param, uniform_inputs,
+    DTYPE, Entry, ParamKind, Preset, matmul_shapes, matmul_tolerance, no_check, param,
+    uniform_inputs,
 };
 use crate::library::reference;
-use crate::library::tolerance::Tolerance;
 
 /// The activation of the epilogue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,12 +186,7 @@ pub const MATMUL_EPILOGUE: Entry = Entry {
         )])
     },
     check: no_check,
-    tolerance: |_, k| {
-        let depth = k.arguments().next().map_or(1, |x| x.shape[1]);
-        k.outputs()
-            .map(|o| Tolerance::matmul(depth, o.dtype))
-            .collect()
-    },
+    tolerance: matmul_tolerance,
     sample: |c, k, seed| {
         let mut v = uniform_inputs(c, k, seed);
         // Weights of a trained layer: small, so the activations stay O(1).

@@ -10,7 +10,7 @@ use kernel_ir::{Array, Element, ErrorKind, KernelError, KernelErrors, VerifiedKe
 
 use crate::library::Config;
 use crate::library::entry::{
-    DTYPE, Entry, ParamKind, Preset, dims, dtype_tolerance, matmul_shapes, no_check, param,
+    DTYPE, Entry, ParamKind, Preset, dims, dtype_tolerance, matmul_shapes, matmul_tolerance, no_check, param,
     uniform_inputs,
 };
 use crate::library::reference;
@@ -380,12 +380,7 @@ pub const MATMUL: Entry = Entry {
     },
     reference: |_, a| Ok(vec![reference::matmul(&a[0], &a[1])]),
     check: no_check,
-    tolerance: |_, k| {
-        let depth = k.arguments().next().map_or(1, |x| x.shape[1]);
-        k.outputs()
-            .map(|o| Tolerance::matmul(depth, o.dtype))
-            .collect()
-    },
+    tolerance: matmul_tolerance,
     sample: uniform_inputs,
     presets: &[
         Preset {

@@ -7,10 +7,10 @@ use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use crate::foundation::{k_block_operands, k_block_rhs, with_float};
 use crate::library::entry::{
-    DTYPE, Entry, ParamKind, Preset, matmul_shapes, no_check, param, uniform_inputs,
+    DTYPE, Entry, ParamKind, Preset, matmul_shapes, matmul_tolerance, no_check, param,
+    uniform_inputs,
 };
 use crate::library::reference;
-use crate::library::tolerance::Tolerance;
 
 /// Shapes and blocking: `x[m, k]`, `w_gate, w_up [k, n]`, `o[m, n]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -111,10 +111,7 @@ pub const SWIGLU: Entry = Entry {
     },
     reference: |_, a| Ok(vec![reference::swiglu(&a[0], &a[1], &a[2])]),
     check: no_check,
-    tolerance: |c, k| {
-        let depth = k.arguments().next().map_or(1, |x| x.shape[1]);
-        vec![Tolerance::matmul(depth, c.dtype("dtype").unwrap_or(DType::F32))]
-    },
+    tolerance: matmul_tolerance,
     sample: |c, k, seed| {
         let mut v = uniform_inputs(c, k, seed);
         for (i, w) in v.iter_mut().enumerate().skip(1) {
