@@ -82,8 +82,7 @@ fn probs_and_dscores(
     let p = (s - lse).exp();
     let dp = dot(dob, vb.t());
     let mut ds = p * (dp - delta);
-    if cfg.softcap.is_some() {
-        let cap = cfg.softcap.unwrap_or(1.0);
+    if let Some(cap) = cfg.softcap {
         let t = raw * (1.0 / cap);
         ds *= 1.0 - t * t;
     }

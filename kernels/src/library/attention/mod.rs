@@ -147,8 +147,7 @@ fn block_scores(cfg: &AttnConfig, q: Ref, k: Ref, qi: Tile, ki: Tile) -> Tile {
 fn raw_scores(cfg: &AttnConfig, q: Ref, k: Ref) -> Tile {
     // The MXU multiplies in the input dtype and accumulates in f32.
     let mut s = dot(q.load((0, 0, .., ..)), k.load((0, 0, .., ..)).t()) * cfg.sm_scale;
-    if cfg.softcap.is_some() {
-        let cap = cfg.softcap.unwrap_or(1.0);
+    if let Some(cap) = cfg.softcap {
         s = (s * (1.0 / cap)).tanh() * cap;
     }
     s
