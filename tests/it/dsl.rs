@@ -274,3 +274,77 @@ fn const_generics_and_dynamic_loop_bounds() {
     let s = ErrorStats::between(&out[0], &want, Tolerance::for_dtype(F32));
     assert!(s.passes(), "{s}");
 }
+
+/// `o = x * scale (+ y)`, with the table of row offsets in scalar prefetch
+/// when `gather`: an optional input and an optional prefetch operand in one
+/// signature, chosen with `if let` on build-time values.
+#[tpu_kernel(grid = (m / 8,), semantics = (parallel,), name = if gather { "gathered" } else { "plain" })]
+pub(crate) fn optional_operands(
+    scale: Option<f32>,
+    with_y: bool,
+    gather: bool,
+    #[present(gather)]
+    #[shape(m / 8)]
+    rows: Option<Prefetch>,
+    #[shape(m, 128)]
+    #[block([8, 128], |i| (if let Some(r) = rows { r.at(i) } else { i }, 0))]
+    x: In<f32>,
+    #[present(with_y)]
+    #[shape(m, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    y: Option<In<f32>>,
+    #[shape(m, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    o: Out<f32>,
+) {
+    let mut v = x.load(..);
+    if let Some(s) = scale {
+        v = v * s;
+    }
+    if let Some(y) = y {
+        v = v + y.load(..);
+    }
+    o.store(.., v);
+}
+
+#[test]
+fn optional_operands_are_absent_or_present_by_config() {
+    let dims = optional_operands::Dims::from_shapes(&[&[16, 128]]).unwrap();
+    let x = Array::random(F32, [16, 128], 1, -1.0, 1.0);
+    let y = Array::random(F32, [16, 128], 2, -1.0, 1.0);
+    let rows = Array::new(I32, [2], vec![1.0, 0.0]).unwrap();
+    for (scale, with_y, gather) in [
+        (None, false, false),
+        (Some(2.0), true, false),
+        (Some(0.5), true, true),
+        (None, false, true),
+    ] {
+        let k = optional_operands::build(scale, with_y, gather, dims).unwrap();
+        assert_eq!(k.name, if gather { "gathered" } else { "plain" });
+        let names: Vec<&str> = k.arguments().map(|a| a.name).collect();
+        let mut want_names = Vec::new();
+        let mut args = Vec::new();
+        if gather {
+            want_names.push("rows");
+            args.push(rows.clone());
+        }
+        want_names.push("x");
+        args.push(x.clone());
+        if with_y {
+            want_names.push("y");
+            args.push(y.clone());
+        }
+        assert_eq!(names, want_names);
+        let out = interpret(&k, &args).unwrap();
+        let want: Vec<f64> = (0..16 * 128)
+            .map(|i| {
+                let (r, c) = (i / 128, i % 128);
+                let src = if gather { (1 - r / 8) * 8 + r % 8 } else { r };
+                x.data()[src * 128 + c] * scale.map_or(1.0, f64::from)
+                    + if with_y { y.data()[i] } else { 0.0 }
+            })
+            .collect();
+        let st = ErrorStats::between(&out[0], &want, Tolerance::for_dtype(F32));
+        assert!(st.passes(), "{scale:?} {with_y} {gather}: {st}");
+    }
+}
