@@ -16,6 +16,7 @@
 //!     epilogue; [`rope`]: rotary embeddings; [`swiglu`]: fused SwiGLU;
 //!   - [`foundation`]: tiled elementwise add, tiled matmul with an f32
 //!     accumulator in scratch, row softmax, layer norm;
+//!   - [`library::moe`]: grouped matmul for mixture-of-experts layers;
 //!   - [`reference`]: the plain f64 host math the entries compare with.
 //! * [`tooling`]: what runs the library: [`tooling::paths`] (one kernel on
 //!   every CPU path against its reference), [`tooling::check`] (error

@@ -10,6 +10,7 @@ mod foundation;
 mod graph;
 mod invalid;
 mod lib_attention;
+mod lib_moe;
 mod lib_ops;
 mod library_paths;
 mod lowered;

