@@ -62,10 +62,12 @@ impl VmemBudget {
                         &o.block.shape,
                         order.as_deref(),
                     ),
-                    // Pipelined windows are double-buffered; an in-out
-                    // operand is both an input and an output window (the
-                    // kernel takes it twice, as Pallas passes it).
-                    copies: if o.role == crate::Role::InOut { 4 } else { 2 },
+                    // Pipelined windows are double-buffered unless the
+                    // spec says otherwise; an in-out operand is both an
+                    // input and an output window (the kernel takes it
+                    // twice, as Pallas passes it).
+                    copies: o.block.buffers.unwrap_or(2) as u64
+                        * if o.role == crate::Role::InOut { 2 } else { 1 },
                 });
             }
         }

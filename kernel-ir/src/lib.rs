@@ -121,7 +121,7 @@ pub use kernel_macros::kernel_fn;
 /// Everything a kernel author needs, in one import.
 pub mod prelude {
     pub use crate::DType::{BF16, Bool, F16, F32, I8, I32};
-    pub use crate::DimSemantics::{Arbitrary, Parallel};
+    pub use crate::DimSemantics::{Arbitrary, CoreParallel, Parallel};
     pub use crate::dsl::{In, InOut, Out, Prefetch, Scratch};
     pub use crate::{
         Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, Ref, Target, Tile,

@@ -13,6 +13,17 @@ pub enum DimSemantics {
     /// Iterations run in order on one core and may carry state in scratch
     /// (reductions, online softmax).
     Arbitrary,
+    /// Parallel, and split across the TensorCores of a chip (v7x's two
+    /// cores, v5p's megacore): Pallas's `CORE_PARALLEL`. Only on targets
+    /// with more than one core.
+    CoreParallel,
+}
+
+impl DimSemantics {
+    /// Whether iterations are independent (`parallel` or `core_parallel`).
+    pub fn is_parallel(self) -> bool {
+        matches!(self, DimSemantics::Parallel | DimSemantics::CoreParallel)
+    }
 }
 
 impl fmt::Display for DimSemantics {
@@ -20,6 +31,7 @@ impl fmt::Display for DimSemantics {
         f.write_str(match self {
             DimSemantics::Parallel => "parallel",
             DimSemantics::Arbitrary => "arbitrary",
+            DimSemantics::CoreParallel => "core_parallel",
         })
     }
 }
@@ -151,6 +163,11 @@ pub struct BlockSpec {
     pub shape: Vec<usize>,
     /// Block index of each dim as a function of the grid indices.
     pub index_map: IndexMap,
+    /// Pipeline buffers of the window (Pallas's `Buffered(n)`): 1 fetches
+    /// each block before its step runs (no overlap, half the VMEM), 2
+    /// double-buffers (fetching the next block during this step). `None`
+    /// is the pipeline's default: 2, or 1 for a block every step shares.
+    pub buffers: Option<usize>,
 }
 
 impl BlockSpec {
@@ -159,6 +176,7 @@ impl BlockSpec {
         BlockSpec {
             shape: shape.to_vec(),
             index_map: IndexMap::zeros(shape.len()),
+            buffers: None,
         }
     }
 }

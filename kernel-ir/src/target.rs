@@ -38,6 +38,17 @@ impl Target {
         }
     }
 
+    /// TensorCores one device runs a kernel on, which a `core_parallel`
+    /// grid dim splits across: 2 on v5p (a megacore), 1 elsewhere. v7x's
+    /// two TensorCores are two devices in libtpu's topologies (1 each), as
+    /// measured with libtpu 0.0.48.1.
+    pub fn tensor_cores(self) -> usize {
+        match self {
+            Target::V5p => 2,
+            Target::V5e | Target::V6e | Target::V7x => 1,
+        }
+    }
+
     /// Side of the MXU systolic array: 128 up to v5, 256 from v6e on.
     pub fn mxu_width(self) -> usize {
         match self {

@@ -62,9 +62,9 @@ impl Parse for KernelAttr {
                     for e in tuple_items(item.value) {
                         match &e {
                             Expr::Path(p)
-                                if p.path
-                                    .get_ident()
-                                    .is_some_and(|i| i == "parallel" || i == "arbitrary") =>
+                                if p.path.get_ident().is_some_and(|i| {
+                                    i == "parallel" || i == "arbitrary" || i == "core_parallel"
+                                }) =>
                             {
                                 attr.semantics
                                     .push(p.path.get_ident().cloned().expect("checked above"));
@@ -72,7 +72,7 @@ impl Parse for KernelAttr {
                             _ => {
                                 return Err(syn::Error::new_spanned(
                                     e,
-                                    "dimension semantics are `parallel` (independent steps) or `arbitrary` (sequential, may carry state)",
+                                    "dimension semantics are `parallel` (independent steps), `core_parallel` (independent, split across the chip's TensorCores) or `arbitrary` (sequential, may carry state)",
                                 ));
                             }
                         }

@@ -203,6 +203,8 @@ fn declare(name: &Ident, ctor: TokenStream, present: Option<&Expr>) -> TokenStre
 fn semantics_tokens(i: &Ident) -> TokenStream {
     let v = if i == "parallel" {
         quote!(Parallel)
+    } else if i == "core_parallel" {
+        quote!(CoreParallel)
     } else {
         quote!(Arbitrary)
     };
@@ -348,6 +350,10 @@ fn module(
                     let map = index_map(&blk.map, &prefetch_names, rank);
                     quote_spanned!(blk.span=> .block([#((#bs) as usize),*], #map))
                 });
+                let buffered = a
+                    .buffered
+                    .as_ref()
+                    .map(|b| quote_spanned!(b.span()=> .buffered((#b) as usize)));
                 let layout = match &a.layout {
                     LayoutAttr::RowMajor => None,
                     LayoutAttr::ColMajor => Some(quote!(.col_major())),
@@ -367,7 +373,7 @@ fn module(
                 let sp = n.span();
                 let b = Ident::new("__tessera_builder", sp);
                 let ctor = quote_spanned!(sp=>
-                    #b.#ctor(#ns, #dt, [#((#s) as usize),*])#block #layout #align #space
+                    #b.#ctor(#ns, #dt, [#((#s) as usize),*])#block #buffered #layout #align #space
                 );
                 decls.push(declare(n, ctor, a.present.as_ref()));
             }

@@ -90,6 +90,8 @@ pub struct ArrayParam {
     pub layout: LayoutAttr,
     pub align: Option<Expr>,
     pub space: Space,
+    /// `#[buffered(n)]`: pipeline buffers of the window.
+    pub buffered: Option<Expr>,
     /// `Option<In<T>>` with `#[present(cond)]`: the build-time condition
     /// under which the kernel takes this operand.
     pub present: Option<Expr>,
@@ -120,8 +122,9 @@ pub enum Param {
     Prefetch(PrefetchParam),
 }
 
-const OUR_ATTRS: [&str; 9] = [
+const OUR_ATTRS: [&str; 10] = [
     "shape",
+    "buffered",
     "present",
     "block",
     "col_major",
@@ -250,6 +253,7 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
     let mut align = None;
     let mut space = Space::Vmem;
     let mut present = None;
+    let mut buffered = None;
     for a in &pt.attrs {
         let Some(id) = a.path().get_ident() else {
             continue;
@@ -257,6 +261,7 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
         match id.to_string().as_str() {
             "shape" => shape = Some(list(a)?),
             "present" => present = Some(a.parse_args::<Expr>()?),
+            "buffered" => buffered = Some(a.parse_args::<Expr>()?),
             "block" => {
                 let items = list(a)?;
                 let [shape_e, map_e]: [Expr; 2] = items.try_into().map_err(|_| {
@@ -318,6 +323,12 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
         }
         _ => {}
     }
+    if let (Some(b), true) = (&buffered, kind == "Scratch" || kind == "Prefetch") {
+        return Err(syn::Error::new_spanned(
+            b,
+            "`#[buffered(n)]` sets the pipeline buffers of an array operand's window; scratch and scalar prefetch have none",
+        ));
+    }
     if kind == "Scratch" && optional.is_some() {
         return Err(syn::Error::new_spanned(
             &pt.ty,
@@ -376,6 +387,7 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
                 align,
                 space,
                 present,
+                buffered,
             }))
         }
     })

@@ -108,10 +108,18 @@ pub(crate) fn build<'c>(
             .exprs
             .iter()
             .all(|e| matches!(e, IndexExpr::Const(_)));
-        if flavor == Flavor::Mosaic && constant && k.grid.steps() > 1 {
+        // As Pallas writes it: an explicit depth, else synchronous for a
+        // block every step shares.
+        let mode = match o.block.buffers {
+            Some(1) => Some("synchronous"),
+            Some(_) => Some("double_buffered"),
+            None if constant && k.grid.steps() > 1 => Some("synchronous"),
+            None => None,
+        };
+        if let (Flavor::Mosaic, Some(mode)) = (flavor, mode) {
             entries.push((
                 "pipeline_mode",
-                ir.parse_attr("#tpu.pipeline_mode<synchronous>")?,
+                ir.parse_attr(&format!("#tpu.pipeline_mode<{mode}>"))?,
             ));
         }
         entries.push(("transform_indices", ir.symbol(&name)));
@@ -135,6 +143,7 @@ pub(crate) fn build<'c>(
             let s = match d.semantics {
                 DimSemantics::Parallel => "parallel",
                 DimSemantics::Arbitrary => "arbitrary",
+                DimSemantics::CoreParallel => "core_parallel",
             };
             match flavor {
                 Flavor::Mosaic => ir.parse_attr(&format!("#tpu.dimension_semantics<{s}>")),

@@ -775,3 +775,143 @@ fn each_generation_s_vmem_is_honoured() {
         }
     }
 }
+
+/// `core_parallel` (Pallas's `CORE_PARALLEL`) splits a grid dim across the
+/// TensorCores a device runs on: the verifier accepts exactly what libtpu
+/// compiles (one such dim, one step per core: 2 on v5p, 1 elsewhere), and
+/// refuses the rest with `[tpu-core-parallel]`, which libtpu confirms by
+/// rejecting the same kernel built without the Mosaic rules.
+#[test]
+fn core_parallel_compiles_exactly_where_the_verifier_accepts_it() {
+    use kernel_ir::prelude::*;
+    let tpu = tpu();
+    let mut accepted = Vec::new();
+    for t in Target::ALL {
+        for (grid, sem) in [
+            ([2usize, 2usize], [CoreParallel, Arbitrary]),
+            ([1, 2], [CoreParallel, Parallel]),
+            ([2, 2], [CoreParallel, CoreParallel]),
+            ([2, 2], [Parallel, CoreParallel]),
+        ] {
+            let mut k = KernelBuilder::new("scale");
+            k.target(t);
+            k.grid(grid, sem);
+            let (bm, bn) = (64 / grid[0], 256 / grid[1]);
+            let x = k
+                .input("x", F32, [64, 256])
+                .block([bm, bn], |[i, j]| (i, j));
+            let o = k
+                .output("o", F32, [64, 256])
+                .block([bm, bn], |[i, j]| (i, j));
+            o.store(.., x.load(..) * 2.0);
+            let kernel = k.finish().unwrap();
+            let case = format!("{t} grid {grid:?} {sem:?}");
+            let compiled = |v: &kernel_ir::VerifiedKernel| {
+                lowering::tpu_custom_call(v)
+                    .map_err(|e| e.to_string())
+                    .and_then(|c| {
+                        tpu.compile(t, &c.module)
+                            .map(drop)
+                            .map_err(|e| e.to_string())
+                    })
+            };
+            match kernel.clone().verify() {
+                Ok(v) => {
+                    compiled(&v)
+                        .unwrap_or_else(|e| panic!("{case}: verifies, libtpu refuses: {e}"));
+                    accepted.push(case);
+                }
+                Err(e) => {
+                    assert!(e.to_string().contains("[tpu-core-parallel]"), "{case}: {e}");
+                    let v = kernel.verify_without_mosaic_rules().unwrap();
+                    assert!(
+                        compiled(&v).is_err(),
+                        "{case}: the rule refuses what libtpu compiles"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(
+        accepted,
+        [
+            "v5e grid [1, 2] [CoreParallel, Parallel]",
+            "v5p grid [2, 2] [CoreParallel, Arbitrary]",
+            "v5p grid [2, 2] [Parallel, CoreParallel]",
+            "v6e grid [1, 2] [CoreParallel, Parallel]",
+            "v7x grid [1, 2] [CoreParallel, Parallel]",
+        ]
+    );
+}
+
+/// `o = x + y` with x's window single-buffered and y's double-buffered
+/// (Pallas's `Buffered(1)` and `Buffered(2)`).
+#[kernel_ir::tpu_kernel(grid = (m / 32, n / 128), semantics = (parallel, parallel))]
+fn buffered_add(
+    #[shape(m, n)]
+    #[block([32, 128], |i, j| (i, j))]
+    #[buffered(1)]
+    x: In<f32>,
+    #[shape(m, n)]
+    #[block([32, 128], |i, j| (i, j))]
+    #[buffered(2)]
+    y: In<f32>,
+    #[shape(m, n)]
+    #[block([32, 128], |i, j| (i, j))]
+    o: Out<f32>,
+) {
+    o.store(.., x.load(..) + y.load(..));
+}
+
+/// Buffering depths reach the Mosaic module as Pallas writes them
+/// (`pipeline_mode = #tpu.pipeline_mode<synchronous | double_buffered>`),
+/// the VMEM budget counts one copy of a single-buffered window, libtpu
+/// compiles them for every generation, and a depth Mosaic has no mode for
+/// is the verifier's `[tpu-buffering]`.
+#[test]
+fn buffering_depths_compile_and_count_in_the_budget() {
+    use kernel_ir::prelude::*;
+    let tpu = tpu();
+    let k = buffered_add::build(buffered_add::Dims { m: 64, n: 256 }).unwrap();
+    let budget = k.vmem_budget();
+    let copies: Vec<(String, u64)> = budget
+        .items
+        .iter()
+        .filter(|i| i.kind != "scratch")
+        .map(|i| (i.name.clone(), i.copies))
+        .collect();
+    assert!(copies.contains(&("x".to_string(), 1)), "{copies:?}");
+    assert!(copies.contains(&("y".to_string(), 2)), "{copies:?}");
+    let c = lowering::tpu_custom_call(&k).unwrap();
+    assert!(
+        c.body.contains(
+            "pipeline_mode = #tpu.pipeline_mode<synchronous>, transform_indices = @transform_0"
+        ),
+        "{}",
+        c.body
+    );
+    assert!(
+        c.body.contains(
+            "pipeline_mode = #tpu.pipeline_mode<double_buffered>, transform_indices = @transform_1"
+        ),
+        "{}",
+        c.body
+    );
+    for t in Target::ALL {
+        tpu.compile_kernel(&k, t)
+            .unwrap_or_else(|e| panic!("{t}: {e}"));
+    }
+    let mut b = KernelBuilder::new("triple");
+    b.grid([2], [Parallel]);
+    let x = b
+        .input("x", F32, [64, 128])
+        .block([32, 128], |[i]| (i, 0))
+        .buffered(3);
+    let o = b.output("o", F32, [64, 128]).block([32, 128], |[i]| (i, 0));
+    o.store(.., x.load(..));
+    let e = b.build().unwrap_err().to_string();
+    assert!(
+        e.contains("[tpu-buffering]") && e.contains("3 pipeline buffers"),
+        "{e}"
+    );
+}

@@ -135,6 +135,7 @@ impl Ref {
             o.block = BlockSpec {
                 shape,
                 index_map: IndexMap::new(exprs),
+                buffers: o.block.buffers,
             }
         })
     }
@@ -151,7 +152,17 @@ impl Ref {
             o.block = BlockSpec {
                 shape,
                 index_map: IndexMap::new(map),
+                buffers: o.block.buffers,
             }
+        })
+    }
+
+    /// Pipeline buffers of the operand's window (Pallas's `Buffered(n)`):
+    /// 1 or 2; see [`crate::BlockSpec::buffers`].
+    #[track_caller]
+    pub fn buffered(self, n: usize) -> Ref {
+        self.edit_operand("a buffering depth", Loc::caller(), |o| {
+            o.block.buffers = Some(n)
         })
     }
 

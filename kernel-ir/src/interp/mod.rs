@@ -25,7 +25,7 @@ mod eval;
 use crate::array::SplitMix64;
 use crate::error::{ErrorKind, KernelError};
 use crate::verify::VerifiedKernel;
-use crate::{Array, DimSemantics, Kernel, MemorySpace, Role};
+use crate::{Array, Kernel, MemorySpace, Role};
 
 /// Options of [`interpret_with`].
 #[derive(Clone, Debug)]
@@ -156,7 +156,7 @@ pub fn interpret_traced(
     };
     let order = grid_order(k, opts.shuffle_seed);
     let parallel: Vec<usize> = (0..k.grid.rank())
-        .filter(|&d| k.grid.dims[d].semantics == DimSemantics::Parallel)
+        .filter(|&d| k.grid.dims[d].semantics.is_parallel())
         .collect();
     let mut last_parallel: Option<Vec<i64>> = None;
     let mut trace = FetchTrace::default();
@@ -249,7 +249,7 @@ fn grid_order(k: &Kernel, shuffle: Option<u64>) -> Vec<Vec<i64>> {
         return points;
     };
     let parallel: Vec<usize> = (0..k.grid.rank())
-        .filter(|&d| k.grid.dims[d].semantics == DimSemantics::Parallel)
+        .filter(|&d| k.grid.dims[d].semantics.is_parallel())
         .collect();
     let mut groups: Vec<(Vec<i64>, Vec<Vec<i64>>)> = Vec::new();
     for pt in points {

@@ -15,8 +15,7 @@ use std::collections::HashMap;
 
 use crate::error::{ErrorKind, KernelError};
 use crate::{
-    BinaryOp, BufferRef, CompareOp, DimSemantics, Index, IndexValue, Kernel, Literal, OpKind,
-    Region, ValueId,
+    BinaryOp, BufferRef, CompareOp, Index, IndexValue, Kernel, Literal, OpKind, Region, ValueId,
 };
 
 #[derive(Clone, Debug, PartialEq)]
@@ -35,7 +34,7 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
         .dims
         .iter()
         .enumerate()
-        .filter(|(_, d)| d.semantics == DimSemantics::Parallel)
+        .filter(|(_, d)| d.semantics.is_parallel())
         .map(|(i, _)| i)
         .collect();
     let Some(&innermost_parallel) = parallel.iter().max() else {

@@ -28,7 +28,15 @@
 //!   than 32 bits needs a relayout Mosaic lacks ("Sublane broadcast");
 //! * `rank1-carry`: a loop carrying (or a branch returning) a rank-1
 //!   vector fails layout inference in some layouts ("Invalid input
-//!   layout"), and for bf16 aborts the compiler.
+//!   layout"), and for bf16 aborts the compiler;
+//! * `core-parallel`: at most one `core_parallel` grid dim, and its bound
+//!   is the target's TensorCores per device ([`crate::Target::tensor_cores`]:
+//!   "Core-parallel dimension 0 has iteration bound: 2, which is greater
+//!   than the number of active cores: 1", "Only one core-parallel dimension
+//!   is supported"; a bound below the core count fails too);
+//! * `buffering`: a window has one or two pipeline buffers (Pallas: "Only
+//!   single (1) and double (2) buffering are supported"), and an `any`
+//!   operand has no window to buffer.
 //!
 //! Where a lowering can avoid a limit, it does instead of a rule here: bool
 //! buffers are i32 in memory, bool selects and comparisons are bitwise,
@@ -86,6 +94,42 @@ impl Checker<'_> {
 
     fn declarations(&mut self) {
         let k = self.k;
+        let cores = k.target.tensor_cores();
+        let core_dims: Vec<usize> = (0..k.grid.rank())
+            .filter(|&d| k.grid.dims[d].semantics == crate::DimSemantics::CoreParallel)
+            .collect();
+        if core_dims.len() > 1 {
+            self.errors.push(KernelError::new(
+                unsupported(
+                    "core-parallel",
+                    format!("grid dims {core_dims:?} are all core_parallel"),
+                    "Mosaic splits one grid dim across a chip's TensorCores",
+                    "mark one dim core_parallel and the others parallel",
+                ),
+                None,
+            ));
+        }
+        for &d in &core_dims {
+            let bound = k.grid.dims[d].bound;
+            if bound != cores {
+                self.errors.push(KernelError::new(
+                    unsupported(
+                        "core-parallel",
+                        format!("core_parallel grid dim {d} has {bound} steps"),
+                        &format!(
+                            "a core_parallel dim has one step per TensorCore, and {} runs a kernel on {cores}",
+                            k.target
+                        ),
+                        &if cores > 1 {
+                            format!("give dim {d} {cores} steps, or mark it parallel")
+                        } else {
+                            format!("mark dim {d} parallel: {} has one TensorCore per device", k.target)
+                        },
+                    ),
+                    None,
+                ));
+            }
+        }
         for o in &k.operands {
             if o.dtype == DType::F16 {
                 self.errors.push(KernelError::new(
@@ -94,6 +138,28 @@ impl Checker<'_> {
                         format!("operand `{}` is f16", o.name),
                         F16_WHY,
                         F16_FIX,
+                    ),
+                    o.loc.clone(),
+                ));
+            }
+        }
+        for o in &k.operands {
+            let Some(n) = o.block.buffers else { continue };
+            if o.space == MemorySpace::Any || !(1..=2).contains(&n) {
+                self.errors.push(KernelError::new(
+                    unsupported(
+                        "buffering",
+                        format!(
+                            "operand `{}` asks for {n} pipeline buffers{}",
+                            o.name,
+                            if o.space == MemorySpace::Any {
+                                " but is an `any` operand, which has no window"
+                            } else {
+                                ""
+                            }
+                        ),
+                        "Mosaic pipelines a window with one buffer (synchronous) or two (double-buffered)",
+                        "use buffered(1) or buffered(2) on a VMEM or SMEM operand",
                     ),
                     o.loc.clone(),
                 ));

@@ -17,7 +17,7 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use kernel_ir::{DimSemantics, IndexEvalError, Kernel, MemorySpace, Role};
+use kernel_ir::{IndexEvalError, Kernel, MemorySpace, Role};
 
 use super::jit::Engine;
 use crate::LoweringError;
@@ -331,7 +331,7 @@ impl Program<'_> {
     fn groups(&self) -> Vec<Vec<Vec<i64>>> {
         let k = self.kernel;
         let parallel: Vec<usize> = (0..k.grid.rank())
-            .filter(|&d| k.grid.dims[d].semantics == DimSemantics::Parallel)
+            .filter(|&d| k.grid.dims[d].semantics.is_parallel())
             .collect();
         let mut index: std::collections::HashMap<Vec<i64>, usize> = Default::default();
         let mut groups: Vec<Vec<Vec<i64>>> = Vec::new();
