@@ -19,6 +19,8 @@ pub struct Kernel {
     pub vmem_limit: Option<u64>,
     /// Iteration space.
     pub grid: Grid,
+    /// Where the grid was set (what grid errors point at).
+    pub grid_loc: Option<crate::Loc>,
     /// Scalar-prefetch operands, passed first.
     pub prefetch: Vec<ScalarPrefetch>,
     /// Array operands, in call order.

@@ -285,6 +285,11 @@ fn module(
         None => quote!(#name_str),
     };
     let sem = attr.semantics.iter().map(semantics_tokens);
+    // `#[track_caller]` reports the grid at the attribute's `grid` key.
+    let grid_b = Ident::new("__tessera_builder", attr.grid_span);
+    let grid_fn = Ident::new("grid", attr.grid_span);
+    let grid_call =
+        quote_spanned!(attr.grid_span=> #grid_b.#grid_fn([#((#grid) as usize),*], [#(#sem),*]););
     let target = attr.target.as_ref().map(|t| {
         let v = match t.to_string().as_str() {
             "v5p" => quote!(V5p),
@@ -397,7 +402,7 @@ fn module(
         quote! {
             let Dims { #(#symbols,)* } = dims;
             let mut #b = ::kernel_ir::KernelBuilder::new(#kernel_name);
-            #b.grid([#((#grid) as usize),*], [#(#sem),*]);
+            #grid_call
             #target
             #vmem
             #(#decls)*

@@ -348,3 +348,31 @@ fn optional_operands_are_absent_or_present_by_config() {
         assert!(st.passes(), "{scale:?} {with_y} {gather}: {st}");
     }
 }
+
+/// Two core_parallel steps on v5e (one TensorCore).
+#[tpu_kernel(grid = (2,), semantics = (core_parallel,))]
+pub(crate) fn two_core_copy(
+    #[shape(16, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    x: In<f32>,
+    #[shape(16, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    o: Out<f32>,
+) {
+    o.store(.., x.load(..));
+}
+
+/// A grid error points at the attribute's `grid`, in the kernel's file.
+#[test]
+fn grid_errors_point_at_the_grid() {
+    let e = two_core_copy::build(two_core_copy::Dims {}).unwrap_err();
+    assert!(e.to_string().contains("[tpu-core-parallel]"), "{e}");
+    let loc = e.0[0].loc.as_ref().expect("a located error");
+    assert!(loc.file.ends_with("tests/it/dsl.rs"), "{loc}");
+    let line = include_str!("dsl.rs")
+        .lines()
+        .position(|l| l.starts_with("#[tpu_kernel(grid = (2,), semantics = (core_parallel,))]"))
+        .unwrap()
+        + 1;
+    assert_eq!(loc.line as usize, line, "{loc}");
+}

@@ -823,6 +823,12 @@ fn core_parallel_compiles_exactly_where_the_verifier_accepts_it() {
                 }
                 Err(e) => {
                     assert!(e.to_string().contains("[tpu-core-parallel]"), "{case}: {e}");
+                    // At the `grid` call.
+                    let loc = e.0[0].loc.as_ref().map(|l| l.file.to_string());
+                    assert!(
+                        loc.is_some_and(|f| f.ends_with("tpu_compile.rs")),
+                        "{case}: {e:?}"
+                    );
                     let v = kernel.verify_without_mosaic_rules().unwrap();
                     assert!(
                         compiled(&v).is_err(),

@@ -60,6 +60,7 @@ impl KernelBuilder {
             target: Target::default(),
             vmem_limit: None,
             grid: Grid::default(),
+            grid_loc: None,
             prefetch: Vec::new(),
             operands: Vec::new(),
             scratch: Vec::new(),
@@ -72,18 +73,24 @@ impl KernelBuilder {
     }
 
     /// Sets the grid: one bound and one semantics per dim, outermost first.
+    #[track_caller]
     pub fn grid<const N: usize>(&mut self, bounds: [usize; N], semantics: [DimSemantics; N]) {
+        let loc = Loc::caller();
         state::with(self.id, |st| {
             st.sig.grid = Grid::new(bounds.into_iter().zip(semantics));
+            st.sig.grid_loc = Some(loc);
         });
     }
 
     /// Sets the grid from a slice of (bound, semantics), outermost first: the
     /// form for kernels whose grid rank is only known at run time (generated
     /// kernels); [`KernelBuilder::grid`] is the usual one.
+    #[track_caller]
     pub fn grid_dims(&mut self, dims: &[(usize, DimSemantics)]) {
+        let loc = Loc::caller();
         state::with(self.id, |st| {
             st.sig.grid = Grid::new(dims.iter().copied());
+            st.sig.grid_loc = Some(loc);
         });
     }
 

@@ -106,7 +106,7 @@ impl Checker<'_> {
                     "Mosaic splits one grid dim across a chip's TensorCores",
                     "mark one dim core_parallel and the others parallel",
                 ),
-                None,
+                k.grid_loc.clone(),
             ));
         }
         for &d in &core_dims {
@@ -126,7 +126,7 @@ impl Checker<'_> {
                             format!("mark dim {d} parallel: {} has one TensorCore per device", k.target)
                         },
                     ),
-                    None,
+                    k.grid_loc.clone(),
                 ));
             }
         }
