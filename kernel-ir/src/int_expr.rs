@@ -18,7 +18,7 @@ use crate::{IndexExpr, Tile};
 /// /// The last block of `bk` keys that query block `qi` (of `bq` rows) may see
 /// /// under a causal mask.
 /// fn last_key_block<E: IntExpr>(qi: E, bq: i64, bk: i64) -> E {
-///     (qi * bq + (bq - 1)).floor_div(bk)
+///     (qi * bq + (bq - 1)).div_nonneg(bk)
 /// }
 /// let e = last_key_block(IndexExpr::grid(0), 64, 128);
 /// assert_eq!(e.eval_static(&[3]).unwrap(), 1); // rows 192..256 see keys < 256
@@ -39,13 +39,9 @@ pub trait IntExpr:
     fn min_const(self, c: i64) -> Self;
     /// `max(self, c)`.
     fn max_const(self, c: i64) -> Self;
-    /// `⌊self / d⌋` for `d > 0`, rounding toward −∞ on both sides (an
-    /// i32 tile divides toward zero, so this corrects negative values, at
-    /// four more ops).
-    fn floor_div(self, d: i64) -> Self;
     /// `self / d` for `self ≥ 0` and `d > 0`: one op on both sides. For a
     /// negative `self` the two round differently (a tile toward zero, an
-    /// index map toward −∞); use [`IntExpr::floor_div`] there.
+    /// index map toward −∞), so a geometry clamps to 0 before dividing.
     fn div_nonneg(self, d: i64) -> Self;
 }
 
@@ -61,10 +57,6 @@ impl IntExpr for IndexExpr {
     }
     fn max_const(self, c: i64) -> Self {
         IndexExpr::max(self, c)
-    }
-    fn floor_div(self, d: i64) -> Self {
-        // Index expressions divide with floor semantics already.
-        self / d
     }
     fn div_nonneg(self, d: i64) -> Self {
         self / d
@@ -87,13 +79,6 @@ impl IntExpr for Tile {
     #[track_caller]
     fn max_const(self, c: i64) -> Self {
         Tile::max(self, c)
-    }
-    #[track_caller]
-    fn floor_div(self, d: i64) -> Self {
-        // `%` keeps the dividend's sign: ((x % d) + d) % d is x mod d in
-        // 0..d, and x minus it divides exactly.
-        let r = ((self % d) + d) % d;
-        (self - r) / d
     }
     #[track_caller]
     fn div_nonneg(self, d: i64) -> Self {

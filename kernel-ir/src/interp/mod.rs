@@ -94,7 +94,7 @@ pub fn interpret_with(
     args: &[Array],
     opts: &InterpOptions,
 ) -> Result<Vec<Array>, KernelError> {
-    interpret_traced(kernel, args, opts).map(|(out, _)| out)
+    run(kernel, args, opts, None)
 }
 
 /// One block copy into VMEM that a pipelined TPU grid makes: the block
@@ -135,6 +135,18 @@ pub fn interpret_traced(
     args: &[Array],
     opts: &InterpOptions,
 ) -> Result<(Vec<Array>, FetchTrace), KernelError> {
+    let mut trace = FetchTrace::default();
+    let out = run(kernel, args, opts, Some(&mut trace))?;
+    Ok((out, trace))
+}
+
+/// Runs the grid; records the block fetches into `trace` when given.
+fn run(
+    kernel: &VerifiedKernel,
+    args: &[Array],
+    opts: &InterpOptions,
+    mut trace: Option<&mut FetchTrace>,
+) -> Result<Vec<Array>, KernelError> {
     let k = kernel.kernel();
     let (prefetch, operands) = bind_args(k, args)?;
     let mut m = eval::Machine {
@@ -159,7 +171,6 @@ pub fn interpret_traced(
         .filter(|&d| k.grid.dims[d].semantics.is_parallel())
         .collect();
     let mut last_parallel: Option<Vec<i64>> = None;
-    let mut trace = FetchTrace::default();
     let mut last_block: Vec<Option<Vec<i64>>> = vec![None; k.operands.len()];
     for point in order {
         let par: Vec<i64> = parallel.iter().map(|&d| point[d]).collect();
@@ -170,6 +181,9 @@ pub fn interpret_traced(
             last_parallel = Some(par);
         }
         m.step(point.clone())?;
+        let Some(trace) = trace.as_deref_mut() else {
+            continue;
+        };
         for (i, o) in k.operands.iter().enumerate() {
             if !o.role.is_input() || o.space == MemorySpace::Any {
                 continue;
@@ -189,7 +203,7 @@ pub fn interpret_traced(
             }
         }
     }
-    Ok((collect_outputs(k, m.operands)?, trace))
+    collect_outputs(k, m.operands)
 }
 
 fn bind_args(k: &Kernel, args: &[Array]) -> Result<(Vec<Buf>, Vec<Buf>), KernelError> {

@@ -249,22 +249,23 @@ impl Entry {
 
     /// The kernel for `cfg` with some inputs' shapes overridden by name;
     /// an unknown name is an error listing the inputs.
-    pub fn build_with_shapes(
+    pub fn build_with_shapes<N: AsRef<str>, S: AsRef<[usize]>>(
         &self,
         cfg: &Config,
-        overrides: &[(&str, Vec<usize>)],
+        overrides: &[(N, S)],
     ) -> Result<VerifiedKernel, EntryError> {
         let mut shapes = self.default_shapes(cfg)?;
         for (k, v) in overrides {
+            let (k, v) = (k.as_ref(), v.as_ref());
             let names: Vec<&str> = shapes.iter().map(|(n, _)| *n).collect();
-            let slot = shapes.iter_mut().find(|(n, _)| n == k).ok_or_else(|| {
+            let slot = shapes.iter_mut().find(|(n, _)| *n == k).ok_or_else(|| {
                 EntryError::Shape(format!(
                     "kernel `{}` has no input `{k}`; its inputs are: {}",
                     self.name,
                     names.join(", ")
                 ))
             })?;
-            slot.1 = v.clone();
+            slot.1 = v.to_vec();
         }
         let shapes: Vec<Vec<usize>> = shapes.into_iter().map(|(_, s)| s).collect();
         self.build(cfg, &shapes)

@@ -59,14 +59,8 @@ impl PresetOf {
 
     /// Builds and verifies it.
     pub fn build(&self) -> Result<kernel_ir::VerifiedKernel, EntryError> {
-        let cfg = self.config()?;
-        let shapes: Vec<(&str, Vec<usize>)> = self
-            .preset
-            .shapes
-            .iter()
-            .map(|(n, s)| (*n, s.to_vec()))
-            .collect();
-        self.entry.build_with_shapes(&cfg, &shapes)
+        self.entry
+            .build_with_shapes(&self.config()?, self.preset.shapes)
     }
 }
 

@@ -43,10 +43,6 @@ pub fn kernel_for_lower(name: &str, args: &Args) -> Result<VerifiedKernel, Strin
     for (k, v) in args.pairs("shape")? {
         shapes.push((k, parse_shape(&v)?));
     }
-    let shapes: Vec<(&str, Vec<usize>)> = shapes
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.clone()))
-        .collect();
     c.entry
         .build_with_shapes(&c.config, &shapes)
         .map_err(|e| e.to_string())

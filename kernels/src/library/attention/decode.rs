@@ -15,7 +15,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use super::{MASK_VALUE, check_scores, normalized, online_softmax_init, online_update};
+use super::{MASK_VALUE, normalized, online_softmax_init, online_update};
 use crate::library::entry::{DTYPE, Entry, ParamKind, Preset, arg, in_range, param, refs, uniform_inputs};
 use crate::library::reference;
 use crate::library::tolerance::Tolerance;
@@ -130,7 +130,7 @@ pub const PAGED_DECODE_ATTENTION: Entry = Entry {
             &a[2], &a[3], &a[4], &lengths, &tables, scale,
         )])
     },
-    check: |c, k, a| {
+    check: |_, k, a| {
         let tables = arg(k, a, "block_tables").map_or(&[][..], |t| t.shape());
         let pages_per_seq = tables.get(1).copied().unwrap_or(0);
         let pool = arg(k, a, "k_pages").map_or(&[][..], |k| k.shape());
@@ -151,8 +151,7 @@ pub const PAGED_DECODE_ATTENTION: Entry = Entry {
             0.0,
             pages as f64 - 1.0,
             "the pages of the pool",
-        )?;
-        check_scores(c, k, a)
+        )
     },
     tolerance: |c, _| vec![Tolerance::attention(c.dtype("dtype").unwrap_or(DType::F32))],
     sample: |c, k, seed| {
