@@ -75,7 +75,9 @@ impl VmemBudget {
             if s.space == MemorySpace::Vmem {
                 items.push(VmemItem {
                     name: s.name.clone(),
-                    kind: "scratch".into(),
+                    // Scoped buffers live only in their scope; counting
+                    // each as if all were live at once is an upper bound.
+                    kind: if s.scoped { "scoped" } else { "scratch" }.into(),
                     dtype: s.dtype,
                     shape: s.shape.clone(),
                     padded_bytes: padded_bytes(t, s.dtype.tpu_memory_dtype(), &s.shape, None),

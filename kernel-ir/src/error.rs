@@ -465,6 +465,27 @@ pub enum ErrorKind {
         /// `div` or `rem`.
         op: &'static str,
     },
+    /// A copy, semaphore or scope the kernel declares wrongly: mismatched
+    /// views, a destination that cannot be written, a semaphore of the
+    /// wrong kind, a scoped buffer used outside its scope.
+    #[error("[dma] {op}: {detail}")]
+    Dma {
+        /// The op (`dma_start`, `sem_wait`, `scope`, ...).
+        op: &'static str,
+        /// What is wrong and how to fix it.
+        detail: String,
+    },
+    /// A DMA bug found while running: a copy's destination touched before
+    /// its wait, a wait with nothing in flight, a kernel ending with
+    /// copies in flight or a semaphore not back to zero. Hardware runs
+    /// such kernels silently (or hangs); the interpreter stops at the op.
+    #[error("[dma-race] {op}: {detail}")]
+    DmaRace {
+        /// The op where it was found.
+        op: &'static str,
+        /// What happened, where the other copy was started, and the fix.
+        detail: String,
+    },
     /// A loop with more iterations than the interpreter allows.
     #[error(
         "[loop-limit] for loop would run {trips} iterations, more than the interpreter's limit of {limit}; raise `InterpOptions::max_loop_trips` if this is intended"

@@ -7,6 +7,7 @@
 use crate::error::ErrorKind;
 use crate::ops::ShapeDisplay;
 use crate::{
+    SemRef, SemaphoreKind,
     BinaryOp, BufferRef, DType, DotDims, Index, IndexValue, Kernel, OpKind, ReduceOp, Role,
     TileType, UnaryOp, ValueId,
 };
@@ -369,7 +370,155 @@ pub(crate) fn result_types(
             check_yields("if", &then_types, &else_region.yields, ty)?;
             Ok(then_types)
         }
+        OpKind::DmaStart(c) | OpKind::DmaWait(c) => {
+            check_copy(sig, kind.mnemonic(), c, ty)?;
+            Ok(vec![])
+        }
+        OpKind::SemSignal { sem, amount } | OpKind::SemWait { sem, amount } => {
+            let op = kind.mnemonic();
+            check_sem(sig, op, sem, SemaphoreKind::Regular, ty)?;
+            match amount {
+                IndexValue::Static(n) if *n < 0 => Err(ErrorKind::Dma {
+                    op,
+                    detail: format!("the amount is {n}; semaphores count up from zero, so it must be ≥ 0"),
+                }),
+                IndexValue::Static(_) => Ok(vec![]),
+                IndexValue::Dynamic(v) => {
+                    scalar_i32(op, "amount", &ty(*v)?)?;
+                    Ok(vec![])
+                }
+            }
+        }
+        OpKind::SemRead { sem } => {
+            check_sem(sig, "sem_read", sem, SemaphoreKind::Regular, ty)?;
+            one(TileType::scalar(DType::I32))
+        }
+        OpKind::Scope {
+            scratch,
+            semaphores,
+            body,
+        } => {
+            let bad = |detail: String| ErrorKind::Dma { op: "scope", detail };
+            if !body.args.is_empty() || !body.yields.is_empty() {
+                return Err(bad("a scope's body takes no args and yields nothing".into()));
+            }
+            for &i in scratch {
+                match sig.scratch.get(i) {
+                    Some(s) if s.scoped => {}
+                    Some(s) => return Err(bad(format!("scratch `{}` is the kernel's, not a scoped buffer", s.name))),
+                    None => return Err(bad(format!("scratch {i} does not exist"))),
+                }
+            }
+            for &i in semaphores {
+                match sig.semaphores.get(i) {
+                    Some(s) if s.scoped => {}
+                    Some(s) => return Err(bad(format!("semaphores `{}` are the kernel's, not scoped ones", s.name))),
+                    None => return Err(bad(format!("semaphore array {i} does not exist"))),
+                }
+            }
+            Ok(vec![])
+        }
     }
+}
+
+/// Checks a semaphore reference: the array exists, is of `want` kind, and
+/// is indexed once per dim in bounds.
+fn check_sem(
+    sig: &Kernel,
+    op: &'static str,
+    sem: &SemRef,
+    want: SemaphoreKind,
+    ty: &TypeOf<'_>,
+) -> Result<(), ErrorKind> {
+    let bad = |detail: String| ErrorKind::Dma { op, detail };
+    let Some(a) = sig.semaphores.get(sem.array) else {
+        return Err(bad(format!("semaphore array {} does not exist", sem.array)));
+    };
+    if a.kind != want {
+        let (what, fix) = match want {
+            SemaphoreKind::Dma => ("copy", "declare a DMA semaphore array (`dma_semaphores`) for copies"),
+            SemaphoreKind::Regular => (
+                "signal, wait or read",
+                "DMA semaphores are signalled by copies and waited by `wait` on the copy; declare a regular semaphore array (`semaphores`) to count yourself",
+            ),
+        };
+        return Err(bad(format!("`{}` is a {} array, which a {what} cannot use; {fix}", a.name, a.kind)));
+    }
+    if sem.at.len() != a.shape.len() {
+        return Err(bad(format!(
+            "`{}` has shape {} but {} indices were given; give one per dim",
+            a.name,
+            shape_str(&a.shape),
+            sem.at.len()
+        )));
+    }
+    for (d, (i, &n)) in sem.at.iter().zip(&a.shape).enumerate() {
+        match i {
+            IndexValue::Static(s) if *s < 0 || *s >= n as i64 => {
+                return Err(bad(format!("`{}` index {s} in dim {d} is outside 0..{n}", a.name)));
+            }
+            IndexValue::Static(_) => {}
+            IndexValue::Dynamic(v) => scalar_i32(op, "semaphore index", &ty(*v)?)?,
+        }
+    }
+    Ok(())
+}
+
+/// Checks a copy: both views index their buffers, have the same shape and
+/// dtype, the destination can be written and the semaphore is a DMA one.
+fn check_copy(
+    sig: &Kernel,
+    op: &'static str,
+    c: &crate::DmaCopy,
+    ty: &TypeOf<'_>,
+) -> Result<(), ErrorKind> {
+    let bad = |detail: String| ErrorKind::Dma { op, detail };
+    let (sname, sdtype, sshape) = buffer_info(sig, c.src.buffer)?;
+    let (dname, ddtype, dshape) = buffer_info(sig, c.dst.buffer)?;
+    if matches!(c.src.buffer, BufferRef::Prefetch(_)) {
+        return Err(bad(format!(
+            "the source `{sname}` is scalar prefetch, which kernels read with loads; copy from an operand or scratch"
+        )));
+    }
+    match c.dst.buffer {
+        BufferRef::Prefetch(_) => {
+            return Err(ErrorKind::ReadOnly {
+                buffer: dname,
+                what: "scalar prefetch",
+            });
+        }
+        BufferRef::Operand(i) if sig.operands[i].role == Role::In => {
+            return Err(ErrorKind::ReadOnly {
+                buffer: dname,
+                what: "an input operand",
+            });
+        }
+        _ => {}
+    }
+    for (b, name) in [(c.src.buffer, &sname), (c.dst.buffer, &dname)] {
+        if let BufferRef::Operand(i) = b
+            && !sig.operands[i].layout.is_row_major(sig.operands[i].shape.len())
+        {
+            return Err(bad(format!(
+                "operand `{name}` has a layout hint; copies move row-major buffers only, so drop the hint or copy through a blocked window"
+            )));
+        }
+    }
+    let sview = check_indices(sig, op, c.src.buffer, &sname, &sshape, &c.src.indices, ty)?;
+    let dview = check_indices(sig, op, c.dst.buffer, &dname, &dshape, &c.dst.indices, ty)?;
+    if sdtype != ddtype {
+        return Err(bad(format!(
+            "the source `{sname}` holds {sdtype} but the destination `{dname}` holds {ddtype}; a copy moves bytes and converts nothing"
+        )));
+    }
+    if sview != dview {
+        return Err(bad(format!(
+            "the source view of `{sname}` is {} but the destination view of `{dname}` is {}; both sides must have the same shape",
+            shape_str(&sview),
+            shape_str(&dview)
+        )));
+    }
+    check_sem(sig, op, &c.sem, SemaphoreKind::Dma, ty)
 }
 
 fn check_yields(

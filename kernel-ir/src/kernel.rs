@@ -25,8 +25,10 @@ pub struct Kernel {
     pub prefetch: Vec<ScalarPrefetch>,
     /// Array operands, in call order.
     pub operands: Vec<Operand>,
-    /// Scratch buffers.
+    /// Scratch buffers (those marked `scoped` belong to a `scope` op).
     pub scratch: Vec<Scratch>,
+    /// Semaphore arrays (those marked `scoped` belong to a `scope` op).
+    pub semaphores: Vec<crate::Semaphores>,
     /// What each grid step does.
     pub body: Body,
 }

@@ -43,6 +43,7 @@ extern crate self as kernel_ir;
 mod array;
 mod budget;
 mod builder;
+mod dma;
 pub mod dsl;
 
 /// Guides for kernel authors.
@@ -65,16 +66,18 @@ mod loc;
 mod ops;
 mod printer;
 mod spec;
+mod synchronous;
 mod target;
 mod verify;
 
 pub use array::{Array, ArrayError, SplitMix64};
 pub use budget::{VmemBudget, VmemItem, human_bytes};
 pub use builder::{
-    Bound, Carry, Idx, IntoIndexExprs, IntoIndices, IntoOperand, KernelBuilder, Ref, Start, Tile,
-    constant, dot, dot_general, ds, for_range, for_range_step, if_else, iota, num_programs,
-    program_id, select, when,
+    AsyncCopy, Bound, Carry, Idx, IntoIndexExprs, IntoIndices, IntoOperand, KernelBuilder, Ref,
+    Scope, Sem, SemArray, Start, Tile, View, async_copy, constant, dot, dot_general, ds, for_range,
+    for_range_step, if_else, iota, num_programs, program_id, scoped, select, when,
 };
+pub use dma::{BufferView, DmaCopy, SemRef, SemaphoreKind, Semaphores};
 pub use dtype::{DType, Element, ParseDTypeError};
 pub use error::{ErrorKind, KernelError, KernelErrors};
 pub use half::{bf16, f16};
@@ -125,7 +128,7 @@ pub mod prelude {
     pub use crate::dsl::{In, InOut, Out, Prefetch, Scratch};
     pub use crate::{
         Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, Ref, Target, Tile,
-        bf16, constant, dot, dot_general, ds, f16, for_range, for_range_step, if_else, interpret,
-        iota, kernel_fn, num_programs, program_id, select, tpu_kernel, when,
+        async_copy, bf16, constant, dot, dot_general, ds, f16, for_range, for_range_step, if_else,
+        interpret, iota, kernel_fn, num_programs, program_id, scoped, select, tpu_kernel, when,
     };
 }

@@ -574,6 +574,43 @@ pub enum OpKind {
         /// Taken when `cond` is false.
         else_region: Region,
     },
+    /// Starts an asynchronous copy (Pallas's `copy.start()`).
+    DmaStart(crate::DmaCopy),
+    /// Waits until the bytes of a copy like this one (same semaphore, same
+    /// size) have arrived (Pallas's `copy.wait()`).
+    DmaWait(crate::DmaCopy),
+    /// Adds `amount` to a regular semaphore.
+    SemSignal {
+        /// The semaphore.
+        sem: crate::SemRef,
+        /// What to add (≥ 0).
+        amount: IndexValue,
+    },
+    /// Waits until a regular semaphore holds at least `amount`, then
+    /// subtracts it.
+    SemWait {
+        /// The semaphore.
+        sem: crate::SemRef,
+        /// What to take (≥ 0).
+        amount: IndexValue,
+    },
+    /// The value of a regular semaphore (i32 scalar).
+    SemRead {
+        /// The semaphore.
+        sem: crate::SemRef,
+    },
+    /// Allocates the scoped scratch buffers and semaphores listed for the
+    /// body, which runs once (Pallas's `run_scoped`).
+    Scope {
+        /// Indices into [`crate::Kernel::scratch`] of the buffers it
+        /// allocates (each marked `scoped`).
+        scratch: Vec<usize>,
+        /// Indices into [`crate::Kernel::semaphores`] of the semaphores it
+        /// allocates (each marked `scoped`).
+        semaphores: Vec<usize>,
+        /// The body; it takes no args and yields nothing.
+        body: Region,
+    },
 }
 
 impl OpKind {
@@ -598,6 +635,12 @@ impl OpKind {
             OpKind::Dot { .. } => "dot_general",
             OpKind::For { .. } => "for",
             OpKind::If { .. } => "if",
+            OpKind::DmaStart(_) => "dma_start",
+            OpKind::DmaWait(_) => "dma_wait",
+            OpKind::SemSignal { .. } => "sem_signal",
+            OpKind::SemWait { .. } => "sem_wait",
+            OpKind::SemRead { .. } => "sem_read",
+            OpKind::Scope { .. } => "scope",
         }
     }
 
@@ -660,6 +703,15 @@ impl OpKind {
                 out.extend(init);
             }
             OpKind::If { cond, .. } => out.push(*cond),
+            OpKind::DmaStart(c) | OpKind::DmaWait(c) => out.extend(c.operands()),
+            OpKind::SemSignal { sem, amount } | OpKind::SemWait { sem, amount } => {
+                out.extend(sem.operands());
+                if let IndexValue::Dynamic(v) = amount {
+                    out.push(*v);
+                }
+            }
+            OpKind::SemRead { sem } => out.extend(sem.operands()),
+            OpKind::Scope { .. } => {}
         }
         out
     }
@@ -673,6 +725,7 @@ impl OpKind {
                 else_region,
                 ..
             } => vec![then_region, else_region],
+            OpKind::Scope { body, .. } => vec![body],
             _ => Vec::new(),
         }
     }

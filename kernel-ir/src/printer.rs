@@ -21,6 +21,13 @@ impl fmt::Display for Kernel {
     }
 }
 
+fn iv(v: &IndexValue) -> String {
+    match v {
+        IndexValue::Static(s) => s.to_string(),
+        IndexValue::Dynamic(v) => v.to_string(),
+    }
+}
+
 struct Printer<'a> {
     k: &'a Kernel,
     out: String,
@@ -88,11 +95,22 @@ impl Printer<'_> {
         for s in &k.scratch {
             let _ = writeln!(
                 self.out,
-                "  scratch @{}: {}{} {}",
+                "  {}scratch @{}: {}{} {}",
+                if s.scoped { "scoped " } else { "" },
                 s.name,
                 s.dtype,
                 ShapeDisplay(&s.shape),
                 s.space
+            );
+        }
+        for s in &k.semaphores {
+            let _ = writeln!(
+                self.out,
+                "  {}{} @{}: {}",
+                if s.scoped { "scoped " } else { "" },
+                s.kind,
+                s.name,
+                ShapeDisplay(&s.shape)
             );
         }
         let _ = writeln!(self.out, "body:");
@@ -115,10 +133,6 @@ impl Printer<'_> {
     }
 
     fn indices(&self, indices: &[Index]) -> String {
-        let iv = |v: &IndexValue| match v {
-            IndexValue::Static(s) => s.to_string(),
-            IndexValue::Dynamic(v) => v.to_string(),
-        };
         let parts: Vec<String> = indices
             .iter()
             .map(|i| match i {
@@ -131,6 +145,29 @@ impl Printer<'_> {
             })
             .collect();
         format!("[{}]", parts.join(", "))
+    }
+
+    fn view(&self, v: &crate::BufferView) -> String {
+        format!("{}{}", self.buffer(v.buffer), self.indices(&v.indices))
+    }
+
+    fn sem(&self, s: &crate::SemRef) -> String {
+        let name = self
+            .k
+            .semaphores
+            .get(s.array)
+            .map_or_else(|| format!("<invalid {}>", s.array), |a| a.name.clone());
+        let at: Vec<String> = s.at.iter().map(iv).collect();
+        format!("@{name}[{}]", at.join(", "))
+    }
+
+    fn copy(&self, c: &crate::DmaCopy) -> String {
+        format!(
+            "{} -> {} sem {}",
+            self.view(&c.src),
+            self.view(&c.dst),
+            self.sem(&c.sem)
+        )
     }
 
     fn region(&mut self, r: &Region, depth: usize) {
@@ -257,6 +294,28 @@ impl Printer<'_> {
                     }
                     s + " {"
                 }
+                OpKind::DmaStart(c) | OpKind::DmaWait(c) => format!("{m} {}", self.copy(c)),
+                OpKind::SemSignal { sem, amount } | OpKind::SemWait { sem, amount } => {
+                    format!("{m} {}, {}", self.sem(sem), iv(amount))
+                }
+                OpKind::SemRead { sem } => format!("{m} {} : {res_ty}", self.sem(sem)),
+                OpKind::Scope {
+                    scratch,
+                    semaphores,
+                    ..
+                } => {
+                    let mut names: Vec<String> = scratch
+                        .iter()
+                        .map(|&i| self.buffer(BufferRef::Scratch(i)))
+                        .collect();
+                    names.extend(semaphores.iter().map(|&i| {
+                        self.k
+                            .semaphores
+                            .get(i)
+                            .map_or_else(|| format!("@<invalid {i}>"), |s| format!("@{}", s.name))
+                    }));
+                    format!("{m} ({}) {{", names.join(", "))
+                }
                 OpKind::If { cond, .. } => {
                     let tys: Vec<String> = op.results.iter().map(|v| self.ty(*v)).collect();
                     if tys.is_empty() {
@@ -268,7 +327,7 @@ impl Printer<'_> {
             };
             let _ = writeln!(self.out, "{line}");
             match &op.kind {
-                OpKind::For { body, .. } => {
+                OpKind::For { body, .. } | OpKind::Scope { body, .. } => {
                     self.region(body, depth + 1);
                     let _ = writeln!(self.out, "{pad}}}");
                 }

@@ -225,6 +225,9 @@ pub struct Scratch {
     pub shape: Vec<usize>,
     /// Vmem or smem.
     pub space: MemorySpace,
+    /// Allocated by a `scope` op for its body only (Pallas's
+    /// `run_scoped`), not for the whole kernel.
+    pub scoped: bool,
     /// Where it was declared.
     pub loc: Option<Loc>,
 }

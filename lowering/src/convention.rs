@@ -85,7 +85,11 @@ pub(crate) struct ArgLayout {
     pub load: Vec<usize>,
     /// Argument written by stores to operand i.
     pub store: Vec<usize>,
+    /// Argument of each scratch buffer (`usize::MAX` for scoped ones,
+    /// which their scope allocates).
     pub scratch: Vec<usize>,
+    /// Argument of each semaphore array (`usize::MAX` for scoped ones).
+    pub semaphores: Vec<usize>,
     /// Operands in custom-call order: inputs (in, in-out), then outputs
     /// (out, in-out); an in-out operand appears twice.
     pub call_order: Vec<(usize, Role)>,
@@ -122,13 +126,25 @@ impl ArgLayout {
                 store[i] = load[i];
             }
         }
-        let scratch = (0..k.scratch.len()).map(|i| next + i).collect();
+        // Scratch, then semaphores, as Pallas orders scratch operands;
+        // scoped ones are not arguments.
+        let mut slot = |scoped: bool| {
+            if scoped {
+                usize::MAX
+            } else {
+                next += 1;
+                next - 1
+            }
+        };
+        let scratch = k.scratch.iter().map(|s| slot(s.scoped)).collect();
+        let semaphores = k.semaphores.iter().map(|s| slot(s.scoped)).collect();
         ArgLayout {
             grid,
             prefetch,
             load,
             store,
             scratch,
+            semaphores,
             call_order,
         }
     }
@@ -142,6 +158,22 @@ impl ArgLayout {
             BufferRef::Prefetch(i) => self.prefetch[i],
         }
     }
+}
+
+/// Mosaic's memref of semaphores of `kind` with `shape`:
+/// `memref<2x!tpu.dma_semaphore, #tpu.memory_space<semaphore_mem>>`.
+pub(crate) fn semaphore_type<'c>(
+    ir: &Ir<'c>,
+    kind: kernel_ir::SemaphoreKind,
+    shape: &[usize],
+) -> melior::ir::Type<'c> {
+    let elem = ir
+        .parse_type(&format!("!tpu.{kind}"))
+        .unwrap_or_else(|_| ir.i32());
+    let space = ir
+        .parse_attr("#tpu.memory_space<semaphore_mem>")
+        .ok();
+    ir.memref_of(elem, shape, space)
 }
 
 /// The memory-space attribute of a buffer in `flavor`.

@@ -41,9 +41,11 @@ pub struct TpuCustomCall {
     /// The Mosaic kernel module the call carries, printed (the call holds
     /// its serialized bytecode).
     pub body: String,
-    /// The serialized body: MLIR bytecode with Mosaic's `stable_mosaic.`
-    /// op names, as the Mosaic deserializer expects.
-    pub body_bytecode: Vec<u8>,
+    /// The serialized body, with Mosaic's `stable_mosaic.` op names as
+    /// the Mosaic deserializer expects: MLIR bytecode, or MLIR text for a
+    /// kernel with semaphores (whose tpu-dialect types bytecode written
+    /// here cannot carry).
+    pub serialized_body: Vec<u8>,
     /// The `backend_config` JSON string.
     pub backend_config: String,
     /// The cost estimate in it.
@@ -68,15 +70,29 @@ pub fn tpu_custom_call(kernel: &VerifiedKernel) -> Result<TpuCustomCall, Lowerin
     // The serialized form: every op renamed `stable_mosaic.<op>` (so
     // unregistered here), which the deserializer maps back and upgrades.
     let serialized = kernel_module::build(&Ir::new(&m.ctx, "stable_mosaic."), k, opts)?;
-    let body_bytecode = serialized.as_operation().write_bytecode();
+    // Semaphore element types belong to the tpu dialect, which this MLIR
+    // does not have: bytecode would carry them as opaque types the TPU
+    // compiler does not read back as semaphores, while text is parsed by
+    // the consumer's own dialects (libtpu and jaxlib both take a text
+    // body). Text keeps locations so compiler errors name Rust lines.
+    let serialized_body = if k.semaphores.is_empty() {
+        serialized.as_operation().write_bytecode()
+    } else {
+        use melior::ir::operation::{OperationLike, OperationPrintingFlags};
+        serialized
+            .as_operation()
+            .to_string_with_flags(OperationPrintingFlags::new().enable_debug_info(true, false))
+            .map_err(|e| LoweringError::Internal(format!("printing the Mosaic body: {e}")))?
+            .into_bytes()
+    };
     let cost = CostEstimate::of(k);
     let vmem_limit = k.effective_vmem_limit();
-    let backend_config = backend_config(&body_bytecode, &cost, vmem_limit);
+    let backend_config = backend_config(&serialized_body, &cost, vmem_limit);
     let (module, transposes) = wrapper(&m, k, CallTarget::Tpu(&backend_config))?;
     Ok(TpuCustomCall {
         module,
         body,
-        body_bytecode,
+        serialized_body,
         backend_config,
         cost,
         vmem_limit,

@@ -72,13 +72,16 @@ pub(crate) fn build<'c>(
         ));
         windows.push(w);
     }
-    for s in &k.scratch {
+    for s in k.scratch.iter().filter(|s| !s.scoped) {
         arg_types.push(ir.memref(
             &s.shape,
             memory_dtype(opts.flavor, s.dtype),
             None,
             space(s.space)?,
         ));
+    }
+    for s in k.semaphores.iter().filter(|s| !s.scoped) {
+        arg_types.push(crate::convention::semaphore_type(ir, s.kind, &s.shape));
     }
 
     // The kernel body.
@@ -158,7 +161,13 @@ pub(crate) fn build<'c>(
         ("dimension_semantics", ir.array_attr(&sem)),
         ("iteration_bounds", ir.i64_array(&bounds)),
         ("scalar_prefetch", ir.i64_attr(k.prefetch.len() as i64)),
-        ("scratch_operands", ir.i64_attr(k.scratch.len() as i64)),
+        (
+            "scratch_operands",
+            ir.i64_attr(
+                (k.scratch.iter().filter(|s| !s.scoped).count()
+                    + k.semaphores.iter().filter(|s| !s.scoped).count()) as i64,
+            ),
+        ),
         ("window_params", ir.array_attr(&window_params)),
     ];
     if flavor == Flavor::Mosaic {

@@ -103,6 +103,15 @@ fn printed_kernel_module(
         flavor,
         no_memory_spaces: false,
     };
+    // Upstream dialects have no DMA engine: copies become synchronous.
+    let synchronous;
+    let kernel = match flavor {
+        Flavor::Upstream => {
+            synchronous = kernel.with_synchronous_copies();
+            &synchronous
+        }
+        Flavor::Mosaic => kernel,
+    };
     let module = kernel_module::build(&ir, kernel, options)?;
     m.verify(&module, what)?;
     Ok(module.as_operation().to_string())

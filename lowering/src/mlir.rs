@@ -293,6 +293,25 @@ impl<'c> Ir<'c> {
         MemRefType::new(self.elem(d), &dims, layout, memory_space).into()
     }
 
+    /// A memref of any element type (unchecked, like [`Ir::memref`]): the
+    /// form for Mosaic's semaphore memrefs, whose element types come from
+    /// the tpu dialect, which this context does not load.
+    pub fn memref_of(
+        &self,
+        elem: Type<'c>,
+        shape: &[usize],
+        memory_space: Option<Attribute<'c>>,
+    ) -> Type<'c> {
+        let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        MemRefType::new(elem, &dims, None, memory_space).into()
+    }
+
+    /// Parses a type (an opaque one for a dialect this context lacks).
+    pub fn parse_type(&self, text: &str) -> Result<Type<'c>, LoweringError> {
+        Type::parse(self.ctx, text)
+            .ok_or_else(|| LoweringError::Internal(format!("cannot parse the type {text}")))
+    }
+
     pub fn func_type(&self, inputs: &[Type<'c>], results: &[Type<'c>]) -> Type<'c> {
         FunctionType::new(self.ctx, inputs, results).into()
     }

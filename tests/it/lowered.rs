@@ -85,7 +85,7 @@ fn tpu_custom_calls_with_their_bodies() {
         // The serialized body is what the call carries. It holds the
         // kernel's source locations (line numbers), so the snapshot shows
         // it decoded, without them, instead of as base64.
-        let b64 = lowering_base64(&c.body_bytecode);
+        let b64 = lowering_base64(&c.serialized_body);
         assert!(c.module.contains(&b64), "{name}");
         insta::assert_snapshot!(
             format!("{name}__2_tpu_custom_call"),

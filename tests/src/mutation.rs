@@ -289,6 +289,8 @@ pub fn mutate(k: &mut Kernel, r: &mut SplitMix64) {
             dtype: pick(r, &DType::ALL),
             shape: vec![pick(r, &DIMS); r.below(3)],
             space: pick(r, &[MemorySpace::Vmem, MemorySpace::Smem, MemorySpace::Any]),
+            // A scoped buffer no scope allocates must be rejected.
+            scoped: r.below(4) == 0,
             loc: None,
         }),
         6 => k.prefetch.push(kernel_ir::ScalarPrefetch {

@@ -103,7 +103,7 @@ fn builder_for(tiles: &[Tile]) -> u32 {
 }
 
 /// Opens a region whose args have `types`; returns the arg tiles.
-fn open(st: &mut State, types: Vec<Option<TileType>>, builder: u32) -> Vec<Tile> {
+pub(super) fn open(st: &mut State, types: Vec<Option<TileType>>, builder: u32) -> Vec<Tile> {
     let args: Vec<ValueId> = types.into_iter().map(|t| st.new_value(t)).collect();
     st.regions.push(Region {
         args: args.clone(),
@@ -113,7 +113,7 @@ fn open(st: &mut State, types: Vec<Option<TileType>>, builder: u32) -> Vec<Tile>
 }
 
 /// Closes the innermost region, yielding `yields`.
-fn close(builder: u32, yields: &[Tile], loc: &Loc) -> Region {
+pub(super) fn close(builder: u32, yields: &[Tile], loc: &Loc) -> Region {
     state::with(builder, |st| {
         let ids: Vec<ValueId> = yields.iter().filter_map(|t| st.own(*t, loc)).collect();
         let mut region = if st.regions.len() > 1 {

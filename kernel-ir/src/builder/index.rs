@@ -118,6 +118,18 @@ impl IntoIndices for () {
         Some(Vec::new())
     }
 }
+macro_rules! single_index {
+    ($($t:ty),*) => {$(
+        impl IntoIndices for $t {
+            fn into_indices(self) -> Option<Vec<Idx>> {
+                Some(vec![self.into()])
+            }
+        }
+    )*};
+}
+// One index of a rank-1 buffer or semaphore array: `sems.at(slot)`.
+single_index!(i32, i64, usize, Tile);
+
 impl IntoIndices for Vec<Idx> {
     fn into_indices(self) -> Option<Vec<Idx>> {
         Some(self)

@@ -20,11 +20,13 @@
 //! ```
 
 mod control;
+mod dma;
 mod index;
 mod refs;
 mod state;
 mod tile;
 
+pub use dma::{AsyncCopy, Scope, Sem, SemArray, View, async_copy, scoped};
 pub use control::{Bound, Carry, for_range, for_range_step, if_else, when};
 pub use index::{Idx, IntoIndices, Start, ds};
 pub use refs::{IntoIndexExprs, Ref};
@@ -47,7 +49,7 @@ use crate::{
 /// Not `Send`: a kernel is built on one thread (the finished [`Kernel`] is
 /// plain data and moves freely).
 pub struct KernelBuilder {
-    id: u32,
+    pub(super) id: u32,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -64,6 +66,7 @@ impl KernelBuilder {
             prefetch: Vec::new(),
             operands: Vec::new(),
             scratch: Vec::new(),
+            semaphores: Vec::new(),
             body: Body::default(),
         };
         KernelBuilder {
@@ -176,6 +179,7 @@ impl KernelBuilder {
                 dtype,
                 shape,
                 space: MemorySpace::Vmem,
+                scoped: false,
                 loc: Some(loc),
             });
             st.sig.scratch.len() - 1

@@ -313,7 +313,7 @@ impl Ref {
 }
 
 /// Turns builder indices into IR indices against the buffer's view shape.
-fn resolve(
+pub(super) fn resolve(
     st: &mut State,
     buffer: BufferRef,
     idx: Option<Vec<Idx>>,

@@ -143,7 +143,12 @@ impl State {
 
 fn result_count(kind: &OpKind) -> usize {
     match kind {
-        OpKind::Store { .. } => 0,
+        OpKind::Store { .. }
+        | OpKind::DmaStart(_)
+        | OpKind::DmaWait(_)
+        | OpKind::SemSignal { .. }
+        | OpKind::SemWait { .. }
+        | OpKind::Scope { .. } => 0,
         OpKind::For { init, .. } => init.len(),
         OpKind::If { then_region, .. } => then_region.yields.len(),
         _ => 1,

@@ -18,7 +18,7 @@ pub(crate) struct Val {
 }
 
 impl Val {
-    fn clean(dtype: DType, shape: Vec<usize>, data: Vec<f64>) -> Val {
+    pub(super) fn clean(dtype: DType, shape: Vec<usize>, data: Vec<f64>) -> Val {
         Val {
             dtype,
             shape,
@@ -27,11 +27,11 @@ impl Val {
         }
     }
 
-    fn is_poison(&self, i: usize) -> bool {
+    pub(super) fn is_poison(&self, i: usize) -> bool {
         self.poison.as_ref().is_some_and(|p| p[i])
     }
 
-    fn any_poison(&self) -> bool {
+    pub(super) fn any_poison(&self) -> bool {
         self.poison.as_ref().is_some_and(|p| p.iter().any(|&b| b))
     }
 }
@@ -46,12 +46,14 @@ pub(crate) struct Machine<'a> {
     pub offsets: Vec<Vec<i64>>,
     pub env: Vec<Option<Val>>,
     pub grid_point: Vec<i64>,
+    /// Copies in flight and semaphore values.
+    pub dma: super::dma::DmaState,
 }
 
-type R<T> = Result<T, KernelError>;
+pub(super) type R<T> = Result<T, KernelError>;
 
 /// Start and length of the indexed range in each buffer dim.
-type Ranges = Vec<(i64, usize)>;
+pub(super) type Ranges = Vec<(i64, usize)>;
 
 fn strides_of(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1usize; shape.len()];
@@ -114,7 +116,7 @@ impl Machine<'_> {
         Ok(int(val.data.first().copied().unwrap_or(0.0)))
     }
 
-    fn index_value(&self, iv: &IndexValue, what: &str, loc: &Option<Loc>) -> R<i64> {
+    pub(super) fn index_value(&self, iv: &IndexValue, what: &str, loc: &Option<Loc>) -> R<i64> {
         match iv {
             IndexValue::Static(s) => Ok(*s),
             IndexValue::Dynamic(v) => self.scalar(*v, what, loc),
@@ -336,6 +338,31 @@ impl Machine<'_> {
                 }
                 return Ok(());
             }
+            OpKind::DmaStart(c) => {
+                self.dma_start(c, loc)?;
+                return Ok(());
+            }
+            OpKind::DmaWait(c) => {
+                self.dma_wait(c, loc)?;
+                return Ok(());
+            }
+            OpKind::SemSignal { sem, amount } => {
+                self.sem_signal(sem, amount, loc)?;
+                return Ok(());
+            }
+            OpKind::SemWait { sem, amount } => {
+                self.sem_wait(sem, amount, loc)?;
+                return Ok(());
+            }
+            OpKind::SemRead { sem } => self.sem_read(sem, loc)?,
+            OpKind::Scope {
+                scratch,
+                semaphores,
+                body,
+            } => {
+                self.scope(scratch, semaphores, body, loc)?;
+                return Ok(());
+            }
             OpKind::If {
                 cond,
                 then_region,
@@ -357,7 +384,7 @@ impl Machine<'_> {
     }
 
     /// Resolves a buffer: which store, window offset, view shape.
-    fn view(&self, b: BufferRef) -> (Vec<i64>, Vec<usize>) {
+    pub(super) fn view(&self, b: BufferRef) -> (Vec<i64>, Vec<usize>) {
         match b {
             BufferRef::Operand(i) => (
                 self.offsets[i].clone(),
@@ -392,7 +419,7 @@ impl Machine<'_> {
 
     /// Start and length per dim (points have length 1), and the result
     /// shape.
-    fn ranges(
+    pub(super) fn ranges(
         &self,
         op: &'static str,
         b: BufferRef,
@@ -445,10 +472,25 @@ impl Machine<'_> {
     ) -> R<Val> {
         let (ranges, shape) = self.ranges("load", b, indices, loc)?;
         let (offset, _) = self.view(b);
+        self.check_access("load", b, &ranges, &offset, false, loc)?;
         let mask = match mask {
             Some(m) => Some(self.get(m)?),
             None => None,
         };
+        self.read(b, &ranges, &offset, shape, mask, loc)
+    }
+
+    /// Reads `ranges` of buffer `b` (whose view starts at `offset`) as a
+    /// value of the kept `shape`.
+    pub(super) fn read(
+        &self,
+        b: BufferRef,
+        ranges: &Ranges,
+        offset: &[i64],
+        shape: Vec<usize>,
+        mask: Option<&Val>,
+        loc: &Option<Loc>,
+    ) -> R<Val> {
         let buf = self.buf(b);
         let lens: Vec<usize> = ranges.iter().map(|r| r.1).collect();
         let n: usize = lens.iter().product();
@@ -554,10 +596,25 @@ impl Machine<'_> {
             }
             None => None,
         };
+        self.check_access("store", b, &ranges, &offset, true, loc)?;
+        self.write(b, &ranges, &offset, &value, mask.as_deref());
+        Ok(())
+    }
+
+    /// Writes `value` into `ranges` of buffer `b` (whose view starts at
+    /// `offset`) where `mask` is nonzero.
+    pub(super) fn write(
+        &mut self,
+        b: BufferRef,
+        ranges: &Ranges,
+        offset: &[i64],
+        value: &Val,
+        mask: Option<&[f64]>,
+    ) {
         let buf = self.buf_mut(b);
         let lens: Vec<usize> = ranges.iter().map(|r| r.1).collect();
         for_each_index(&lens, |k, idx| {
-            if mask.as_ref().is_some_and(|m| m[k] == 0.0) {
+            if mask.is_some_and(|m| m[k] == 0.0) {
                 return;
             }
             let mut flat = 0usize;
@@ -573,7 +630,6 @@ impl Machine<'_> {
             buf.data[flat] = value.data[k];
             buf.state[flat] = if value.is_poison(k) { POISON } else { DEFINED };
         });
-        Ok(())
     }
 }
 

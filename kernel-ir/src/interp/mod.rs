@@ -14,12 +14,18 @@
 //!   reaches an output element, a branch, a loop bound or an index is an
 //!   error, poison written to the padding is dropped as on hardware;
 //! * output elements never written are reported;
+//! * copies and semaphores are checked for the races and hangs hardware
+//!   hides (see the `dma` module): a copy's destination touched before
+//!   its wait, a wait with nothing in flight, copies in flight or
+//!   semaphores not at zero at the end; [`InterpOptions::dma_seed`] lets
+//!   waits retire copies that share a semaphore in a random order;
 //! * [`InterpOptions::shuffle_seed`] runs the parallel part of the grid in a
 //!   shuffled order to expose hidden dependences between parallel steps.
 //!
 //! Arithmetic is exact in f64 and rounded to the result dtype after every
 //! op, so results are those of a correctly rounded implementation.
 
+mod dma;
 mod eval;
 
 use crate::array::SplitMix64;
@@ -35,6 +41,11 @@ pub struct InterpOptions {
     pub shuffle_seed: Option<u64>,
     /// Most iterations one `for` op may run.
     pub max_loop_trips: u64,
+    /// Let each DMA wait retire a random copy of its size among those in
+    /// flight on its semaphore (seeded), instead of the copy it describes:
+    /// exposes copies that share a semaphore and are used before their
+    /// own wait.
+    pub dma_seed: Option<u64>,
 }
 
 impl Default for InterpOptions {
@@ -42,6 +53,7 @@ impl Default for InterpOptions {
         InterpOptions {
             shuffle_seed: None,
             max_loop_trips: 1 << 24,
+            dma_seed: None,
         }
     }
 }
@@ -165,6 +177,7 @@ fn run(
         offsets: vec![Vec::new(); k.operands.len()],
         env: vec![None; k.body.values.len()],
         grid_point: Vec::new(),
+        dma: dma::DmaState::new(k, opts.dma_seed),
     };
     let order = grid_order(k, opts.shuffle_seed);
     let parallel: Vec<usize> = (0..k.grid.rank())
@@ -175,6 +188,9 @@ fn run(
     for point in order {
         let par: Vec<i64> = parallel.iter().map(|&d| point[d]).collect();
         if last_parallel.as_ref() != Some(&par) {
+            if last_parallel.is_some() {
+                m.none_in_flight("a parallel grid index changes (the next step may run on another core)")?;
+            }
             for s in &mut m.scratch {
                 s.state.fill(UNWRITTEN);
             }
@@ -203,6 +219,7 @@ fn run(
             }
         }
     }
+    m.finish_dma()?;
     collect_outputs(k, m.operands)
 }
 

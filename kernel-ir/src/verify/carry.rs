@@ -9,7 +9,8 @@
 //!
 //! The analysis is flow-sensitive but conservative inside loops and
 //! branches: a store there defines the buffer only for the rest of that
-//! region.
+//! region. A waited copy into a buffer defines it like a full store;
+//! scoped buffers never carry state.
 
 use std::collections::HashMap;
 
@@ -53,7 +54,19 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
         reported: vec![false; k.scratch.len()],
         errors: Vec::new(),
     };
-    let mut states = vec![State::Carried; k.scratch.len()];
+    // Scoped buffers are allocated afresh by their scope: they carry
+    // nothing (reading one before writing it is the interpreter's error).
+    let mut states: Vec<State> = k
+        .scratch
+        .iter()
+        .map(|s| {
+            if s.scoped {
+                State::Defined
+            } else {
+                State::Carried
+            }
+        })
+        .collect();
     w.region(&k.body.region, &mut states);
     w.errors
 }
@@ -180,6 +193,19 @@ impl Walker<'_> {
                 OpKind::For { body, .. } => {
                     let mut inner = states.to_vec();
                     self.region(body, &mut inner);
+                }
+                // Runs exactly once, so what it defines stays defined.
+                OpKind::Scope { body, .. } => self.region(body, states),
+                // A waited copy has filled its destination in this step
+                // (the copy itself may have started in the step before,
+                // along an arbitrary dim: the interpreter rejects copies
+                // in flight across a parallel one).
+                OpKind::DmaWait(c) => {
+                    if let BufferRef::Scratch(s) = c.dst.buffer
+                        && s < states.len()
+                    {
+                        states[s] = State::Defined;
+                    }
                 }
                 kind => {
                     if let Some(s) = self.full_store(kind) {

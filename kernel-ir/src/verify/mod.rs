@@ -3,7 +3,8 @@
 //!
 //! * [`signature`]: names, shapes, block specs, index-map references,
 //!   layouts, alignment values, memory spaces;
-//! * [`body`]: SSA scoping and the type of every op;
+//! * [`body`]: SSA scoping and the type of every op (copies, semaphores);
+//! * [`scope`]: scoped buffers and semaphores used only in their scope;
 //! * [`tiling`]: the TPU (sublane, lane) tiling of VMEM blocks, applied to
 //!   the physical minor dims;
 //! * [`grid_walk`]: index maps evaluated over the grid: blocks in bounds
@@ -20,6 +21,7 @@ mod body;
 mod carry;
 mod grid_walk;
 mod mosaic;
+mod scope;
 mod signature;
 mod tiling;
 
@@ -47,6 +49,12 @@ impl VerifiedKernel {
     /// Gives the kernel back (for editing and re-verifying).
     pub fn into_kernel(self) -> Kernel {
         self.kernel
+    }
+
+    /// A kernel that a semantics-preserving pass made from a verified one
+    /// (the pass's own tests check it against the interpreter).
+    pub(crate) fn trusted(kernel: Kernel) -> VerifiedKernel {
+        VerifiedKernel { kernel }
     }
 
     /// The VMEM budget (which fits, or the kernel would not verify).
@@ -103,6 +111,7 @@ impl Kernel {
         let body_errors = body::check(self);
         let typed = body_errors.is_empty();
         errors.extend(body_errors);
+        errors.extend(scope::check(self));
         if typed && mosaic_rules {
             errors.extend(mosaic::check(self));
         }

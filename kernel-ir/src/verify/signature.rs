@@ -52,7 +52,8 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
         .iter()
         .map(|p| (&p.name, &p.loc))
         .chain(k.operands.iter().map(|o| (&o.name, &o.loc)))
-        .chain(k.scratch.iter().map(|s| (&s.name, &s.loc)));
+        .chain(k.scratch.iter().map(|s| (&s.name, &s.loc)))
+        .chain(k.semaphores.iter().map(|s| (&s.name, &s.loc)));
     for (name, loc) in decls {
         if !is_identifier(name) {
             err(ErrorKind::BadName { name: name.clone() }, loc);
@@ -104,6 +105,21 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
                 },
                 &s.loc,
             );
+        }
+    }
+
+    for s in &k.semaphores {
+        if s.shape.contains(&0) {
+            err(
+                ErrorKind::ZeroSize {
+                    what: format!("semaphores `{}`", s.name),
+                    shape: s.shape.clone(),
+                },
+                &s.loc,
+            );
+        }
+        if let Some(kind) = too_large(format!("semaphores `{}`", s.name), &s.shape) {
+            err(kind, &s.loc);
         }
     }
 

@@ -19,7 +19,7 @@ impl<'c> BodyEmitter<'_, 'c> {
             return Err(self.unsupported(
                 op,
                 &format!(
-                    "operand `{}` is in memory space `any` (HBM), which a TPU kernel reaches only by DMA, and Tessera does not model DMA yet; give it a block spec so it arrives in VMEM",
+                    "operand `{}` is in memory space `any` (HBM), which a TPU kernel reaches only by DMA: copy the part you need into VMEM scratch with `async_copy(..).start()` and `.wait()`, or give it a block spec so it arrives in VMEM",
                     self.k.operands[i].name
                 ),
             ));
@@ -104,7 +104,7 @@ impl<'c> BodyEmitter<'_, 'c> {
         rt: &TileType,
     ) -> Result<Raw, LoweringError> {
         let ir = self.ir;
-        let base = self.args[self.layout.arg(b, false)];
+        let base = self.base(b, false);
         let acc = self.accesses(block, b, indices)?;
         let starts: Vec<Raw> = acc.iter().map(|a| a.start).collect();
         let mem = memory_dtype(self.flavor, rt.dtype);
@@ -200,7 +200,7 @@ impl<'c> BodyEmitter<'_, 'c> {
         mask: Option<ValueId>,
     ) -> Result<(), LoweringError> {
         let ir = self.ir;
-        let base = self.args[self.layout.arg(b, true)];
+        let base = self.base(b, true);
         let acc = self.accesses(block, b, indices)?;
         let starts: Vec<Raw> = acc.iter().map(|a| a.start).collect();
         let mut vt = self.ty(value).clone();

@@ -14,6 +14,7 @@ use crate::convention::{ArgLayout, Flavor, Window};
 use crate::lowered_values::LoweredValues;
 use crate::mlir::{Ir, Raw};
 
+mod dma;
 mod dot;
 mod elementwise;
 mod memory;
@@ -31,6 +32,10 @@ pub(crate) struct BodyEmitter<'a, 'c> {
     /// permutation, so that a transpose undoing one yields the source (the
     /// transposed view of a layout-hinted operand, then `.t()` in the body).
     transposes: std::cell::RefCell<Vec<(Raw, Raw, Vec<usize>)>>,
+    /// Buffers allocated by the scope being emitted (Mosaic).
+    scoped: std::collections::HashMap<kernel_ir::BufferRef, Raw>,
+    /// Semaphore arrays allocated by the scope being emitted (Mosaic).
+    scoped_semaphores: std::collections::HashMap<usize, Raw>,
 }
 
 /// One dim of an indexed buffer access.
@@ -58,6 +63,8 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
             windows,
             values: LoweredValues::new(k),
             transposes: std::cell::RefCell::new(Vec::new()),
+            scoped: Default::default(),
+            scoped_semaphores: Default::default(),
         }
     }
 
@@ -66,6 +73,22 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         let region = &self.k.body.region;
         self.region(block, region)?;
         Ok(())
+    }
+
+    /// The memref a load (`write == false`) or store of `b` reaches.
+    fn base(&self, b: kernel_ir::BufferRef, write: bool) -> Raw {
+        match self.scoped.get(&b) {
+            Some(&v) => v,
+            None => self.args[self.layout.arg(b, write)],
+        }
+    }
+
+    /// The memref of semaphore array `i`.
+    fn semaphore_base(&self, i: usize) -> Raw {
+        match self.scoped_semaphores.get(&i) {
+            Some(&v) => v,
+            None => self.args[self.layout.semaphores[i]],
+        }
     }
 
     fn v(&self, id: ValueId) -> Result<Raw, LoweringError> {
@@ -160,6 +183,25 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         ir.set_loc(op.loc.as_ref());
         let res = op.results.first().copied();
         let out = match &op.kind {
+            OpKind::DmaStart(c) => {
+                self.dma(block, op, c, true)?;
+                None
+            }
+            OpKind::DmaWait(c) => {
+                self.dma(block, op, c, false)?;
+                None
+            }
+            OpKind::SemSignal { sem, amount } => self.sem_op(block, op, sem, Some(amount), true)?,
+            OpKind::SemWait { sem, amount } => self.sem_op(block, op, sem, Some(amount), false)?,
+            OpKind::SemRead { sem } => self.sem_op(block, op, sem, None, false)?,
+            OpKind::Scope {
+                scratch,
+                semaphores,
+                body,
+            } => {
+                self.scope(block, op, scratch, semaphores, body)?;
+                None
+            }
             OpKind::Constant { value, ty } => Some(self.constant(block, value.as_f64(), ty)?),
             OpKind::ProgramId { dim } => Some(self.args[*dim]),
             OpKind::NumPrograms { dim } => {

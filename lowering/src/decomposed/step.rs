@@ -89,6 +89,17 @@ impl<'c> Step<'_, 'c> {
         let res = op.results.first().copied();
         let rt = res.map(|r| self.ty(r));
         let out = match &op.kind {
+            OpKind::DmaStart(_)
+            | OpKind::DmaWait(_)
+            | OpKind::SemSignal { .. }
+            | OpKind::SemWait { .. }
+            | OpKind::SemRead { .. }
+            | OpKind::Scope { .. } => {
+                return Err(LoweringError::Internal(format!(
+                    "`{}` reached the decomposed lowering; the synchronous-copies pass removes it",
+                    op.kind.mnemonic()
+                )));
+            }
             OpKind::Constant { value, ty } => {
                 Some(e.splat(b, value.as_f64(), ty.dtype, &ty.shape)?)
             }

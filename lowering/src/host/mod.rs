@@ -89,7 +89,7 @@ impl std::fmt::Debug for HostKernel {
 pub fn host_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
     let m = Mlir::new();
     let ir = Ir::new(&m.ctx, "");
-    let (module, _) = build(&ir, kernel)?;
+    let (module, _) = build(&ir, &kernel.with_synchronous_copies())?;
     m.verify(&module, "host kernel module")?;
     Ok(module.as_operation().to_string())
 }
@@ -97,7 +97,9 @@ pub fn host_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
 impl HostKernel {
     /// Builds the host module, lowers it to LLVM and JIT-compiles it.
     pub fn compile(kernel: &VerifiedKernel) -> Result<HostKernel, LoweringError> {
-        let k: &Kernel = kernel;
+        // The host has no DMA engine: copies become synchronous.
+        let synchronous = kernel.with_synchronous_copies();
+        let k: &Kernel = &synchronous;
         let m = Mlir::new();
         let ir = Ir::new(&m.ctx, "");
         let (mut module, workspace_bytes) = build(&ir, k)?;

@@ -412,6 +412,17 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         let ir = self.ir;
         let res = op.results.first().copied();
         match &op.kind {
+            OpKind::DmaStart(_)
+            | OpKind::DmaWait(_)
+            | OpKind::SemSignal { .. }
+            | OpKind::SemWait { .. }
+            | OpKind::SemRead { .. }
+            | OpKind::Scope { .. } => {
+                return Err(LoweringError::Internal(format!(
+                    "`{}` reached the host lowering; the synchronous-copies pass removes it",
+                    op.kind.mnemonic()
+                )));
+            }
             OpKind::Constant { value, ty } => {
                 let r = res.ok_or_else(|| LoweringError::Internal("constant".into()))?;
                 if ty.shape.is_empty() {

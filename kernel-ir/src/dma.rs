@@ -1,0 +1,134 @@
+//! Asynchronous copies and semaphores: the data movement a kernel does by
+//! hand (Pallas's `make_async_copy`, `SemaphoreType`, `run_scoped`).
+//!
+//! A copy is described by a [`DmaCopy`]: a source and a destination view
+//! (a buffer with one [`Index`] per dim, as loads and stores take) and the
+//! DMA semaphore the copy signals. `dma_start` enqueues it; `dma_wait`
+//! with a descriptor of the same size blocks until that many bytes have
+//! arrived on the semaphore. The descriptor is plain data, rebuilt for the
+//! wait, so a copy started in one grid step can be waited in the next
+//! (the double-buffering pattern of paged attention).
+
+use std::fmt;
+
+use crate::{BufferRef, DType, Index, IndexValue, Loc, ValueId};
+
+/// What a semaphore counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SemaphoreKind {
+    /// Bytes of finished copies: signalled by the DMA engine, waited by
+    /// `dma_wait` (Pallas's `SemaphoreType.DMA`).
+    Dma,
+    /// A counter the kernel signals and waits itself (Pallas's
+    /// `SemaphoreType.REGULAR`).
+    Regular,
+}
+
+impl fmt::Display for SemaphoreKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SemaphoreKind::Dma => "dma_semaphore",
+            SemaphoreKind::Regular => "semaphore",
+        })
+    }
+}
+
+/// An array of semaphores: scratch that starts at zero and must be back at
+/// zero when the kernel (or its scope) ends.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Semaphores {
+    /// Name, unique within the kernel.
+    pub name: String,
+    /// DMA or regular.
+    pub kind: SemaphoreKind,
+    /// Shape of the array (empty for a single semaphore).
+    pub shape: Vec<usize>,
+    /// Allocated by a `scope` op for its body only, not for the whole
+    /// kernel.
+    pub scoped: bool,
+    /// Where it was declared.
+    pub loc: Option<Loc>,
+}
+
+/// One semaphore of a [`Semaphores`] array.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SemRef {
+    /// Index into [`crate::Kernel::semaphores`].
+    pub array: usize,
+    /// One index per dim of the array.
+    pub at: Vec<IndexValue>,
+}
+
+impl SemRef {
+    /// Dynamic values it reads.
+    pub fn operands(&self) -> impl Iterator<Item = ValueId> + '_ {
+        self.at.iter().filter_map(|i| match i {
+            IndexValue::Dynamic(v) => Some(*v),
+            IndexValue::Static(_) => None,
+        })
+    }
+}
+
+/// A view of a buffer: what one side of a copy moves.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BufferView {
+    /// The buffer.
+    pub buffer: BufferRef,
+    /// One index per buffer dim; points drop their dim.
+    pub indices: Vec<Index>,
+}
+
+impl BufferView {
+    /// The shape of the view: the lengths of its slices.
+    pub fn shape(&self) -> Vec<usize> {
+        self.indices
+            .iter()
+            .filter_map(|i| match i {
+                Index::Slice { len, .. } => Some(*len),
+                Index::Point(_) => None,
+            })
+            .collect()
+    }
+
+    /// Dynamic values it reads.
+    pub fn operands(&self) -> impl Iterator<Item = ValueId> + '_ {
+        self.indices.iter().filter_map(|i| match i {
+            Index::Slice {
+                start: IndexValue::Dynamic(v),
+                ..
+            }
+            | Index::Point(IndexValue::Dynamic(v)) => Some(*v),
+            _ => None,
+        })
+    }
+}
+
+/// An asynchronous copy: source, destination and the DMA semaphore that
+/// counts its bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DmaCopy {
+    /// What is read.
+    pub src: BufferView,
+    /// What is written.
+    pub dst: BufferView,
+    /// The DMA semaphore signalled as bytes arrive.
+    pub sem: SemRef,
+}
+
+impl DmaCopy {
+    /// Dynamic values it reads (source indices, destination indices,
+    /// semaphore index).
+    pub fn operands(&self) -> Vec<ValueId> {
+        self.src
+            .operands()
+            .chain(self.dst.operands())
+            .chain(self.sem.operands())
+            .collect()
+    }
+
+    /// Bytes the copy moves for elements of `dtype`.
+    pub fn bytes(&self, dtype: DType) -> u64 {
+        let n: u64 = self.dst.shape().iter().map(|&d| d as u64).product();
+        n.saturating_mul(dtype.tpu_memory_dtype().bytes() as u64)
+    }
+}

@@ -1,0 +1,225 @@
+//! Copies, semaphores and scopes in Mosaic's ops, as Pallas emits them
+//! (read from a jax 0.11.2 export of a kernel with `make_async_copy`,
+//! semaphores and `run_scoped`):
+//!
+//! * a view is `tpu.memref_slice` (i32 starts, unit length for points)
+//!   then `tpu.memref_squeeze` when points drop dims;
+//! * `tpu.enqueue_dma source target target_semaphore`, and
+//!   `tpu.wait_dma2 semaphore src dst` rebuilt from the same views;
+//! * `tpu.sem_signal`, `tpu.sem_wait`, `tpu.sem_read` on a sliced and
+//!   squeezed semaphore;
+//! * a scope is `tpu.region` whose block allocates with `memref.alloca`
+//!   and `tpu.sem_alloc` and ends in `tpu.yield`.
+//!
+//! Only the Mosaic flavor sees these ops: the CPU targets lower the
+//! kernel after [`kernel_ir::VerifiedKernel::with_synchronous_copies`].
+
+use melior::ir::{Block, Type};
+
+use kernel_ir::{BufferRef, BufferView, DmaCopy, Index, MemorySpace, Op, Region, SemRef};
+
+use super::BodyEmitter;
+use crate::LoweringError;
+use crate::convention::{Flavor, memory_dtype, memory_space, semaphore_type};
+use crate::mlir::Raw;
+
+impl<'c> BodyEmitter<'_, 'c> {
+    fn mosaic_only(&self, op: &Op) -> Result<(), LoweringError> {
+        match self.flavor {
+            Flavor::Mosaic => Ok(()),
+            Flavor::Upstream => Err(LoweringError::Internal(format!(
+                "`{}` reached the upstream kernel module; the synchronous-copies pass removes it",
+                op.kind.mnemonic()
+            ))),
+        }
+    }
+
+    /// The memref a buffer's view lives in: shape, element type, space.
+    fn buffer_memref(&self, b: BufferRef) -> (Vec<usize>, kernel_ir::DType, MemorySpace) {
+        match b {
+            BufferRef::Operand(i) => {
+                let o = &self.k.operands[i];
+                (o.view_shape().to_vec(), o.dtype, o.space)
+            }
+            BufferRef::Scratch(i) => {
+                let s = &self.k.scratch[i];
+                (s.shape.clone(), s.dtype, s.space)
+            }
+            BufferRef::Prefetch(i) => {
+                let p = &self.k.prefetch[i];
+                (p.shape.clone(), p.dtype, MemorySpace::Smem)
+            }
+        }
+    }
+
+    /// Slices `base` (a memref of `shape`) at `indices` and squeezes the
+    /// points away; the whole memref when every index is a full slice.
+    fn sliced(
+        &self,
+        block: &Block<'c>,
+        base: Raw,
+        shape: &[usize],
+        indices: &[Index],
+        memref: impl Fn(&[usize]) -> Type<'c>,
+    ) -> Result<Raw, LoweringError> {
+        let whole = indices.iter().zip(shape).all(|(i, &n)| {
+            matches!(i, Index::Slice { start: kernel_ir::IndexValue::Static(0), len } if *len == n)
+        });
+        if whole {
+            return Ok(base);
+        }
+        let ir = self.ir;
+        let mut ops = vec![base];
+        let mut lens = Vec::with_capacity(indices.len());
+        let mut kept = Vec::new();
+        for ix in indices {
+            let (start, len) = match ix {
+                Index::Slice { start, len } => {
+                    kept.push(*len);
+                    (start, *len)
+                }
+                Index::Point(start) => (start, 1),
+            };
+            ops.push(self.i32_value(block, start)?);
+            lens.push(len);
+        }
+        let rank = indices.len() as i32;
+        let slice = ir.op1(
+            block,
+            "tpu.memref_slice",
+            &ops,
+            memref(&lens),
+            vec![("operandSegmentSizes", ir.i32_array(&[1, rank, 0]))],
+        )?;
+        if kept.len() == lens.len() {
+            return Ok(slice);
+        }
+        ir.op1(block, "tpu.memref_squeeze", &[slice], memref(&kept), Vec::new())
+    }
+
+    fn view(&self, block: &Block<'c>, v: &BufferView, write: bool) -> Result<Raw, LoweringError> {
+        let (shape, dtype, space) = self.buffer_memref(v.buffer);
+        let space = memory_space(self.ir, space, self.flavor)?;
+        let mem = memory_dtype(self.flavor, dtype);
+        let base = self.base(v.buffer, write);
+        self.sliced(block, base, &shape, &v.indices, |s| {
+            self.ir.memref(s, mem, None, space)
+        })
+    }
+
+    fn semaphore(&self, block: &Block<'c>, s: &SemRef) -> Result<Raw, LoweringError> {
+        let a = &self.k.semaphores[s.array];
+        let base = self.semaphore_base(s.array);
+        let indices: Vec<Index> = s.at.iter().map(|i| Index::Point(*i)).collect();
+        self.sliced(block, base, &a.shape, &indices, |shape| {
+            semaphore_type(self.ir, a.kind, shape)
+        })
+    }
+
+    pub(super) fn dma(&mut self, block: &Block<'c>, op: &Op, c: &DmaCopy, start: bool) -> Result<(), LoweringError> {
+        self.mosaic_only(op)?;
+        let ir = self.ir;
+        let src = self.view(block, &c.src, false)?;
+        let dst = self.view(block, &c.dst, true)?;
+        let sem = self.semaphore(block, &c.sem)?;
+        let no = ir.parse_attr("false")?;
+        if start {
+            ir.op(
+                block,
+                "tpu.enqueue_dma",
+                &[src, dst, sem],
+                &[],
+                vec![
+                    ("operandSegmentSizes", ir.i32_array(&[1, 0, 1, 1, 0, 0, 0])),
+                    ("priority", ir.i32_attr(0)),
+                    ("strict_ordering", no),
+                ],
+                Vec::new(),
+            )?;
+        } else {
+            ir.op(
+                block,
+                "tpu.wait_dma2",
+                &[sem, src, dst],
+                &[],
+                vec![
+                    ("operandSegmentSizes", ir.i32_array(&[1, 1, 1, 0, 0])),
+                    ("strict_ordering", no),
+                ],
+                Vec::new(),
+            )?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn sem_op(
+        &mut self,
+        block: &Block<'c>,
+        op: &Op,
+        sem: &SemRef,
+        amount: Option<&kernel_ir::IndexValue>,
+        signal: bool,
+    ) -> Result<Option<Raw>, LoweringError> {
+        self.mosaic_only(op)?;
+        let ir = self.ir;
+        let s = self.semaphore(block, sem)?;
+        let Some(amount) = amount else {
+            return Ok(Some(ir.op1(block, "tpu.sem_read", &[s], ir.i32(), Vec::new())?));
+        };
+        let n = self.i32_value(block, amount)?;
+        if signal {
+            ir.op(
+                block,
+                "tpu.sem_signal",
+                &[s, n],
+                &[],
+                vec![("operandSegmentSizes", ir.i32_array(&[1, 1, 0, 0, 0]))],
+                Vec::new(),
+            )?;
+        } else {
+            ir.op(block, "tpu.sem_wait", &[s, n], &[], Vec::new(), Vec::new())?;
+        }
+        Ok(None)
+    }
+
+    pub(super) fn scope(
+        &mut self,
+        block: &Block<'c>,
+        op: &Op,
+        scratch: &[usize],
+        semaphores: &[usize],
+        body: &Region,
+    ) -> Result<(), LoweringError> {
+        self.mosaic_only(op)?;
+        let ir = self.ir;
+        let inner = ir.block(&[]);
+        for &i in scratch {
+            let s = &self.k.scratch[i];
+            let space = memory_space(ir, s.space, self.flavor)?;
+            let ty = ir.memref(&s.shape, memory_dtype(self.flavor, s.dtype), None, space);
+            let v = ir.op1(
+                &inner,
+                "memref.alloca",
+                &[],
+                ty,
+                vec![("operandSegmentSizes", ir.i32_array(&[0, 0]))],
+            )?;
+            self.scoped.insert(BufferRef::Scratch(i), v);
+        }
+        for &i in semaphores {
+            let a = &self.k.semaphores[i];
+            let v = ir.op1(
+                &inner,
+                "tpu.sem_alloc",
+                &[],
+                semaphore_type(ir, a.kind, &a.shape),
+                Vec::new(),
+            )?;
+            self.scoped_semaphores.insert(i, v);
+        }
+        self.region(&inner, body)?;
+        ir.op(&inner, "tpu.yield", &[], &[], Vec::new(), Vec::new())?;
+        ir.op(block, "tpu.region", &[], &[], Vec::new(), vec![ir.region(inner)])?;
+        Ok(())
+    }
+}
