@@ -36,7 +36,7 @@ impl fmt::Display for SemaphoreKind {
 /// An array of semaphores: scratch that starts at zero and must be back at
 /// zero when the kernel (or its scope) ends.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Semaphores {
+pub struct SemaphoreArray {
     /// Name, unique within the kernel.
     pub name: String,
     /// DMA or regular.
@@ -50,7 +50,7 @@ pub struct Semaphores {
     pub loc: Option<Loc>,
 }
 
-/// One semaphore of a [`Semaphores`] array.
+/// One semaphore of a [`SemaphoreArray`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SemRef {
     /// Index into [`crate::Kernel::semaphores`].

@@ -60,6 +60,39 @@ impl Deref for Prefetch {
     }
 }
 
+/// An array of DMA semaphores (scratch): `#[shape(2)] sems:
+/// DmaSemaphores`, or no shape for a single one. Inside a kernel body the
+/// parameter is a [`crate::SemArray`].
+pub struct DmaSemaphores(pub crate::SemArray);
+
+impl Deref for DmaSemaphores {
+    type Target = crate::SemArray;
+    fn deref(&self) -> &crate::SemArray {
+        &self.0
+    }
+}
+
+/// An array of regular semaphores (scratch the kernel counts with):
+/// `#[shape(4)] counters: Semaphores`.
+pub struct Semaphores(pub crate::SemArray);
+
+impl Deref for Semaphores {
+    type Target = crate::SemArray;
+    fn deref(&self) -> &crate::SemArray {
+        &self.0
+    }
+}
+
+operand_marker!(
+    /// A VMEM buffer of a `scoped(|#[shape(..)] buf: Vmem<f32>, ..| ..)`
+    /// block: it exists while the block runs.
+    Vmem
+);
+operand_marker!(
+    /// An SMEM buffer of a `scoped` block.
+    Smem
+);
+
 /// `if` on a Rust `bool` (decided while the kernel is built) or on a bool
 /// scalar tile (decided when it runs).
 pub trait Cond<C> {

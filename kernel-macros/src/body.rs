@@ -12,7 +12,10 @@
 //! * `for i in a..b` becomes a kernel loop (`for_range`), with the outside
 //!   variables it assigns carried through it; `#[unroll] for` stays a Rust
 //!   loop, unrolled while the kernel is built;
-//! * calls of free functions are checked to be `#[kernel_fn]`s.
+//! * calls of free functions are checked to be `#[kernel_fn]`s;
+//! * `scoped(|#[shape(..)] buf: Vmem<T>, sem: DmaSemaphores| { .. })`, the
+//!   one closure a body may hold, allocates its parameters for its body
+//!   (see `scoped`).
 //!
 //! Everything else that cannot become kernel IR (`match`, `loop`, `while`,
 //! closures, `return`, `break`, ...) is a compile error at its span that
@@ -36,6 +39,7 @@ const BUILTINS: &[&str] = &[
     "iota",
     "constant",
     "ds",
+    "async_copy",
 ];
 
 /// Path roots whose functions are ordinary Rust, run while building.
@@ -266,6 +270,28 @@ impl VisitMut for BodyTransform {
                     _ => return,
                 };
                 *e = Expr::Verbatim(new);
+            }
+            Expr::Call(c) if crate::scoped::is_scoped_call(c) => {
+                let Some(Expr::Closure(cl)) = c.args.first_mut() else {
+                    return;
+                };
+                let scope = Ident::new("__tessera_scope", Span::call_site());
+                let allocs = match crate::scoped::allocations(cl, &scope) {
+                    Ok(a) => a,
+                    Err(err) => {
+                        self.errors.push(err);
+                        return;
+                    }
+                };
+                self.visit_expr_mut(&mut cl.body);
+                let body = &cl.body;
+                let fspan = c.func.span();
+                *e = Expr::Verbatim(quote_spanned!(fspan=>
+                    ::kernel_ir::scoped(|#scope: &mut ::kernel_ir::Scope| {
+                        #(#allocs)*
+                        let _: () = #body;
+                    })
+                ));
             }
             Expr::Call(c) => {
                 visit_mut::visit_expr_call_mut(self, c);

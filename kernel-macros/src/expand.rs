@@ -324,6 +324,19 @@ fn module(
                 let ctor = quote_spanned!(sp=> #b.scalar_prefetch(#ns, [#((#s) as usize),*]));
                 decls.push(declare(n, ctor, pf.present.as_ref()));
             }
+            Param::Semaphores(sm) => {
+                let (n, s) = (&sm.name, &sm.shape);
+                let ns = n.to_string();
+                let sp = n.span();
+                let b = Ident::new("__tessera_builder", sp);
+                let ctor = Ident::new(
+                    if sm.regular { "semaphores" } else { "dma_semaphores" },
+                    sp,
+                );
+                decls.push(quote_spanned!(sp=>
+                    let #n = #b.#ctor(#ns, [#((#s) as usize),*]);
+                ));
+            }
             Param::Scratch(sc) => {
                 let (n, s) = (&sc.name, &sc.shape);
                 let ns = n.to_string();

@@ -12,6 +12,7 @@ mod body;
 mod checks;
 mod expand;
 mod kernel_fn;
+mod scoped;
 mod sig;
 
 use proc_macro::TokenStream;

@@ -113,6 +113,15 @@ pub struct PrefetchParam {
     pub present: Option<Expr>,
 }
 
+/// An array of semaphores (`DmaSemaphores` or `Semaphores`).
+pub struct SemParam {
+    pub name: Ident,
+    /// `Semaphores` (counted by the kernel) rather than `DmaSemaphores`.
+    pub regular: bool,
+    /// Empty for a single semaphore.
+    pub shape: Vec<Expr>,
+}
+
 /// One kernel parameter.
 pub enum Param {
     /// A value passed to `build` (block sizes, flags, a config struct).
@@ -120,6 +129,7 @@ pub enum Param {
     Array(Box<ArrayParam>),
     Scratch(ScratchParam),
     Prefetch(PrefetchParam),
+    Semaphores(SemParam),
 }
 
 const OUR_ATTRS: [&str; 10] = [
@@ -193,7 +203,15 @@ fn dtype_arg(
     }
 }
 
-const OPERAND_KINDS: [&str; 5] = ["In", "Out", "InOut", "Scratch", "Prefetch"];
+const OPERAND_KINDS: [&str; 7] = [
+    "In",
+    "Out",
+    "InOut",
+    "Scratch",
+    "Prefetch",
+    "DmaSemaphores",
+    "Semaphores",
+];
 
 /// True for the operand marker types (`In<T>`, `Out<T>`, `InOut<T>`,
 /// `Scratch<T>`, `Prefetch`).
@@ -323,7 +341,7 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
         }
         _ => {}
     }
-    if let (Some(b), true) = (&buffered, kind == "Scratch" || kind == "Prefetch") {
+    if let (Some(b), true) = (&buffered, !matches!(kind.as_str(), "In" | "Out" | "InOut")) {
         return Err(syn::Error::new_spanned(
             b,
             "`#[buffered(n)]` sets the pipeline buffers of an array operand's window; scratch and scalar prefetch have none",
@@ -336,6 +354,19 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
         ));
     }
     Ok(match kind.as_str() {
+        "DmaSemaphores" | "Semaphores" => {
+            if block.is_some() || align.is_some() || space != Space::Vmem || optional.is_some() || !args.is_empty() {
+                return Err(syn::Error::new_spanned(
+                    &pt.pat,
+                    format!("`{kind}` takes only an optional `#[shape(..)]` (none for a single semaphore)"),
+                ));
+            }
+            Param::Semaphores(SemParam {
+                name,
+                regular: kind == "Semaphores",
+                shape: shape.unwrap_or_default(),
+            })
+        }
         "Scratch" => {
             if block.is_some() || align.is_some() || space == Space::Any {
                 return Err(syn::Error::new_spanned(

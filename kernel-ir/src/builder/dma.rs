@@ -30,7 +30,7 @@ use super::{KernelBuilder, control};
 use crate::error::ErrorKind;
 use crate::{
     BufferView, DmaCopy, DType, IndexValue, Loc, MemorySpace, OpKind, Region, Scratch, SemRef,
-    SemaphoreKind, Semaphores,
+    SemaphoreKind, SemaphoreArray,
 };
 
 /// An array of semaphores of the kernel being built. `Copy`.
@@ -99,7 +99,7 @@ fn push_semaphores(
     scoped: bool,
     loc: Loc,
 ) -> usize {
-    st.sig.semaphores.push(Semaphores {
+    st.sig.semaphores.push(SemaphoreArray {
         name,
         kind,
         shape,

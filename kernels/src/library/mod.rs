@@ -30,6 +30,7 @@ library! {
     rope: [ROPE];
     swiglu: [SWIGLU];
     moe: [GROUPED_MATMUL];
+    dma: [DOUBLE_BUFFERED_ROWS];
 }
 
 /// The entry called `name`.
