@@ -16,6 +16,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax._src.interpreters import mlir as jmlir
 from jax._src.lib import tpu
 from jax._src.lib.mlir import ir, passmanager
+from jax._src.mesh import AbstractDevice
 
 # ---- the Pallas side ------------------------------------------------------
 
@@ -129,10 +130,82 @@ def pallas_flash_attention():
     return f, (a, a, a)
 
 
+def double_buffered_rows(x_hbm, o_ref, buf, sems, counter):
+    i = pl.program_id(0)
+    slot = i % 2
+
+    @pl.when(i == 0)
+    def _():
+        pltpu.make_async_copy(x_hbm.at[0, pl.ds(0, 8)], buf.at[0], sems.at[0]).start()
+
+    @pl.when(i + 1 < pl.num_programs(0))
+    def _():
+        nxt = (i + 1) % 2
+        pltpu.make_async_copy(x_hbm.at[i + 1, pl.ds(0, 8)], buf.at[nxt], sems.at[nxt]).start()
+
+    pltpu.make_async_copy(x_hbm.at[i, pl.ds(0, 8)], buf.at[slot], sems.at[slot]).wait()
+    pl.semaphore_signal(counter.at[0], 1)
+    one = pl.semaphore_read(counter.at[0])
+    pl.semaphore_wait(counter.at[0], 1)
+
+    def scoped(bottom, sem):
+        c = pltpu.make_async_copy(x_hbm.at[i, pl.ds(8, 8)], bottom, sem)
+        c.start()
+        c.wait()
+        o_ref[0] = buf[slot] + bottom[...] + one.astype(jnp.float32)
+
+    pl.run_scoped(scoped, pltpu.VMEM((8, 128), jnp.float32), pltpu.SemaphoreType.DMA)
+
+
+def pallas_double_buffered_rows():
+    f = pl.pallas_call(
+        double_buffered_rows,
+        out_shape=jax.ShapeDtypeStruct((4, 8, 128), jnp.float32),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=0,
+            grid=(4,),
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec((1, 8, 128), lambda i: (i, 0, 0)),
+            scratch_shapes=[pltpu.VMEM((2, 8, 128), jnp.float32), pltpu.SemaphoreType.DMA((2,)),
+                            pltpu.SemaphoreType.REGULAR((1,))],
+        ),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+    )
+    return f, (jax.ShapeDtypeStruct((4, 16, 128), jnp.float32),)
+
+
+# Kernels whose Pallas lowering asks for the TPU generation (run_scoped
+# does): exported under an abstract mesh naming one, as on a CPU-only host.
+NEEDS_TPU_INFO = {"double_buffered_rows_f32"}
+
+# The ops of manual data movement, compared one by one (name, operand and
+# result types, in program order) between our body and Pallas's.
+DMA_OPS = {"tpu.memref_slice", "tpu.memref_squeeze", "tpu.enqueue_dma", "tpu.wait_dma2", "tpu.sem_signal",
+           "tpu.sem_wait", "tpu.sem_read", "tpu.region", "tpu.sem_alloc", "memref.alloca", "tpu.yield"}
+
+
+def dma_ops(mod):
+    out = []
+
+    def walk(op):
+        for r in op.regions:
+            for b in r.blocks:
+                for o in b.operations:
+                    name = o.operation.name
+                    if name in DMA_OPS:
+                        out.append((name, [str(v.type) for v in o.operands], [str(v.type) for v in o.results]))
+                    walk(o.operation)
+
+    main = [op for op in mod.body.operations if op.operation.name == "func.func" and "window_params" in op.attributes]
+    walk(main[0].operation)
+    return out
+
+
 KERNELS = {
     "add_f32": pallas_add,
     "matmul_bf16_f32": pallas_matmul,
     "flash_attention_causal_bf16": pallas_flash_attention,
+    "double_buffered_rows_f32": pallas_double_buffered_rows,
 }
 
 # Differences that are deliberate, by field, with their reason.
@@ -211,6 +284,7 @@ def describe(module_text_or_bytes, ctx):
         kernel = deserialize(body)
         ok = kernel.operation.verify()
         info = {
+            "dma_ops": dma_ops(kernel),
             "attrs": {k: str(v) for k, v in attrs.items() if k != "backend_config"},
             "operands": operands,
             "config": config,
@@ -239,7 +313,13 @@ def main():
     failures = []
     for name, make in KERNELS.items():
         f, args = make()
-        exported = jax.export.export(jax.jit(f), platforms=["tpu"])(*args)
+        export = jax.export.export(jax.jit(f), platforms=["tpu"])
+        if name in NEEDS_TPU_INFO:
+            device = AbstractDevice(device_kind="TPU v5 lite", num_cores=1, platform="tpu")
+            with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)):
+                exported = export(*args)
+        else:
+            exported = export(*args)
         theirs = describe(exported.mlir_module(), context())
         ours = describe((out / f"{name}.tessera.mlir").read_text(), context())
         lines += [f"## {name}", ""]
@@ -286,6 +366,12 @@ def main():
                 diffs.append((f"kernel attr {k}", f"ours {oattrs.get(k)}, Pallas {tattrs.get(k)}"))
         if otr != ttr:
             diffs.append(("transform functions", f"ours {otr}, Pallas {ttr}"))
+        if ours["dma_ops"] != theirs["dma_ops"]:
+            first = next(i for i, (a, b) in enumerate(zip(ours["dma_ops"] + [None], theirs["dma_ops"] + [None])) if a != b)
+            failures.append(f"{name}: copy/semaphore ops differ from Pallas at op {first}: ours "
+                            f"{(ours['dma_ops'] + [None])[first]}, Pallas {(theirs['dma_ops'] + [None])[first]}")
+        elif ours["dma_ops"]:
+            checks.append(f"the {len(ours['dma_ops'])} copy, semaphore and scope ops match Pallas's one by one (name, operand and result types)")
         checks.append("compared: custom_call attributes, backend_config keys, call operands, kernel signature, kernel attributes, transform functions")
         lines += [f"- {c}" for c in checks]
         if not diffs:

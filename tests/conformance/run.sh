@@ -2,9 +2,10 @@
 # Conformance of Tessera's tpu_custom_call output with Pallas itself.
 #
 # Creates (once, in the cache folder) a Python 3.12 venv with jax/jaxlib
-# 0.11.2 from PyPI, exports the Pallas equivalents of three Tessera kernels
+# 0.11.2 from PyPI, exports the Pallas equivalents of four Tessera kernels
 # for platforms=["tpu"] on this CPU-only machine, and compares: custom_call
-# attributes, backend_config keys, kernel signature and attributes. Tessera's
+# attributes, backend_config keys, kernel signature and attributes, and the
+# copy, semaphore and scope ops one by one. Tessera's
 # Mosaic body must deserialize (mosaic-serde{serialize=false}), verify with
 # the tpu dialect registered, and survive a serialize/deserialize round trip.
 # Writes target/conformance/report.md listing every remaining difference
@@ -37,7 +38,7 @@ fi
 out=target/conformance
 mkdir -p "$out"
 cargo build --quiet --release -p kernels --bin tessera
-for k in add_f32 matmul_bf16_f32 flash_attention_causal_bf16; do
+for k in add_f32 matmul_bf16_f32 flash_attention_causal_bf16 double_buffered_rows_f32; do
   ./target/release/tessera lower "$k" --target mosaic --out "$out/$k.tessera.mlir"
 done
 "$venv/bin/python" tests/conformance/compare.py "$out"

@@ -119,9 +119,10 @@ impl<'c> BodyEmitter<'_, 'c> {
     pub(super) fn dma(&mut self, block: &Block<'c>, op: &Op, c: &DmaCopy, start: bool) -> Result<(), LoweringError> {
         self.mosaic_only(op)?;
         let ir = self.ir;
-        let src = self.view(block, &c.src, false)?;
-        let dst = self.view(block, &c.dst, true)?;
+        // In Pallas's order: the semaphore, the destination, the source.
         let sem = self.semaphore(block, &c.sem)?;
+        let dst = self.view(block, &c.dst, true)?;
+        let src = self.view(block, &c.src, false)?;
         let no = ir.parse_attr("false")?;
         if start {
             ir.op(
