@@ -7,9 +7,8 @@
 use crate::error::ErrorKind;
 use crate::ops::ShapeDisplay;
 use crate::{
-    SemRef, SemaphoreKind,
-    BinaryOp, BufferRef, DType, DotDims, Index, IndexValue, Kernel, OpKind, ReduceOp, Role,
-    TileType, UnaryOp, ValueId,
+    BinaryOp, BufferRef, DType, DotDims, Index, IndexValue, Kernel, OpKind, ReduceOp, Role, SemRef,
+    SemaphoreKind, TileType, UnaryOp, ValueId,
 };
 
 /// Looks up the type of a value that is in scope.
@@ -380,7 +379,9 @@ pub(crate) fn result_types(
             match amount {
                 IndexValue::Static(n) if *n < 0 => Err(ErrorKind::Dma {
                     op,
-                    detail: format!("the amount is {n}; semaphores count up from zero, so it must be ≥ 0"),
+                    detail: format!(
+                        "the amount is {n}; semaphores count up from zero, so it must be ≥ 0"
+                    ),
                 }),
                 IndexValue::Static(_) => Ok(vec![]),
                 IndexValue::Dynamic(v) => {
@@ -398,21 +399,34 @@ pub(crate) fn result_types(
             semaphores,
             body,
         } => {
-            let bad = |detail: String| ErrorKind::Dma { op: "scope", detail };
+            let bad = |detail: String| ErrorKind::Dma {
+                op: "scope",
+                detail,
+            };
             if !body.args.is_empty() || !body.yields.is_empty() {
                 return Err(bad("a scope's body takes no args and yields nothing".into()));
             }
             for &i in scratch {
                 match sig.scratch.get(i) {
                     Some(s) if s.scoped => {}
-                    Some(s) => return Err(bad(format!("scratch `{}` is the kernel's, not a scoped buffer", s.name))),
+                    Some(s) => {
+                        return Err(bad(format!(
+                            "scratch `{}` is the kernel's, not a scoped buffer",
+                            s.name
+                        )));
+                    }
                     None => return Err(bad(format!("scratch {i} does not exist"))),
                 }
             }
             for &i in semaphores {
                 match sig.semaphores.get(i) {
                     Some(s) if s.scoped => {}
-                    Some(s) => return Err(bad(format!("semaphores `{}` are the kernel's, not scoped ones", s.name))),
+                    Some(s) => {
+                        return Err(bad(format!(
+                            "semaphores `{}` are the kernel's, not scoped ones",
+                            s.name
+                        )));
+                    }
                     None => return Err(bad(format!("semaphore array {i} does not exist"))),
                 }
             }
@@ -436,13 +450,19 @@ fn check_sem(
     };
     if a.kind != want {
         let (what, fix) = match want {
-            SemaphoreKind::Dma => ("copy", "declare a DMA semaphore array (`dma_semaphores`) for copies"),
+            SemaphoreKind::Dma => (
+                "copy",
+                "declare a DMA semaphore array (`dma_semaphores`) for copies",
+            ),
             SemaphoreKind::Regular => (
                 "signal, wait or read",
                 "DMA semaphores are signalled by copies and waited by `wait` on the copy; declare a regular semaphore array (`semaphores`) to count yourself",
             ),
         };
-        return Err(bad(format!("`{}` is a {} array, which a {what} cannot use; {fix}", a.name, a.kind)));
+        return Err(bad(format!(
+            "`{}` is a {} array, which a {what} cannot use; {fix}",
+            a.name, a.kind
+        )));
     }
     if sem.at.len() != a.shape.len() {
         return Err(bad(format!(
@@ -455,7 +475,10 @@ fn check_sem(
     for (d, (i, &n)) in sem.at.iter().zip(&a.shape).enumerate() {
         match i {
             IndexValue::Static(s) if *s < 0 || *s >= n as i64 => {
-                return Err(bad(format!("`{}` index {s} in dim {d} is outside 0..{n}", a.name)));
+                return Err(bad(format!(
+                    "`{}` index {s} in dim {d} is outside 0..{n}",
+                    a.name
+                )));
             }
             IndexValue::Static(_) => {}
             IndexValue::Dynamic(v) => scalar_i32(op, "semaphore index", &ty(*v)?)?,
@@ -497,7 +520,9 @@ fn check_copy(
     }
     for (b, name) in [(c.src.buffer, &sname), (c.dst.buffer, &dname)] {
         if let BufferRef::Operand(i) = b
-            && !sig.operands[i].layout.is_row_major(sig.operands[i].shape.len())
+            && !sig.operands[i]
+                .layout
+                .is_row_major(sig.operands[i].shape.len())
         {
             return Err(bad(format!(
                 "operand `{name}` has a layout hint; copies move row-major buffers only, so drop the hint or copy through a blocked window"

@@ -77,7 +77,7 @@ pub use builder::{
     Scope, Sem, SemArray, Start, Tile, View, async_copy, constant, dot, dot_general, ds, for_range,
     for_range_step, if_else, iota, num_programs, program_id, scoped, select, when,
 };
-pub use dma::{BufferView, DmaCopy, SemRef, SemaphoreKind, SemaphoreArray};
+pub use dma::{BufferView, DmaCopy, SemRef, SemaphoreArray, SemaphoreKind};
 pub use dtype::{DType, Element, ParseDTypeError};
 pub use error::{ErrorKind, KernelError, KernelErrors};
 pub use half::{bf16, f16};
@@ -125,7 +125,9 @@ pub use kernel_macros::kernel_fn;
 pub mod prelude {
     pub use crate::DType::{BF16, Bool, F16, F32, I8, I32};
     pub use crate::DimSemantics::{Arbitrary, CoreParallel, Parallel};
-    pub use crate::dsl::{DmaSemaphores, In, InOut, Out, Prefetch, Scratch, Semaphores, Smem, Vmem};
+    pub use crate::dsl::{
+        DmaSemaphores, In, InOut, Out, Prefetch, Scratch, Semaphores, Smem, Vmem,
+    };
     pub use crate::{
         Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, Ref, Target, Tile,
         async_copy, bf16, constant, dot, dot_general, ds, f16, for_range, for_range_step, if_else,

@@ -161,8 +161,12 @@ impl Pass<'_> {
                 return;
             }
             OpKind::DmaWait(_) => return,
-            OpKind::SemSignal { sem, amount } => return self.count(out, &sem, amount, BinaryOp::Add, &loc),
-            OpKind::SemWait { sem, amount } => return self.count(out, &sem, amount, BinaryOp::Sub, &loc),
+            OpKind::SemSignal { sem, amount } => {
+                return self.count(out, &sem, amount, BinaryOp::Add, &loc);
+            }
+            OpKind::SemWait { sem, amount } => {
+                return self.count(out, &sem, amount, BinaryOp::Sub, &loc);
+            }
             OpKind::SemRead { sem } => {
                 let (buffer, indices) = self.counter(&sem);
                 OpKind::Load {
@@ -209,7 +213,14 @@ impl Pass<'_> {
     }
 
     /// `counter = counter op amount`.
-    fn count(&mut self, out: &mut Vec<Op>, sem: &SemRef, amount: IndexValue, op: BinaryOp, loc: &Loc) {
+    fn count(
+        &mut self,
+        out: &mut Vec<Op>,
+        sem: &SemRef,
+        amount: IndexValue,
+        op: BinaryOp,
+        loc: &Loc,
+    ) {
         let (buffer, indices) = self.counter(sem);
         let i32 = TileType::scalar(DType::I32);
         let load = OpKind::Load {
@@ -272,7 +283,12 @@ impl Pass<'_> {
         let boolean = TileType::scalar(DType::Bool);
         let mut cond = None;
         for d in 0..k.grid.rank() {
-            let pid = self.op(&mut out, OpKind::ProgramId { dim: d }, Some(TileType::scalar(DType::I32)), &loc);
+            let pid = self.op(
+                &mut out,
+                OpKind::ProgramId { dim: d },
+                Some(TileType::scalar(DType::I32)),
+                &loc,
+            );
             let first = OpKind::Compare {
                 op: CompareOp::Eq,
                 lhs: pid,

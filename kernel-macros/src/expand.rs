@@ -330,7 +330,11 @@ fn module(
                 let sp = n.span();
                 let b = Ident::new("__tessera_builder", sp);
                 let ctor = Ident::new(
-                    if sm.regular { "semaphores" } else { "dma_semaphores" },
+                    if sm.regular {
+                        "semaphores"
+                    } else {
+                        "dma_semaphores"
+                    },
                     sp,
                 );
                 decls.push(quote_spanned!(sp=>

@@ -31,7 +31,10 @@ pub fn allocations(cl: &ExprClosure, scope: &Ident) -> syn::Result<Vec<TokenStre
             ));
         };
         let Pat::Ident(name) = &*pt.pat else {
-            return Err(syn::Error::new_spanned(&pt.pat, "name a scoped allocation with a plain identifier"));
+            return Err(syn::Error::new_spanned(
+                &pt.pat,
+                "name a scoped allocation with a plain identifier",
+            ));
         };
         let name = &name.ident;
         let ns = name.to_string();
@@ -43,14 +46,23 @@ pub fn allocations(cl: &ExprClosure, scope: &Ident) -> syn::Result<Vec<TokenStre
                     .into_iter()
                     .collect();
             } else {
-                return Err(syn::Error::new_spanned(a, "a scoped allocation takes only `#[shape(..)]`"));
+                return Err(syn::Error::new_spanned(
+                    a,
+                    "a scoped allocation takes only `#[shape(..)]`",
+                ));
             }
         }
         let Type::Path(tp) = &*pt.ty else {
-            return Err(syn::Error::new_spanned(&pt.ty, "write `Vmem<T>`, `Smem<T>`, `DmaSemaphores` or `Semaphores`"));
+            return Err(syn::Error::new_spanned(
+                &pt.ty,
+                "write `Vmem<T>`, `Smem<T>`, `DmaSemaphores` or `Semaphores`",
+            ));
         };
         let Some(seg) = tp.path.segments.last() else {
-            return Err(syn::Error::new_spanned(&pt.ty, "write `Vmem<T>`, `Smem<T>`, `DmaSemaphores` or `Semaphores`"));
+            return Err(syn::Error::new_spanned(
+                &pt.ty,
+                "write `Vmem<T>`, `Smem<T>`, `DmaSemaphores` or `Semaphores`",
+            ));
         };
         let sp = name.span();
         let kind = seg.ident.to_string();

@@ -355,10 +355,17 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
     }
     Ok(match kind.as_str() {
         "DmaSemaphores" | "Semaphores" => {
-            if block.is_some() || align.is_some() || space != Space::Vmem || optional.is_some() || !args.is_empty() {
+            if block.is_some()
+                || align.is_some()
+                || space != Space::Vmem
+                || optional.is_some()
+                || !args.is_empty()
+            {
                 return Err(syn::Error::new_spanned(
                     &pt.pat,
-                    format!("`{kind}` takes only an optional `#[shape(..)]` (none for a single semaphore)"),
+                    format!(
+                        "`{kind}` takes only an optional `#[shape(..)]` (none for a single semaphore)"
+                    ),
                 ));
             }
             Param::Semaphores(SemParam {

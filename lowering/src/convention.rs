@@ -170,9 +170,7 @@ pub(crate) fn semaphore_type<'c>(
     let elem = ir
         .parse_type(&format!("!tpu.{kind}"))
         .unwrap_or_else(|_| ir.i32());
-    let space = ir
-        .parse_attr("#tpu.memory_space<semaphore_mem>")
-        .ok();
+    let space = ir.parse_attr("#tpu.memory_space<semaphore_mem>").ok();
     ir.memref_of(elem, shape, space)
 }
 

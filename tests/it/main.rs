@@ -4,6 +4,7 @@ mod attention;
 mod block_fetches;
 mod builder_kernels;
 mod common;
+mod dma;
 mod dsl;
 mod dsl_vs_builder;
 mod foundation;

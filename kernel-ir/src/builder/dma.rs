@@ -29,8 +29,8 @@ use super::tile::Tile;
 use super::{KernelBuilder, control};
 use crate::error::ErrorKind;
 use crate::{
-    BufferView, DmaCopy, DType, IndexValue, Loc, MemorySpace, OpKind, Region, Scratch, SemRef,
-    SemaphoreKind, SemaphoreArray,
+    BufferView, DType, DmaCopy, IndexValue, Loc, MemorySpace, OpKind, Region, Scratch, SemRef,
+    SemaphoreArray, SemaphoreKind,
 };
 
 /// An array of semaphores of the kernel being built. `Copy`.
@@ -83,8 +83,10 @@ fn semaphore_array(
     scoped: bool,
     loc: Loc,
 ) -> SemArray {
-    let array = state::with(k.id, |st| push_semaphores(st, name, kind, shape, scoped, loc))
-        .unwrap_or(usize::MAX);
+    let array = state::with(k.id, |st| {
+        push_semaphores(st, name, kind, shape, scoped, loc)
+    })
+    .unwrap_or(usize::MAX);
     SemArray {
         array,
         builder: k.id,

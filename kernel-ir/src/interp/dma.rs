@@ -13,8 +13,8 @@
 //! retire a random one of that size instead, as hardware may when copies
 //! share a semaphore.
 
-use super::eval::{Machine, R, Ranges, Val};
 use super::UNWRITTEN;
+use super::eval::{Machine, R, Ranges, Val};
 use crate::array::SplitMix64;
 use crate::error::{ErrorKind, KernelError};
 use crate::{BufferRef, BufferView, DmaCopy, IndexValue, Loc, Region, SemRef, SemaphoreKind};
@@ -76,12 +76,16 @@ fn overlaps(a: &(BufferRef, Ranges), b: BufferRef, r: &Ranges) -> bool {
 }
 
 fn fmt_ranges(r: &Ranges) -> String {
-    let parts: Vec<String> = r.iter().map(|(s, n)| format!("{s}..{}", s + *n as i64)).collect();
+    let parts: Vec<String> = r
+        .iter()
+        .map(|(s, n)| format!("{s}..{}", s + *n as i64))
+        .collect();
     format!("[{}]", parts.join(", "))
 }
 
 fn at_loc(l: &Option<Loc>) -> String {
-    l.as_ref().map_or("(unknown location)".into(), |l| l.to_string())
+    l.as_ref()
+        .map_or("(unknown location)".into(), |l| l.to_string())
 }
 
 impl Machine<'_> {
@@ -220,7 +224,10 @@ impl Machine<'_> {
             }
         }
         let data = self.read(c.src.buffer, &sr, &so, shape, None, loc)?;
-        let dtype = self.k.buffer(c.dst.buffer).map_or(crate::DType::F32, |b| b.1);
+        let dtype = self
+            .k
+            .buffer(c.dst.buffer)
+            .map_or(crate::DType::F32, |b| b.1);
         self.dma.inflight.push(InFlight {
             src: (c.src.buffer, src_abs),
             dst: (c.dst.buffer, dst_abs),
@@ -238,7 +245,10 @@ impl Machine<'_> {
         let (sr, so, _) = self.resolve(op, &c.src, loc)?;
         let (dr, doff, _) = self.resolve(op, &c.dst, loc)?;
         let sem = self.sem_slot(&c.sem, op, loc)?;
-        let dtype = self.k.buffer(c.dst.buffer).map_or(crate::DType::F32, |b| b.1);
+        let dtype = self
+            .k
+            .buffer(c.dst.buffer)
+            .map_or(crate::DType::F32, |b| b.1);
         let bytes = c.bytes(dtype);
         let on_sem: Vec<usize> = (0..self.dma.inflight.len())
             .filter(|&i| self.dma.inflight[i].sem == sem)
@@ -303,7 +313,10 @@ impl Machine<'_> {
         if n < 0 {
             return Err(self.race(
                 "sem_signal",
-                format!("signals `{}` with {n}; amounts must be ≥ 0", self.sem_name(slot)),
+                format!(
+                    "signals `{}` with {n}; amounts must be ≥ 0",
+                    self.sem_name(slot)
+                ),
                 loc,
             ));
         }

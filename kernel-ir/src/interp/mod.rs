@@ -189,7 +189,9 @@ fn run(
         let par: Vec<i64> = parallel.iter().map(|&d| point[d]).collect();
         if last_parallel.as_ref() != Some(&par) {
             if last_parallel.is_some() {
-                m.none_in_flight("a parallel grid index changes (the next step may run on another core)")?;
+                m.none_in_flight(
+                    "a parallel grid index changes (the next step may run on another core)",
+                )?;
             }
             for s in &mut m.scratch {
                 s.state.fill(UNWRITTEN);

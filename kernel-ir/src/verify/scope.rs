@@ -8,7 +8,10 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
     let mut c = Checker {
         k,
         owner: (vec![0; k.scratch.len()], vec![0; k.semaphores.len()]),
-        open: (vec![false; k.scratch.len()], vec![false; k.semaphores.len()]),
+        open: (
+            vec![false; k.scratch.len()],
+            vec![false; k.semaphores.len()],
+        ),
         errors: Vec::new(),
     };
     c.region(&k.body.region);
@@ -30,7 +33,8 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
     }
     for (i, s) in k.semaphores.iter().enumerate() {
         if s.scoped && c.owner.1[i] != 1 {
-            c.errors.push(decl("semaphores", &s.name, &s.loc, c.owner.1[i]));
+            c.errors
+                .push(decl("semaphores", &s.name, &s.loc, c.owner.1[i]));
         }
     }
     c.errors

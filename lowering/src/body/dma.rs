@@ -94,7 +94,13 @@ impl<'c> BodyEmitter<'_, 'c> {
         if kept.len() == lens.len() {
             return Ok(slice);
         }
-        ir.op1(block, "tpu.memref_squeeze", &[slice], memref(&kept), Vec::new())
+        ir.op1(
+            block,
+            "tpu.memref_squeeze",
+            &[slice],
+            memref(&kept),
+            Vec::new(),
+        )
     }
 
     fn view(&self, block: &Block<'c>, v: &BufferView, write: bool) -> Result<Raw, LoweringError> {
@@ -116,7 +122,13 @@ impl<'c> BodyEmitter<'_, 'c> {
         })
     }
 
-    pub(super) fn dma(&mut self, block: &Block<'c>, op: &Op, c: &DmaCopy, start: bool) -> Result<(), LoweringError> {
+    pub(super) fn dma(
+        &mut self,
+        block: &Block<'c>,
+        op: &Op,
+        c: &DmaCopy,
+        start: bool,
+    ) -> Result<(), LoweringError> {
         self.mosaic_only(op)?;
         let ir = self.ir;
         // In Pallas's order: the semaphore, the destination, the source.
@@ -165,7 +177,13 @@ impl<'c> BodyEmitter<'_, 'c> {
         let ir = self.ir;
         let s = self.semaphore(block, sem)?;
         let Some(amount) = amount else {
-            return Ok(Some(ir.op1(block, "tpu.sem_read", &[s], ir.i32(), Vec::new())?));
+            return Ok(Some(ir.op1(
+                block,
+                "tpu.sem_read",
+                &[s],
+                ir.i32(),
+                Vec::new(),
+            )?));
         };
         let n = self.i32_value(block, amount)?;
         if signal {
@@ -220,7 +238,14 @@ impl<'c> BodyEmitter<'_, 'c> {
         }
         self.region(&inner, body)?;
         ir.op(&inner, "tpu.yield", &[], &[], Vec::new(), Vec::new())?;
-        ir.op(block, "tpu.region", &[], &[], Vec::new(), vec![ir.region(inner)])?;
+        ir.op(
+            block,
+            "tpu.region",
+            &[],
+            &[],
+            Vec::new(),
+            vec![ir.region(inner)],
+        )?;
         Ok(())
     }
 }
