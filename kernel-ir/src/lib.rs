@@ -129,8 +129,9 @@ pub mod prelude {
         DmaSemaphores, In, InOut, Out, Prefetch, Scratch, Semaphores, Smem, Vmem,
     };
     pub use crate::{
-        Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, Ref, Target, Tile,
-        async_copy, bf16, constant, dot, dot_general, ds, f16, for_range, for_range_step, if_else,
-        interpret, iota, kernel_fn, num_programs, program_id, scoped, select, tpu_kernel, when,
+        Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, Ref, SemArray,
+        Target, Tile, async_copy, bf16, constant, dot, dot_general, ds, f16, for_range,
+        for_range_step, if_else, interpret, iota, kernel_fn, num_programs, program_id, scoped,
+        select, tpu_kernel, when,
     };
 }

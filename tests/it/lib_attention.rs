@@ -357,3 +357,85 @@ proptest! {
         )?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    /// The manual-DMA paged decode: random pools, tables, lengths from 0 to
+    /// full and pages per step, on every CPU path (the interpreter checks
+    /// every copy for races; the others run them as synchronous copies),
+    /// and also under a random completion order of the copies that share a
+    /// semaphore.
+    #[test]
+    fn paged_decode_attention_dma_on_every_path(
+        b in 1usize..4, hkv in 1usize..3, g in 1usize..4, page in prop::sample::select(vec![8usize, 16]),
+        blocks in 1usize..4, ppb in prop::sample::select(vec![1usize, 2, 4]), spare in 0usize..4,
+        bf in any::<bool>(), seed in any::<u64>(),
+    ) {
+        use kernels::attention::decode_dma::{DecodeDmaConfig, paged_decode_attention_dma};
+        let dtype = if bf { BF16 } else { F32 };
+        let page = page.max(8 * dtype.packing());
+        let (d, pages_per_seq) = (32, blocks * ppb);
+        let pool = b * pages_per_seq + spare;
+        let mut rng = kernel_ir::SplitMix64(seed);
+        let mut perm: Vec<usize> = (0..pool).collect();
+        for i in (1..pool).rev() {
+            perm.swap(i, rng.below(i + 1));
+        }
+        let tables: Vec<Vec<usize>> = (0..b).map(|i| perm[i * pages_per_seq..(i + 1) * pages_per_seq].to_vec()).collect();
+        let lengths: Vec<usize> = (0..b).map(|_| rng.below(pages_per_seq * page + 1)).collect();
+        let q = Array::random(dtype, [b, hkv, g, d], seed, -1.0, 1.0);
+        let kp = Array::random(dtype, [hkv, pool, page, d], seed + 1, -1.0, 1.0);
+        let vp = Array::random(dtype, [hkv, pool, page, d], seed + 2, -1.0, 1.0);
+        let scale = 1.0 / (d as f64).sqrt();
+        let want = reference::paged_decode_attention(&q, &kp, &vp, &lengths, &tables, scale);
+        let lens = Array::from_elems([b], &lengths.iter().map(|&l| l as i32).collect::<Vec<_>>()).unwrap();
+        let flat: Vec<i32> = tables.iter().flatten().map(|&p| p as i32).collect();
+        let tab = Array::from_elems([b, pages_per_seq], &flat).unwrap();
+        let dims = kernels::attention::decode_dma::paged_decode_attention_dma::Dims {
+            b, hkv, g, d, pages: pool, page, pages_per_seq,
+        };
+        let cfg = DecodeDmaConfig { sm_scale: scale as f32, pages_per_block: ppb };
+        let args = [lens, tab, q, kp, vp];
+        let k = paged_decode_attention_dma(&cfg, dtype, dims).unwrap();
+        let shuffled = kernel_ir::InterpOptions { dma_seed: Some(seed), ..Default::default() };
+        let out = kernel_ir::interpret_with(&k, &args, &shuffled).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let r = kernels::tooling::check::ErrorStats::between(&out[0], &want, out_tol(dtype));
+        prop_assert!(r.passes(), "random completion order: {r}");
+        all_paths(Ok(k), &args, vec![want], &[out_tol(dtype)])?;
+    }
+}
+
+/// A block table entry outside the pool, in the manual-DMA decode: the
+/// interpreter stops at the copy that would read outside `k_pages`, and
+/// the library's input check refuses the table before any path runs (the
+/// native paths clamp a copy's dynamic start into the array, as XLA's
+/// `dynamic_slice` does, so they never read outside it).
+#[test]
+fn an_out_of_range_page_in_a_manual_copy_is_refused() {
+    let e = kernels::library::find("paged_decode_attention_dma").unwrap();
+    let cfg = kernels::library::Config::parse(e, &[]).unwrap();
+    let k = e.build_at_default_shapes(&cfg).unwrap();
+    let mut args = e.sample_inputs(&cfg, &k, 5);
+    e.check_inputs(&cfg, &k, &args).unwrap();
+    let (b, pps) = (args[1].shape()[0], args[1].shape()[1]);
+    let mut table: Vec<i32> = args[1].data().iter().map(|&v| v as i32).collect();
+    table[0] = 1000;
+    args[1] = Array::from_elems([b, pps], &table).unwrap();
+    // Sequence 0 needs its first page.
+    let mut lens: Vec<i32> = args[0].data().iter().map(|&v| v as i32).collect();
+    lens[0] = 1;
+    args[0] = Array::from_elems([b], &lens).unwrap();
+    let err = e.check_inputs(&cfg, &k, &args).unwrap_err().to_string();
+    assert!(err.contains("block_tables"), "{err}");
+    let err = kernel_ir::interpret(&k, &args).unwrap_err();
+    assert!(
+        matches!(err.kind, kernel_ir::ErrorKind::DynamicOutOfBounds { .. }),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("dma_start `k_pages`") && text.contains("1000"),
+        "{text}"
+    );
+}

@@ -16,7 +16,9 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use super::{MASK_VALUE, normalized, online_softmax_init, online_update};
-use crate::library::entry::{DTYPE, Entry, ParamKind, Preset, arg, in_range, param, refs, uniform_inputs};
+use crate::library::entry::{
+    Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, in_range, param, refs, uniform_inputs,
+};
 use crate::library::reference;
 use crate::library::tolerance::Tolerance;
 
@@ -117,65 +119,10 @@ pub const PAGED_DECODE_ATTENTION: Entry = Entry {
         };
         Ok(paged_decode_attention(&cfg, c.dtype("dtype")?, dims)?)
     },
-    reference: |c, a| {
-        let lengths: Vec<usize> = a[0].data().iter().map(|&v| v.max(0.0) as usize).collect();
-        let pps = a[1].shape()[1];
-        let tables: Vec<Vec<usize>> = a[1]
-            .data()
-            .chunks(pps.max(1))
-            .map(|r| r.iter().map(|&v| v.max(0.0) as usize).collect())
-            .collect();
-        let scale = c.scale("sm_scale", a[2].shape()[3])? as f64;
-        Ok(vec![reference::paged_decode_attention(
-            &a[2], &a[3], &a[4], &lengths, &tables, scale,
-        )])
-    },
-    check: |_, k, a| {
-        let tables = arg(k, a, "block_tables").map_or(&[][..], |t| t.shape());
-        let pages_per_seq = tables.get(1).copied().unwrap_or(0);
-        let pool = arg(k, a, "k_pages").map_or(&[][..], |k| k.shape());
-        let (pages, page) = (
-            pool.get(1).copied().unwrap_or(0),
-            pool.get(2).copied().unwrap_or(0),
-        );
-        in_range(
-            arg(k, a, "lengths"),
-            "lengths",
-            0.0,
-            (pages_per_seq * page) as f64,
-            "a sequence holds at most pages_per_seq x page tokens",
-        )?;
-        in_range(
-            arg(k, a, "block_tables"),
-            "block_tables",
-            0.0,
-            pages as f64 - 1.0,
-            "the pages of the pool",
-        )
-    },
+    reference: paged_reference,
+    check: paged_check,
     tolerance: |c, _| vec![Tolerance::attention(c.dtype("dtype").unwrap_or(DType::F32))],
-    sample: |c, k, seed| {
-        let mut v = uniform_inputs(c, k, seed);
-        let (b, pps) = (v[1].shape()[0], v[1].shape()[1]);
-        let (pool, page) = (v[3].shape()[1], v[3].shape()[2]);
-        // Distinct pages for every sequence when the pool holds them, and
-        // lengths from 0 (an empty sequence) to full.
-        let mut rng = kernel_ir::SplitMix64(seed);
-        let mut perm: Vec<usize> = (0..pool.max(b * pps)).map(|p| p % pool.max(1)).collect();
-        for i in (1..perm.len()).rev() {
-            perm.swap(i, rng.below(i + 1));
-        }
-        let tables: Vec<f64> = perm[..b * pps].iter().map(|&p| p as f64).collect();
-        let lengths: Vec<f64> = (0..b).map(|_| rng.below(pps * page + 1) as f64).collect();
-        if let (Ok(l), Ok(t)) = (
-            Array::new(DType::I32, [b], lengths),
-            Array::new(DType::I32, [b, pps], tables),
-        ) {
-            v[0] = l;
-            v[1] = t;
-        }
-        v
-    },
+    sample: paged_sample,
     presets: &[Preset {
         name: "paged_decode_attention",
         about: "decode attention over a paged KV cache: 4 sequences, 8 pages of 16 each, block tables in scalar prefetch",
@@ -183,3 +130,69 @@ pub const PAGED_DECODE_ATTENTION: Entry = Entry {
         shapes: &[],
     }],
 };
+
+/// The f64 reference of both paged decode kernels (inputs in their order:
+/// lengths, block tables, q, k pages, v pages).
+pub(super) fn paged_reference(c: &Config, a: &[Array]) -> Result<Vec<Vec<f64>>, EntryError> {
+    let lengths: Vec<usize> = a[0].data().iter().map(|&v| v.max(0.0) as usize).collect();
+    let pps = a[1].shape()[1];
+    let tables: Vec<Vec<usize>> = a[1]
+        .data()
+        .chunks(pps.max(1))
+        .map(|r| r.iter().map(|&v| v.max(0.0) as usize).collect())
+        .collect();
+    let scale = c.scale("sm_scale", a[2].shape()[3])? as f64;
+    Ok(vec![reference::paged_decode_attention(
+        &a[2], &a[3], &a[4], &lengths, &tables, scale,
+    )])
+}
+
+/// Lengths within the table's capacity and table entries within the pool.
+pub(super) fn paged_check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> {
+    let tables = arg(k, a, "block_tables").map_or(&[][..], |t| t.shape());
+    let pages_per_seq = tables.get(1).copied().unwrap_or(0);
+    let pool = arg(k, a, "k_pages").map_or(&[][..], |k| k.shape());
+    let (pages, page) = (
+        pool.get(1).copied().unwrap_or(0),
+        pool.get(2).copied().unwrap_or(0),
+    );
+    in_range(
+        arg(k, a, "lengths"),
+        "lengths",
+        0.0,
+        (pages_per_seq * page) as f64,
+        "a sequence holds at most pages_per_seq x page tokens",
+    )?;
+    in_range(
+        arg(k, a, "block_tables"),
+        "block_tables",
+        0.0,
+        pages as f64 - 1.0,
+        "the pages of the pool",
+    )
+}
+
+/// Distinct pages per sequence where the pool holds them, and lengths from
+/// 0 (an empty sequence) to full.
+pub(super) fn paged_sample(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
+    let mut v = uniform_inputs(c, k, seed);
+    let (b, pps) = (v[1].shape()[0], v[1].shape()[1]);
+    let (pool, page) = (v[3].shape()[1], v[3].shape()[2]);
+    // Distinct pages for every sequence when the pool holds them, and
+    // lengths from 0 (an empty sequence) to full.
+    let mut rng = kernel_ir::SplitMix64(seed);
+    let mut perm: Vec<usize> = (0..pool.max(b * pps)).map(|p| p % pool.max(1)).collect();
+    for i in (1..perm.len()).rev() {
+        perm.swap(i, rng.below(i + 1));
+    }
+    let tables: Vec<f64> = perm[..b * pps].iter().map(|&p| p as f64).collect();
+    let lengths: Vec<f64> = (0..b).map(|_| rng.below(pps * page + 1) as f64).collect();
+    if let (Ok(l), Ok(t)) = (
+        Array::new(DType::I32, [b], lengths),
+        Array::new(DType::I32, [b, pps], tables),
+    ) {
+        v[0] = l;
+        v[1] = t;
+    }
+    v
+}
