@@ -13,6 +13,7 @@ mod invalid;
 mod lib_attention;
 mod lib_moe;
 mod lib_ops;
+mod lib_ragged;
 mod library_paths;
 mod lowered;
 mod native;

@@ -80,8 +80,9 @@ struct Walker<'a> {
 }
 
 impl Walker<'_> {
-    /// Grid dims that are all 0 when `cond` holds, if `cond` is recognized
-    /// as `program_id(d) == 0`, possibly and-ed.
+    /// Grid dims such that `cond` holds whenever they are all 0, if `cond`
+    /// is recognized as `program_id(d) == 0`, possibly and-ed (all of
+    /// them) or or-ed with anything (at least then).
     fn reset_dims(&self, cond: ValueId) -> Option<Vec<usize>> {
         match self.defs.get(&cond)? {
             OpKind::Compare {
@@ -117,6 +118,12 @@ impl Walker<'_> {
                 a.extend(self.reset_dims(*rhs)?);
                 Some(a)
             }
+            // `reset || other` holds at least whenever `reset` does.
+            OpKind::Binary {
+                op: BinaryOp::Or,
+                lhs,
+                rhs,
+            } => self.reset_dims(*lhs).or_else(|| self.reset_dims(*rhs)),
             _ => None,
         }
     }

@@ -40,7 +40,7 @@ pub struct DecodeDmaConfig {
 /// `sems[1, slot]`.
 #[kernel_fn]
 #[allow(clippy::too_many_arguments)]
-fn block_copies(
+pub(super) fn block_copies(
     ppb: usize,
     block_tables: Ref,
     k_pages: Ref,
