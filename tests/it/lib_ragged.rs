@@ -95,8 +95,8 @@ fn the_reference_attends_causally_within_each_sequence() {
     let vp = Array::random(F32, [1, 2, page, d], 3, -1.0, 1.0);
     let out = reference(&q, &kp, &vp, &cu, &kv, &tables, 1.0, None, None);
     // Token 0 sees key 0 of page 0 only: its output is that value row.
-    for x in 0..d {
-        assert!((out[x] - vp.data()[x]).abs() < 1e-12);
+    for (o, v) in out[..d].iter().zip(vp.data()) {
+        assert!((o - v).abs() < 1e-12);
     }
     // Token 2 (the decode) sees all 4 keys of page 1: a convex mix.
     let row = &out[2 * d..3 * d];
