@@ -100,12 +100,12 @@ fn the_reference_attends_causally_within_each_sequence() {
     }
     // Token 2 (the decode) sees all 4 keys of page 1: a convex mix.
     let row = &out[2 * d..3 * d];
-    for x in 0..d {
+    for (x, &r) in row.iter().enumerate() {
         let vals: Vec<f64> = (0..4).map(|j| vp.data()[(page + j) * d + x]).collect();
         let (lo, hi) = vals
             .iter()
             .fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
-        assert!(row[x] >= lo - 1e-12 && row[x] <= hi + 1e-12);
+        assert!(r >= lo - 1e-12 && r <= hi + 1e-12);
     }
     // A window of 1: every token sees only itself.
     let out = reference(&q, &kp, &vp, &cu, &kv, &tables, 1.0, Some(1), None);
