@@ -5,6 +5,7 @@ mod block_fetches;
 mod builder_kernels;
 mod common;
 mod dma;
+
 mod dsl;
 mod dsl_vs_builder;
 mod foundation;
@@ -22,3 +23,4 @@ mod random_kernels;
 mod snapshots_ir;
 mod structure;
 mod tpu_compile;
+mod tpu_dma;

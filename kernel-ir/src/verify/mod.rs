@@ -19,6 +19,7 @@
 
 mod body;
 mod carry;
+mod dma_window;
 mod grid_walk;
 mod mosaic;
 mod scope;
@@ -114,6 +115,7 @@ impl Kernel {
         errors.extend(scope::check(self));
         if typed && mosaic_rules {
             errors.extend(mosaic::check(self));
+            errors.extend(dma_window::check(self));
         }
         errors.extend(tiling::check(self));
         errors.extend(grid_walk::check(self));

@@ -36,7 +36,9 @@
 //!   is supported"; a bound below the core count fails too);
 //! * `buffering`: a window has one or two pipeline buffers (Pallas: "Only
 //!   single (1) and double (2) buffering are supported"), and an `any`
-//!   operand has no window to buffer.
+//!   operand has no window to buffer;
+//! * `dma-window` (its own module, `dma_window`): the windows a copy can
+//!   move, in whole lane tiles and, for packed types, sublane tiles.
 //!
 //! Where a lowering can avoid a limit, it does instead of a rule here: bool
 //! buffers are i32 in memory, bool selects and comparisons are bitwise,
