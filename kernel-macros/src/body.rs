@@ -279,7 +279,10 @@ impl VisitMut for BodyTransform {
                 let allocs = match crate::scoped::allocations(cl, &scope) {
                     Ok(a) => a,
                     Err(err) => {
+                        // The whole block goes, so rustc adds no errors
+                        // about the closure it was.
                         self.errors.push(err);
+                        *e = syn::parse_quote_spanned!(span=> {});
                         return;
                     }
                 };

@@ -170,7 +170,9 @@ fn fallback(func: &ItemFn, symbols: &[Ident], body: &syn::Block) -> TokenStream 
     for arg in &mut f.sig.inputs {
         if let syn::FnArg::Typed(pt) = arg {
             pt.attrs.retain(|a| !sig::is_our_attr(a));
-            if sig::is_operand_type(&pt.ty) {
+            if sig::is_semaphore_type(&pt.ty) {
+                *pt.ty = syn::parse_quote_spanned!(pt.ty.span()=> ::kernel_ir::SemArray);
+            } else if sig::is_operand_type(&pt.ty) {
                 *pt.ty = syn::parse_quote_spanned!(pt.ty.span()=> ::kernel_ir::Ref);
             } else if sig::optional_operand(&pt.ty).is_some() {
                 *pt.ty = syn::parse_quote_spanned!(pt.ty.span()=> ::core::option::Option<::kernel_ir::Ref>);

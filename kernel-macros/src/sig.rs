@@ -219,6 +219,11 @@ pub fn is_operand_type(ty: &Type) -> bool {
     type_head(ty).is_some_and(|(i, _)| OPERAND_KINDS.contains(&i.to_string().as_str()))
 }
 
+/// True for `DmaSemaphores` and `Semaphores` (a `SemArray` in the body).
+pub fn is_semaphore_type(ty: &Type) -> bool {
+    type_head(ty).is_some_and(|(i, _)| i == "DmaSemaphores" || i == "Semaphores")
+}
+
 /// The operand type inside `Option<..>` (an optional operand), if `ty` is
 /// one.
 pub fn optional_operand(ty: &Type) -> Option<&Type> {

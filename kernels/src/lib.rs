@@ -9,7 +9,10 @@
 //!   re-exported here ([`attention`], [`norm`], ...).
 //!   - [`attention`]: flash attention forward (GQA/MQA, causal, sliding
 //!     window, soft-cap, valid kv length, logsumexp), [`attention::backward`]
-//!     (delta, dq, dk/dv), [`attention::decode`] (paged KV cache);
+//!     (delta, dq, dk/dv), [`attention::decode`] (paged KV cache),
+//!     [`attention::decode_dma`] (the same with hand-made, double-buffered
+//!     page copies), [`attention::ragged`] (ragged paged attention over
+//!     mixed prefill/decode batches);
 //!   - [`norm`]: RMS norm forward and backward, layer norm backward
 //!     (forward in [`foundation`]);
 //!   - [`epilogue`]: matmul with a fused bias + gelu/silu (+ residual)
@@ -17,6 +20,7 @@
 //!   - [`foundation`]: tiled elementwise add, tiled matmul with an f32
 //!     accumulator in scratch, row softmax, layer norm;
 //!   - [`library::moe`]: grouped matmul for mixture-of-experts layers;
+//!   - [`library::dma`]: every manual-DMA construct in one small kernel;
 //!   - [`reference`]: the plain f64 host math the entries compare with.
 //! * [`tooling`]: what runs the library: [`tooling::paths`] (one kernel on
 //!   every CPU path against its reference), [`tooling::check`] (error
@@ -35,7 +39,9 @@ pub use library::{attention, epilogue, foundation, norm, reference, rope, swiglu
 /// Guides for kernel authors.
 pub mod guide {
     /// Porting a Triton fused attention and a CUTLASS GEMM with a fused
-    /// epilogue to Tessera, what maps to what, and where numerics drift.
+    /// epilogue to Tessera, CUDA async copies, TMA and mbarriers to manual
+    /// DMA (paged attention as the worked example), what maps to what, and
+    /// where numerics drift.
     pub mod porting {
         #![doc = include_str!("../doc/porting.md")]
     }
