@@ -7,7 +7,8 @@
 //!   kernel the interpreter accepts never touches a copy's buffers between
 //!   start and wait, so copying at the start gives the same answers.
 //! * Regular semaphores become SMEM i32 scratch (rank 0 as `[1]`), zeroed
-//!   at the first grid step; signal adds, wait subtracts, read loads.
+//!   at the first step of each parallel group; signal adds, wait
+//!   subtracts, read loads.
 //! * `scope` bodies are inlined and their buffers become kernel scratch.
 
 use crate::verify::VerifiedKernel;
@@ -243,8 +244,12 @@ impl Pass<'_> {
         self.op(out, store, None, loc);
     }
 
-    /// Stores zero into every counter when every grid index is 0 (the
-    /// first step: these back ends run the grid in order).
+    /// Stores zero into every counter at the first step of each parallel
+    /// group (every grid dim inner to the innermost parallel dim at 0; with
+    /// no parallel dim, the first step): the host JIT gives each group its
+    /// own scratch, and a kernel the interpreter accepts has its counters
+    /// at zero whenever a parallel index changes, so this changes nothing
+    /// for it.
     fn zero_counters(&mut self, k: &Kernel) -> Vec<Op> {
         let counters: Vec<usize> = self.counter.iter().flatten().copied().collect();
         if counters.is_empty() {
@@ -275,14 +280,21 @@ impl Pass<'_> {
             };
             self.op(&mut stores, store, None, &loc);
         }
-        if k.grid.rank() == 0 {
+        let innermost_parallel = (0..k.grid.rank())
+            .rev()
+            .find(|&d| k.grid.dims[d].semantics.is_parallel());
+        let dims: Vec<usize> = match innermost_parallel {
+            Some(p) => (p + 1..k.grid.rank()).collect(),
+            None => (0..k.grid.rank()).collect(),
+        };
+        if dims.is_empty() {
             return stores;
         }
         let mut out = Vec::new();
         let zero = self.i32_const(&mut out, 0, &loc);
         let boolean = TileType::scalar(DType::Bool);
         let mut cond = None;
-        for d in 0..k.grid.rank() {
+        for d in dims {
             let pid = self.op(
                 &mut out,
                 OpKind::ProgramId { dim: d },

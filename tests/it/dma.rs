@@ -492,3 +492,47 @@ fn scoped_buffers_exist_only_inside_their_scope_and_count_in_the_budget() {
     let e = k.build().unwrap_err();
     assert!(e.any(|k| matches!(k, ErrorKind::VmemOverflow(b) if b.items.iter().any(|i| i.name == "t" && i.kind == "scoped"))), "{e}");
 }
+
+/// A count carried along an arbitrary dim, inside each parallel group, runs
+/// alike on every path (the host JIT gives each parallel group its own
+/// counters, zeroed at the group's first step).
+#[test]
+fn a_count_carried_along_an_arbitrary_dim_runs_on_every_path() {
+    let mut k = KernelBuilder::new("count");
+    k.grid([4, 2], [Parallel, Arbitrary]);
+    let o = k
+        .output("o", I32, [32, 128])
+        .block([8, 128], |[i, _]| (i, 0));
+    let c = k.semaphores("c", []);
+    let (i, j) = (program_id(0), program_id(1));
+    when(j.eq(0), || c.at(()).signal(i + 1));
+    when(j.eq(1), || {
+        let v = c.at(()).read();
+        c.at(()).wait(v);
+        o.store(.., v);
+    });
+    let k = k.build().unwrap();
+    let want: Vec<f64> = (0..32 * 128).map(|e| (e / (8 * 128) + 1) as f64).collect();
+    let tol = [kernels::tooling::check::Tolerance { abs: 0.0, rel: 0.0 }];
+    let reports =
+        kernels::tooling::paths::run_paths(&k, &[], &runtime::backend::Backend::ALL, &[want], &tol);
+    assert_eq!(reports.len(), 4);
+    for r in reports {
+        assert!(r.passes(), "{r}");
+    }
+
+    // Left non-zero when the parallel index changes: a count that would
+    // cross to another core.
+    let mut k = KernelBuilder::new("count_left");
+    k.grid([2], [Parallel]);
+    let o = k.output("o", I32, [16, 128]).block([8, 128], |[i]| (i, 0));
+    let c = k.semaphores("c", []);
+    let line = line!() + 1;
+    c.at(()).signal(1);
+    o.store(.., 0);
+    race_at(
+        interpret_with(&k.build().unwrap(), &[], &Default::default()),
+        line,
+        &["holds 1 when a parallel grid index changes"],
+    );
+}

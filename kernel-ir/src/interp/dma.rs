@@ -7,8 +7,8 @@
 //! no copy of its size in flight on the semaphore (a hang), a copy into a
 //! buffer another copy is still writing, a kernel (or scope) ending with
 //! copies in flight or a semaphore not back at zero, and a copy in flight
-//! when a parallel grid index changes (the next step may run on another
-//! core). By default a wait retires the copy it describes (or the oldest of
+//! or a semaphore not at zero when a parallel grid index changes (the next
+//! step may run on another core). By default a wait retires the copy it describes (or the oldest of
 //! its size on the semaphore); [`crate::InterpOptions::dma_seed`] makes it
 //! retire a random one of that size instead, as hardware may when copies
 //! share a semaphore.
@@ -413,9 +413,19 @@ impl Machine<'_> {
         Ok(())
     }
 
-    /// Copies still in flight are an error when the step's successor may
-    /// run elsewhere (`why`) or nothing follows.
+    /// Copies in flight, or regular semaphores not at zero, are an error
+    /// when the step's successor may run elsewhere (`why`) or nothing
+    /// follows: a count that crosses to another core is a dependence
+    /// between parallel steps.
     pub(super) fn none_in_flight(&self, why: &str) -> R<()> {
+        self.copies_done(why)?;
+        let top: Vec<usize> = (0..self.k.semaphores.len())
+            .filter(|&i| !self.k.semaphores[i].scoped)
+            .collect();
+        self.sems_at_zero(&top, "sem_signal", why, &None)
+    }
+
+    fn copies_done(&self, why: &str) -> R<()> {
         if let Some(f) = self.dma.inflight.first() {
             return Err(self.race(
                 "dma_start",
@@ -435,10 +445,6 @@ impl Machine<'_> {
 
     /// The end-of-kernel checks: nothing in flight, semaphores at zero.
     pub(super) fn finish_dma(&self) -> R<()> {
-        self.none_in_flight("the kernel ends")?;
-        let top: Vec<usize> = (0..self.k.semaphores.len())
-            .filter(|&i| !self.k.semaphores[i].scoped)
-            .collect();
-        self.sems_at_zero(&top, "sem_signal", "the kernel ends", &None)
+        self.none_in_flight("the kernel ends")
     }
 }
