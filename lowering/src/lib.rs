@@ -81,6 +81,16 @@ pub enum LoweringError {
     Internal(String),
 }
 
+/// The error for a copy, semaphore or scope op that reached a CPU target,
+/// which lowers the kernel after
+/// [`kernel_ir::VerifiedKernel::with_synchronous_copies`]: a Tessera bug.
+pub(crate) fn removed_by_synchronous_pass(op: &kernel_ir::Op, target: &str) -> LoweringError {
+    LoweringError::Internal(format!(
+        "`{}` reached the {target}; the synchronous-copies pass removes it",
+        op.kind.mnemonic()
+    ))
+}
+
 /// Target 1: the kernel module in upstream dialects, printed.
 pub fn kernel_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
     printed_kernel_module(kernel, Flavor::Upstream, "kernel module")

@@ -316,6 +316,47 @@ proptest! {
     }
 }
 
+/// A random paged batch: each sequence's pages a slice of a random
+/// permutation of the pool (with `spare` pages more), lengths from 0 (an
+/// empty sequence, whose output is 0) to full; the kernel arguments in
+/// order (lengths, tables, q, k pages, v pages), the f64 reference and the
+/// pool size.
+#[allow(clippy::too_many_arguments)]
+fn paged_batch(
+    b: usize,
+    hkv: usize,
+    g: usize,
+    d: usize,
+    page: usize,
+    pages_per_seq: usize,
+    spare: usize,
+    dtype: DType,
+    seed: u64,
+) -> (Vec<Array>, Vec<f64>, usize) {
+    let pool = b * pages_per_seq + spare;
+    let mut rng = kernel_ir::SplitMix64(seed);
+    let mut perm: Vec<usize> = (0..pool).collect();
+    for i in (1..pool).rev() {
+        perm.swap(i, rng.below(i + 1));
+    }
+    let tables: Vec<Vec<usize>> = (0..b)
+        .map(|i| perm[i * pages_per_seq..(i + 1) * pages_per_seq].to_vec())
+        .collect();
+    let lengths: Vec<usize> = (0..b)
+        .map(|_| rng.below(pages_per_seq * page + 1))
+        .collect();
+    let q = Array::random(dtype, [b, hkv, g, d], seed, -1.0, 1.0);
+    let kp = Array::random(dtype, [hkv, pool, page, d], seed + 1, -1.0, 1.0);
+    let vp = Array::random(dtype, [hkv, pool, page, d], seed + 2, -1.0, 1.0);
+    let scale = 1.0 / (d as f64).sqrt();
+    let want = reference::paged_decode_attention(&q, &kp, &vp, &lengths, &tables, scale);
+    let lens =
+        Array::from_elems([b], &lengths.iter().map(|&l| l as i32).collect::<Vec<_>>()).unwrap();
+    let flat: Vec<i32> = tables.iter().flatten().map(|&p| p as i32).collect();
+    let tab = Array::from_elems([b, pages_per_seq], &flat).unwrap();
+    (vec![lens, tab, q, kp, vp], want, pool)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
 
@@ -328,30 +369,14 @@ proptest! {
         let dtype = if bf { BF16 } else { F32 };
         let page = page.max(8 * dtype.packing());
         let d = 32;
-        let pool = b * pages_per_seq + spare;
-        // A random permutation of the pool gives each sequence its pages.
-        let mut rng = kernel_ir::SplitMix64(seed);
-        let mut perm: Vec<usize> = (0..pool).collect();
-        for i in (1..pool).rev() {
-            perm.swap(i, rng.below(i + 1));
-        }
-        let tables: Vec<Vec<usize>> = (0..b).map(|i| perm[i * pages_per_seq..(i + 1) * pages_per_seq].to_vec()).collect();
-        // Length 0 (an empty sequence) included: its output is 0.
-        let lengths: Vec<usize> = (0..b).map(|_| rng.below(pages_per_seq * page + 1)).collect();
-        let q = Array::random(dtype, [b, hkv, g, d], seed, -1.0, 1.0);
-        let kp = Array::random(dtype, [hkv, pool, page, d], seed + 1, -1.0, 1.0);
-        let vp = Array::random(dtype, [hkv, pool, page, d], seed + 2, -1.0, 1.0);
+        let (args, want, pool) = paged_batch(b, hkv, g, d, page, pages_per_seq, spare, dtype, seed);
         let scale = 1.0 / (d as f64).sqrt();
-        let want = reference::paged_decode_attention(&q, &kp, &vp, &lengths, &tables, scale);
-        let lens = Array::from_elems([b], &lengths.iter().map(|&l| l as i32).collect::<Vec<_>>()).unwrap();
-        let flat: Vec<i32> = tables.iter().flatten().map(|&p| p as i32).collect();
-        let tab = Array::from_elems([b, pages_per_seq], &flat).unwrap();
         let dims = kernels::attention::decode::paged_decode_attention::Dims {
             b, hkv, g, d, pages: pool, page, pages_per_seq,
         };
         all_paths(
             paged_decode_attention(&DecodeConfig { sm_scale: scale as f32 }, dtype, dims),
-            &[lens, tab, q, kp, vp],
+            &args,
             vec![want],
             &[out_tol(dtype)],
         )?;
@@ -376,27 +401,12 @@ proptest! {
         let dtype = if bf { BF16 } else { F32 };
         let page = page.max(8 * dtype.packing());
         let (d, pages_per_seq) = (32, blocks * ppb);
-        let pool = b * pages_per_seq + spare;
-        let mut rng = kernel_ir::SplitMix64(seed);
-        let mut perm: Vec<usize> = (0..pool).collect();
-        for i in (1..pool).rev() {
-            perm.swap(i, rng.below(i + 1));
-        }
-        let tables: Vec<Vec<usize>> = (0..b).map(|i| perm[i * pages_per_seq..(i + 1) * pages_per_seq].to_vec()).collect();
-        let lengths: Vec<usize> = (0..b).map(|_| rng.below(pages_per_seq * page + 1)).collect();
-        let q = Array::random(dtype, [b, hkv, g, d], seed, -1.0, 1.0);
-        let kp = Array::random(dtype, [hkv, pool, page, d], seed + 1, -1.0, 1.0);
-        let vp = Array::random(dtype, [hkv, pool, page, d], seed + 2, -1.0, 1.0);
+        let (args, want, pool) = paged_batch(b, hkv, g, d, page, pages_per_seq, spare, dtype, seed);
         let scale = 1.0 / (d as f64).sqrt();
-        let want = reference::paged_decode_attention(&q, &kp, &vp, &lengths, &tables, scale);
-        let lens = Array::from_elems([b], &lengths.iter().map(|&l| l as i32).collect::<Vec<_>>()).unwrap();
-        let flat: Vec<i32> = tables.iter().flatten().map(|&p| p as i32).collect();
-        let tab = Array::from_elems([b, pages_per_seq], &flat).unwrap();
         let dims = kernels::attention::decode_dma::paged_decode_attention_dma::Dims {
             b, hkv, g, d, pages: pool, page, pages_per_seq,
         };
         let cfg = DecodeDmaConfig { sm_scale: scale as f32, pages_per_block: ppb };
-        let args = [lens, tab, q, kp, vp];
         let k = paged_decode_attention_dma(&cfg, dtype, dims).unwrap();
         let shuffled = kernel_ir::InterpOptions { dma_seed: Some(seed), ..Default::default() };
         let out = kernel_ir::interpret_with(&k, &args, &shuffled).map_err(|e| TestCaseError::fail(e.to_string()))?;

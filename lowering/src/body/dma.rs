@@ -27,10 +27,10 @@ impl<'c> BodyEmitter<'_, 'c> {
     fn mosaic_only(&self, op: &Op) -> Result<(), LoweringError> {
         match self.flavor {
             Flavor::Mosaic => Ok(()),
-            Flavor::Upstream => Err(LoweringError::Internal(format!(
-                "`{}` reached the upstream kernel module; the synchronous-copies pass removes it",
-                op.kind.mnemonic()
-            ))),
+            Flavor::Upstream => Err(crate::removed_by_synchronous_pass(
+                op,
+                "upstream kernel module",
+            )),
         }
     }
 

@@ -95,10 +95,10 @@ impl<'c> Step<'_, 'c> {
             | OpKind::SemWait { .. }
             | OpKind::SemRead { .. }
             | OpKind::Scope { .. } => {
-                return Err(LoweringError::Internal(format!(
-                    "`{}` reached the decomposed lowering; the synchronous-copies pass removes it",
-                    op.kind.mnemonic()
-                )));
+                return Err(crate::removed_by_synchronous_pass(
+                    op,
+                    "decomposed lowering",
+                ));
             }
             OpKind::Constant { value, ty } => {
                 Some(e.splat(b, value.as_f64(), ty.dtype, &ty.shape)?)

@@ -16,6 +16,7 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use super::{MASK_VALUE, normalized, online_softmax_init, online_update};
+use crate::foundation::with_float;
 use crate::library::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, in_range, param, refs, uniform_inputs,
 };
@@ -57,14 +58,9 @@ pub fn paged_decode_attention<T: Element>(
         online_softmax_init(m, l, acc);
     }
     if p * page < len {
-        let qb = q.load((0, 0, .., ..));
         let kb = k_pages.load((0, 0, .., ..));
-        let pos = iota(I32, [g, page], 1) + p * page;
-        let s = select(pos < len, dot(qb, kb.t()) * cfg.sm_scale, MASK_VALUE);
-        // Slots past the length may hold anything (a freed page's data).
-        let row = iota(I32, [page, d], 0) + p * page;
-        let vb = select(row < len, v_pages.load((0, 0, .., ..)), 0.0);
-        online_update(g, m, l, acc, s, vb);
+        let vb = v_pages.load((0, 0, .., ..));
+        attend_tokens(cfg.sm_scale, m, l, acc, q.load((0, 0, .., ..)), kb, vb, p * page, len);
     }
     if p == num_programs(2) - 1 {
         // A sequence of length 0 (or less) attends to nothing: o = 0.
@@ -73,21 +69,38 @@ pub fn paged_decode_attention<T: Element>(
     }
 }
 
+/// One online-softmax step of decode attention over `kb`, `vb`: keys
+/// `first..first + tokens` of a sequence of `len` tokens, those at or past
+/// `len` hidden (both paged kernels).
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attend_tokens(
+    sm_scale: f32,
+    m: Ref,
+    l: Ref,
+    acc: Ref,
+    qb: Tile,
+    kb: Tile,
+    vb: Tile,
+    first: Tile,
+    len: Tile,
+) {
+    let (g, tokens, d) = (qb.shape()[0], kb.shape()[0], kb.shape()[1]);
+    let pos = iota(I32, [g, tokens], 1) + first;
+    let s = select(pos < len, dot(qb, kb.t()) * sm_scale, MASK_VALUE);
+    // Slots past the length may hold anything (a freed page's data).
+    let row = iota(I32, [tokens, d], 0) + first;
+    let vb = select(row < len, vb, 0.0);
+    online_update(g, m, l, acc, s, vb);
+}
+
 /// [`paged_decode_attention()`] for a dtype.
 pub fn paged_decode_attention(
     cfg: &DecodeConfig,
     dtype: DType,
     dims: paged_decode_attention::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    match dtype {
-        DType::BF16 => paged_decode_attention::build::<bf16>(cfg, dims),
-        DType::F16 => paged_decode_attention::build::<f16>(cfg, dims),
-        DType::F32 => paged_decode_attention::build::<f32>(cfg, dims),
-        other => Err(crate::foundation::unsupported(
-            "paged_decode_attention",
-            other,
-        )),
-    }
+    with_float!("paged_decode_attention", dtype, T => paged_decode_attention::build::<T>(cfg, dims))
 }
 
 /// [`paged_decode_attention()`] in the library.
@@ -103,15 +116,7 @@ pub const PAGED_DECODE_ATTENTION: Entry = Entry {
             "score scale; auto = 1/sqrt(head_dim)",
         ),
     ],
-    inputs: |_| {
-        Ok(vec![
-            ("lengths", vec![4]),
-            ("block_tables", vec![4, 8]),
-            ("q", vec![4, 2, 4, 128]),
-            ("k_pages", vec![2, 40, 16, 128]),
-            ("v_pages", vec![2, 40, 16, 128]),
-        ])
-    },
+    inputs: paged_inputs,
     build: |c, s| {
         let dims = paged_decode_attention::Dims::from_shapes(&refs(s))?;
         let cfg = DecodeConfig {
@@ -195,4 +200,16 @@ pub(super) fn paged_sample(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Arr
         v[1] = t;
     }
     v
+}
+
+/// The default inputs of both paged decode kernels: 4 sequences of up to 8
+/// pages of 16 tokens, GQA 8/2, head dim 128, a pool of 40 pages.
+pub(super) fn paged_inputs(_: &Config) -> Result<crate::library::entry::Shapes, EntryError> {
+    Ok(vec![
+        ("lengths", vec![4]),
+        ("block_tables", vec![4, 8]),
+        ("q", vec![4, 2, 4, 128]),
+        ("k_pages", vec![2, 40, 16, 128]),
+        ("v_pages", vec![2, 40, 16, 128]),
+    ])
 }

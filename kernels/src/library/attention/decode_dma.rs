@@ -20,8 +20,9 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
-use super::decode::{paged_check, paged_reference, paged_sample};
-use super::{MASK_VALUE, normalized, online_softmax_init, online_update};
+use super::decode::{attend_tokens, paged_check, paged_inputs, paged_reference, paged_sample};
+use super::{normalized, online_softmax_init};
+use crate::foundation::with_float;
 use crate::library::entry::{DTYPE, Entry, EntryError, ParamKind, Preset, param, refs};
 use crate::library::tolerance::Tolerance;
 
@@ -116,14 +117,9 @@ pub fn paged_decode_attention_dma<T: Element>(
             block_copies(ppb, block_tables, k_pages, v_pages, kbuf, vbuf, sems, bi, hk, p + 1, (p + 1) % 2, false);
         }
         block_copies(ppb, block_tables, k_pages, v_pages, kbuf, vbuf, sems, bi, hk, p, slot, true);
-        let qb = q.load((0, 0, .., ..));
         let kb = kbuf.load((slot, .., .., ..)).reshape([tokens, d]);
-        let pos = iota(I32, [g, tokens], 1) + p * tokens;
-        let s = select(pos < len, dot(qb, kb.t()) * cfg.sm_scale, MASK_VALUE);
-        // Slots past the length may hold anything (a freed page's data).
-        let row = iota(I32, [tokens, d], 0) + p * tokens;
-        let vb = select(row < len, vbuf.load((slot, .., .., ..)).reshape([tokens, d]), 0.0);
-        online_update(g, m, l, acc, s, vb);
+        let vb = vbuf.load((slot, .., .., ..)).reshape([tokens, d]);
+        attend_tokens(cfg.sm_scale, m, l, acc, q.load((0, 0, .., ..)), kb, vb, p * tokens, len);
     }
     if p == num_programs(2) - 1 {
         // A sequence of length 0 attends to nothing: o = 0.
@@ -138,12 +134,7 @@ pub fn paged_decode_attention_dma(
     dtype: DType,
     dims: paged_decode_attention_dma::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    match dtype {
-        DType::BF16 => paged_decode_attention_dma::build::<bf16>(cfg, dims),
-        DType::F16 => paged_decode_attention_dma::build::<f16>(cfg, dims),
-        DType::F32 => paged_decode_attention_dma::build::<f32>(cfg, dims),
-        other => Err(crate::foundation::unsupported("paged_decode_attention_dma", other)),
-    }
+    with_float!("paged_decode_attention_dma", dtype, T => paged_decode_attention_dma::build::<T>(cfg, dims))
 }
 
 /// [`paged_decode_attention_dma()`] in the library.
@@ -155,15 +146,7 @@ pub const PAGED_DECODE_ATTENTION_DMA: Entry = Entry {
         param("sm_scale", ParamKind::Scale, "auto", "score scale; auto = 1/sqrt(head_dim)"),
         param("pages_per_block", ParamKind::Positive, "4", "pages copied per grid step; divides pages_per_seq"),
     ],
-    inputs: |_| {
-        Ok(vec![
-            ("lengths", vec![4]),
-            ("block_tables", vec![4, 8]),
-            ("q", vec![4, 2, 4, 128]),
-            ("k_pages", vec![2, 40, 16, 128]),
-            ("v_pages", vec![2, 40, 16, 128]),
-        ])
-    },
+    inputs: paged_inputs,
     build: |c, s| {
         let dims = paged_decode_attention_dma::Dims::from_shapes(&refs(s))?;
         let ppb = c.usize("pages_per_block")?;

@@ -27,7 +27,7 @@ use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use super::decode_dma::block_copies;
 use super::{MASK_VALUE, normalized, online_softmax_init, online_update};
-use crate::foundation::cdiv;
+use crate::foundation::{cdiv, with_float};
 use crate::library::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, param, refs,
 };
@@ -207,12 +207,7 @@ pub fn ragged_paged_attention(
     dtype: DType,
     dims: ragged_paged_attention::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    match dtype {
-        DType::BF16 => ragged_paged_attention::build::<bf16>(cfg, dims),
-        DType::F16 => ragged_paged_attention::build::<f16>(cfg, dims),
-        DType::F32 => ragged_paged_attention::build::<f32>(cfg, dims),
-        other => Err(crate::foundation::unsupported("ragged_paged_attention", other)),
-    }
+    with_float!("ragged_paged_attention", dtype, T => ragged_paged_attention::build::<T>(cfg, dims))
 }
 
 /// The f64 reference: per sequence, head and new token, causal (and

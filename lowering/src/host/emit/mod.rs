@@ -418,10 +418,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             | OpKind::SemWait { .. }
             | OpKind::SemRead { .. }
             | OpKind::Scope { .. } => {
-                return Err(LoweringError::Internal(format!(
-                    "`{}` reached the host lowering; the synchronous-copies pass removes it",
-                    op.kind.mnemonic()
-                )));
+                return Err(crate::removed_by_synchronous_pass(op, "host lowering"));
             }
             OpKind::Constant { value, ty } => {
                 let r = res.ok_or_else(|| LoweringError::Internal("constant".into()))?;
