@@ -85,7 +85,10 @@ pub(super) fn attend_tokens(
     first: Tile,
     len: Tile,
 ) {
-    let (g, tokens, d) = (qb.shape()[0], kb.shape()[0], kb.shape()[1]);
+    // A tile whose op failed has no shape; its error is already recorded.
+    let (qs, ks) = (qb.shape(), kb.shape());
+    let g = qs.first().copied().unwrap_or(1);
+    let (tokens, d) = (ks.first().copied().unwrap_or(1), ks.get(1).copied().unwrap_or(1));
     let pos = iota(I32, [g, tokens], 1) + first;
     let s = select(pos < len, dot(qb, kb.t()) * sm_scale, MASK_VALUE);
     // Slots past the length may hold anything (a freed page's data).
