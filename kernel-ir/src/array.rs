@@ -76,6 +76,8 @@ impl Array {
             DType::I32 => d.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
             DType::I8 => d.iter().map(|&v| v as i8 as u8).collect(),
             DType::Bool => d.iter().map(|&v| (v != 0.0) as u8).collect(),
+            DType::F8E4M3FN => d.iter().map(|&v| crate::fp8::E4M3FN.encode(v)).collect(),
+            DType::F8E5M2 => d.iter().map(|&v| crate::fp8::E5M2.encode(v)).collect(),
         }
     }
 
@@ -115,6 +117,11 @@ impl Array {
                 .collect(),
             DType::I8 => bytes.iter().map(|&b| b as i8 as f64).collect(),
             DType::Bool => bytes.iter().map(|&b| (b != 0) as u8 as f64).collect(),
+            DType::F8E4M3FN => bytes
+                .iter()
+                .map(|&b| crate::fp8::E4M3FN.decode(b))
+                .collect(),
+            DType::F8E5M2 => bytes.iter().map(|&b| crate::fp8::E5M2.decode(b)).collect(),
         };
         Ok(Array { dtype, shape, data })
     }

@@ -5,6 +5,8 @@ use std::str::FromStr;
 
 use half::{bf16, f16};
 
+pub mod fp8;
+
 /// The element type of a tile, buffer or array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
@@ -20,17 +22,26 @@ pub enum DType {
     I8,
     /// Boolean; one byte in memory, as on TPU.
     Bool,
+    /// 8-bit float, 4 exponent bits (bias 7), 3 mantissa bits, finite:
+    /// no infinities, one NaN pattern per sign (`S.1111.111`), largest
+    /// value 448 (the OCP FP8 E4M3 format, `float8_e4m3fn`).
+    F8E4M3FN,
+    /// 8-bit float, 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like:
+    /// infinities and NaNs, largest finite value 57344 (`float8_e5m2`).
+    F8E5M2,
 }
 
 impl DType {
     /// Every dtype, in a fixed order (useful for tests and listings).
-    pub const ALL: [DType; 6] = [
+    pub const ALL: [DType; 8] = [
         DType::F32,
         DType::BF16,
         DType::F16,
         DType::I32,
         DType::I8,
         DType::Bool,
+        DType::F8E4M3FN,
+        DType::F8E5M2,
     ];
 
     /// Width in bits of one element in memory.
@@ -38,7 +49,7 @@ impl DType {
         match self {
             DType::F32 | DType::I32 => 32,
             DType::BF16 | DType::F16 => 16,
-            DType::I8 | DType::Bool => 8,
+            DType::I8 | DType::Bool | DType::F8E4M3FN | DType::F8E5M2 => 8,
         }
     }
 
@@ -63,9 +74,18 @@ impl DType {
         32 / self.bits() as usize
     }
 
-    /// True for f32, bf16 and f16.
+    /// True for the floats: f32, bf16, f16 and the two fp8 formats.
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::BF16 | DType::F16)
+        matches!(
+            self,
+            DType::F32 | DType::BF16 | DType::F16 | DType::F8E4M3FN | DType::F8E5M2
+        )
+    }
+
+    /// True for the 8-bit floats (`f8e4m3fn`, `f8e5m2`): storage and MXU
+    /// operand types, converted to a wider float for any other arithmetic.
+    pub fn is_fp8(self) -> bool {
+        matches!(self, DType::F8E4M3FN | DType::F8E5M2)
     }
 
     /// True for i32 and i8.
@@ -87,6 +107,8 @@ impl DType {
             DType::I32 => "i32",
             DType::I8 => "i8",
             DType::Bool => "bool",
+            DType::F8E4M3FN => "f8e4m3fn",
+            DType::F8E5M2 => "f8e5m2",
         }
     }
 
@@ -95,7 +117,10 @@ impl DType {
     /// Floats round to nearest even; integers truncate toward zero and wrap
     /// (two's complement), as a convert followed by the dtype's arithmetic
     /// does on hardware; bool is `v != 0`. NaN stays NaN for floats and
-    /// becomes 0 for integers.
+    /// becomes 0 for integers. The fp8 formats do not saturate, as XLA's
+    /// and ml_dtypes' conversions do not: a value that rounds past the
+    /// largest finite one is NaN in `f8e4m3fn` (which has no infinity) and
+    /// ±∞ in `f8e5m2`; ∞ becomes NaN in `f8e4m3fn`.
     pub fn round(self, v: f64) -> f64 {
         match self {
             DType::F32 => v as f32 as f64,
@@ -103,6 +128,8 @@ impl DType {
             DType::F16 => f16::from_f64(v).to_f64(),
             DType::I32 => wrap_int(v, 32),
             DType::I8 => wrap_int(v, 8),
+            DType::F8E4M3FN => fp8::E4M3FN.round(v),
+            DType::F8E5M2 => fp8::E5M2.round(v),
             DType::Bool => {
                 if v != 0.0 && !v.is_nan() {
                     1.0
@@ -120,6 +147,8 @@ impl DType {
             DType::F32 => f32::EPSILON as f64 / 2.0,
             DType::BF16 => 2f64.powi(-8),
             DType::F16 => 2f64.powi(-11),
+            DType::F8E4M3FN => 2f64.powi(-4),
+            DType::F8E5M2 => 2f64.powi(-3),
             _ => 0.0,
         }
     }
@@ -145,7 +174,7 @@ impl fmt::Display for DType {
 
 /// The error of parsing a dtype name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown dtype `{0}`; expected one of f32, bf16, f16, i32, i8, bool")]
+#[error("unknown dtype `{0}`; expected one of f32, bf16, f16, i32, i8, bool, f8e4m3fn, f8e5m2")]
 pub struct ParseDTypeError(pub String);
 
 impl FromStr for DType {
@@ -219,6 +248,26 @@ impl Element for i8 {
     }
     fn from_f64(v: f64) -> Self {
         DType::I8.round(v) as i8
+    }
+}
+
+impl Element for fp8::f8e4m3fn {
+    const DTYPE: DType = DType::F8E4M3FN;
+    fn to_f64(self) -> f64 {
+        fp8::E4M3FN.decode(self.0)
+    }
+    fn from_f64(v: f64) -> Self {
+        fp8::f8e4m3fn(fp8::E4M3FN.encode(v))
+    }
+}
+
+impl Element for fp8::f8e5m2 {
+    const DTYPE: DType = DType::F8E5M2;
+    fn to_f64(self) -> f64 {
+        fp8::E5M2.decode(self.0)
+    }
+    fn from_f64(v: f64) -> Self {
+        fp8::f8e5m2(fp8::E5M2.encode(v))
     }
 }
 

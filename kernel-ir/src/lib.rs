@@ -78,6 +78,7 @@ pub use builder::{
     for_range_step, if_else, iota, num_programs, program_id, scoped, select, when,
 };
 pub use dma::{BufferView, DmaCopy, SemRef, SemaphoreArray, SemaphoreKind};
+pub use dtype::fp8::{self, f8e4m3fn, f8e5m2};
 pub use dtype::{DType, Element, ParseDTypeError};
 pub use error::{ErrorKind, KernelError, KernelErrors};
 pub use half::{bf16, f16};
@@ -123,7 +124,7 @@ pub use kernel_macros::kernel_fn;
 
 /// Everything a kernel author needs, in one import.
 pub mod prelude {
-    pub use crate::DType::{BF16, Bool, F16, F32, I8, I32};
+    pub use crate::DType::{BF16, Bool, F8E4M3FN, F8E5M2, F16, F32, I8, I32};
     pub use crate::DimSemantics::{Arbitrary, CoreParallel, Parallel};
     pub use crate::dsl::{
         DmaSemaphores, In, InOut, Out, Prefetch, Scratch, Semaphores, Smem, Vmem,

@@ -366,7 +366,11 @@ impl ReduceOp {
     /// ```
     pub fn identity(self, dtype: DType) -> f64 {
         let (low, high) = match dtype {
-            DType::F32 | DType::BF16 | DType::F16 => (f64::NEG_INFINITY, f64::INFINITY),
+            DType::F32 | DType::BF16 | DType::F16 | DType::F8E5M2 => {
+                (f64::NEG_INFINITY, f64::INFINITY)
+            }
+            // No infinity: the largest finite values.
+            DType::F8E4M3FN => (-448.0, 448.0),
             DType::I32 => (f64::from(i32::MIN), f64::from(i32::MAX)),
             DType::I8 => (f64::from(i8::MIN), f64::from(i8::MAX)),
             DType::Bool => (0.0, 1.0),

@@ -56,7 +56,7 @@ impl DTypeName {
         Some(match self.ident.to_string().as_str() {
             "f32" | "i32" => 4,
             "bf16" | "f16" => 2,
-            "i8" | "bool" => 1,
+            "i8" | "bool" | "f8e4m3fn" | "f8e5m2" => 1,
             _ => return None,
         })
     }
@@ -73,6 +73,8 @@ impl DTypeName {
             "f16" => "F16",
             "i32" => "I32",
             "i8" => "I8",
+            "f8e4m3fn" => "F8E4M3FN",
+            "f8e5m2" => "F8E5M2",
             _ => "Bool",
         };
         let v = Ident::new(v, t.span());
@@ -189,7 +191,7 @@ fn dtype_arg(
                 return Err(syn::Error::new_spanned(
                     p,
                     format!(
-                        "unknown kernel dtype `{}`; use f32, bf16, f16, i32, i8, bool, or a type parameter `T: Element`",
+                        "unknown kernel dtype `{}`; use f32, bf16, f16, i32, i8, bool, f8e4m3fn, f8e5m2, or a type parameter `T: Element`",
                         d.ident
                     ),
                 ));

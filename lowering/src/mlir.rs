@@ -240,7 +240,14 @@ impl<'c> Ir<'c> {
             DType::I32 => IntegerType::new(self.ctx, 32).into(),
             DType::I8 => IntegerType::new(self.ctx, 8).into(),
             DType::Bool => IntegerType::new(self.ctx, 1).into(),
+            // Builtin MLIR types; parsing them cannot fail.
+            DType::F8E4M3FN => Type::parse(self.ctx, "f8E4M3FN").unwrap_or_else(|| self.i8()),
+            DType::F8E5M2 => Type::parse(self.ctx, "f8E5M2").unwrap_or_else(|| self.i8()),
         }
+    }
+
+    fn i8(&self) -> Type<'c> {
+        IntegerType::new(self.ctx, 8).into()
     }
 
     pub fn i32(&self) -> Type<'c> {
@@ -392,5 +399,7 @@ pub fn literal_text(v: f64, d: DType) -> String {
         DType::F16 => format!("0x{:04X}", half::f16::from_f64(v).to_bits()),
         DType::Bool => (if d.round(v) != 0.0 { "true" } else { "false" }).to_string(),
         DType::I32 | DType::I8 => format!("{}", d.round(v) as i64),
+        DType::F8E4M3FN => format!("0x{:02X}", kernel_ir::fp8::E4M3FN.encode(v)),
+        DType::F8E5M2 => format!("0x{:02X}", kernel_ir::fp8::E5M2.encode(v)),
     }
 }

@@ -47,6 +47,19 @@ pub fn ulps(a: f64, b: f64, d: DType) -> Option<u64> {
             ordered16(kernel_ir::f16::from_f64(b).to_bits()),
         ),
         DType::I32 | DType::I8 | DType::Bool => (a.round() as i64, b.round() as i64),
+        DType::F8E4M3FN | DType::F8E5M2 => {
+            let ordered8 = |x: f64| {
+                let bits = kernel_ir::Array::new(d, [1], vec![x])
+                    .map(|a| a.to_le_bytes()[0])
+                    .unwrap_or(0) as i8 as i64;
+                if bits < 0 {
+                    i8::MIN as i64 - bits
+                } else {
+                    bits
+                }
+            };
+            (ordered8(a), ordered8(b))
+        }
     };
     Some(x.abs_diff(y))
 }

@@ -5,6 +5,13 @@
 //! versions 1.0 to 3.0. NumPy has no bfloat16: a bf16 array is **written
 //! as float32** (exactly: every bf16 value is an f32), and a float32 file
 //! given to a bf16 operand is rounded to bf16 (to nearest, ties to even).
+//! Nor has it fp8: an fp8 array is written as **uint8 bit patterns**
+//! (`|u1`, what ml_dtypes' `a.view(np.uint8)` gives; read it back with
+//! `np.load(f).view(ml_dtypes.float8_e4m3fn)`). A uint8 file reads as
+//! `f8e4m3fn`; [`reinterpret_fp8`] turns it into the `f8e5m2` it holds
+//! (every pattern survives), and a float32 file given to an fp8 operand is
+//! rounded to it. (Arrays hold values, so the NaN patterns of a format
+//! come back as its canonical NaN of the same sign.)
 //!
 //! ```
 //! use kernel_ir::{Array, DType};
@@ -34,6 +41,8 @@ fn descr(d: DType) -> &'static str {
         DType::I32 => "<i4",
         DType::I8 => "|i1",
         DType::Bool => "|b1",
+        // NumPy has no fp8: the bit patterns, as ml_dtypes' `.view(np.uint8)`.
+        DType::F8E4M3FN | DType::F8E5M2 => "|u1",
     }
 }
 
@@ -129,9 +138,11 @@ fn header(prefix: &[u8]) -> Result<Header, NpyError> {
         "<i4" | "=i4" | "i4" => DType::I32,
         "|i1" | "<i1" | "i1" => DType::I8,
         "|b1" | "<b1" | "b1" | "?" => DType::Bool,
+        // fp8 bit patterns; see the module docs for e5m2.
+        "|u1" | "<u1" | "u1" | "B" => DType::F8E4M3FN,
         other => {
             return Err(err(format!(
-                "element type '{other}' is not supported; use float32, float16, int32, int8 or bool (bf16 as float32)"
+                "element type '{other}' is not supported; use float32, float16, int32, int8, bool, or uint8 for fp8 bit patterns (bf16 as float32)"
             )));
         }
     };
@@ -232,6 +243,17 @@ pub fn read(path: &std::path::Path) -> Result<Array, NpyError> {
     decode(&bytes).map_err(at)
 }
 
+/// An fp8 array (as a uint8 file reads, `f8e4m3fn`) as the other fp8
+/// format with the same bit patterns; any other array as it is.
+pub fn reinterpret_fp8(a: Array, dtype: DType) -> Array {
+    if a.dtype().is_fp8() && dtype.is_fp8() && a.dtype() != dtype {
+        let shape = a.shape().to_vec();
+        Array::from_le_bytes(dtype, shape, &a.to_le_bytes()).unwrap_or(a)
+    } else {
+        a
+    }
+}
+
 /// Writes a `.npy` file atomically (see [`crate::tooling::atomic_file`]).
 pub fn write(path: &std::path::Path, a: &Array) -> Result<(), NpyError> {
     crate::tooling::atomic_file::write(path, &encode(a)).map_err(|e| err(e.to_string()))
@@ -254,6 +276,17 @@ mod tests {
         assert_eq!(back.data(), a.data());
         // Headers are padded to 64 bytes.
         assert_eq!((encode(&a).len() - 7 * 4) % 64, 0);
+        // fp8: uint8 bit patterns, every one of them back, in both formats.
+        for d in [DType::F8E4M3FN, DType::F8E5M2] {
+            let bits: Vec<u8> = (0..=255).collect();
+            let a = Array::from_le_bytes(d, [256], &bits).unwrap();
+            let file = encode(&a);
+            assert!(String::from_utf8_lossy(&file[..64]).contains("'descr': '|u1'"));
+            assert_eq!(&file[file.len() - 256..], &a.to_le_bytes()[..]);
+            let back = reinterpret_fp8(decode(&file).unwrap(), d);
+            assert_eq!(back.dtype(), d);
+            assert_eq!(back.to_le_bytes(), a.to_le_bytes(), "{d}");
+        }
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub(crate) fn type_name(shape: &[usize], d: DType) -> String {
         DType::I32 => "i32",
         DType::I8 => "i8",
         DType::Bool => "i1",
+        DType::F8E4M3FN => "f8E4M3FN",
+        DType::F8E5M2 => "f8E5M2",
     };
     let mut s = String::from("tensor<");
     for d in shape {

@@ -122,6 +122,8 @@ fn ffi_dtype(d: DType) -> c_int {
         DType::I32 => sys::DTYPE_S32,
         DType::I8 => sys::DTYPE_S8,
         DType::Bool => sys::DTYPE_PRED,
+        DType::F8E4M3FN => sys::DTYPE_F8E4M3FN,
+        DType::F8E5M2 => sys::DTYPE_F8E5M2,
     }
 }
 

@@ -24,6 +24,8 @@ pub const DTYPE_S32: c_int = 4;
 pub const DTYPE_F16: c_int = 10;
 pub const DTYPE_F32: c_int = 11;
 pub const DTYPE_BF16: c_int = 16;
+pub const DTYPE_F8E5M2: c_int = 19;
+pub const DTYPE_F8E4M3FN: c_int = 20;
 
 #[repr(C)]
 pub struct InternalExtension {

@@ -747,6 +747,8 @@ fn buffer_type(d: DType) -> i32 {
         DType::I32 => sys::TYPE_S32,
         DType::I8 => sys::TYPE_S8,
         DType::Bool => sys::TYPE_PRED,
+        DType::F8E4M3FN => sys::TYPE_F8E4M3FN,
+        DType::F8E5M2 => sys::TYPE_F8E5M2,
     }
 }
 
@@ -758,6 +760,8 @@ fn dtype_of(t: i32) -> Option<DType> {
         sys::TYPE_S32 => DType::I32,
         sys::TYPE_S8 => DType::I8,
         sys::TYPE_PRED => DType::Bool,
+        sys::TYPE_F8E4M3FN => DType::F8E4M3FN,
+        sys::TYPE_F8E5M2 => DType::F8E5M2,
         _ => return None,
     })
 }

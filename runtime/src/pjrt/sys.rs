@@ -397,6 +397,8 @@ pub const TYPE_S32: c_int = 4;
 pub const TYPE_F16: c_int = 10;
 pub const TYPE_F32: c_int = 11;
 pub const TYPE_BF16: c_int = 13;
+pub const TYPE_F8E5M2: c_int = 16;
+pub const TYPE_F8E4M3FN: c_int = 17;
 
 /// The FFI extension (`pjrt_c_api_ffi_extension.h`).
 #[repr(C)]

@@ -103,16 +103,18 @@ pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec
         .build(&c.config, &shapes)
         .map_err(|e| e.to_string())?;
     // The files were matched in argument order: prefetch, then inputs.
-    // A float32 file given to a bf16 input is rounded to bf16; then the
-    // check every path makes.
+    // A float32 file given to a bf16 or fp8 input is rounded to it, a
+    // uint8 (fp8 bits) file read as f8e4m3fn is taken as the f8e5m2 an
+    // input may be; then the check every path makes.
     let out: Vec<Array> = arrays
         .into_iter()
         .zip(kernel.arguments())
         .map(|(a, arg)| {
-            if a.dtype() == DType::F32 && arg.dtype == DType::BF16 && a.shape() == arg.shape {
-                a.cast(DType::BF16)
+            let narrower = arg.dtype == DType::BF16 || arg.dtype.is_fp8();
+            if a.dtype() == DType::F32 && narrower && a.shape() == arg.shape {
+                a.cast(arg.dtype)
             } else {
-                a
+                kernels::tooling::npy::reinterpret_fp8(a, arg.dtype)
             }
         })
         .collect();
