@@ -1,14 +1,13 @@
 //! Tessera's integration tests, one binary (see the crate docs).
-
 mod attention;
 mod block_fetches;
 mod builder_kernels;
 mod common;
 mod dma;
-
 mod dsl;
 mod dsl_vs_builder;
 mod foundation;
+mod fp8;
 mod graph;
 mod invalid;
 mod lib_attention;

@@ -1,0 +1,62 @@
+//! fp8 tiles on the CPU paths: conversions in both directions, exact
+//! against the f64 semantics (`DType::round`), on the interpreter and on
+//! XLA (the decomposed StableHLO, whose fp8 conversions are XLA's own: a
+//! peer); the host JIT refuses fp8 with a clear error for now.
+
+use kernel_ir::prelude::*;
+use runtime::backend::{Backend, run};
+
+#[test]
+fn fp8_conversions_are_exact_on_the_interpreter_and_on_xla() {
+    for d in [F8E4M3FN, F8E5M2] {
+        // Up: every value of the format, times 2 in f32.
+        let mut k = KernelBuilder::new("up");
+        let x = k.input("x", d, [2, 128]);
+        let o = k.output("o", F32, [2, 128]);
+        o.store(.., x.load(..).convert(F32) * 2.0);
+        let up = k.build().unwrap();
+        let bits: Vec<u8> = (0..=255).collect();
+        let xa = Array::from_le_bytes(d, [2, 128], &bits).unwrap();
+        // Down: f32 values across the range, NaN, overflow and subnormals
+        // included, rounded to the format.
+        let mut k = KernelBuilder::new("down");
+        let y = k.input("y", F32, [2, 128]);
+        let p = k.output("p", d, [2, 128]);
+        p.store(.., y.load(..).convert(d));
+        let down = k.build().unwrap();
+        let ya = Array::random(F32, [2, 128], 9, -1.0, 1.0);
+        let ya = Array::new(
+            F32,
+            [2, 128],
+            ya.data()
+                .iter()
+                .enumerate()
+                .map(|(i, v)| F32.round(v * 2f64.powi(i as i32 % 40 - 20)))
+                .collect(),
+        )
+        .unwrap();
+        for backend in [Backend::Interpreter, Backend::Decomposed] {
+            let out = run(backend, &up, std::slice::from_ref(&xa)).unwrap();
+            for (o, v) in out[0].data().iter().zip(xa.data()) {
+                assert!(
+                    o.is_nan() && v.is_nan() || *o == v * 2.0,
+                    "{backend} {d}: {v} -> {o}"
+                );
+            }
+            let out = run(backend, &down, std::slice::from_ref(&ya)).unwrap();
+            for (o, v) in out[0].data().iter().zip(ya.data()) {
+                let want = d.round(*v);
+                assert!(
+                    o.is_nan() && want.is_nan() || *o == want,
+                    "{backend} {d}: {v} -> {o}, want {want}"
+                );
+            }
+        }
+        for backend in [Backend::Native, Backend::HostCall] {
+            let e = run(backend, &up, std::slice::from_ref(&xa))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("does not run fp8 yet"), "{backend}: {e}");
+        }
+    }
+}
