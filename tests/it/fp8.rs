@@ -60,3 +60,31 @@ fn fp8_conversions_are_exact_on_the_interpreter_and_on_xla() {
         }
     }
 }
+
+/// An fp8 × fp8 dot accumulating in f32 on the interpreter and on XLA,
+/// against the f64 product (exact here: products of fp8 values and their
+/// short sums are exact in f32).
+#[test]
+fn fp8_dots_match_the_f64_product_on_the_interpreter_and_on_xla() {
+    for d in [F8E4M3FN, F8E5M2] {
+        let mut k = KernelBuilder::new("mm");
+        let a = k.input("a", d, [16, 32]);
+        let b = k.input("b", d, [32, 128]);
+        let o = k.output("o", F32, [16, 128]);
+        o.store(.., dot(a.load(..), b.load(..)));
+        let kernel = k.build().unwrap();
+        // Values whose products and sums of 32 stay exact in f32: small
+        // integers and halves.
+        let small = |n: usize, seed: u64| {
+            let mut r = kernel_ir::SplitMix64(seed);
+            (0..n).map(|_| (r.below(9) as f64 - 4.0) / 2.0).collect::<Vec<f64>>()
+        };
+        let aa = Array::new(d, [16, 32], small(16 * 32, 1)).unwrap();
+        let ba = Array::new(d, [32, 128], small(32 * 128, 2)).unwrap();
+        let want = kernels::library::reference::matmul(&aa, &ba);
+        for backend in [Backend::Interpreter, Backend::Decomposed] {
+            let out = run(backend, &kernel, &[aa.clone(), ba.clone()]).unwrap();
+            assert_eq!(out[0].data(), &want[..], "{backend} {d}");
+        }
+    }
+}

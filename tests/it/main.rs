@@ -23,3 +23,4 @@ mod snapshots_ir;
 mod structure;
 mod tpu_compile;
 mod tpu_dma;
+mod tpu_fp8;

@@ -15,8 +15,12 @@
 //! * `masked-store`: masked stores of elements narrower than 32 bits
 //!   (bf16, i8) are not implemented;
 //! * `bf16-rem`: `%` on bf16 vectors does not legalize;
-//! * `dot-operands`, `dot-acc`: the MXU multiplies f32, bf16 and i8 (not
-//!   i32) and accumulates in 32 bits;
+//! * `dot-operands`, `dot-acc`: the MXU multiplies f32, bf16, fp8
+//!   (`f8e4m3fn`, `f8e5m2`) and i8 (not i32) and accumulates in 32 bits.
+//!   libtpu compiles fp8 × fp8 and i8 × i8 dots on all four generations,
+//!   also where jax's `tpu_info` lists no native MXU path for the type
+//!   (fp8 before v7x, i8 on v7x): the compiler converts, so there is no
+//!   per-generation operand rule, only a difference in speed;
 //! * `dot-k1` (v6e and v7x only): a dot contracting over size 1 (an outer
 //!   product) can fail libtpu's register allocator or abort it in the MXU
 //!   latch packer;
@@ -300,12 +304,20 @@ impl Checker<'_> {
             }
             OpKind::Dot { lhs, acc, .. } => {
                 if let Some(t) = self.ty(*lhs)
-                    && !matches!(t.dtype, DType::F32 | DType::BF16 | DType::I8 | DType::F16)
+                    && !matches!(
+                        t.dtype,
+                        DType::F32
+                            | DType::BF16
+                            | DType::I8
+                            | DType::F16
+                            | DType::F8E4M3FN
+                            | DType::F8E5M2
+                    )
                 {
                     let kind = unsupported(
                         "dot-operands",
                         format!("a dot of {} operands", t.dtype),
-                        "the MXU multiplies f32, bf16 and i8",
+                        "the MXU multiplies f32, bf16, fp8 and i8",
                         "convert the operands to f32 or bf16 (or i8 with i32 accumulation)",
                     );
                     self.push(kind, op);
