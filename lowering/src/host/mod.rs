@@ -265,36 +265,17 @@ fn window_type<'c>(ir: &Ir<'c>, shape: &[usize], d: DType) -> Type<'c> {
 
 /// The dtype a buffer of `d` has in host memory.
 fn host_dtype(d: DType) -> DType {
-    if d == DType::Bool { DType::I8 } else { d }
+    if d == DType::Bool || d.is_fp8() {
+        DType::I8
+    } else {
+        d
+    }
 }
 
 /// Builds the host module: `func.func @tessera_host_kernel(grid i32...,
 /// prefetch, operand windows, scratch, workspace)`. Returns it with the
 /// workspace bytes the body needs.
 fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<(Module<'c>, usize), LoweringError> {
-    // LLVM has no fp8 types and MLIR's arith expansion has no fp8
-    // conversions: until the host emitter converts fp8 itself, say so.
-    let fp8 = k
-        .operands
-        .iter()
-        .map(|o| (o.dtype, &o.name, &o.loc))
-        .chain(k.scratch.iter().map(|s| (s.dtype, &s.name, &s.loc)))
-        .find(|(d, _, _)| d.is_fp8());
-    let fp8_value = k.body.values.iter().any(|t| t.dtype.is_fp8());
-    if fp8.is_some() || fp8_value {
-        let (what, loc) = match fp8 {
-            Some((d, name, loc)) => (format!("`{name}` holds {d}"), loc.clone()),
-            None => ("the body computes an fp8 tile".to_string(), None),
-        };
-        return Err(LoweringError::Unsupported {
-            op: "fp8".into(),
-            loc,
-            target: "host JIT",
-            reason: format!(
-                "{what}; the native host JIT does not run fp8 yet (the interpreter and the decomposed StableHLO on XLA do)"
-            ),
-        });
-    }
     let module = Module::new(ir.loc());
     let mut types: Vec<Type<'c>> = vec![ir.i32(); k.grid.rank()];
     for p in &k.prefetch {

@@ -67,7 +67,7 @@ impl<'c> HostEmitter<'_, 'c> {
                 Val::Scalar(s) => {
                     tile_bufs.push(None);
                     scalar_init.push(s);
-                    scalar_types.push(ir.elem(self.ty(*v).dtype));
+                    scalar_types.push(ir.elem(reg(self.ty(*v).dtype)));
                 }
                 Val::Tile(n) => {
                     let buf = self.alloc(b, &n.ty)?;
@@ -166,7 +166,7 @@ impl<'c> HostEmitter<'_, 'c> {
             let ty = self.ty(*r);
             if ty.shape.is_empty() {
                 bufs.push(None);
-                scalar_types.push(ir.elem(ty.dtype));
+                scalar_types.push(ir.elem(reg(ty.dtype)));
             } else {
                 bufs.push(Some(self.alloc(b, &ty)?));
             }

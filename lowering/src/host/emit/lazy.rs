@@ -120,7 +120,7 @@ impl<'c> HostEmitter<'_, 'c> {
         let rank = n.ty.shape.len();
         Ok(match &n.e {
             Expr::Const(v) => {
-                let attr = ir.literal(*v, d, vty)?;
+                let attr = self.lit(*v, d, vty)?;
                 ir.op1(b, "arith.constant", &[], vty, vec![("value", attr)])?
             }
             Expr::Scalar(s) => self.splat(b, *s, w, d)?,
@@ -160,7 +160,7 @@ impl<'c> HostEmitter<'_, 'c> {
                         "arith.constant",
                         &[],
                         vty,
-                        vec![("value", ir.literal(0.0, d, vty)?)],
+                        vec![("value", self.lit(0.0, d, vty)?)],
                     )?;
                     for lane in 0..w {
                         let mut ops = Vec::new();
@@ -309,7 +309,7 @@ impl<'c> HostEmitter<'_, 'c> {
                         "arith.constant",
                         &[],
                         vty,
-                        vec![("value", ir.literal(0.0, d, vty)?)],
+                        vec![("value", self.lit(0.0, d, vty)?)],
                     )?;
                     for lane in 0..w {
                         let mut li = sidx.clone();
@@ -425,7 +425,7 @@ impl<'c> HostEmitter<'_, 'c> {
                     b,
                     "arith.select",
                     &[self.scalar(m)?, s, old],
-                    ir.elem(vt.dtype),
+                    ir.elem(reg(vt.dtype)),
                     Vec::new(),
                 )?;
             }

@@ -18,6 +18,16 @@ impl<'c> HostEmitter<'_, 'c> {
         to: DType,
         w: usize,
     ) -> Result<Raw, LoweringError> {
+        if from == to {
+            return Ok(x);
+        }
+        // fp8 is f16 in registers: widen from there, round to it directly.
+        if to.is_fp8() {
+            let f = self.convert_vec(b, x, from, DType::F32, w)?;
+            let bits = self.fp8_encode(b, f, to, w)?;
+            return self.fp8_decode(b, bits, to, w);
+        }
+        let from = if from.is_fp8() { DType::F16 } else { from };
         crate::body::convert_values(self.ir, b, x, &[w], from, to)
     }
 

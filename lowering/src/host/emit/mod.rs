@@ -31,6 +31,7 @@ use crate::mlir::{Ir, Raw};
 
 mod control;
 mod dot;
+mod fp8;
 mod lazy;
 mod math;
 mod reduce;
@@ -209,14 +210,25 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
     }
 
     fn scalar_const(&self, b: &Block<'c>, v: f64, d: DType) -> Result<Raw, LoweringError> {
-        let t = self.ir.elem(d);
-        let attr = self.ir.literal(v, d, t)?;
+        let t = self.ir.elem(reg(d));
+        let attr = self.lit(v, d, t)?;
         self.ir
             .op1(b, "arith.constant", &[], t, vec![("value", attr)])
     }
 
     fn vec_ty(&self, w: usize, d: DType) -> Type<'c> {
-        self.ir.shaped_vector(&[w], self.ir.elem(d))
+        self.ir.shaped_vector(&[w], self.ir.elem(reg(d)))
+    }
+
+    /// A constant attribute of dtype `d` for register type `ty` (an fp8
+    /// value is its f16).
+    fn lit(
+        &self,
+        v: f64,
+        d: DType,
+        ty: Type<'c>,
+    ) -> Result<melior::ir::Attribute<'c>, LoweringError> {
+        self.ir.literal(d.round(v), reg(d), ty)
     }
 
     fn splat(&self, b: &Block<'c>, s: Raw, w: usize, d: DType) -> Result<Raw, LoweringError> {
@@ -251,6 +263,11 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         if d == DType::Bool {
             return ir.op1(b, "arith.trunci", &[s], ir.elem(d), Vec::new());
         }
+        if d.is_fp8() {
+            let v = self.splat(b, s, 1, DType::I8)?;
+            let v = self.fp8_decode(b, v, d, 1)?;
+            return self.lane0(b, v, d);
+        }
         Ok(s)
     }
 
@@ -275,6 +292,9 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         if d == DType::Bool {
             return ir.op1(b, "arith.trunci", &[v], self.vec_ty(w, d), Vec::new());
         }
+        if d.is_fp8() {
+            return self.fp8_decode(b, v, d, w);
+        }
         Ok(v)
     }
 
@@ -289,6 +309,11 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         let ir = self.ir;
         let s = if d == DType::Bool {
             ir.op1(b, "arith.extui", &[s], ir.elem(DType::I8), Vec::new())?
+        } else if d.is_fp8() {
+            let v = self.splat(b, s, 1, d)?;
+            let v = self.convert_vec(b, v, d, DType::F32, 1)?;
+            let v = self.fp8_encode(b, v, d, 1)?;
+            self.lane0(b, v, DType::I8)?
         } else {
             s
         };
@@ -316,6 +341,9 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                 self.vec_ty(w, DType::I8),
                 Vec::new(),
             )?
+        } else if d.is_fp8() {
+            let f = self.convert_vec(b, v, d, DType::F32, w)?;
+            self.fp8_encode(b, f, d, w)?
         } else {
             v
         };
@@ -331,7 +359,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             b,
             "vector.extract",
             &[v],
-            self.ir.elem(d),
+            self.ir.elem(reg(d)),
             vec![("static_position", self.ir.i64_array(&[0]))],
         )
     }
@@ -456,7 +484,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                                 b,
                                 "arith.select",
                                 &[self.scalar(*m)?, s, zero],
-                                ir.elem(rt.dtype),
+                                ir.elem(reg(rt.dtype)),
                                 Vec::new(),
                             )?
                         }
@@ -703,6 +731,13 @@ fn squeeze_map(from: &[usize], to: &[usize]) -> Option<Vec<Option<usize>>> {
     )
 }
 
+/// Types that compute in f32 and round once per op: the half floats and
+/// fp8 (held as f16, see `fp8`).
 fn is_half(d: DType) -> bool {
-    matches!(d, DType::BF16 | DType::F16)
+    matches!(d, DType::BF16 | DType::F16) || d.is_fp8()
+}
+
+/// The type a value of `d` has in registers: an fp8 value is its f16.
+fn reg(d: DType) -> DType {
+    if d.is_fp8() { DType::F16 } else { d }
 }
