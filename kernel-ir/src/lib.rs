@@ -131,8 +131,8 @@ pub mod prelude {
     };
     pub use crate::{
         Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, Ref, SemArray,
-        Target, Tile, async_copy, bf16, constant, dot, dot_general, ds, f16, for_range,
-        for_range_step, if_else, interpret, iota, kernel_fn, num_programs, program_id, scoped,
-        select, tpu_kernel, when,
+        Target, Tile, async_copy, bf16, constant, dot, dot_general, ds, f8e4m3fn, f8e5m2, f16,
+        for_range, for_range_step, if_else, interpret, iota, kernel_fn, num_programs, program_id,
+        scoped, select, tpu_kernel, when,
     };
 }

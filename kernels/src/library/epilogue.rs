@@ -51,7 +51,7 @@ pub struct EpilogueConfig {
 
 /// `act(y)` in f32.
 #[kernel_fn]
-fn activate(y: Tile, act: Activation) -> Tile {
+pub(crate) fn activate(y: Tile, act: Activation) -> Tile {
     if act == Activation::Gelu {
         y * 0.5 * ((y * std::f32::consts::FRAC_1_SQRT_2).erf() + 1.0)
     } else if act == Activation::Silu {

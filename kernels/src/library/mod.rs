@@ -31,6 +31,9 @@ library! {
     swiglu: [SWIGLU];
     moe: [GROUPED_MATMUL];
     dma: [DOUBLE_BUFFERED_ROWS];
+    fp8_gemm: [FP8_GEMM];
+    scaled_mm: [SCALED_MM];
+    w8a16: [W8A16_MATMUL];
 }
 
 /// The entry called `name`.
