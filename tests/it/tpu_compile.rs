@@ -401,6 +401,16 @@ fn every_tpu_rule_is_spanned_and_libtpu_agrees_it_is_needed() {
             .store(.., x.load(..) + y.load(..)))
     );
     case!(
+        "fp8-arith",
+        one_op(F8E4M3FN, F8E4M3FN, &sq, &bl, |x, y, o| o
+            .store(.., x.load(..) + y.load(..)))
+    );
+    case!(
+        "fp8-arith",
+        one_op(F8E5M2, F8E5M2, &sq, &bl, |x, _, o| o
+            .store(.., x.load(..).max_keep(1).broadcast_to(bl)))
+    );
+    case!(
         "masked-store",
         one_op(BF16, BF16, &sq, &bl, |x, _, o| o.store_masked(
             ..,

@@ -12,6 +12,10 @@
 //!   reshaped, transposed and multiplied on the MXU, but no elementwise
 //!   arithmetic, comparison, iota or reduction takes them ("Only vector<i16>
 //!   and vector<i32> are supported");
+//! * `fp8-arith`: fp8 vectors are loaded, stored, converted (to wider
+//!   floats and to the other fp8 format), selected, reshaped and multiplied
+//!   on the MXU on all four generations, but no elementwise arithmetic,
+//!   comparison or reduction takes them;
 //! * `masked-store`: masked stores of elements narrower than 32 bits
 //!   (bf16, i8) are not implemented;
 //! * `bf16-rem`: `%` on bf16 vectors does not legalize;
@@ -246,6 +250,17 @@ impl Checker<'_> {
             }
             _ => {}
         }
+        let is_fp8 = |t: Option<&TileType>| t.is_some_and(|t| t.dtype.is_fp8());
+        match &op.kind {
+            OpKind::Unary { x, .. } | OpKind::Reduce { x, .. } if is_fp8(self.ty(*x)) => {
+                self.fp8_arith(op)
+            }
+            OpKind::Binary { lhs, .. } | OpKind::Compare { lhs, .. } if is_fp8(self.ty(*lhs)) => {
+                self.fp8_arith(op)
+            }
+            OpKind::Iota { ty, .. } if ty.dtype.is_fp8() => self.fp8_arith(op),
+            _ => {}
+        }
         match &op.kind {
             OpKind::Store {
                 buffer,
@@ -426,6 +441,16 @@ impl Checker<'_> {
             format!("`{}` on i8 vectors", op.kind.mnemonic()),
             "Mosaic loads, stores, converts, selects, reshapes, transposes and multiplies (dot) i8 vectors, but has no i8 elementwise arithmetic, comparisons, iota or reductions",
             "convert to i32 (or f32) first and back to i8 before storing",
+        );
+        self.push(kind, op);
+    }
+
+    fn fp8_arith(&mut self, op: &Op) {
+        let kind = unsupported(
+            "fp8-arith",
+            format!("`{}` on fp8 values", op.kind.mnemonic()),
+            "Mosaic loads, stores, converts, selects, reshapes and multiplies (dot) fp8 vectors on every generation, but has no fp8 elementwise arithmetic, comparisons or reductions",
+            "convert to bf16 or f32 first (`.convert(F32)`), and back to fp8 before storing",
         );
         self.push(kind, op);
     }
