@@ -11,6 +11,7 @@ mod fp8;
 mod graph;
 mod invalid;
 mod lib_attention;
+mod lib_lowp;
 mod lib_moe;
 mod lib_ops;
 mod lib_ragged;

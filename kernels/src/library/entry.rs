@@ -49,7 +49,9 @@ impl ParamKind {
             ParamKind::Positive => "a positive integer".into(),
             ParamKind::Number => "a finite number".into(),
             ParamKind::Bool => "true or false".into(),
-            ParamKind::FloatDType => "f32, bf16 or f16".into(),
+            ParamKind::FloatDType => {
+                "f32, bf16 or f16 (f8e4m3fn, f8e5m2 where the kernel takes them)".into()
+            }
             ParamKind::OptPositive => "none or a positive integer".into(),
             ParamKind::OptPositiveNumber => "none or a positive number".into(),
             ParamKind::Scale => "auto or a number".into(),

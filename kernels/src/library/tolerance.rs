@@ -48,6 +48,15 @@ impl Tolerance {
                 abs: 1e-3,
                 rel: 2e-3,
             },
+            // Two units of roundoff, and the least subnormal.
+            DType::F8E4M3FN => Tolerance {
+                abs: 2f64.powi(-9),
+                rel: 2f64.powi(-3),
+            },
+            DType::F8E5M2 => Tolerance {
+                abs: 2f64.powi(-16),
+                rel: 2f64.powi(-2),
+            },
             _ => Tolerance { abs: 0.0, rel: 0.0 },
         }
     }
