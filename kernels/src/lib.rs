@@ -21,12 +21,15 @@
 //!     accumulator in scratch, row softmax, layer norm;
 //!   - [`library::moe`]: grouped matmul for mixture-of-experts layers;
 //!   - [`library::dma`]: every manual-DMA construct in one small kernel;
+//!   - [`library::fp8_gemm`] (the CUTLASS FP8 GEMM), [`library::scaled_mm`]
+//!     (block-scaled FP8), [`library::w8a16`] (int8 weight-only);
 //!   - [`reference`]: the plain f64 host math the entries compare with.
 //! * [`tooling`]: what runs the library: [`tooling::paths`] (one kernel on
 //!   every CPU path against its reference), [`tooling::check`] (error
 //!   statistics), [`tooling::bench`] (benchmarks against XLA baselines),
 //!   [`tooling::transformer`] (a transformer block on the graph runtime),
-//!   [`tooling::npy`], [`tooling::diff`], [`tooling::atomic_file`]; and the
+//!   [`tooling::npy`], [`tooling::diff`], [`tooling::numerics`] (the FP8
+//!   GEMM's error by accumulation scheme), [`tooling::atomic_file`]; and the
 //!   `tessera` command (`src/bin/tessera`).
 //!
 //! [`guide`]: porting from Triton and CUTLASS.
@@ -44,5 +47,11 @@ pub mod guide {
     /// where numerics drift.
     pub mod porting {
         #![doc = include_str!("../doc/porting.md")]
+    }
+
+    /// Where low-precision GEMMs drift: an FP8 GEMM's measured error by
+    /// depth and accumulation scheme, and the command that measures it.
+    pub mod numerics {
+        #![doc = include_str!("../doc/numerics.md")]
     }
 }

@@ -402,3 +402,83 @@ fn bad_invocations_are_one_line_and_exit_status_2() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// `tessera numerics` prints one row per depth and scheme, and refuses
+/// depths that are not multiples of 512. fp8 inputs go through uint8
+/// `.npy` files (their bit patterns) and come back bit for bit.
+#[test]
+fn numerics_prints_its_table_and_fp8_files_are_bit_patterns() {
+    let o = tessera(&[
+        "numerics",
+        "--k",
+        "512,1024",
+        "--m",
+        "8",
+        "--backend",
+        "interp",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for scheme in [
+        "| 512 | f32 |",
+        "| 1024 | bf16 partials |",
+        "| 1024 | split-K 4 |",
+    ] {
+        assert!(out.contains(scheme), "{out}");
+    }
+    let o = tessera(&["numerics", "--k", "100"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("multiples of 512"), "{}", stderr(&o));
+
+    // An FP8 GEMM run from .npy files: the fp8 inputs as uint8 bits.
+    let d = dir("fp8");
+    let x = Array::random(DType::F8E4M3FN, [256, 512], 1, -8.0, 8.0);
+    let w = Array::random(DType::F8E4M3FN, [512, 256], 2, -8.0, 8.0);
+    let one = Array::new(DType::F32, [1, 1], vec![1.0]).unwrap();
+    let bias = Array::zeros(DType::F32, [1, 256]);
+    let args = [
+        save(&d, "x", &x),
+        save(&d, "w", &w),
+        save(&d, "sx", &one),
+        save(&d, "sw", &one),
+        save(&d, "bias", &bias),
+    ];
+    let bytes = std::fs::read(args[0].trim_start_matches("x=")).unwrap();
+    assert!(String::from_utf8_lossy(&bytes[..64]).contains("'|u1'"));
+    let out = d.join("out");
+    let o = tessera(&[
+        "run",
+        "fp8_gemm",
+        "--config",
+        "scaling=tensor",
+        "--config",
+        "out_dtype=f32",
+        "--input",
+        &args[0],
+        "--input",
+        &args[1],
+        "--input",
+        &args[2],
+        "--input",
+        &args[3],
+        "--input",
+        &args[4],
+        "--backend",
+        "jit",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = kernels::tooling::npy::read(&out.join("jit").join("o.npy"))
+        .or_else(|_| kernels::tooling::npy::read(&out.join("o.npy")))
+        .unwrap();
+    let want = kernels::library::reference::matmul(&x, &w);
+    // Within the library's f32 matmul tolerance at k = 512.
+    let bad = got
+        .data()
+        .iter()
+        .zip(&want)
+        .filter(|(g, r)| (*g - *r).abs() > 512e-6 + 1e-4 * r.abs())
+        .count();
+    assert_eq!(bad, 0);
+}

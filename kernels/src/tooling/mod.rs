@@ -6,5 +6,6 @@ pub mod bench;
 pub mod check;
 pub mod diff;
 pub mod npy;
+pub mod numerics;
 pub mod paths;
 pub mod transformer;

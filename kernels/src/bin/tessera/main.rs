@@ -10,6 +10,7 @@ mod compile;
 mod demo;
 mod kernel_args;
 mod lower;
+mod numerics;
 mod run;
 
 use std::process::ExitCode;
@@ -31,6 +32,7 @@ COMMANDS:
     run      run a kernel on .npy inputs, write its outputs as .npy
     diff     compare two back ends (or one with the f64 reference) on one input
     bench    benchmarks with their XLA baselines, one table with ratios
+    numerics the FP8 GEMM's error by depth and accumulation scheme
 
 `tessera <COMMAND> --help` describes each command.
 ";
@@ -184,6 +186,25 @@ OPTIONS:
                           against sequence length, fused vs unfused
 ";
 
+const HELP_NUMERICS: &str = "\
+tessera numerics: where an FP8 GEMM's numerics drift
+
+USAGE:
+    tessera numerics [--k K,K,..] [--m M] [--n N] [--backend B] [--seed S]
+
+Runs the library's FP8 GEMM (e4m3fn inputs uniform in -8..8, unit scales,
+f32 output) at each depth in three accumulation schemes: the running sum
+in f32, rounded to bf16 after every k step, and split-K of 4 (four f32
+partial GEMMs summed in f32); prints each one's error against the f64
+reference as a Markdown table.
+
+OPTIONS:
+    --k K,K,..            depths, multiples of 512 [default: 1024,4096,16384]
+    --m M, --n N          output shape [default: 128 x 128]
+    --backend B           interp, jit, pjrt or pjrt-ffi [default: jit]
+    --seed S              input seed [default: 7]
+";
+
 /// Why a command failed.
 pub enum Failure {
     /// A bad invocation: exit status 2.
@@ -284,6 +305,7 @@ fn run(args: &[String]) -> ExitCode {
             "run" => help(HELP_RUN),
             "diff" => help(HELP_DIFF),
             "bench" => help(HELP_BENCH),
+            "numerics" => help(HELP_NUMERICS),
             "help" => help(HELP),
             other => {
                 eprintln!("tessera: unknown command `{other}`; see `tessera --help`");
@@ -304,6 +326,7 @@ fn run(args: &[String]) -> ExitCode {
         "run" => run::run(rest),
         "diff" => run::diff(rest),
         "bench" => bench::bench(rest),
+        "numerics" => numerics::numerics(rest),
         other => Err(usage(format!(
             "unknown command `{other}`; see `tessera --help`"
         ))),
