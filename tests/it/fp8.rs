@@ -112,3 +112,22 @@ fn fp8_dots_match_the_f64_product_on_every_path() {
         }
     }
 }
+
+/// fp8 blocks tile like every 8-bit type: 32 sublane rows (4 per 32-bit
+/// sublane slot), checked at the operand's line.
+#[test]
+fn fp8_blocks_tile_in_32_rows() {
+    for d in [F8E4M3FN, F8E5M2] {
+        let mut k = KernelBuilder::new("tiles");
+        k.grid([4], [Parallel]);
+        let line = line!() + 1;
+        let x = k.input("x", d, [64, 128]).block([16, 128], |[i]| (i, 0));
+        let o = k.output("o", F32, [64, 128]).block([16, 128], |[i]| (i, 0));
+        o.store(.., x.load(..).convert(F32));
+        let e = k.build().unwrap_err();
+        let first = &e.0[0];
+        assert!(first.to_string().contains("32"), "{first}");
+        assert_eq!(first.loc.as_ref().map(|l| l.line), Some(line));
+        assert_eq!(d.packing(), 4);
+    }
+}

@@ -79,3 +79,46 @@ proptest! {
         all_paths(w8a16::w8a16_matmul(32, 128, 128, BF16, out, dims), &[x, w, scale], vec![want], &[Tolerance::matmul(k, out)])?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+
+    /// Paged decode over an fp8 KV cache: random pools, tables, lengths
+    /// from 0 to full, both fp8 formats, against the f64 attention over the
+    /// dequantized pages.
+    #[test]
+    fn fp8_kv_cache_decode_on_every_path(
+        b in 1usize..4, hkv in 1usize..3, g in 1usize..4, pages_per_seq in 1usize..4,
+        e5m2 in any::<bool>(), bf in any::<bool>(), seed in any::<u64>(),
+    ) {
+        use kernels::attention::decode_fp8::{paged_decode_attention_fp8, paged_decode_attention_fp8::Dims};
+        let (dtype, kv) = (if bf { BF16 } else { F32 }, if e5m2 { F8E5M2 } else { F8E4M3FN });
+        let (d, page) = (32, 32);
+        let pool = b * pages_per_seq + 1;
+        let mut rng = kernel_ir::SplitMix64(seed);
+        let mut perm: Vec<usize> = (0..pool).collect();
+        for i in (1..pool).rev() {
+            perm.swap(i, rng.below(i + 1));
+        }
+        let tables: Vec<Vec<usize>> = (0..b).map(|i| perm[i * pages_per_seq..(i + 1) * pages_per_seq].to_vec()).collect();
+        let lengths: Vec<usize> = (0..b).map(|_| rng.below(pages_per_seq * page + 1)).collect();
+        let (ks, vs) = (0.25, 0.125);
+        let q = Array::random(dtype, [b, hkv, g, d], seed, -1.0, 1.0);
+        let kp = Array::random(kv, [hkv, pool, page, d], seed + 1, -4.0, 4.0);
+        let vp = Array::random(kv, [hkv, pool, page, d], seed + 2, -8.0, 8.0);
+        let dq = |a: &Array, s: f64| Array::new(F32, a.shape().to_vec(), a.data().iter().map(|v| v * s).collect()).unwrap();
+        let scale = 1.0 / (d as f64).sqrt();
+        let want = kernels::reference::paged_decode_attention(&q, &dq(&kp, ks), &dq(&vp, vs), &lengths, &tables, scale);
+        let lens = Array::from_elems([b], &lengths.iter().map(|&l| l as i32).collect::<Vec<_>>()).unwrap();
+        let flat: Vec<i32> = tables.iter().flatten().map(|&p| p as i32).collect();
+        let tab = Array::from_elems([b, pages_per_seq], &flat).unwrap();
+        let s = |v: f64| Array::new(F32, [1, 1], vec![v]).unwrap();
+        let dims = Dims { b, hkv, g, d, pages: pool, page, pages_per_seq };
+        all_paths(
+            paged_decode_attention_fp8(scale as f32, dtype, kv, dims),
+            &[lens, tab, q, kp, vp, s(ks), s(vs)],
+            vec![want],
+            &[Tolerance::attention(dtype)],
+        )?;
+    }
+}

@@ -35,6 +35,7 @@ pub mod backward;
 pub mod band;
 pub mod decode;
 pub mod decode_dma;
+pub mod decode_fp8;
 pub mod ragged;
 
 use band::Band;
@@ -614,4 +615,5 @@ pub const FLASH_ATTENTION_KV_LEN: Entry = Entry {
 pub use backward::{ATTENTION_DELTA, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DQ};
 pub use decode::PAGED_DECODE_ATTENTION;
 pub use decode_dma::PAGED_DECODE_ATTENTION_DMA;
+pub use decode_fp8::PAGED_DECODE_ATTENTION_FP8;
 pub use ragged::RAGGED_PAGED_ATTENTION;
