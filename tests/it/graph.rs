@@ -571,3 +571,44 @@ fn export_gives_a_module_over_the_named_inputs() {
     assert!(e.contains("pass every tensor they read"), "{e}");
     assert!(rt.iota(&[4], 1, I32).is_err());
 }
+
+/// fp8 tensors in the graph runtime: uploaded as their bit patterns, cast
+/// to f32 and back (XLA's fp8 conversions, which agree with
+/// `DType::round`), and an fp8 matmul through a cast to f32, within the
+/// f32 matmul tolerance of the f64 product.
+#[test]
+fn fp8_tensors_cast_and_multiply() {
+    let rt = Runtime::new(RuntimeOptions {
+        disk_cache: false,
+        ..RuntimeOptions::default()
+    })
+    .unwrap();
+    for d in [F8E4M3FN, F8E5M2] {
+        let x = Array::random(d, [16, 32], 3, -8.0, 8.0);
+        let w = Array::random(d, [32, 128], 4, -8.0, 8.0);
+        let back = rt.tensor(&x).unwrap().cast(F32).unwrap().to_host().unwrap();
+        assert_eq!(back.data(), x.data(), "{d}");
+        let wide = Array::random(F32, [16, 32], 5, -600.0, 600.0);
+        let narrow = rt
+            .tensor(&wide)
+            .unwrap()
+            .cast(d)
+            .unwrap()
+            .to_host()
+            .unwrap();
+        for (n, v) in narrow.data().iter().zip(wide.data()) {
+            let want = d.round(*v);
+            assert!(
+                n.is_nan() && want.is_nan() || *n == want,
+                "{d}: {v} -> {n}, want {want}"
+            );
+        }
+        let xt = rt.tensor(&x).unwrap().cast(F32).unwrap();
+        let wt = rt.tensor(&w).unwrap().cast(F32).unwrap();
+        let got = xt.matmul(&wt).unwrap().to_host().unwrap();
+        let want = kernels::library::reference::matmul(&x, &w);
+        let tol = kernels::tooling::check::Tolerance::matmul(32, F32);
+        let r = kernels::tooling::check::ErrorStats::between(&got, &want, tol);
+        assert!(r.passes(), "{d}: {r}");
+    }
+}
