@@ -5,6 +5,7 @@ pub mod atomic_file;
 pub mod bench;
 pub mod check;
 pub mod diff;
+pub mod export;
 pub mod npy;
 pub mod numerics;
 pub mod paths;

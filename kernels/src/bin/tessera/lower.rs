@@ -80,3 +80,32 @@ pub fn list(args: &[String]) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+/// `tessera export KERNEL [--config k=v]... [--shape NAME=DxD..]... --out DIR`:
+/// the kernel as a multi-platform artifact (`module.mlir`, `manifest.json`)
+/// for `kernels/python/tessera_jax.py`.
+pub fn export(args: &[String]) -> Result<(), Failure> {
+    let a = Args::parse("export", args, &["config", "shape", "out"], &[]).map_err(usage)?;
+    let name = a.kernel("export").map_err(usage)?;
+    let dir = a.one("out").map_err(usage)?.ok_or_else(|| {
+        usage("give --out DIR: the directory that receives module.mlir and manifest.json".into())
+    })?;
+    let kernel = kernel_for_lower(name, &a).map_err(usage)?;
+    let art = kernels::tooling::export::export(&kernel).map_err(Failure::Run)?;
+    let dir = std::path::Path::new(dir);
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
+    for (file, text) in [
+        ("module.mlir", &art.module),
+        ("manifest.json", &art.manifest),
+    ] {
+        kernels::tooling::atomic_file::write(&dir.join(file), text.as_bytes())
+            .map_err(Failure::Run)?;
+    }
+    println!(
+        "wrote {} (module.mlir, manifest.json): {} for platforms cpu and tpu",
+        dir.display(),
+        kernel.name
+    );
+    Ok(())
+}

@@ -27,6 +27,7 @@ COMMANDS:
              example kernels on every CPU path, compare with f64 references
     list     the kernels with their inputs, outputs and config parameters
     lower    print or write a kernel lowered to a target
+    export   write a kernel as a multi-platform artifact JAX programs call
     compile  compile kernels with the real TPU compiler (libtpu, compile-only)
              for v5e, v6e, v5p and v7x: code size and memory, or its error
     run      run a kernel on .npy inputs, write its outputs as .npy
@@ -186,6 +187,19 @@ OPTIONS:
                           against sequence length, fused vs unfused
 ";
 
+const HELP_EXPORT: &str = "\
+tessera export: a kernel as an artifact JAX (and TorchTPU) programs call
+
+USAGE:
+    tessera export KERNEL|PRESET [--config KEY=VALUE]... [--shape INPUT=DxDx..]... --out DIR
+
+Writes DIR/module.mlir, one StableHLO module for platforms cpu (the
+decomposed StableHLO, pure XLA) and tpu (the tpu_custom_call), in
+jax.export's multi-platform convention (the platform index first), and
+DIR/manifest.json (inputs and outputs with dtypes and shapes).
+kernels/python/tessera_jax.py loads it as a jax.export.Exported.
+";
+
 const HELP_NUMERICS: &str = "\
 tessera numerics: where an FP8 GEMM's numerics drift
 
@@ -301,6 +315,7 @@ fn run(args: &[String]) -> ExitCode {
             "demo" => help(HELP_DEMO),
             "list" => help(HELP_LIST),
             "lower" => help(HELP_LOWER),
+            "export" => help(HELP_EXPORT),
             "compile" => help(HELP_COMPILE),
             "run" => help(HELP_RUN),
             "diff" => help(HELP_DIFF),
@@ -322,6 +337,7 @@ fn run(args: &[String]) -> ExitCode {
         ))),
         "list" => lower::list(rest),
         "lower" => lower::lower(rest),
+        "export" => lower::export(rest),
         "compile" => compile::compile(rest),
         "run" => run::run(rest),
         "diff" => run::diff(rest),
