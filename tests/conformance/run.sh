@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Conformance of Tessera's tpu_custom_call output with Pallas itself.
+# Conformance of Tessera's tpu_custom_call output with Pallas itself, and of its
+# exported artifacts inside JAX programs.
 #
 # Creates (once, in the cache folder) a Python 3.12 venv with jax/jaxlib
 # 0.11.2 from PyPI, exports the Pallas equivalents of four Tessera kernels
@@ -42,3 +43,8 @@ for k in add_f32 matmul_bf16_f32 flash_attention_causal_bf16 double_buffered_row
   ./target/release/tessera lower "$k" --target mosaic --out "$out/$k.tessera.mlir"
 done
 "$venv/bin/python" tests/conformance/compare.py "$out"
+# Tessera artifacts inside JAX programs (tessera export + kernels/python/tessera_jax.py):
+# called on CPU against jax.nn.dot_product_attention and f64, exported for TPU and
+# compiled with libtpu. Report in target/conformance/jax/report.md.
+mkdir -p "$out/jax"
+"$venv/bin/python" tests/conformance/jax_export.py ./target/release/tessera "$out/jax"

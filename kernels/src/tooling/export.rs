@@ -142,7 +142,7 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
         params.join(", "),
         out_attrs.join(", ")
     );
-    let _ = write!(m, "    {} = \"stablehlo.case\"(%arg0) ({{\n", bind("%0"));
+    let _ = writeln!(m, "    {} = \"stablehlo.case\"(%arg0) ({{", bind("%0"));
     m += &branch("tessera_cpu", "%1");
     m += "    }, {\n";
     m += &branch("tessera_tpu", "%2");
@@ -190,4 +190,36 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
         module: m,
         manifest,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The module takes the platform index first, branches to the two
+    /// lowerings, and the manifest lists the arguments and results in call
+    /// order (the JAX side is checked by `tests/conformance/jax_export.py`).
+    #[test]
+    fn an_artifact_has_both_platforms_and_its_manifest() {
+        let p = crate::library::preset("flash_attention_causal_bf16").unwrap();
+        let art = export(&p.build().unwrap()).unwrap();
+        let m = &art.module;
+        assert!(m.contains("%arg0: tensor<i32> {jax.global_constant = \"_platform_index\"}"));
+        assert!(
+            m.contains("func.func private @tessera_cpu")
+                && m.contains("func.func private @tessera_tpu")
+        );
+        assert!(m.contains("tpu_custom_call") && m.contains("stablehlo.while"));
+        assert!(m.contains("{jax.result_info = \"lse\"}"));
+        let man = &art.manifest;
+        assert!(man.contains("\"platforms\": [\"cpu\", \"tpu\"]"));
+        let q = man.find("\"name\": \"q\"").unwrap();
+        let v = man.find("\"name\": \"v\"").unwrap();
+        let lse = man.find("\"name\": \"lse\"").unwrap();
+        assert!(q < v && v < lse, "{man}");
+        assert!(
+            man.contains("\"dtype\": \"bfloat16\", \"shape\": [1, 2, 256, 64]"),
+            "{man}"
+        );
+    }
 }

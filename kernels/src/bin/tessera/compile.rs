@@ -17,9 +17,18 @@ const ALL: &str = "all";
 
 /// `tessera compile KERNEL|PRESET|presets|kernels|all --tpu G|all [--config k=v].. [--shape ..] [--out PATH]`.
 pub fn compile(args: &[String]) -> Result<(), Failure> {
-    let a = Args::parse("compile", args, &["config", "shape", "tpu", "out"], &[]).map_err(usage)?;
-    let name = a.kernel("compile").map_err(usage)?;
+    let a = Args::parse(
+        "compile",
+        args,
+        &["config", "shape", "tpu", "out", "module"],
+        &[],
+    )
+    .map_err(usage)?;
     let targets = parse_targets(a.one("tpu").map_err(usage)?.unwrap_or(ALL)).map_err(usage)?;
+    if let Some(path) = a.one("module").map_err(usage)? {
+        return compile_module(path, &targets);
+    }
+    let name = a.kernel("compile").map_err(usage)?;
     let kernels = kernels_named(name, &a).map_err(usage)?;
     let out = a.one("out").map_err(usage)?.map(PathBuf::from);
     let single = kernels.len() == 1 && targets.len() == 1;
@@ -182,4 +191,34 @@ fn failure_text(e: &KernelCompileError) -> String {
 
 fn indent(text: &str) -> String {
     text.lines().collect::<Vec<_>>().join("\n                ")
+}
+
+/// `tessera compile --module FILE`: a whole StableHLO module (a JAX export
+/// calling a Tessera artifact, say) compiled with libtpu for each target.
+fn compile_module(path: &str, targets: &[Target]) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::Run(format!("cannot read {path}: {e}")))?;
+    let tpu = TpuCompiler::load().map_err(|e| Failure::Run(e.to_string()))?;
+    let mut failed = 0usize;
+    for &t in targets {
+        match tpu.compile(t, &text) {
+            Ok(c) => println!(
+                "  {:<4} ok      {:>6.2} s  code {:>9}",
+                t.name(),
+                c.compile_time.as_secs_f64(),
+                human_bytes(c.code_bytes.max(0) as u64)
+            ),
+            Err(e) => {
+                failed += 1;
+                println!("  {:<4} FAILED  {e}", t.name());
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(Failure::Run(format!(
+            "{path}: {failed} of {} compiles failed",
+            targets.len()
+        )));
+    }
+    Ok(())
 }

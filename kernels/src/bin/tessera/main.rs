@@ -95,6 +95,7 @@ tessera compile: kernels compiled by the TPU compiler, for each generation
 
 USAGE:
     tessera compile KERNEL|PRESET|presets|kernels|all [--tpu G[,G..]|all] [--config KEY=VALUE]... [--shape INPUT=DxDx..]... [--out PATH]
+    tessera compile --module FILE [--tpu G[,G..]|all]
 
 Lowers the kernel to its tpu_custom_call module and compiles that with libtpu
 (the TPU compiler from PyPI, which .ci/setup.sh fetches) against a
@@ -108,6 +109,9 @@ it runs.
 
 KERNEL is a catalog kernel or a preset (`tessera list`); `presets` compiles
 every preset, `kernels` every catalog kernel at its defaults, `all` both.
+
+With --module, compiles a whole StableHLO module instead (a JAX program
+exported with platforms=[\"tpu\"] that calls a `tessera export` artifact).
 
 OPTIONS:
     --tpu G               v5e, v6e, v5p, v7x, a comma list, or all   [default: all]

@@ -1,0 +1,96 @@
+"""Tessera kernels inside JAX programs, through `tessera export` artifacts.
+
+Usage: jax_export.py TESSERA OUTDIR. For each flash-attention case (causal,
+GQA, sliding window; f32 and bf16) exports the kernel, loads it with
+kernels/python/tessera_jax.py and calls it under jax.jit on CPU, comparing
+o with jax.nn.dot_product_attention and o and lse with a float64 numpy
+reference; then exports a JAX function that calls the artifact with
+platforms=["tpu"] and compiles it with libtpu for v5e and v6e
+(`tessera compile --module`). Exits non-zero on any failure.
+"""
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "kernels" / "python"))
+import tessera_jax  # noqa: E402
+
+# name: (config, q/k/v shapes [b, h, s, d], jax window (left, right) or None)
+CASES = {
+    "causal": ([("causal", "true")], (1, 2, 256, 64), 2, None),
+    "gqa_causal": ([("causal", "true")], (2, 4, 128, 64), 1, None),
+    "window": ([("causal", "true"), ("window", "64")], (1, 2, 256, 64), 2, (63, 0)),
+}
+TOL = {"float32": 2e-5, "bfloat16": 3e-2}
+
+
+def reference(q, k, v, window):
+    """Causal (windowed) attention in float64, GQA by repeating kv heads."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    i, j = np.indices(s.shape[-2:])
+    hidden = j > i
+    if window is not None:
+        hidden |= i - j > window[0]
+    s = np.where(hidden, -np.inf, s)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - m)
+    lse = m + np.log(p.sum(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v, lse
+
+
+def main():
+    tessera, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    failures, lines = [], ["# Tessera artifacts in JAX (jax 0.11.2)", ""]
+    for name, (config, (b, h, s, d), hkv, window) in CASES.items():
+        for dtype in ("float32", "bfloat16"):
+            case = f"{name}_{dtype}"
+            d_out = out / case
+            cfg = [x for k, v in config + [("dtype", {"float32": "f32", "bfloat16": "bf16"}[dtype])] for x in ("--config", f"{k}={v}")]
+            kv_shape = f"{b}x{hkv}x{s}x{d}"
+            shapes = ["--shape", f"q={b}x{h}x{s}x{d}", "--shape", f"k={kv_shape}", "--shape", f"v={kv_shape}"]
+            subprocess.run([str(tessera), "export", "flash_attention", *cfg, *shapes, "--out", str(d_out)], check=True, capture_output=True)
+            exp = tessera_jax.load(d_out)
+            rng = np.random.default_rng(7)
+            q, k, v = (jnp.asarray(rng.standard_normal(a.shape), a.dtype) for a in exp.in_avals)
+            o, lse = jax.jit(exp.call)(q, k, v)
+            # jax's attention takes [b, s, h, d].
+            t = lambda x: x.transpose(0, 2, 1, 3)
+            local = window if window is not None else None
+            jo = t(jax.nn.dot_product_attention(t(q), t(k), t(v), is_causal=True, local_window_size=local))
+            ro, rlse = reference(q, k, v, window)
+            err_jax = float(np.abs(np.asarray(o, np.float64) - np.asarray(jo, np.float64)).max())
+            err_ref = float(np.abs(np.asarray(o, np.float64) - ro).max())
+            err_lse = float(np.abs(np.asarray(lse, np.float64) - rlse).max())
+            ok = max(err_jax, err_ref) <= TOL[dtype] and err_lse <= 1e-4 and not np.isnan(np.asarray(o, np.float32)).any()
+            lines.append(f"- {case}: max |o - jax.nn.dot_product_attention| {err_jax:.2e}, max |o - f64| {err_ref:.2e}, max |lse - f64| {err_lse:.2e}: {'ok' if ok else 'FAILED'}")
+            if not ok:
+                failures.append(case)
+            # The same artifact inside a JAX program exported for TPU.
+            def model(q, k, v, exp=exp):
+                o, lse = exp.call(q, k, v)
+                return o.astype(jnp.float32) * 2.0, lse
+            args = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exp.in_avals]
+            module = jax.export.export(jax.jit(model), platforms=["tpu"])(*args).mlir_module()
+            path = out / f"{case}.jax_tpu.mlir"
+            path.write_text(module)
+            r = subprocess.run([str(tessera), "compile", "--module", str(path), "--tpu", "v5e,v6e"], capture_output=True, text=True)
+            lines.append(f"  - exported from JAX for TPU, compiled with libtpu for v5e and v6e: {'ok' if r.returncode == 0 else 'FAILED'}")
+            if r.returncode != 0:
+                failures.append(f"{case} (TPU compile): {r.stdout[-400:]} {r.stderr[-400:]}")
+    if failures:
+        lines += ["", "## Failures", ""] + [f"- {f}" for f in failures]
+    report = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(report)
+    print(report)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
