@@ -4,6 +4,7 @@
     import tessera_jax
     exp = tessera_jax.load("out/flash_attention")    # module.mlir + manifest.json
     o, lse = jax.jit(exp.call)(q, k, v)              # CPU: decomposed StableHLO; TPU: tpu_custom_call
+    dq = jax.grad(lambda q: exp.call(q, k, v)[0].sum())(q)   # through the exported VJP (vjp/)
 
 The module follows jax.export's calling convention 10 for multi-platform
 modules (platforms cpu and tpu, the platform index first); this loader only
@@ -63,5 +64,16 @@ def load(path):
         calling_convention_version=10,
         module_kept_var_idx=tuple(range(n_in)),
         uses_global_constants=True,
-        _get_vjp=None,
+        _get_vjp=_vjp_of(d, man),
     )
+
+
+def _vjp_of(d, man):
+    """The loader of the exported VJP (jax.export's convention: the primals
+    and the outputs' cotangents in, the inputs' cotangents out), if the
+    artifact has one; `jax.grad` through `Exported.call` uses it."""
+    sub = man.get("vjp")
+    if sub is None:
+        return None
+    vjp = load(d / sub)
+    return lambda _primal: vjp

@@ -4,7 +4,8 @@ Usage: jax_export.py TESSERA OUTDIR. For each flash-attention case (causal,
 GQA, sliding window; f32 and bf16) exports the kernel, loads it with
 kernels/python/tessera_jax.py and calls it under jax.jit on CPU, comparing
 o with jax.nn.dot_product_attention and o and lse with a float64 numpy
-reference; then exports a JAX function that calls the artifact with
+reference, and jax.grad through the artifact's exported VJP with JAX's
+autodiff of the reference; then exports a JAX function that calls the artifact with
 platforms=["tpu"] and compiles it with libtpu for v5e and v6e
 (`tessera compile --module`). Exits non-zero on any failure.
 """
@@ -45,6 +46,21 @@ def reference(q, k, v, window):
     return (p / p.sum(-1, keepdims=True)) @ v, lse
 
 
+def jax_reference(q, k, v, window):
+    """The same attention in jnp (f32), for JAX's own autodiff."""
+    q, k, v = (x.astype(jnp.float32) for x in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    k, v = jnp.repeat(k, g, axis=1), jnp.repeat(v, g, axis=1)
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    i, j = np.indices(s.shape[-2:])
+    hidden = j > i
+    if window is not None:
+        hidden |= i - j > window[0]
+    s = jnp.where(hidden, -jnp.inf, s)
+    lse = jax.nn.logsumexp(s, axis=-1, keepdims=True)
+    return jnp.einsum("bhqk,bhkd->bhqd", jnp.exp(s - lse), v), lse
+
+
 def main():
     tessera, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     failures, lines = [], ["# Tessera artifacts in JAX (jax 0.11.2)", ""]
@@ -72,18 +88,37 @@ def main():
             lines.append(f"- {case}: max |o - jax.nn.dot_product_attention| {err_jax:.2e}, max |o - f64| {err_ref:.2e}, max |lse - f64| {err_lse:.2e}: {'ok' if ok else 'FAILED'}")
             if not ok:
                 failures.append(case)
+            # jax.grad through the artifact (its exported VJP, from Tessera's
+            # backward kernels) against JAX's autodiff of the reference; the
+            # loss uses both outputs, so both cotangents matter.
+            wo = jnp.asarray(rng.standard_normal(exp.out_avals[0].shape), jnp.float32)
+            wl = jnp.asarray(rng.standard_normal(exp.out_avals[1].shape), jnp.float32)
+            def loss(f):
+                def l(q, k, v):
+                    o, lse = f(q, k, v)
+                    return (o.astype(jnp.float32) * wo).sum() + (lse * wl).sum()
+                return l
+            gt = jax.jit(jax.grad(loss(exp.call), argnums=(0, 1, 2)))(q, k, v)
+            gj = jax.grad(loss(lambda q, k, v: jax_reference(q, k, v, window)), argnums=(0, 1, 2))(q, k, v)
+            errs = [float(jnp.abs(a.astype(jnp.float32) - b).max() / jnp.abs(b).max()) for a, b in zip(gt, gj)]
+            gok = max(errs) <= {"float32": 1e-4, "bfloat16": 2e-2}[dtype]
+            lines.append(f"  - jax.grad (dq, dk, dv) against JAX's autodiff of the reference, max error / max |grad|: {', '.join(f'{e:.1e}' for e in errs)}: {'ok' if gok else 'FAILED'}")
+            if not gok:
+                failures.append(f"{case} (grad)")
             # The same artifact inside a JAX program exported for TPU.
             def model(q, k, v, exp=exp):
                 o, lse = exp.call(q, k, v)
                 return o.astype(jnp.float32) * 2.0, lse
             args = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exp.in_avals]
-            module = jax.export.export(jax.jit(model), platforms=["tpu"])(*args).mlir_module()
-            path = out / f"{case}.jax_tpu.mlir"
-            path.write_text(module)
-            r = subprocess.run([str(tessera), "compile", "--module", str(path), "--tpu", "v5e,v6e"], capture_output=True, text=True)
-            lines.append(f"  - exported from JAX for TPU, compiled with libtpu for v5e and v6e: {'ok' if r.returncode == 0 else 'FAILED'}")
-            if r.returncode != 0:
-                failures.append(f"{case} (TPU compile): {r.stdout[-400:]} {r.stderr[-400:]}")
+            grad = jax.grad(loss(exp.call), argnums=(0, 1, 2))
+            for what, fn in (("the forward", model), ("its gradient", grad)):
+                module = jax.export.export(jax.jit(fn), platforms=["tpu"])(*args).mlir_module()
+                path = out / f"{case}.{'fwd' if fn is model else 'grad'}.jax_tpu.mlir"
+                path.write_text(module)
+                r = subprocess.run([str(tessera), "compile", "--module", str(path), "--tpu", "v5e,v6e"], capture_output=True, text=True)
+                lines.append(f"  - a JAX program calling {what}, exported for TPU, compiled with libtpu for v5e and v6e: {'ok' if r.returncode == 0 else 'FAILED'}")
+                if r.returncode != 0:
+                    failures.append(f"{case} (TPU compile of {what}): {r.stdout[-400:]} {r.stderr[-400:]}")
     if failures:
         lines += ["", "## Failures", ""] + [f"- {f}" for f in failures]
     report = "\n".join(lines) + "\n"

@@ -192,6 +192,144 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
     })
 }
 
+/// The VJP of a flash-attention artifact, from Tessera's backward kernels:
+/// `vjp(q, k, v, ct_o, ct_lse) -> (dq, dk, dv)` in jax.export's VJP
+/// convention (the primals, then the outputs' cotangents; the inputs'
+/// cotangents out). It recomputes `o, lse` with the forward kernel, then
+/// `delta = rowsum(ct_o ⊙ o) − ct_lse` (the logsumexp cotangent enters
+/// the softmax gradient exactly where delta does), then dq and dk/dv.
+/// `config` is the forward's (`--config` pairs or a preset's); each
+/// backward entry takes the keys it has.
+pub fn flash_attention_vjp(
+    forward: &VerifiedKernel,
+    config: &[(String, String)],
+) -> Result<Artifact, String> {
+    use crate::library::{Config, find};
+    let args: Vec<(String, Vec<usize>, DType)> = forward
+        .arguments()
+        .map(|a| (a.name.to_string(), a.shape.to_vec(), a.dtype))
+        .collect();
+    let outs: Vec<(String, Vec<usize>, DType)> = forward
+        .outputs()
+        .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
+        .collect();
+    let [(_, qs, qd), (_, ks, kd), (_, vs, vd)] = args.as_slice() else {
+        return Err("the VJP exports flash attention with inputs q, k, v".into());
+    };
+    let [(_, os, od), (_, ls, ld)] = outs.as_slice() else {
+        return Err("the VJP exports flash attention with outputs o, lse".into());
+    };
+    let build = |entry: &str, shapes: Vec<(&str, Vec<usize>)>| -> Result<VerifiedKernel, String> {
+        let e = find(entry).ok_or_else(|| format!("no library entry {entry}"))?;
+        let pairs: Vec<(String, String)> = config
+            .iter()
+            .filter(|(k, _)| e.params.iter().any(|p| p.name == k))
+            .cloned()
+            .collect();
+        let c = Config::parse(e, &pairs).map_err(|err| err.to_string())?;
+        e.build_with_shapes(&c, &shapes)
+            .map_err(|err| err.to_string())
+    };
+    let delta = build(
+        "attention_delta",
+        vec![("o", os.clone()), ("d_o", os.clone())],
+    )?;
+    let grads = |entry| {
+        build(
+            entry,
+            vec![
+                ("q", qs.clone()),
+                ("k", ks.clone()),
+                ("v", vs.clone()),
+                ("d_o", os.clone()),
+                ("lse", ls.clone()),
+                ("delta", ls.clone()),
+            ],
+        )
+    };
+    let (dq, dkv) = (grads("flash_attention_dq")?, grads("flash_attention_dkv")?);
+    let err = |e: lowering::LoweringError| e.to_string();
+    let mut functions = String::new();
+    for (sym, k) in [
+        ("fwd", forward),
+        ("delta", &delta),
+        ("dq", &dq),
+        ("dkv", &dkv),
+    ] {
+        for (p, text) in [
+            ("cpu", lowering::decomposed(k).map_err(err)?),
+            ("tpu", lowering::tpu_custom_call(k).map_err(err)?.module),
+        ] {
+            let f = lowering::private_function(&text, &format!("{sym}_{p}")).map_err(err)?;
+            for line in f.lines() {
+                let _ = writeln!(functions, "  {line}");
+            }
+        }
+    }
+    let (tq, tk, tv) = (tensor(qs, *qd), tensor(ks, *kd), tensor(vs, *vd));
+    let (to, tl) = (tensor(os, *od), tensor(ls, *ld));
+    let branch = |p: &str| {
+        format!(
+            "      %f_{p}:2 = func.call @fwd_{p}(%arg1, %arg2, %arg3) : ({tq}, {tk}, {tv}) -> ({to}, {tl})\n\
+             \x20     %d_{p} = func.call @delta_{p}(%f_{p}#0, %arg4) : ({to}, {to}) -> ({tl})\n\
+             \x20     %e_{p} = \"stablehlo.subtract\"(%d_{p}, %arg5) : ({tl}, {tl}) -> {tl}\n\
+             \x20     %q_{p} = func.call @dq_{p}(%arg1, %arg2, %arg3, %arg4, %f_{p}#1, %e_{p}) : ({tq}, {tk}, {tv}, {to}, {tl}, {tl}) -> ({tq})\n\
+             \x20     %kv_{p}:2 = func.call @dkv_{p}(%arg1, %arg2, %arg3, %arg4, %f_{p}#1, %e_{p}) : ({tq}, {tk}, {tv}, {to}, {tl}, {tl}) -> ({tk}, {tv})\n\
+             \x20     \"stablehlo.return\"(%q_{p}, %kv_{p}#0, %kv_{p}#1) : ({tq}, {tk}, {tv}) -> ()\n"
+        )
+    };
+    let mut m = String::new();
+    let _ = writeln!(
+        m,
+        "module @tessera_{}_vjp attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{",
+        forward.name
+    );
+    let _ = writeln!(
+        m,
+        "  func.func public @main(%arg0: tensor<i32> {{jax.global_constant = \"_platform_index\"}}, %arg1: {tq}, %arg2: {tk}, %arg3: {tv}, %arg4: {to}, %arg5: {tl}) -> ({tq}, {tk}, {tv}) {{"
+    );
+    let _ = writeln!(m, "    %0:3 = \"stablehlo.case\"(%arg0) ({{");
+    m += &branch("cpu");
+    m += "    }, {\n";
+    m += &branch("tpu");
+    let _ = writeln!(m, "    }}) : (tensor<i32>) -> ({tq}, {tk}, {tv})");
+    let _ = writeln!(m, "    return %0#0, %0#1, %0#2 : {tq}, {tk}, {tv}");
+    m += "  }\n";
+    m += &functions;
+    m += "}\n";
+    lowering::private_function(&m, "main").map_err(err)?;
+    let entry = |name: &str, shape: &[usize], d: DType| {
+        let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+        format!(
+            "{{\"name\": \"{name}\", \"dtype\": \"{}\", \"shape\": [{}]}}",
+            jax_dtype(d),
+            dims.join(", ")
+        )
+    };
+    let inputs = [
+        entry("q", qs, *qd),
+        entry("k", ks, *kd),
+        entry("v", vs, *vd),
+        entry("ct_o", os, *od),
+        entry("ct_lse", ls, *ld),
+    ];
+    let outputs = [
+        entry("dq", qs, *qd),
+        entry("dk", ks, *kd),
+        entry("dv", vs, *vd),
+    ];
+    let manifest = format!(
+        "{{\n  \"kernel\": \"{}_vjp\",\n  \"platforms\": [\"cpu\", \"tpu\"],\n  \"calling_convention_version\": {CALLING_CONVENTION},\n  \"inputs\": [{}],\n  \"outputs\": [{}]\n}}\n",
+        forward.name,
+        inputs.join(", "),
+        outputs.join(", ")
+    );
+    Ok(Artifact {
+        module: m,
+        manifest,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,5 +359,33 @@ mod tests {
             man.contains("\"dtype\": \"bfloat16\", \"shape\": [1, 2, 256, 64]"),
             "{man}"
         );
+    }
+
+    /// The VJP takes the primals and both cotangents, recomputes the
+    /// forward and runs the three backward kernels on each platform; the
+    /// lse cotangent enters through delta.
+    #[test]
+    fn the_flash_attention_vjp_chains_the_backward_kernels() {
+        let p = crate::library::preset("flash_attention_causal_bf16").unwrap();
+        let config: Vec<(String, String)> = p
+            .preset
+            .config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let art = flash_attention_vjp(&p.build().unwrap(), &config).unwrap();
+        for f in ["fwd", "delta", "dq", "dkv"] {
+            for plat in PLATFORMS {
+                let sym = format!("func.func private @{f}_{plat}");
+                assert!(art.module.contains(&sym), "{sym}");
+            }
+        }
+        for plat in PLATFORMS {
+            let sub = format!("%e_{plat} = \"stablehlo.subtract\"(%d_{plat}, %arg5)");
+            assert!(art.module.contains(&sub), "{sub}");
+        }
+        for name in ["\"ct_o\"", "\"ct_lse\"", "\"dk\"", "\"dv\""] {
+            assert!(art.manifest.contains(name), "{name}");
+        }
     }
 }

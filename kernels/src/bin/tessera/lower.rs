@@ -91,20 +91,52 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
         usage("give --out DIR: the directory that receives module.mlir and manifest.json".into())
     })?;
     let kernel = kernel_for_lower(name, &a).map_err(usage)?;
-    let art = kernels::tooling::export::export(&kernel).map_err(Failure::Run)?;
+    let mut art = kernels::tooling::export::export(&kernel).map_err(Failure::Run)?;
+    // The entry and config behind the name, for the VJP.
+    let (entry, config): (&str, Vec<(String, String)>) = match library::preset(name) {
+        Some(p) if library::find(name).is_none() => (
+            p.entry.name,
+            p.preset
+                .config
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        _ => (name, a.pairs("config").map_err(usage)?),
+    };
+    let vjp = match entry {
+        "flash_attention" => Some(
+            kernels::tooling::export::flash_attention_vjp(&kernel, &config)
+                .map_err(Failure::Run)?,
+        ),
+        _ => None,
+    };
+    if vjp.is_some() {
+        art.manifest =
+            art.manifest
+                .replacen("  \"platforms\"", "  \"vjp\": \"vjp\",\n  \"platforms\"", 1);
+    }
     let dir = std::path::Path::new(dir);
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
-    for (file, text) in [
-        ("module.mlir", &art.module),
-        ("manifest.json", &art.manifest),
-    ] {
-        kernels::tooling::atomic_file::write(&dir.join(file), text.as_bytes())
-            .map_err(Failure::Run)?;
+    let write = |d: &std::path::Path, art: &kernels::tooling::export::Artifact| {
+        std::fs::create_dir_all(d)
+            .map_err(|e| Failure::Run(format!("cannot create {}: {e}", d.display())))?;
+        for (file, text) in [
+            ("module.mlir", &art.module),
+            ("manifest.json", &art.manifest),
+        ] {
+            kernels::tooling::atomic_file::write(&d.join(file), text.as_bytes())
+                .map_err(Failure::Run)?;
+        }
+        Ok::<(), Failure>(())
+    };
+    write(dir, &art)?;
+    if let Some(v) = &vjp {
+        write(&dir.join("vjp"), v)?;
     }
     println!(
-        "wrote {} (module.mlir, manifest.json): {} for platforms cpu and tpu",
+        "wrote {} (module.mlir, manifest.json{}): {} for platforms cpu and tpu",
         dir.display(),
+        if vjp.is_some() { ", vjp/" } else { "" },
         kernel.name
     );
     Ok(())
