@@ -119,6 +119,38 @@ def main():
                 lines.append(f"  - a JAX program calling {what}, exported for TPU, compiled with libtpu for v5e and v6e: {'ok' if r.returncode == 0 else 'FAILED'}")
                 if r.returncode != 0:
                     failures.append(f"{case} (TPU compile of {what}): {r.stdout[-400:]} {r.stderr[-400:]}")
+    lines += ["", "## Norms", ""]
+    for name in ("rms_norm", "layer_norm"):
+        for dtype in ("float32", "bfloat16"):
+            case = f"{name}_{dtype}"
+            d_out = out / case
+            cfg = ["--config", f"dtype={'f32' if dtype == 'float32' else 'bf16'}", "--config", "block_rows=16"]
+            subprocess.run([str(tessera), "export", name, *cfg, "--out", str(d_out)], check=True, capture_output=True)
+            exp = tessera_jax.load(d_out)
+            rng = np.random.default_rng(11)
+            args = [jnp.asarray(rng.standard_normal(a.shape) * (0.1 if i else 1.0) + (1.0 if i == 1 else 0.0), a.dtype)
+                    for i, a in enumerate(exp.in_avals)]
+            def ref(*a, name=name):
+                x = a[0].astype(jnp.float32)
+                if name == "rms_norm":
+                    y = x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + 1e-5) * a[1].astype(jnp.float32)
+                else:
+                    mu = x.mean(-1, keepdims=True)
+                    y = (x - mu) * jax.lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * a[1].astype(jnp.float32) + a[2].astype(jnp.float32)
+                return (y,)
+            w = jnp.asarray(rng.standard_normal(exp.out_avals[0].shape), jnp.float32)
+            loss = lambda f: (lambda *a: (f(*a)[0].astype(jnp.float32) * w).sum())
+            o = jax.jit(exp.call)(*args)[0]
+            e_fwd = float(jnp.abs(o.astype(jnp.float32) - ref(*args)[0]).max())
+            n = len(args)
+            gt = jax.jit(jax.grad(loss(exp.call), argnums=tuple(range(n))))(*args)
+            gj = jax.grad(loss(ref), argnums=tuple(range(n)))(*args)
+            errs = [float(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)).max() / jnp.abs(b.astype(jnp.float32)).max()) for a, b in zip(gt, gj)]
+            tol = {"float32": 1e-4, "bfloat16": 3e-2}[dtype]
+            ok = e_fwd <= tol * 10 and max(errs) <= tol
+            lines.append(f"- {case}: max |o - jnp reference| {e_fwd:.1e}; jax.grad against JAX's autodiff, max error / max |grad|: {', '.join(f'{e:.1e}' for e in errs)}: {'ok' if ok else 'FAILED'}")
+            if not ok:
+                failures.append(case)
     if failures:
         lines += ["", "## Failures", ""] + [f"- {f}" for f in failures]
     report = "\n".join(lines) + "\n"

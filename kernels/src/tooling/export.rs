@@ -330,6 +330,245 @@ pub fn flash_attention_vjp(
     })
 }
 
+/// The VJP of a one-output forward kernel from its backward kernel
+/// (the norms: `rms_norm` with `rms_norm_bwd`, `layer_norm` with
+/// `layer_norm_bwd`), matched by name: the backward's `dy` is the output's
+/// cotangent, its other inputs are primals of the same name, and its
+/// output `d<name>` is the cotangent of primal `<name>`, reshaped and
+/// converted to that primal's shape and dtype (`dgamma: f32[1, n]` for a
+/// `gamma: bf16[n]`).
+pub fn backward_vjp(
+    forward: &VerifiedKernel,
+    backward: &VerifiedKernel,
+) -> Result<Artifact, String> {
+    let err = |e: lowering::LoweringError| e.to_string();
+    let prim: Vec<(String, Vec<usize>, DType)> = forward
+        .arguments()
+        .map(|a| (a.name.to_string(), a.shape.to_vec(), a.dtype))
+        .collect();
+    let outs: Vec<(String, Vec<usize>, DType)> = forward
+        .outputs()
+        .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
+        .collect();
+    let [(_, os, od)] = outs.as_slice() else {
+        return Err(format!(
+            "`{}` has {} outputs; this VJP takes one",
+            forward.name,
+            outs.len()
+        ));
+    };
+    let t_ct = tensor(os, *od);
+    // The backward's arguments as values of @main.
+    let mut bargs = Vec::new();
+    let mut btypes = Vec::new();
+    for a in backward.arguments() {
+        let v = if a.name == "dy" {
+            format!("%arg{}", prim.len() + 1)
+        } else {
+            let i = prim.iter().position(|p| p.0 == a.name).ok_or_else(|| {
+                format!(
+                    "`{}` takes `{}`, which `{}` has not",
+                    backward.name, a.name, forward.name
+                )
+            })?;
+            format!("%arg{}", i + 1)
+        };
+        bargs.push(v);
+        btypes.push(tensor(a.shape, a.dtype));
+    }
+    let bouts: Vec<(String, Vec<usize>, DType)> = backward
+        .outputs()
+        .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
+        .collect();
+    let bout_types: Vec<String> = bouts.iter().map(|(_, s, d)| tensor(s, *d)).collect();
+    let prim_types: Vec<String> = prim.iter().map(|(_, s, d)| tensor(s, *d)).collect();
+    let branch = |p: &str| -> Result<String, String> {
+        let n = bouts.len();
+        let mut b = format!(
+            "      %b_{p}{} = func.call @bwd_{p}({}) : ({}) -> ({})\n",
+            if n > 1 {
+                format!(":{n}")
+            } else {
+                String::new()
+            },
+            bargs.join(", "),
+            btypes.join(", "),
+            bout_types.join(", ")
+        );
+        let mut rets = Vec::new();
+        for (i, (name, shape, dtype)) in prim.iter().enumerate() {
+            let j = bouts
+                .iter()
+                .position(|o| o.0 == format!("d{name}"))
+                .ok_or_else(|| format!("`{}` has no output d{name}", backward.name))?;
+            let mut v = if n > 1 {
+                format!("%b_{p}#{j}")
+            } else {
+                format!("%b_{p}")
+            };
+            let (bs, bd) = (&bouts[j].1, bouts[j].2);
+            if bs != shape {
+                let r = format!("%r{i}_{p}");
+                b += &format!(
+                    "      {r} = \"stablehlo.reshape\"({v}) : ({}) -> {}\n",
+                    tensor(bs, bd),
+                    tensor(shape, bd)
+                );
+                v = r;
+            }
+            if bd != *dtype {
+                let c = format!("%c{i}_{p}");
+                b += &format!(
+                    "      {c} = \"stablehlo.convert\"({v}) : ({}) -> {}\n",
+                    tensor(shape, bd),
+                    tensor(shape, *dtype)
+                );
+                v = c;
+            }
+            rets.push(v);
+        }
+        b += &format!(
+            "      \"stablehlo.return\"({}) : ({}) -> ()\n",
+            rets.join(", "),
+            prim_types.join(", ")
+        );
+        Ok(b)
+    };
+    let mut m = String::new();
+    let _ = writeln!(
+        m,
+        "module @tessera_{}_vjp attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{",
+        forward.name
+    );
+    let params: Vec<String> = prim_types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("%arg{}: {t}", i + 1))
+        .chain(std::iter::once(format!("%arg{}: {t_ct}", prim.len() + 1)))
+        .collect();
+    let np = prim.len();
+    let _ = writeln!(
+        m,
+        "  func.func public @main(%arg0: tensor<i32> {{jax.global_constant = \"_platform_index\"}}, {}) -> ({}) {{",
+        params.join(", "),
+        prim_types.join(", ")
+    );
+    let bind = if np > 1 {
+        format!("%0:{np}")
+    } else {
+        "%0".into()
+    };
+    let _ = writeln!(m, "    {bind} = \"stablehlo.case\"(%arg0) ({{");
+    m += &branch("cpu")?;
+    m += "    }, {\n";
+    m += &branch("tpu")?;
+    let _ = writeln!(m, "    }}) : (tensor<i32>) -> ({})", prim_types.join(", "));
+    let res: Vec<String> = if np > 1 {
+        (0..np).map(|i| format!("%0#{i}")).collect()
+    } else {
+        vec!["%0".into()]
+    };
+    let _ = writeln!(
+        m,
+        "    return {} : {}",
+        res.join(", "),
+        prim_types.join(", ")
+    );
+    m += "  }\n";
+    for (p, text) in [
+        ("cpu", lowering::decomposed(backward).map_err(err)?),
+        (
+            "tpu",
+            lowering::tpu_custom_call(backward).map_err(err)?.module,
+        ),
+    ] {
+        let f = lowering::private_function(&text, &format!("bwd_{p}")).map_err(err)?;
+        for line in f.lines() {
+            let _ = writeln!(m, "  {line}");
+        }
+    }
+    m += "}\n";
+    lowering::private_function(&m, "main").map_err(err)?;
+    let entry = |name: &str, shape: &[usize], d: DType| {
+        let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+        format!(
+            "{{\"name\": {}, \"dtype\": \"{}\", \"shape\": [{}]}}",
+            json_str(name),
+            jax_dtype(d),
+            dims.join(", ")
+        )
+    };
+    let mut inputs: Vec<String> = prim.iter().map(|(n, s, d)| entry(n, s, *d)).collect();
+    inputs.push(entry(&format!("ct_{}", outs[0].0), os, *od));
+    let outputs: Vec<String> = prim
+        .iter()
+        .map(|(n, s, d)| entry(&format!("d{n}"), s, *d))
+        .collect();
+    let manifest = format!(
+        "{{\n  \"kernel\": {},\n  \"platforms\": [\"cpu\", \"tpu\"],\n  \"calling_convention_version\": {CALLING_CONVENTION},\n  \"inputs\": [{}],\n  \"outputs\": [{}]\n}}\n",
+        json_str(&format!("{}_vjp", forward.name)),
+        inputs.join(", "),
+        outputs.join(", ")
+    );
+    Ok(Artifact {
+        module: m,
+        manifest,
+    })
+}
+
+/// The kernels whose artifacts carry a VJP: the library entry and the
+/// backward entries it is built from.
+pub const WITH_VJP: [(&str, &str); 3] = [
+    (
+        "flash_attention",
+        "attention_delta, flash_attention_dq, flash_attention_dkv",
+    ),
+    ("rms_norm", "rms_norm_bwd"),
+    ("layer_norm", "layer_norm_bwd"),
+];
+
+/// The VJP artifact of library entry `entry` built as `forward` with
+/// `config`, if it has backward kernels ([`WITH_VJP`]).
+pub fn vjp_for(
+    entry: &str,
+    forward: &VerifiedKernel,
+    config: &[(String, String)],
+) -> Result<Option<Artifact>, String> {
+    let backward = match entry {
+        "flash_attention" => return flash_attention_vjp(forward, config).map(Some),
+        "rms_norm" => "rms_norm_bwd",
+        "layer_norm" => "layer_norm_bwd",
+        _ => return Ok(None),
+    };
+    let e = crate::library::find(backward).ok_or_else(|| format!("no library entry {backward}"))?;
+    let pairs: Vec<(String, String)> = config
+        .iter()
+        .filter(|(k, _)| e.params.iter().any(|p| p.name == k))
+        .cloned()
+        .collect();
+    let c = crate::library::Config::parse(e, &pairs).map_err(|err| err.to_string())?;
+    let out_shape = forward
+        .outputs()
+        .next()
+        .map(|o| o.shape.clone())
+        .unwrap_or_default();
+    let mut shapes: Vec<(&str, Vec<usize>)> = forward
+        .arguments()
+        .map(|a| (a.name, a.shape.to_vec()))
+        .collect();
+    shapes.push(("dy", out_shape));
+    let takes: Vec<&str> = (e.inputs)(&c)
+        .map_err(|err| err.to_string())?
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    shapes.retain(|(n, _)| takes.contains(n));
+    let bwd = e
+        .build_with_shapes(&c, &shapes)
+        .map_err(|err| err.to_string())?;
+    backward_vjp(forward, &bwd).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

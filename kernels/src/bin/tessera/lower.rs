@@ -104,13 +104,7 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
         ),
         _ => (name, a.pairs("config").map_err(usage)?),
     };
-    let vjp = match entry {
-        "flash_attention" => Some(
-            kernels::tooling::export::flash_attention_vjp(&kernel, &config)
-                .map_err(Failure::Run)?,
-        ),
-        _ => None,
-    };
+    let vjp = kernels::tooling::export::vjp_for(entry, &kernel, &config).map_err(Failure::Run)?;
     if vjp.is_some() {
         art.manifest =
             art.manifest
