@@ -21,7 +21,7 @@ from jax._src.export import _export
 from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir
 
-__all__ = ["load", "manifest"]
+__all__ = ["load", "load_family", "manifest"]
 
 
 def manifest(path):
@@ -77,3 +77,11 @@ def _vjp_of(d, man):
         return None
     vjp = load(d / sub)
     return lambda _primal: vjp
+
+
+def load_family(path):
+    """A bucketed family (`tessera export --bucket AXIS=N,..`): a dict from
+    bucket size to its `Exported`, and the bucketed axis."""
+    d = pathlib.Path(path)
+    fam = json.loads((d / "buckets.json").read_text())
+    return {n: load(d / sub) for n, sub in zip(fam["sizes"], fam["dirs"])}, fam["axis"]

@@ -119,6 +119,20 @@ def main():
                 lines.append(f"  - a JAX program calling {what}, exported for TPU, compiled with libtpu for v5e and v6e: {'ok' if r.returncode == 0 else 'FAILED'}")
                 if r.returncode != 0:
                     failures.append(f"{case} (TPU compile of {what}): {r.stdout[-400:]} {r.stderr[-400:]}")
+    lines += ["", "## A bucketed family", ""]
+    fam_dir = out / "family"
+    subprocess.run([str(tessera), "export", "flash_attention", "--config", "causal=true", "--bucket", "2=128,256",
+                    "--out", str(fam_dir)], check=True, capture_output=True)
+    family, axis = tessera_jax.load_family(fam_dir)
+    for n, exp in sorted(family.items()):
+        rng = np.random.default_rng(n)
+        q, k, v = (jnp.asarray(rng.standard_normal(a.shape), a.dtype) for a in exp.in_avals)
+        o, _ = jax.jit(exp.call)(q, k, v)
+        err = float(np.abs(np.asarray(o, np.float64) - reference(q, k, v, None)[0]).max())
+        ok = exp.in_avals[0].shape[axis] == n and err <= TOL["float32"]
+        lines.append(f"- bucket {n} (axis {axis}): max |o - f64| {err:.2e}: {'ok' if ok else 'FAILED'}")
+        if not ok:
+            failures.append(f"bucket {n}")
     lines += ["", "## Norms", ""]
     for name in ("rms_norm", "layer_norm"):
         for dtype in ("float32", "bfloat16"):

@@ -81,36 +81,115 @@ pub fn list(args: &[String]) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `tessera export KERNEL [--config k=v]... [--shape NAME=DxD..]... --out DIR`:
-/// the kernel as a multi-platform artifact (`module.mlir`, `manifest.json`)
-/// for `kernels/python/tessera_jax.py`.
+/// `tessera export KERNEL [--config k=v]... [--shape NAME=DxD..]... [--bucket AXIS=N,N..] --out DIR`:
+/// the kernel as a multi-platform artifact (`module.mlir`, `manifest.json`,
+/// `vjp/` where it has backward kernels) for `kernels/python/tessera_jax.py`;
+/// with `--bucket`, one artifact per size of that axis (`DIR/AXIS_N/`) and
+/// `DIR/buckets.json`.
 pub fn export(args: &[String]) -> Result<(), Failure> {
-    let a = Args::parse("export", args, &["config", "shape", "out"], &[]).map_err(usage)?;
+    let a =
+        Args::parse("export", args, &["config", "shape", "out", "bucket"], &[]).map_err(usage)?;
     let name = a.kernel("export").map_err(usage)?;
     let dir = a.one("out").map_err(usage)?.ok_or_else(|| {
         usage("give --out DIR: the directory that receives module.mlir and manifest.json".into())
     })?;
+    let dir = std::path::Path::new(dir);
     let kernel = kernel_for_lower(name, &a).map_err(usage)?;
-    let mut art = kernels::tooling::export::export(&kernel).map_err(Failure::Run)?;
-    // The entry and config behind the name, for the VJP.
-    let (entry, config): (&str, Vec<(String, String)>) = match library::preset(name) {
-        Some(p) if library::find(name).is_none() => (
-            p.entry.name,
-            p.preset
-                .config
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        ),
-        _ => (name, a.pairs("config").map_err(usage)?),
+    // The entry and config behind the name, for the VJP and the buckets.
+    let (entry, config): (&'static library::Entry, Vec<(String, String)>) =
+        match library::preset(name) {
+            Some(p) if library::find(name).is_none() => (
+                p.entry,
+                p.preset
+                    .config
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            _ => (
+                library::find(name).ok_or_else(|| usage(format!("unknown kernel `{name}`")))?,
+                a.pairs("config").map_err(usage)?,
+            ),
+        };
+    let Some(spec) = a.one("bucket").map_err(usage)? else {
+        return export_one(dir, &kernel, entry.name, &config);
     };
-    let vjp = kernels::tooling::export::vjp_for(entry, &kernel, &config).map_err(Failure::Run)?;
+    let bad = || {
+        usage(format!(
+            "--bucket {spec}: write AXIS=N,N,.. (e.g. 2=128,256,512 for attention's sequence axis)"
+        ))
+    };
+    let (axis, sizes) = spec.split_once('=').ok_or_else(bad)?;
+    let axis: usize = axis.trim().parse().map_err(|_| bad())?;
+    let sizes: Vec<usize> = sizes
+        .split(',')
+        .map(|n| n.trim().parse::<usize>().ok().filter(|&n| n >= 1))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    // Every input whose dim `axis` matches the first input's is bucketed.
+    let base: Vec<(&str, Vec<usize>)> = kernel
+        .arguments()
+        .map(|x| (x.name, x.shape.to_vec()))
+        .collect();
+    let along = base
+        .first()
+        .and_then(|(_, s)| s.get(axis).copied())
+        .ok_or_else(|| {
+            usage(format!(
+                "--bucket: the first input of `{name}` has no axis {axis}"
+            ))
+        })?;
+    let cfg = library::Config::parse(entry, &config).map_err(|e| usage(e.to_string()))?;
+    let mut dirs = Vec::new();
+    for &n in &sizes {
+        let shapes: Vec<(&str, Vec<usize>)> = base
+            .iter()
+            .map(|(nm, s)| {
+                let mut s = s.clone();
+                if s.get(axis) == Some(&along) {
+                    s[axis] = n;
+                }
+                (*nm, s)
+            })
+            .collect();
+        let k = entry
+            .build_with_shapes(&cfg, &shapes)
+            .map_err(|e| Failure::Run(format!("bucket {n}: {e}")))?;
+        let sub = format!("{axis}_{n}");
+        export_one(&dir.join(&sub), &k, entry.name, &config)?;
+        dirs.push(sub);
+    }
+    let list = |v: Vec<String>| v.join(", ");
+    let family = format!(
+        "{{\"kernel\": \"{}\", \"axis\": {axis}, \"sizes\": [{}], \"dirs\": [{}]}}\n",
+        kernel.name,
+        list(sizes.iter().map(usize::to_string).collect()),
+        list(dirs.iter().map(|d| format!("\"{d}\"")).collect())
+    );
+    kernels::tooling::atomic_file::write(&dir.join("buckets.json"), family.as_bytes())
+        .map_err(Failure::Run)?;
+    println!(
+        "wrote {} (buckets.json): {} buckets of axis {axis}",
+        dir.display(),
+        sizes.len()
+    );
+    Ok(())
+}
+
+/// One artifact (and its VJP) into `dir`.
+fn export_one(
+    dir: &std::path::Path,
+    kernel: &kernel_ir::VerifiedKernel,
+    entry: &str,
+    config: &[(String, String)],
+) -> Result<(), Failure> {
+    let mut art = kernels::tooling::export::export(kernel).map_err(Failure::Run)?;
+    let vjp = kernels::tooling::export::vjp_for(entry, kernel, config).map_err(Failure::Run)?;
     if vjp.is_some() {
         art.manifest =
             art.manifest
                 .replacen("  \"platforms\"", "  \"vjp\": \"vjp\",\n  \"platforms\"", 1);
     }
-    let dir = std::path::Path::new(dir);
     let write = |d: &std::path::Path, art: &kernels::tooling::export::Artifact| {
         std::fs::create_dir_all(d)
             .map_err(|e| Failure::Run(format!("cannot create {}: {e}", d.display())))?;

@@ -195,13 +195,17 @@ const HELP_EXPORT: &str = "\
 tessera export: a kernel as an artifact JAX (and TorchTPU) programs call
 
 USAGE:
-    tessera export KERNEL|PRESET [--config KEY=VALUE]... [--shape INPUT=DxDx..]... --out DIR
+    tessera export KERNEL|PRESET [--config KEY=VALUE]... [--shape INPUT=DxDx..]... [--bucket AXIS=N,N..] --out DIR
 
 Writes DIR/module.mlir, one StableHLO module for platforms cpu (the
 decomposed StableHLO, pure XLA) and tpu (the tpu_custom_call), in
 jax.export's multi-platform convention (the platform index first), and
-DIR/manifest.json (inputs and outputs with dtypes and shapes).
-kernels/python/tessera_jax.py loads it as a jax.export.Exported.
+DIR/manifest.json (inputs and outputs with dtypes and shapes); for kernels
+with backward kernels (flash attention, rms_norm, layer_norm) also DIR/vjp/,
+the VJP in jax.export's convention. --bucket writes one artifact per size of
+an axis (every input whose axis matches the first input's), DIR/AXIS_N/,
+and DIR/buckets.json. kernels/python/tessera_jax.py loads them
+(load, load_family) as jax.export.Exported objects.
 ";
 
 const HELP_NUMERICS: &str = "\
