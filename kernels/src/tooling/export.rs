@@ -74,6 +74,27 @@ fn json_str(s: &str) -> String {
     out + "\""
 }
 
+/// One manifest entry: `{"name": .., "dtype": .., "shape": [..]}`.
+fn manifest_entry(name: &str, shape: &[usize], d: DType) -> String {
+    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+    format!(
+        "{{\"name\": {}, \"dtype\": \"{}\", \"shape\": [{}]}}",
+        json_str(name),
+        jax_dtype(d),
+        dims.join(", ")
+    )
+}
+
+/// The manifest of an artifact called `kernel`.
+fn manifest(kernel: &str, inputs: &[String], outputs: &[String]) -> String {
+    format!(
+        "{{\n  \"kernel\": {},\n  \"platforms\": [\"cpu\", \"tpu\"],\n  \"calling_convention_version\": {CALLING_CONVENTION},\n  \"inputs\": [{}],\n  \"outputs\": [{}]\n}}\n",
+        json_str(kernel),
+        inputs.join(", "),
+        outputs.join(", ")
+    )
+}
+
 /// Exports `kernel` (see the module docs).
 pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
     let err = |e: lowering::LoweringError| e.to_string();
@@ -163,29 +184,15 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
         return Err(err(e));
     }
 
-    let entry = |(name, shape, d): (&str, &[usize], DType)| {
-        let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
-        format!(
-            "{{\"name\": {}, \"dtype\": \"{}\", \"shape\": [{}]}}",
-            json_str(name),
-            jax_dtype(d),
-            dims.join(", ")
-        )
-    };
     let inputs: Vec<String> = kernel
         .arguments()
-        .map(|a| entry((a.name, a.shape, a.dtype)))
+        .map(|a| manifest_entry(a.name, a.shape, a.dtype))
         .collect();
     let outputs: Vec<String> = kernel
         .outputs()
-        .map(|o| entry((&o.name, &o.shape, o.dtype)))
+        .map(|o| manifest_entry(&o.name, &o.shape, o.dtype))
         .collect();
-    let manifest = format!(
-        "{{\n  \"kernel\": {},\n  \"platforms\": [\"cpu\", \"tpu\"],\n  \"calling_convention_version\": {CALLING_CONVENTION},\n  \"inputs\": [{}],\n  \"outputs\": [{}]\n}}\n",
-        json_str(&kernel.name),
-        inputs.join(", "),
-        outputs.join(", ")
-    );
+    let manifest = manifest(&kernel.name, &inputs, &outputs);
     Ok(Artifact {
         module: m,
         manifest,
@@ -298,32 +305,19 @@ pub fn flash_attention_vjp(
     m += &functions;
     m += "}\n";
     lowering::private_function(&m, "main").map_err(err)?;
-    let entry = |name: &str, shape: &[usize], d: DType| {
-        let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
-        format!(
-            "{{\"name\": \"{name}\", \"dtype\": \"{}\", \"shape\": [{}]}}",
-            jax_dtype(d),
-            dims.join(", ")
-        )
-    };
     let inputs = [
-        entry("q", qs, *qd),
-        entry("k", ks, *kd),
-        entry("v", vs, *vd),
-        entry("ct_o", os, *od),
-        entry("ct_lse", ls, *ld),
+        manifest_entry("q", qs, *qd),
+        manifest_entry("k", ks, *kd),
+        manifest_entry("v", vs, *vd),
+        manifest_entry("ct_o", os, *od),
+        manifest_entry("ct_lse", ls, *ld),
     ];
     let outputs = [
-        entry("dq", qs, *qd),
-        entry("dk", ks, *kd),
-        entry("dv", vs, *vd),
+        manifest_entry("dq", qs, *qd),
+        manifest_entry("dk", ks, *kd),
+        manifest_entry("dv", vs, *vd),
     ];
-    let manifest = format!(
-        "{{\n  \"kernel\": \"{}_vjp\",\n  \"platforms\": [\"cpu\", \"tpu\"],\n  \"calling_convention_version\": {CALLING_CONVENTION},\n  \"inputs\": [{}],\n  \"outputs\": [{}]\n}}\n",
-        forward.name,
-        inputs.join(", "),
-        outputs.join(", ")
-    );
+    let manifest = manifest(&format!("{}_vjp", forward.name), &inputs, &outputs);
     Ok(Artifact {
         module: m,
         manifest,
@@ -489,27 +483,16 @@ pub fn backward_vjp(
     }
     m += "}\n";
     lowering::private_function(&m, "main").map_err(err)?;
-    let entry = |name: &str, shape: &[usize], d: DType| {
-        let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
-        format!(
-            "{{\"name\": {}, \"dtype\": \"{}\", \"shape\": [{}]}}",
-            json_str(name),
-            jax_dtype(d),
-            dims.join(", ")
-        )
-    };
-    let mut inputs: Vec<String> = prim.iter().map(|(n, s, d)| entry(n, s, *d)).collect();
-    inputs.push(entry(&format!("ct_{}", outs[0].0), os, *od));
+    let mut inputs: Vec<String> = prim
+        .iter()
+        .map(|(n, s, d)| manifest_entry(n, s, *d))
+        .collect();
+    inputs.push(manifest_entry(&format!("ct_{}", outs[0].0), os, *od));
     let outputs: Vec<String> = prim
         .iter()
-        .map(|(n, s, d)| entry(&format!("d{n}"), s, *d))
+        .map(|(n, s, d)| manifest_entry(&format!("d{n}"), s, *d))
         .collect();
-    let manifest = format!(
-        "{{\n  \"kernel\": {},\n  \"platforms\": [\"cpu\", \"tpu\"],\n  \"calling_convention_version\": {CALLING_CONVENTION},\n  \"inputs\": [{}],\n  \"outputs\": [{}]\n}}\n",
-        json_str(&format!("{}_vjp", forward.name)),
-        inputs.join(", "),
-        outputs.join(", ")
-    );
+    let manifest = manifest(&format!("{}_vjp", forward.name), &inputs, &outputs);
     Ok(Artifact {
         module: m,
         manifest,
