@@ -174,20 +174,7 @@ pub fn reference(
     let scaled: Vec<f64> = (0..m * n)
         .map(|e| prod[e] * scale(sx, e / n) * scale(sw, e % n))
         .collect();
-    let n_bias = bias.len().max(1);
-    scaled
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let y = v + bias.data()[i % n_bias];
-            let a = match act {
-                "gelu" => 0.5 * y * (1.0 + libm::erf(y / std::f64::consts::SQRT_2)),
-                "silu" => y / (1.0 + (-y).exp()),
-                _ => y,
-            };
-            a + residual.map_or(0.0, |r| r.data()[i])
-        })
-        .collect()
+    crate::library::reference::epilogue(scaled, n, bias, act, residual)
 }
 
 fn config(c: &Config, m: usize, n: usize, k: usize) -> Result<Fp8GemmConfig, EntryError> {

@@ -388,9 +388,20 @@ pub fn matmul_epilogue(
     act: &str,
     residual: Option<&Array>,
 ) -> Vec<f64> {
-    let n = w.shape()[1];
-    matmul(x, w)
-        .into_iter()
+    epilogue(matmul(x, w), w.shape()[1], bias, act, residual)
+}
+
+/// `act(y + bias) [+ residual]` over a row-major `y` with `n` columns
+/// (the tail of [`matmul_epilogue`], shared by GEMMs whose product is
+/// formed differently, e.g. scaled FP8).
+pub fn epilogue(
+    y: Vec<f64>,
+    n: usize,
+    bias: &Array,
+    act: &str,
+    residual: Option<&Array>,
+) -> Vec<f64> {
+    y.into_iter()
         .enumerate()
         .map(|(i, v)| {
             let y = v + bias.data()[i % n];

@@ -177,12 +177,7 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
     }
     m += "}\n";
     // Checked by MLIR: it parses (and its @main can be embedded again).
-    if let Err(e) = lowering::private_function(&m, "main") {
-        if std::env::var_os("TESSERA_DEBUG_EXPORT").is_some() {
-            eprintln!("{m}");
-        }
-        return Err(err(e));
-    }
+    lowering::private_function(&m, "main").map_err(err)?;
 
     let inputs: Vec<String> = kernel
         .arguments()

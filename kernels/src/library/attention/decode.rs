@@ -139,7 +139,7 @@ pub const PAGED_DECODE_ATTENTION: Entry = Entry {
     }],
 };
 
-/// The f64 reference of both paged decode kernels (inputs in their order:
+/// The f64 reference of the paged decode kernels (inputs in their order:
 /// lengths, block tables, q, k pages, v pages).
 pub(super) fn paged_reference(c: &Config, a: &[Array]) -> Result<Vec<Vec<f64>>, EntryError> {
     let lengths: Vec<usize> = a[0].data().iter().map(|&v| v.max(0.0) as usize).collect();

@@ -8,10 +8,9 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use super::decode::{paged_check, paged_sample};
+use super::decode::{paged_check, paged_reference, paged_sample};
 use super::{MASK_VALUE, normalized, online_softmax_init, online_update};
 use crate::library::entry::{Config, DTYPE, Entry, EntryError, ParamKind, Preset, param, refs};
-use crate::library::reference;
 use crate::library::tolerance::Tolerance;
 
 /// Paged decode attention over fp8 K/V pages with per-tensor scales.
@@ -94,16 +93,9 @@ fn fp8_reference(c: &Config, a: &[Array]) -> Result<Vec<Vec<f64>>, EntryError> {
         Array::new(DType::F32, pages.shape().to_vec(), pages.data().iter().map(|v| v * s).collect())
             .unwrap_or_else(|_| Array::zeros(DType::F32, pages.shape().to_vec()))
     };
-    let lengths: Vec<usize> = a[0].data().iter().map(|&v| v.max(0.0) as usize).collect();
-    let pps = a[1].shape()[1];
-    let tables: Vec<Vec<usize>> = a[1]
-        .data()
-        .chunks(pps.max(1))
-        .map(|r| r.iter().map(|&v| v.max(0.0) as usize).collect())
-        .collect();
-    let scale = c.scale("sm_scale", a[2].shape()[3])? as f64;
-    let (k, v) = (dequant(&a[3], &a[5]), dequant(&a[4], &a[6]));
-    Ok(vec![reference::paged_decode_attention(&a[2], &k, &v, &lengths, &tables, scale)])
+    let mut deq = a[..3].to_vec();
+    deq.extend([dequant(&a[3], &a[5]), dequant(&a[4], &a[6])]);
+    paged_reference(c, &deq)
 }
 
 /// [`paged_decode_attention_fp8()`] in the library.
