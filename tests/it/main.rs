@@ -8,6 +8,7 @@ mod dsl;
 mod dsl_vs_builder;
 mod foundation;
 mod fp8;
+mod grad;
 mod graph;
 mod invalid;
 mod lib_attention;

@@ -463,6 +463,19 @@ impl Emitter<'_> {
                 ));
                 v
             }
+            Op::ReduceScatter(axis) => {
+                let st = type_name(&[], n.dtype);
+                let v = self.fresh();
+                let groups: Vec<String> = (0..self.devices).map(|d| d.to_string()).collect();
+                self.line(format!(
+                    "{v} = \"stablehlo.reduce_scatter\"({}) ({{\n    ^bb0(%a: {st}, %b: {st}):\n      %r = \"stablehlo.add\"(%a, %b) : ({st}, {st}) -> {st}\n      \"stablehlo.return\"(%r) : ({st}) -> ()\n    }}) {{replica_groups = dense<[[{}]]> : tensor<1x{}xi64>, scatter_dimension = {axis} : i64}} : ({}) -> {rt}",
+                    ins[0],
+                    groups.join(", "),
+                    self.devices,
+                    it[0]
+                ));
+                v
+            }
             Op::AllGather(axis) => {
                 let groups: Vec<String> = (0..self.devices).map(|d| d.to_string()).collect();
                 self.op1(

@@ -24,6 +24,7 @@
 //! # Ok(()) }
 //! ```
 
+mod autodiff;
 mod bucket;
 mod exec;
 mod lower;
@@ -38,6 +39,7 @@ use std::time::Duration;
 
 use kernel_ir::{Array, DType, VerifiedKernel};
 
+pub use autodiff::{KernelVjp, VjpCall, grad, no_grad, vjp};
 pub use bucket::Buckets;
 pub use tensor::Tensor;
 
@@ -450,6 +452,7 @@ impl Runtime {
             dims,
             loc,
             state: Mutex::new(State::Ready(Arc::new(bufs))),
+            tape: node::Tape::Off,
         }))
     }
 
@@ -468,6 +471,7 @@ impl Runtime {
                 op: node::Op::Constant(dtype.round(value)),
                 inputs: Vec::new(),
             }),
+            tape: node::Tape::Off,
         });
         Tensor::from_node(self.clone(), node)
     }
@@ -497,6 +501,7 @@ impl Runtime {
                 op: node::Op::Iota(dim),
                 inputs: Vec::new(),
             }),
+            tape: node::Tape::Off,
         });
         Ok(Tensor::from_node(self.clone(), node))
     }
@@ -534,6 +539,28 @@ impl Runtime {
             self,
             kernel,
             args,
+            None,
+            std::panic::Location::caller().to_string(),
+        )
+    }
+
+    /// Records a call of a kernel that declares its backward: as
+    /// [`Runtime::call`], and [`grad`] differentiates through it with
+    /// `vjp` (a kernel recorded with plain `call` is an error there, naming
+    /// the kernel). The library's entries pass their own backward this
+    /// way (`kernels::library::Entry::call`).
+    #[track_caller]
+    pub fn call_with_vjp(
+        &self,
+        kernel: &VerifiedKernel,
+        args: &[&Tensor],
+        vjp: Arc<dyn KernelVjp>,
+    ) -> Result<Vec<Tensor>, RuntimeError> {
+        tensor::call(
+            self,
+            kernel,
+            args,
+            Some(vjp),
             std::panic::Location::caller().to_string(),
         )
     }

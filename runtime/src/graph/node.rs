@@ -1,6 +1,7 @@
 //! Graph nodes: what a `Tensor` handle points at.
 
-use std::sync::{Arc, Mutex};
+use std::cell::Cell;
+use std::sync::{Arc, Mutex, Weak};
 
 use kernel_ir::{BinaryOp, CompareOp, DType, DotDims, ReduceOp, UnaryOp, VerifiedKernel};
 
@@ -20,9 +21,21 @@ pub(crate) struct DynLen {
 pub(crate) type Dyn = Option<Arc<DynLen>>;
 
 /// A Tessera kernel call shared by the nodes of its outputs.
-#[derive(Debug)]
 pub(crate) struct KernelCall {
     pub kernel: VerifiedKernel,
+    /// Its declared backward, if any.
+    pub vjp: Option<Arc<dyn super::autodiff::KernelVjp>>,
+    /// Its output nodes (weak: they own the call).
+    pub outputs: Mutex<Vec<Weak<Node>>>,
+}
+
+impl std::fmt::Debug for KernelCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelCall")
+            .field("kernel", &self.kernel.name)
+            .field("vjp", &self.vjp.is_some())
+            .finish()
+    }
 }
 
 /// What a deferred node computes from its inputs.
@@ -70,12 +83,15 @@ pub(crate) enum Op {
     AllReduce,
     /// Concatenation over all devices along `axis`.
     AllGather(usize),
+    /// Sum over all devices, device `d` keeping the `d`-th part along
+    /// `axis` (the transpose of `AllGather`).
+    ReduceScatter(usize),
 }
 
 impl Op {
     /// Collectives synchronize devices: once recorded they always run.
     pub fn is_collective(&self) -> bool {
-        matches!(self, Op::AllReduce | Op::AllGather(_))
+        matches!(self, Op::AllReduce | Op::AllGather(_) | Op::ReduceScatter(_))
     }
 }
 
@@ -88,6 +104,65 @@ pub(crate) enum State {
     Ready(Arc<Vec<Buffer>>),
     /// Computing it failed; reported at every sync that reads it.
     Failed(RuntimeError),
+}
+
+/// What reverse mode needs of a node: whether gradients flow through it
+/// and, for a tracked op, how it was computed. Unlike [`State`], this is
+/// kept after the node is materialized, so a graph can be differentiated
+/// after its forward ran; only tracked nodes keep it, so untracked
+/// programs (inference, optimizer updates) still free their history.
+#[derive(Debug)]
+pub(crate) enum Tape {
+    /// No parameter reaches it.
+    Off,
+    /// A parameter ([`crate::graph::Tensor::requires_grad`]).
+    Leaf,
+    /// An op with at least one tracked input; a kernel output also holds
+    /// the call's later outputs (`siblings`), so the values its backward
+    /// reads stay alive as long as the first output does.
+    Op {
+        op: Op,
+        inputs: Vec<Arc<Node>>,
+        siblings: Vec<Arc<Node>>,
+    },
+}
+
+thread_local! {
+    /// Whether recording tracks gradients on this thread ([`no_grad`]).
+    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Runs `f` with gradient tracking off on this thread (restored after,
+/// also on a panic), returning its result.
+pub(crate) fn without_grad<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            GRAD_ENABLED.with(|g| g.set(self.0));
+        }
+    }
+    let _restore = Restore(GRAD_ENABLED.with(|g| g.replace(false)));
+    f()
+}
+
+impl Tape {
+    /// The record of a new node computing `op` from `inputs`.
+    pub fn of(op: &Op, inputs: &[Arc<Node>]) -> Tape {
+        if GRAD_ENABLED.with(Cell::get) && inputs.iter().any(|n| n.tape.tracked()) {
+            Tape::Op {
+                op: op.clone(),
+                inputs: inputs.to_vec(),
+                siblings: Vec::new(),
+            }
+        } else {
+            Tape::Off
+        }
+    }
+
+    /// Whether gradients flow through the node.
+    pub fn tracked(&self) -> bool {
+        !matches!(self, Tape::Off)
+    }
 }
 
 /// A value in the graph. Handles share it, so materializing it replaces its
@@ -104,6 +179,8 @@ pub(crate) struct Node {
     /// Where the user recorded it (named when computing it fails).
     pub loc: String,
     pub state: Mutex<State>,
+    /// Its reverse-mode record.
+    pub tape: Tape,
 }
 
 impl Node {
@@ -134,19 +211,28 @@ impl Drop for Node {
     /// a million ops without a sync must not overflow the stack when the
     /// chain is freed.
     fn drop(&mut self) {
-        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        let State::Deferred { inputs, .. } = state else {
-            return;
-        };
-        let mut stack = std::mem::take(inputs);
+        let mut stack = Vec::new();
+        take_inputs(self, &mut stack);
         while let Some(n) = stack.pop() {
             if let Ok(mut owned) = Arc::try_unwrap(n) {
-                let st = owned.state.get_mut().unwrap_or_else(|p| p.into_inner());
-                if let State::Deferred { inputs, .. } = st {
-                    stack.append(inputs);
-                }
+                take_inputs(&mut owned, &mut stack);
                 // `owned` drops here with no inputs left.
             }
         }
+    }
+}
+
+/// Moves a node's input references (deferred and taped) onto `stack`.
+fn take_inputs(node: &mut Node, stack: &mut Vec<Arc<Node>>) {
+    let st = node.state.get_mut().unwrap_or_else(|p| p.into_inner());
+    if let State::Deferred { inputs, .. } = st {
+        stack.append(inputs);
+    }
+    if let Tape::Op {
+        inputs, siblings, ..
+    } = &mut node.tape
+    {
+        stack.append(inputs);
+        stack.append(siblings);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use kernel_ir::{Array, BinaryOp, CompareOp, DType, UnaryOp, VerifiedKernel};
 
-use super::node::{Dyn, KernelCall, Node, Op, State};
+use super::node::{Dyn, KernelCall, Node, Op, State, Tape};
 use super::{Runtime, RuntimeError};
 
 mod linalg;
@@ -182,7 +182,7 @@ impl Tensor {
 
     // ---- recording ----
 
-    fn record(
+    pub(crate) fn record(
         &self,
         op: Op,
         inputs: Vec<Arc<Node>>,
@@ -192,6 +192,7 @@ impl Tensor {
         loc: &Location<'_>,
     ) -> Result<Tensor, RuntimeError> {
         let collective = op.is_collective();
+        let tape = Tape::of(&op, &inputs);
         let node = Arc::new(Node {
             id: self.rt.inner.next_id(),
             shape,
@@ -199,6 +200,7 @@ impl Tensor {
             dims,
             loc: loc.to_string(),
             state: Mutex::new(State::Deferred { op, inputs }),
+            tape,
         });
         if collective {
             self.rt
@@ -224,7 +226,7 @@ impl Tensor {
     }
 
     /// A rank-0 operand broadcast to `shape`.
-    fn broadcast_scalar(
+    pub(crate) fn broadcast_scalar(
         &self,
         shape: &[usize],
         dims: &[Dyn],
@@ -278,7 +280,7 @@ impl Tensor {
         ))
     }
 
-    fn binary(
+    pub(crate) fn binary(
         &self,
         op: BinaryOp,
         other: &Tensor,
@@ -302,7 +304,7 @@ impl Tensor {
         )
     }
 
-    fn unary(&self, op: UnaryOp, loc: &Location<'_>) -> Result<Tensor, RuntimeError> {
+    pub(crate) fn unary(&self, op: UnaryOp, loc: &Location<'_>) -> Result<Tensor, RuntimeError> {
         let d = self.node.dtype;
         let float_only = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Not);
         if float_only && !d.is_float() {
@@ -364,6 +366,13 @@ impl Tensor {
     #[track_caller]
     pub fn pow(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
         self.binary(BinaryOp::Pow, other, Location::caller())
+    }
+
+    /// The remainder of `self / other` with the sign of `self` (C's
+    /// `fmod`).
+    #[track_caller]
+    pub fn rem(&self, other: &Tensor) -> Result<Tensor, RuntimeError> {
+        self.binary(BinaryOp::Rem, other, Location::caller())
     }
 
     /// `self * c` for a constant `c`.
@@ -446,7 +455,31 @@ impl Tensor {
         self.unary(UnaryOp::Erf, Location::caller())
     }
 
-    fn compare(
+    /// `2ˣ`.
+    #[track_caller]
+    pub fn exp2(&self) -> Result<Tensor, RuntimeError> {
+        self.unary(UnaryOp::Exp2, Location::caller())
+    }
+
+    /// `ln(1 + x)`.
+    #[track_caller]
+    pub fn log1p(&self) -> Result<Tensor, RuntimeError> {
+        self.unary(UnaryOp::Log1p, Location::caller())
+    }
+
+    /// Rounds toward −∞.
+    #[track_caller]
+    pub fn floor(&self) -> Result<Tensor, RuntimeError> {
+        self.unary(UnaryOp::Floor, Location::caller())
+    }
+
+    /// Rounds toward +∞.
+    #[track_caller]
+    pub fn ceil(&self) -> Result<Tensor, RuntimeError> {
+        self.unary(UnaryOp::Ceil, Location::caller())
+    }
+
+    pub(crate) fn compare(
         &self,
         op: CompareOp,
         other: &Tensor,
@@ -596,6 +629,7 @@ pub(super) fn call(
     rt: &Runtime,
     kernel: &VerifiedKernel,
     args: &[&Tensor],
+    vjp: Option<Arc<dyn super::autodiff::KernelVjp>>,
     loc: String,
 ) -> Result<Vec<Tensor>, RuntimeError> {
     let e = |m: String| RuntimeError::Record {
@@ -616,10 +650,28 @@ pub(super) fn call(
         })?;
     let call = Arc::new(KernelCall {
         kernel: kernel.clone(),
+        vjp,
+        outputs: Mutex::new(Vec::new()),
     });
     let inputs: Vec<Arc<Node>> = args.iter().map(|t| t.node.clone()).collect();
-    let mut outs = Vec::new();
-    for (i, o) in kernel.outputs().enumerate() {
+    let mut outs: Vec<Tensor> = Vec::new();
+    // Built last to first: output `i`'s tape holds the later outputs, so
+    // the first output keeps every saved value (flash attention's lse)
+    // alive for the backward without a reference cycle.
+    let n_out = kernel.outputs().count();
+    for (i, o) in kernel.outputs().enumerate().collect::<Vec<_>>().into_iter().rev() {
+        let op = Op::Kernel {
+            call: call.clone(),
+            output: i,
+        };
+        let tape = match Tape::of(&op, &inputs) {
+            Tape::Op { op, inputs, .. } => Tape::Op {
+                op,
+                inputs,
+                siblings: outs.iter().map(|t| t.node.clone()).collect(),
+            },
+            t => t,
+        };
         let node = Arc::new(Node {
             id: rt.inner.next_id(),
             shape: o.shape.clone(),
@@ -627,15 +679,17 @@ pub(super) fn call(
             dims: vec![None; o.shape.len()],
             loc: loc.clone(),
             state: Mutex::new(State::Deferred {
-                op: Op::Kernel {
-                    call: call.clone(),
-                    output: i,
-                },
+                op,
                 inputs: inputs.clone(),
             }),
+            tape,
         });
         outs.push(Tensor::from_node(rt.clone(), node));
     }
+    outs.reverse();
+    debug_assert_eq!(outs.len(), n_out);
+    *call.outputs.lock().unwrap_or_else(|p| p.into_inner()) =
+        outs.iter().map(|t| Arc::downgrade(&t.node)).collect();
     if rt.inner.options.eager {
         let refs: Vec<&Tensor> = outs.iter().collect();
         rt.sync(&refs)?;

@@ -269,4 +269,34 @@ impl Tensor {
             loc,
         )
     }
+
+    /// The sum over all devices, split along `axis`: device `d` gets the
+    /// `d`-th of `devices` equal parts (the size along `axis` must divide
+    /// by the device count). The transpose of [`Tensor::all_gather`].
+    #[track_caller]
+    pub fn reduce_scatter_sum(&self, axis: usize) -> Result<Tensor, RuntimeError> {
+        let loc = Location::caller();
+        let n = &self.node;
+        let devices = self.rt.inner.devices;
+        if axis >= n.shape.len() || n.dims[axis].is_some() || n.shape[axis] % devices != 0 {
+            return Err(err(
+                format!(
+                    "reduce_scatter_sum needs an unpadded axis below rank {} whose size divides by the {devices} devices, got axis {axis} of {:?}",
+                    n.shape.len(),
+                    n.shape
+                ),
+                loc,
+            ));
+        }
+        let mut shape = n.shape.clone();
+        shape[axis] /= devices;
+        self.record(
+            Op::ReduceScatter(axis),
+            vec![n.clone()],
+            shape,
+            n.dtype,
+            n.dims.clone(),
+            loc,
+        )
+    }
 }
