@@ -298,9 +298,9 @@ fn unary_op_gradients_match_central_differences() {
         ("floor", |t| t.floor(), f64::floor, (0.1, 0.9)),
         ("ceil", |t| t.ceil(), f64::ceil, (0.1, 0.9)),
     ];
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(3));
     for (name, g, h, (lo, hi)) in cases {
-        runner
+        // A runner per op: one runner counts its cases over all its runs.
+        proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(3))
             .run(&(shape_strategy(0..=3), any::<u64>()), |(shape, seed)| {
                 let x = Array::random(F32, shape.clone(), seed, lo, hi);
                 // `abs` on both signs, away from 0.
@@ -343,9 +343,9 @@ fn binary_op_gradients_match_central_differences() {
         ),
         ("cast", |a, b| a.cast(BF16)?.cast(F32)?.mul(b), |a, b| a * b, (-1.0, 1.0)),
     ];
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(3));
     for (name, g, h, (lo, hi)) in cases {
-        runner
+        // A runner per op: one runner counts its cases over all its runs.
+        proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(3))
             .run(&(shape_strategy(0..=3), any::<u64>()), |(shape, seed)| {
                 let a = Array::random(F32, shape.clone(), seed, lo, hi);
                 let mut b = Array::random(F32, shape.clone(), seed ^ 7, lo, hi);
