@@ -2,8 +2,8 @@
 //! differences of an f64 host version of the op, over random shapes;
 //! padding, collectives and record-time errors.
 
-use kernel_ir::prelude::*;
 use kernel_ir::DotDims;
+use kernel_ir::prelude::*;
 use proptest::prelude::*;
 use runtime::graph::{Buckets, Runtime, RuntimeOptions, Tensor, grad, vjp};
 
@@ -66,14 +66,21 @@ impl H {
     fn zip(&self, o: &H, f: impl Fn(f64, f64) -> f64) -> H {
         H {
             shape: self.shape.clone(),
-            data: self.data.iter().zip(&o.data).map(|(&a, &b)| f(a, b)).collect(),
+            data: self
+                .data
+                .iter()
+                .zip(&o.data)
+                .map(|(&a, &b)| f(a, b))
+                .collect(),
         }
     }
 }
 
 fn h_dot(a: &H, b: &H, d: &DotDims) -> H {
     let free = |r: usize, bt: &[usize], c: &[usize]| -> Vec<usize> {
-        (0..r).filter(|x| !bt.contains(x) && !c.contains(x)).collect()
+        (0..r)
+            .filter(|x| !bt.contains(x) && !c.contains(x))
+            .collect()
     };
     let lf = free(a.shape.len(), &d.lhs_batch, &d.lhs_contract);
     let rf = free(b.shape.len(), &d.rhs_batch, &d.rhs_contract);
@@ -293,7 +300,12 @@ fn unary_op_gradients_match_central_differences() {
         ("sin", |t| t.sin(), f64::sin, (-2.0, 2.0)),
         ("cos", |t| t.cos(), f64::cos, (-2.0, 2.0)),
         ("erf", |t| t.erf(), erf64, (-1.5, 1.5)),
-        ("logistic", |t| t.logistic(), |x| 1.0 / (1.0 + (-x).exp()), (-2.0, 2.0)),
+        (
+            "logistic",
+            |t| t.logistic(),
+            |x| 1.0 / (1.0 + (-x).exp()),
+            (-2.0, 2.0),
+        ),
         // Piecewise constant: zero gradient away from the integers.
         ("floor", |t| t.floor(), f64::floor, (0.1, 0.9)),
         ("ceil", |t| t.ceil(), f64::ceil, (0.1, 0.9)),
@@ -341,7 +353,12 @@ fn binary_op_gradients_match_central_differences() {
             |a, b| if a > b { a * a } else { b },
             (-1.0, 1.0),
         ),
-        ("cast", |a, b| a.cast(BF16)?.cast(F32)?.mul(b), |a, b| a * b, (-1.0, 1.0)),
+        (
+            "cast",
+            |a, b| a.cast(BF16)?.cast(F32)?.mul(b),
+            |a, b| a * b,
+            (-1.0, 1.0),
+        ),
     ];
     for (name, g, h, (lo, hi)) in cases {
         // A runner per op: one runner counts its cases over all its runs.
@@ -352,7 +369,12 @@ fn binary_op_gradients_match_central_differences() {
                 if name == "cast" {
                     // The reference of a conversion is the identity: take
                     // the operand already rounded to bf16.
-                    b = Array::new(F32, shape.clone(), b.data().iter().map(|v| BF16.round(*v)).collect()).unwrap();
+                    b = Array::new(
+                        F32,
+                        shape.clone(),
+                        b.data().iter().map(|v| BF16.round(*v)).collect(),
+                    )
+                    .unwrap();
                 }
                 let scalar_rhs = name == "mul" && shape.len() == 2;
                 if scalar_rhs {
@@ -369,12 +391,29 @@ fn binary_op_gradients_match_central_differences() {
                 }
                 if name == "cast" {
                     // d/da only through the conversion (b is exact in bf16).
-                    let a_r = Array::new(F32, shape.clone(), a.data().iter().map(|v| BF16.round(*v)).collect()).unwrap();
-                    return check_op(&rt, &[b, a_r], &|t| g(&t[1], &t[0]), &|x| x[0].zip(&x[1], |b, a| h(a, b)), seed ^ 3)
-                        .map_err(|e| TestCaseError::fail(format!("{name}: {e}")));
+                    let a_r = Array::new(
+                        F32,
+                        shape.clone(),
+                        a.data().iter().map(|v| BF16.round(*v)).collect(),
+                    )
+                    .unwrap();
+                    return check_op(
+                        &rt,
+                        &[b, a_r],
+                        &|t| g(&t[1], &t[0]),
+                        &|x| x[0].zip(&x[1], |b, a| h(a, b)),
+                        seed ^ 3,
+                    )
+                    .map_err(|e| TestCaseError::fail(format!("{name}: {e}")));
                 }
-                check_op(&rt, &[a, b], &|t| g(&t[0], &t[1]), &|x| x[0].zip(&x[1], h), seed ^ 3)
-                    .map_err(|e| TestCaseError::fail(format!("{name}: {e}")))
+                check_op(
+                    &rt,
+                    &[a, b],
+                    &|t| g(&t[0], &t[1]),
+                    &|x| x[0].zip(&x[1], h),
+                    seed ^ 3,
+                )
+                .map_err(|e| TestCaseError::fail(format!("{name}: {e}")))
             })
             .unwrap();
     }
@@ -468,17 +507,28 @@ fn a_parameter_used_twice_gets_the_sum_of_both_paths() {
     let x = Array::random(F32, [3, 4], 11, -1.0, 1.0);
     let w = Array::random(F32, [4, 2], 12, -1.0, 1.0);
     let host = |h: &[H]| {
-        let d = DotDims { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: vec![1], rhs_contract: vec![0] };
+        let d = DotDims {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![1],
+            rhs_contract: vec![0],
+        };
         let y = h_dot(&h[0], &h[1], &d);
         let t = y.map(f64::tanh).zip(&y, |a, b| a * b);
-        H { shape: vec![], data: vec![t.data.iter().sum::<f64>() / 6.0] }
+        H {
+            shape: vec![],
+            data: vec![t.data.iter().sum::<f64>() / 6.0],
+        }
     };
     let xt = rt.tensor(&x).unwrap().requires_grad().unwrap();
     let wt = rt.tensor(&w).unwrap().requires_grad().unwrap();
     let y = xt.matmul(&wt).unwrap();
     let loss = y.tanh().unwrap().mul(&y).unwrap().mean(&[0, 1]).unwrap();
     let g = grad(&loss, &[&xt, &wt]).unwrap();
-    let one = H { shape: vec![], data: vec![1.0] };
+    let one = H {
+        shape: vec![],
+        data: vec![1.0],
+    };
     let num = numeric_grad(&host, &[H::of(&x), H::of(&w)], &one);
     for (g, n) in g.iter().zip(&num) {
         close(g.to_host().unwrap().data(), n, 1e-5, 1e-4).unwrap();
@@ -502,11 +552,22 @@ fn padding_does_not_change_the_gradients_of_valid_positions() {
             let gt = rt.tensor(&g).unwrap().requires_grad().unwrap();
             let s = xt.shape()[0];
             // mean over rows of softmax(x * g) rows, then a max and a mean
-            let y = xt.mul(&gt.broadcast_in_dim(&[s, 3], &[1]).unwrap()).unwrap();
+            let y = xt
+                .mul(&gt.broadcast_in_dim(&[s, 3], &[1]).unwrap())
+                .unwrap();
             let p = y.softmax(0).unwrap().mul(&y).unwrap();
-            let loss = p.mean(&[0]).unwrap().add(&y.max(&[0]).unwrap()).unwrap().sum(&[0]).unwrap();
+            let loss = p
+                .mean(&[0])
+                .unwrap()
+                .add(&y.max(&[0]).unwrap())
+                .unwrap()
+                .sum(&[0])
+                .unwrap();
             let gr = grad(&loss, &[&xt, &gt]).unwrap();
-            (gr[0].to_host().unwrap().data().to_vec(), gr[1].to_host().unwrap().data().to_vec())
+            (
+                gr[0].to_host().unwrap().data().to_vec(),
+                gr[1].to_host().unwrap().data().to_vec(),
+            )
         };
         let (dx, dg) = run(rt.tensor(&x).unwrap());
         let padded = rt.dynamic(&x, 0, &buckets).unwrap();
@@ -519,9 +580,15 @@ fn padding_does_not_change_the_gradients_of_valid_positions() {
             let y = H::build(&[len, 3], |i| h[0].at(i) * h[1].data[i[1]]);
             let p = h_softmax(&y, 0).zip(&y, |a, b| a * b);
             let a = h_reduce(&p, &[0], Red::Mean).zip(&h_reduce(&y, &[0], Red::Max), |a, b| a + b);
-            H { shape: vec![], data: vec![a.data.iter().sum()] }
+            H {
+                shape: vec![],
+                data: vec![a.data.iter().sum()],
+            }
         };
-        let one = H { shape: vec![], data: vec![1.0] };
+        let one = H {
+            shape: vec![],
+            data: vec![1.0],
+        };
         let num = numeric_grad(&host, &[H::of(&x), H::of(&g)], &one);
         close(&dx, &num[0], 1e-4, 1e-3).unwrap();
         close(&dg, &num[1], 1e-4, 1e-3).unwrap();
@@ -538,16 +605,25 @@ fn collective_gradients_match_central_differences() {
         ..RuntimeOptions::default()
     })
     .unwrap();
-    let xs = [Array::random(F32, [2, 3], 1, -1.0, 1.0), Array::random(F32, [2, 3], 2, -1.0, 1.0)];
+    let xs = [
+        Array::random(F32, [2, 3], 1, -1.0, 1.0),
+        Array::random(F32, [2, 3], 2, -1.0, 1.0),
+    ];
     for which in ["all_reduce", "all_gather"] {
         let x = rt.tensor_per_device(&xs).unwrap().requires_grad().unwrap();
         let y = match which {
             "all_reduce" => x.all_reduce_sum().unwrap().mul(&x).unwrap(),
             _ => x.all_gather(0).unwrap().tanh().unwrap(),
         };
-        let ws: Vec<Array> = (0..2).map(|d| Array::random(F32, y.shape().to_vec(), 10 + d, -1.0, 1.0)).collect();
+        let ws: Vec<Array> = (0..2)
+            .map(|d| Array::random(F32, y.shape().to_vec(), 10 + d, -1.0, 1.0))
+            .collect();
         let w = rt.tensor_per_device(&ws).unwrap();
-        let g = vjp(&[&y], &[&w], &[&x]).unwrap().remove(0).to_host_all().unwrap();
+        let g = vjp(&[&y], &[&w], &[&x])
+            .unwrap()
+            .remove(0)
+            .to_host_all()
+            .unwrap();
         // Host: the loss summed over devices, as a function of both inputs.
         let host = |h: &[H]| -> H {
             let per: Vec<H> = match which {
@@ -560,13 +636,24 @@ fn collective_gradients_match_central_differences() {
                     vec![c.clone(), c]
                 }
             };
-            let total: f64 = per.iter().zip(&ws).map(|(p, w)| p.data.iter().zip(w.data()).map(|(a, b)| a * b).sum::<f64>()).sum();
-            H { shape: vec![], data: vec![total] }
+            let total: f64 = per
+                .iter()
+                .zip(&ws)
+                .map(|(p, w)| p.data.iter().zip(w.data()).map(|(a, b)| a * b).sum::<f64>())
+                .sum();
+            H {
+                shape: vec![],
+                data: vec![total],
+            }
         };
-        let one = H { shape: vec![], data: vec![1.0] };
+        let one = H {
+            shape: vec![],
+            data: vec![1.0],
+        };
         let num = numeric_grad(&host, &[H::of(&xs[0]), H::of(&xs[1])], &one);
         for d in 0..2 {
-            close(g[d].data(), &num[d], 2e-4, 2e-3).unwrap_or_else(|e| panic!("{which}, device {d}: {e}"));
+            close(g[d].data(), &num[d], 2e-4, 2e-3)
+                .unwrap_or_else(|e| panic!("{which}, device {d}: {e}"));
         }
     }
 }
@@ -574,7 +661,9 @@ fn collective_gradients_match_central_differences() {
 #[test]
 fn gradient_misuse_is_an_error_naming_the_fix() {
     let rt = rt();
-    let x = rt.tensor(&Array::random(F32, [2, 2], 1, -1.0, 1.0)).unwrap();
+    let x = rt
+        .tensor(&Array::random(F32, [2, 2], 1, -1.0, 1.0))
+        .unwrap();
     let y = x.exp().unwrap().sum(&[0, 1]).unwrap();
     // No parameter on the path.
     let e = grad(&y, &[&x]).unwrap_err().to_string();
@@ -588,7 +677,11 @@ fn gradient_misuse_is_an_error_naming_the_fix() {
     let e = z.requires_grad().unwrap_err().to_string();
     assert!(e.contains("detach"), "{e}");
     // A parameter the loss does not use gets zeros.
-    let q = rt.tensor(&Array::random(F32, [3], 2, -1.0, 1.0)).unwrap().requires_grad().unwrap();
+    let q = rt
+        .tensor(&Array::random(F32, [3], 2, -1.0, 1.0))
+        .unwrap()
+        .requires_grad()
+        .unwrap();
     let l = z.sum(&[0, 1]).unwrap();
     let g = grad(&l, &[&q]).unwrap().remove(0).to_host().unwrap();
     assert_eq!(g.data(), &[0.0, 0.0, 0.0]);
@@ -602,11 +695,23 @@ fn gradient_misuse_is_an_error_naming_the_fix() {
     let kernel = k
         .build_with_shapes(&cfg, &[("x", vec![2usize, 128]), ("gamma", vec![128])])
         .unwrap();
-    let xk = rt.tensor(&Array::random(F32, [2, 128], 3, -1.0, 1.0)).unwrap().requires_grad().unwrap();
+    let xk = rt
+        .tensor(&Array::random(F32, [2, 128], 3, -1.0, 1.0))
+        .unwrap()
+        .requires_grad()
+        .unwrap();
     let gk = rt.tensor(&Array::random(F32, [128], 4, -1.0, 1.0)).unwrap();
-    let out = rt.call(&kernel, &[&xk, &gk]).unwrap().remove(0).sum(&[0, 1]).unwrap();
+    let out = rt
+        .call(&kernel, &[&xk, &gk])
+        .unwrap()
+        .remove(0)
+        .sum(&[0, 1])
+        .unwrap();
     let e = grad(&out, &[&xk]).unwrap_err().to_string();
-    assert!(e.contains("`rms_norm`") && e.contains("declares no backward"), "{e}");
+    assert!(
+        e.contains("`rms_norm`") && e.contains("declares no backward"),
+        "{e}"
+    );
 }
 
 /// erf in f64 (Abramowitz–Stegun 7.1.26 is too coarse for a gradient

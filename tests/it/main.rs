@@ -9,6 +9,7 @@ mod dsl_vs_builder;
 mod foundation;
 mod fp8;
 mod grad;
+mod grad_kernels;
 mod graph;
 mod invalid;
 mod lib_attention;

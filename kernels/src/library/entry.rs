@@ -17,7 +17,10 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use kernel_ir::{Array, DType, KernelErrors, VerifiedKernel};
+use runtime::graph::{Runtime, RuntimeError, Tensor, VjpCall};
 
 use super::tolerance::Tolerance;
 
@@ -179,10 +182,18 @@ pub type Shapes = Vec<(&'static str, Vec<usize>)>;
 /// The f64 reference values of each output, flat, row-major.
 pub type Outputs = Vec<Vec<f64>>;
 
+/// A kernel's backward: the cotangent of each input (call order) from the
+/// call's inputs, outputs and output cotangents, recorded with tensor ops
+/// and kernel calls on the graph runtime (see [`Entry::call`]).
+pub type Backward = fn(&Config, &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeError>;
+
 /// A kernel of the library.
 pub struct Entry {
     /// Name, as the command takes it.
     pub name: &'static str,
+    /// Its backward, if it has one: [`Entry::call`] records calls that
+    /// [`runtime::graph::grad`] differentiates with it.
+    pub backward: Option<Backward>,
     /// One line about it.
     pub about: &'static str,
     /// Its config parameters.
@@ -220,6 +231,50 @@ pub struct Preset {
 }
 
 impl Entry {
+    /// Records a call of the kernel on the graph runtime, built for `cfg`
+    /// and the shapes of `args` (in the order of
+    /// [`Entry::default_shapes`]); with its declared backward, so
+    /// gradients flow through it.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use kernel_ir::{Array, DType};
+    /// use kernels::library::{Config, find};
+    /// use runtime::graph::{Runtime, grad};
+    ///
+    /// let rt = Runtime::cpu()?;
+    /// let entry = find("rms_norm").unwrap();
+    /// let cfg = Config::parse(entry, &[])?;
+    /// let x = rt.tensor(&Array::random(DType::F32, [16, 128], 1, -1.0, 1.0))?.requires_grad()?;
+    /// let g = rt.tensor(&Array::random(DType::F32, [128], 2, 0.5, 1.5))?.requires_grad()?;
+    /// let y = entry.call(&rt, &cfg, &[&x, &g])?.remove(0);
+    /// let loss = y.mul(&y)?.mean(&[0, 1])?;
+    /// let grads = grad(&loss, &[&x, &g])?; // through rms_norm_bwd
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn call(
+        &self,
+        rt: &Runtime,
+        cfg: &Config,
+        args: &[&Tensor],
+    ) -> Result<Vec<Tensor>, RuntimeError> {
+        let loc = std::panic::Location::caller();
+        let shapes: Vec<Vec<usize>> = args.iter().map(|t| t.shape().to_vec()).collect();
+        let kernel = self.build(cfg, &shapes).map_err(|e| RuntimeError::Record {
+            message: format!("kernel `{}`: {e}", self.name),
+            loc: loc.to_string(),
+        })?;
+        match self.backward {
+            Some(backward) => {
+                let cfg = cfg.clone();
+                let vjp = move |c: &VjpCall<'_>| backward(&cfg, c);
+                rt.call_with_vjp(&kernel, args, Arc::new(vjp))
+            }
+            None => rt.call(&kernel, args),
+        }
+    }
+
     /// The inputs (scalar prefetch first) with their default shapes.
     pub fn default_shapes(&self, cfg: &Config) -> Result<Shapes, EntryError> {
         (self.inputs)(cfg)
@@ -508,4 +563,17 @@ pub fn in_range(
         )));
     }
     Ok(())
+}
+
+/// An entry error met inside a backward, as a runtime error.
+pub fn backward_error(kernel: &str, e: EntryError) -> RuntimeError {
+    RuntimeError::failed(
+        format!("building the backward of `{kernel}`"),
+        e.to_string(),
+    )
+}
+
+/// The shapes of `ts`, as [`Entry::build`] takes them.
+pub fn shapes_of(ts: &[&Tensor]) -> Vec<Vec<usize>> {
+    ts.iter().map(|t| t.shape().to_vec()).collect()
 }

@@ -11,7 +11,9 @@ use crate::library::entry::{
     DTYPE, Entry, ParamKind, Preset, matmul_shapes, matmul_tolerance, no_check, param,
     uniform_inputs,
 };
+use crate::library::entry::Config;
 use crate::library::reference;
+use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 /// The activation of the epilogue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,6 +122,7 @@ pub fn matmul_epilogue(c: &EpilogueConfig) -> Result<VerifiedKernel, KernelError
 /// [`matmul_epilogue()`] in the library.
 pub const MATMUL_EPILOGUE: Entry = Entry {
     name: "matmul_epilogue",
+    backward: Some(matmul_epilogue_backward),
     about: "matmul with a fused epilogue: act(x*w + bias) [+ residual]",
     params: &[
         DTYPE,
@@ -202,3 +205,57 @@ pub const MATMUL_EPILOGUE: Entry = Entry {
         shapes: &[],
     }],
 };
+
+/// `act'(z)` as tensor ops (f32).
+fn activation_slope(act: &str, z: &Tensor) -> Result<Tensor, RuntimeError> {
+    Ok(match act {
+        // Φ(z) + z·φ(z)
+        "gelu" => {
+            let cdf = z
+                .scale(std::f64::consts::FRAC_1_SQRT_2)?
+                .erf()?
+                .add_scalar(1.0)?
+                .scale(0.5)?;
+            let pdf = z
+                .mul(z)?
+                .scale(-0.5)?
+                .exp()?
+                .scale(0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2)?;
+            cdf.add(&z.mul(&pdf)?)?
+        }
+        // σ(z)·(1 + z·(1 − σ(z)))
+        "silu" => {
+            let s = z.logistic()?;
+            let one = z.runtime().scalar(1.0, DType::F32);
+            s.mul(&z.mul(&one.sub(&s)?)?.add(&one)?)?
+        }
+        _ => z.runtime().scalar(1.0, DType::F32).broadcast_to(z.shape())?,
+    })
+}
+
+/// The backward of `matmul_epilogue`, as tensor ops: the pre-activation
+/// `z = x·w + bias` recomputed in f32 (the kernel never stores it), then
+/// `dz = g·act'(z)`, `dx = dz·wᵀ`, `dw = xᵀ·dz`, `dbias = Σ_rows dz`,
+/// `dresidual = g`.
+fn matmul_epilogue_backward(
+    c: &Config,
+    call: &VjpCall<'_>,
+) -> Result<Vec<Option<Tensor>>, RuntimeError> {
+    let (x, w, bias) = (&call.inputs[0], &call.inputs[1], &call.inputs[2]);
+    let act = c
+        .choice("activation")
+        .map_err(|e| crate::library::entry::backward_error("matmul_epilogue", e))?;
+    let (xf, wf) = (x.cast(DType::F32)?, w.cast(DType::F32)?);
+    let (m, n) = (x.shape()[0], w.shape()[1]);
+    let z = xf.matmul(&wf)?.add(&bias.broadcast_in_dim(&[m, n], &[0, 1])?)?;
+    let g = call.cotangent(0)?;
+    let dz = g.cast(DType::F32)?.mul(&activation_slope(act, &z)?)?;
+    let dx = dz.matmul(&wf.transpose(&[1, 0])?)?.cast(x.dtype())?;
+    let dw = xf.transpose(&[1, 0])?.matmul(&dz)?.cast(w.dtype())?;
+    let dbias = dz.sum(&[0])?.reshape(&[1, n])?;
+    let mut out = vec![Some(dx), Some(dw), Some(dbias)];
+    if call.inputs.len() > 3 {
+        out.push(Some(g));
+    }
+    Ok(out)
+}

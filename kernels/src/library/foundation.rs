@@ -310,6 +310,7 @@ pub fn layer_norm(c: &LayerNormConfig) -> Result<VerifiedKernel, KernelErrors> {
 /// [`add()`] in the library.
 pub const ADD: Entry = Entry {
     name: "add",
+    backward: None,
     about: "tiled elementwise add",
     params: &[
         DTYPE,
@@ -356,6 +357,7 @@ const MATMUL_BLOCKS: [crate::library::Param; 3] = [
 /// [`matmul()`] in the library.
 pub const MATMUL: Entry = Entry {
     name: "matmul",
+    backward: None,
     about: "tiled matmul with an f32 accumulator in scratch",
     params: &[
         DTYPE,
@@ -401,6 +403,7 @@ pub const MATMUL: Entry = Entry {
 /// [`softmax()`] in the library.
 pub const SOFTMAX: Entry = Entry {
     name: "softmax",
+    backward: None,
     about: "row softmax, whole rows per block",
     params: &[DTYPE, param("block_rows", ParamKind::Positive, "16", "rows per block")],
     inputs: |_| Ok(vec![("x", vec![64, 512])]),
@@ -449,6 +452,9 @@ pub(crate) fn norm_inputs(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Arra
 /// [`layer_norm()`] in the library.
 pub const LAYER_NORM: Entry = Entry {
     name: "layer_norm",
+    backward: Some(|c, call| {
+        crate::library::norm::norm_backward(&crate::library::norm::LAYER_NORM_BWD, c, call)
+    }),
     about: "layer norm over the last dim",
     params: NORM_PARAMS,
     inputs: |_| {

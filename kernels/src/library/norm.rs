@@ -14,10 +14,12 @@ use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 use crate::foundation::{NORM_PARAMS, norm_inputs, with_float};
 use crate::library::entry::{
-    Config, Entry, EntryError, Preset, Shapes, dims, dtype_tolerance, no_check,
+    Config, Entry, EntryError, Preset, Shapes, backward_error, dims, dtype_tolerance, no_check,
+    shapes_of,
 };
 use crate::library::reference;
 use crate::library::tolerance::Tolerance;
+use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 /// Shapes and blocking of a norm kernel.
 #[derive(Clone, Debug, PartialEq)]
@@ -230,6 +232,7 @@ const NORM_PRESET: &[(&str, &[usize])] = &[("x", &[40, 256]), ("dy", &[40, 256])
 /// [`rms_norm()`] in the library.
 pub const RMS_NORM: Entry = Entry {
     name: "rms_norm",
+    backward: Some(|c, call| norm_backward(&RMS_NORM_BWD, c, call)),
     about: "RMS norm over the last dim",
     params: NORM_PARAMS,
     inputs: |_| Ok(vec![("x", vec![64, 256]), ("gamma", vec![256])]),
@@ -255,6 +258,7 @@ pub const RMS_NORM: Entry = Entry {
 /// [`rms_norm_bwd()`] in the library.
 pub const RMS_NORM_BWD: Entry = Entry {
     name: "rms_norm_bwd",
+    backward: None,
     about: "RMS norm backward: dx and dgamma",
     params: NORM_PARAMS,
     inputs: backward_shapes,
@@ -277,6 +281,7 @@ pub const RMS_NORM_BWD: Entry = Entry {
 /// [`layer_norm_bwd()`] in the library.
 pub const LAYER_NORM_BWD: Entry = Entry {
     name: "layer_norm_bwd",
+    backward: None,
     about: "layer norm backward: dx, dgamma and dbeta",
     params: NORM_PARAMS,
     inputs: backward_shapes,
@@ -295,3 +300,25 @@ pub const LAYER_NORM_BWD: Entry = Entry {
         shapes: NORM_PRESET,
     }],
 };
+
+/// The backward of a norm (`rms_norm`: inputs x, gamma; `layer_norm`: x,
+/// gamma, beta): its `_bwd` kernel on x, gamma and the output's
+/// cotangent; the parameter gradients come back as `[1, cols]` and are
+/// reshaped to the parameters' `[cols]`.
+pub(crate) fn norm_backward(
+    bwd: &Entry,
+    c: &Config,
+    call: &VjpCall<'_>,
+) -> Result<Vec<Option<Tensor>>, RuntimeError> {
+    let (x, gamma) = (&call.inputs[0], &call.inputs[1]);
+    let dy = call.cotangent(0)?;
+    let kernel = bwd
+        .build(c, &shapes_of(&[x, gamma, &dy]))
+        .map_err(|e| backward_error(bwd.name, e))?;
+    let mut out = x.runtime().call(&kernel, &[x, gamma, &dy])?.into_iter();
+    let mut grads = vec![out.next()];
+    for (p, g) in call.inputs[1..].iter().zip(out) {
+        grads.push(Some(g.reshape(p.shape())?));
+    }
+    Ok(grads)
+}

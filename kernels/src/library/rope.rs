@@ -10,7 +10,9 @@ use crate::foundation::with_float;
 use crate::library::entry::{
     DTYPE, Entry, ParamKind, Preset, dtype_tolerance, no_check, param, refs, uniform_inputs,
 };
+use crate::library::entry::{Config, backward_error, shapes_of};
 use crate::library::reference;
+use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 /// RoPE over `x: [b, h, s, d]` (`d` even), `block_s` positions per step.
 #[tpu_kernel(grid = (b, h, crate::foundation::cdiv(s, block_s)), semantics = (parallel, parallel, parallel))]
@@ -68,6 +70,7 @@ pub fn rope_tables(seq: usize, d: usize, base: f64) -> (kernel_ir::Array, kernel
 /// [`rope()`] in the library.
 pub const ROPE: Entry = Entry {
     name: "rope",
+    backward: Some(rope_backward),
     about: "rotary position embedding with [s, d/2] cos and sin tables",
     params: &[
         DTYPE,
@@ -103,3 +106,26 @@ pub const ROPE: Entry = Entry {
         shapes: &[],
     }],
 };
+
+/// The backward of `rope`: a rotation's transpose is the rotation by the
+/// opposite angle, so `dx = rope(g, cos, −sin)` (the kernel itself); the
+/// tables' gradients, summed over batch and heads, are
+/// `dcos = g₁x₁ + g₂x₂` and `dsin = g₂x₁ − g₁x₂` (tensor ops).
+fn rope_backward(c: &Config, call: &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeError> {
+    let (x, cos, sin) = (&call.inputs[0], &call.inputs[1], &call.inputs[2]);
+    let g = call.cotangent(0)?;
+    let neg_sin = sin.neg()?;
+    let kernel = ROPE
+        .build(c, &shapes_of(&[&g, cos, &neg_sin]))
+        .map_err(|e| backward_error("rope", e))?;
+    let dx = x.runtime().call(&kernel, &[&g, cos, &neg_sin])?.remove(0);
+    let [b, h, s, d] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
+    let half = d / 2;
+    let part = |t: &Tensor, lo: usize| -> Result<Tensor, RuntimeError> {
+        t.slice(&[0, 0, 0, lo], &[b, h, s, lo + half])?.cast(DType::F32)
+    };
+    let (x1, x2, g1, g2) = (part(x, 0)?, part(x, half)?, part(&g, 0)?, part(&g, half)?);
+    let dcos = g1.mul(&x1)?.add(&g2.mul(&x2)?)?.sum(&[0, 1])?;
+    let dsin = g2.mul(&x1)?.sub(&g1.mul(&x2)?)?.sum(&[0, 1])?;
+    Ok(vec![Some(dx), Some(dcos), Some(dsin)])
+}

@@ -10,7 +10,9 @@ use crate::library::entry::{
     DTYPE, Entry, ParamKind, Preset, matmul_shapes, matmul_tolerance, no_check, param,
     uniform_inputs,
 };
+use crate::library::entry::Config;
 use crate::library::reference;
+use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 /// Shapes and blocking: `x[m, k]`, `w_gate, w_up [k, n]`, `o[m, n]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,6 +85,7 @@ pub fn swiglu(c: &SwigluConfig) -> Result<VerifiedKernel, KernelErrors> {
 /// [`swiglu()`] in the library.
 pub const SWIGLU: Entry = Entry {
     name: "swiglu",
+    backward: Some(swiglu_backward),
     about: "fused SwiGLU: silu(x*w_gate) * (x*w_up)",
     params: &[
         DTYPE,
@@ -126,3 +129,29 @@ pub const SWIGLU: Entry = Entry {
         shapes: &[],
     }],
 };
+
+/// The backward of `swiglu`, as tensor ops in f32: the two products
+/// recomputed (the fused kernel never stores them), with `s = σ(a)`,
+/// `da = g·u·s·(1 + a·(1 − s))`, `du = g·a·s`, then `dx = da·w_gateᵀ +
+/// du·w_upᵀ`, `dw_gate = xᵀ·da`, `dw_up = xᵀ·du`.
+fn swiglu_backward(_: &Config, call: &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeError> {
+    let f32 = DType::F32;
+    let (x, wg, wu) = (&call.inputs[0], &call.inputs[1], &call.inputs[2]);
+    let (xf, wgf, wuf) = (x.cast(f32)?, wg.cast(f32)?, wu.cast(f32)?);
+    let a = xf.matmul(&wgf)?;
+    let u = xf.matmul(&wuf)?;
+    let g = call.cotangent(0)?.cast(f32)?;
+    let s = a.logistic()?;
+    let one = x.runtime().scalar(1.0, f32);
+    let silu_slope = s.mul(&a.mul(&one.sub(&s)?)?.add(&one)?)?;
+    let da = g.mul(&u)?.mul(&silu_slope)?;
+    let du = g.mul(&a.mul(&s)?)?;
+    let t = |m: &Tensor| m.transpose(&[1, 0]);
+    let dx = da.matmul(&t(&wgf)?)?.add(&du.matmul(&t(&wuf)?)?)?;
+    let xt = t(&xf)?;
+    Ok(vec![
+        Some(dx.cast(x.dtype())?),
+        Some(xt.matmul(&da)?.cast(wg.dtype())?),
+        Some(xt.matmul(&du)?.cast(wu.dtype())?),
+    ])
+}

@@ -91,7 +91,10 @@ pub(crate) enum Op {
 impl Op {
     /// Collectives synchronize devices: once recorded they always run.
     pub fn is_collective(&self) -> bool {
-        matches!(self, Op::AllReduce | Op::AllGather(_) | Op::ReduceScatter(_))
+        matches!(
+            self,
+            Op::AllReduce | Op::AllGather(_) | Op::ReduceScatter(_)
+        )
     }
 }
 

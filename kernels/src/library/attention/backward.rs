@@ -18,7 +18,8 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use crate::library::entry::{
-    Config, DTYPE, Entry, EntryError, ParamKind, Preset, Shapes, no_check, param, refs,
+    Config, DTYPE, Entry, EntryError, ParamKind, Preset, Shapes, arg, in_range, no_check, param,
+    refs,
     uniform_inputs,
 };
 use crate::library::reference;
@@ -75,6 +76,7 @@ fn probs_and_dscores(
     vb: Tile,
     qi: Tile,
     ki: Tile,
+    kv_len: Option<Tile>,
 ) -> (Tile, Tile) {
     let (bq, bk) = (cfg.block_q, cfg.block_k);
     let raw = raw_scores(cfg, q, k);
@@ -86,12 +88,15 @@ fn probs_and_dscores(
         let t = raw * (1.0 / cap);
         ds *= 1.0 - t * t;
     }
-    if cfg.masked() || !skv.is_multiple_of(bk) || !sq.is_multiple_of(bq) {
+    if cfg.masked() || kv_len.is_some() || !skv.is_multiple_of(bk) || !sq.is_multiple_of(bq) {
         // Exactly zero where hidden or padded (padding may hold anything,
-        // and 0 · garbage is garbage).
+        // and 0 · garbage is garbage), and past a valid kv length.
         let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
         let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
-        let keep = visible_keys(cfg, qi, ki) && k_pos < skv as i32 && q_pos < sq as i32;
+        let mut keep = visible_keys(cfg, qi, ki) && k_pos < skv as i32 && q_pos < sq as i32;
+        if let Some(len) = kv_len {
+            keep = keep && k_pos < len;
+        }
         (select(keep, p, 0.0), select(keep, ds, 0.0))
     } else {
         (p, ds)
@@ -125,13 +130,16 @@ fn dq_step(
     acc: Ref,
     qi: Tile,
     ki: Tile,
+    kv_len: Option<Tile>,
 ) {
     let vb = zero_tail(v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
     let kb = zero_tail(k.load((0, 0, .., ..)), ki, cfg.block_k, skv);
     let dob = d_o.load((0, 0, .., ..));
     let lse_b = lse.load((0, 0, .., ..));
     let delta_b = delta.load((0, 0, .., ..));
-    let (_p, ds) = probs_and_dscores(cfg, sq, skv, q, k, lse_b, delta_b, dob, vb, qi, ki);
+    let (_p, ds) = probs_and_dscores(
+        cfg, sq, skv, q, k, lse_b, delta_b, dob, vb, qi, ki, kv_len,
+    );
     acc.store(
         ..,
         acc.load(..) + dot(ds.convert(kb.dtype()), kb) * cfg.sm_scale,
@@ -155,13 +163,16 @@ fn dkv_step(
     dv_acc: Ref,
     qj: Tile,
     ki: Tile,
+    kv_len: Option<Tile>,
 ) {
     let vb = zero_tail(v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
     let qb = zero_tail(q.load((0, 0, .., ..)), qj, cfg.block_q, sq);
     let dob = zero_tail(d_o.load((0, 0, .., ..)), qj, cfg.block_q, sq);
     let lse_b = lse.load((0, 0, .., ..));
     let delta_b = delta.load((0, 0, .., ..));
-    let (p, ds) = probs_and_dscores(cfg, sq, skv, q, k, lse_b, delta_b, dob, vb, qj, ki);
+    let (p, ds) = probs_and_dscores(
+        cfg, sq, skv, q, k, lse_b, delta_b, dob, vb, qj, ki, kv_len,
+    );
     dv_acc.store(.., dv_acc.load(..) + dot(p.convert(dob.dtype()).t(), dob));
     dk_acc.store(
         ..,
@@ -172,19 +183,24 @@ fn dkv_step(
 /// `dq` of flash attention: `[b, h, sq, d]`.
 #[tpu_kernel(
     grid = (b, h, crate::foundation::cdiv(sq, cfg.block_q), crate::foundation::cdiv(skv, cfg.block_k)),
-    semantics = (parallel, parallel, parallel, arbitrary)
+    semantics = (parallel, parallel, parallel, arbitrary),
+    name = if with_len { "flash_attention_dq_kv_len" } else { "flash_attention_dq" }
 )]
 pub fn flash_attention_dq<T: Element>(
     cfg: &AttnConfig,
+    with_len: bool,
+    #[present(with_len)]
+    #[shape(1)]
+    kv_len: Option<Prefetch>,
     #[shape(b, h, sq, d)]
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
     q: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, None, skv), 0))]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv), 0))]
     #[col_major]
     k: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, None, skv), 0))]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv), 0))]
     v: In<T>,
     #[shape(b, h, sq, d)]
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
@@ -201,15 +217,20 @@ pub fn flash_attention_dq<T: Element>(
     #[shape(cfg.block_q, d)] acc: Scratch<f32>,
 ) {
     let (qi, ki) = (program_id(2), program_id(3));
+    let len = if let Some(t) = kv_len {
+        Some(t.load([0]))
+    } else {
+        None
+    };
     if ki == 0 {
         acc.store(.., 0.0);
     }
-    if let Some(live) = cfg.key_blocks(qi, sq, None).contains(ki) {
+    if let Some(live) = cfg.key_blocks(qi, sq, len).contains(ki) {
         if live {
-            dq_step(cfg, sq, skv, q, k, v, d_o, lse, delta, acc, qi, ki);
+            dq_step(cfg, sq, skv, q, k, v, d_o, lse, delta, acc, qi, ki, len);
         }
     } else {
-        dq_step(cfg, sq, skv, q, k, v, d_o, lse, delta, acc, qi, ki);
+        dq_step(cfg, sq, skv, q, k, v, d_o, lse, delta, acc, qi, ki, len);
     }
     if ki == num_programs(3) - 1 {
         dq.store((0, 0, .., ..), acc.load(..).cast::<T>());
@@ -222,11 +243,32 @@ pub fn flash_attention_dq(
     dtype: DType,
     dims: flash_attention_dq::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
+    dq_kernel(cfg, false, dtype, dims)
+}
+
+/// The dq kernel of [`crate::attention::flash_attention_kv_len()`]: keys at
+/// or past the scalar-prefetched `kv_len[0]` are masked (and k blocks
+/// past it skipped) as in that forward. Arguments: `kv_len`, then those
+/// of [`flash_attention_dq()`].
+pub fn flash_attention_dq_kv_len(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention_dq::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    dq_kernel(cfg, true, dtype, dims)
+}
+
+fn dq_kernel(
+    cfg: &AttnConfig,
+    with_len: bool,
+    dtype: DType,
+    dims: flash_attention_dq::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
     super::check_heads(dims.h, dims.hkv)?;
     match dtype {
-        DType::BF16 => flash_attention_dq::build::<bf16>(cfg, dims),
-        DType::F16 => flash_attention_dq::build::<f16>(cfg, dims),
-        DType::F32 => flash_attention_dq::build::<f32>(cfg, dims),
+        DType::BF16 => flash_attention_dq::build::<bf16>(cfg, with_len, dims),
+        DType::F16 => flash_attention_dq::build::<f16>(cfg, with_len, dims),
+        DType::F32 => flash_attention_dq::build::<f32>(cfg, with_len, dims),
         other => Err(crate::foundation::unsupported("flash_attention_dq", other)),
     }
 }
@@ -247,10 +289,15 @@ pub(crate) fn q_block(
 /// the query heads that share each kv head.
 #[tpu_kernel(
     grid = (b, hkv, crate::foundation::cdiv(skv, cfg.block_k), crate::attention::group(h, hkv), crate::foundation::cdiv(sq, cfg.block_q)),
-    semantics = (parallel, parallel, parallel, arbitrary, arbitrary)
+    semantics = (parallel, parallel, parallel, arbitrary, arbitrary),
+    name = if with_len { "flash_attention_dkv_kv_len" } else { "flash_attention_dkv" }
 )]
 pub fn flash_attention_dkv<T: Element>(
     cfg: &AttnConfig,
+    with_len: bool,
+    #[present(with_len)]
+    #[shape(1)]
+    kv_len: Option<Prefetch>,
     #[shape(b, h, sq, d)]
     #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
     q: In<T>,
@@ -280,6 +327,11 @@ pub fn flash_attention_dkv<T: Element>(
     #[shape(cfg.block_k, d)] dv_acc: Scratch<f32>,
 ) {
     let (ki, g, qj) = (program_id(2), program_id(3), program_id(4));
+    let len = if let Some(t) = kv_len {
+        Some(t.load([0]))
+    } else {
+        None
+    };
     if g == 0 && qj == 0 {
         dk_acc.store(.., 0.0);
         dv_acc.store(.., 0.0);
@@ -287,12 +339,12 @@ pub fn flash_attention_dkv<T: Element>(
     if let Some(live) = cfg.query_blocks(ki, skv).contains(qj) {
         if live {
             dkv_step(
-                cfg, sq, skv, q, k, v, d_o, lse, delta, dk_acc, dv_acc, qj, ki,
+                cfg, sq, skv, q, k, v, d_o, lse, delta, dk_acc, dv_acc, qj, ki, len,
             );
         }
     } else {
         dkv_step(
-            cfg, sq, skv, q, k, v, d_o, lse, delta, dk_acc, dv_acc, qj, ki,
+            cfg, sq, skv, q, k, v, d_o, lse, delta, dk_acc, dv_acc, qj, ki, len,
         );
     }
     if g == num_programs(3) - 1 && qj == num_programs(4) - 1 {
@@ -307,11 +359,31 @@ pub fn flash_attention_dkv(
     dtype: DType,
     dims: flash_attention_dkv::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
+    dkv_kernel(cfg, false, dtype, dims)
+}
+
+/// The dk/dv kernel of [`crate::attention::flash_attention_kv_len()`]:
+/// keys at or past `kv_len[0]` get zero gradients. Arguments: `kv_len`,
+/// then those of [`flash_attention_dkv()`].
+pub fn flash_attention_dkv_kv_len(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention_dkv::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    dkv_kernel(cfg, true, dtype, dims)
+}
+
+fn dkv_kernel(
+    cfg: &AttnConfig,
+    with_len: bool,
+    dtype: DType,
+    dims: flash_attention_dkv::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
     super::check_heads(dims.h, dims.hkv)?;
     match dtype {
-        DType::BF16 => flash_attention_dkv::build::<bf16>(cfg, dims),
-        DType::F16 => flash_attention_dkv::build::<f16>(cfg, dims),
-        DType::F32 => flash_attention_dkv::build::<f32>(cfg, dims),
+        DType::BF16 => flash_attention_dkv::build::<bf16>(cfg, with_len, dims),
+        DType::F16 => flash_attention_dkv::build::<f16>(cfg, with_len, dims),
+        DType::F32 => flash_attention_dkv::build::<f32>(cfg, with_len, dims),
         other => Err(crate::foundation::unsupported("flash_attention_dkv", other)),
     }
 }
@@ -367,6 +439,7 @@ const GQA_BACKWARD_SHAPES: &[(&str, &[usize])] = &[
 /// [`attention_delta()`] in the library.
 pub const ATTENTION_DELTA: Entry = Entry {
     name: "attention_delta",
+    backward: None,
     about: "flash attention backward: delta = rowsum(dO * O)",
     params: &[
         DTYPE,
@@ -401,6 +474,7 @@ pub const ATTENTION_DELTA: Entry = Entry {
 /// [`flash_attention_dq()`] in the library.
 pub const FLASH_ATTENTION_DQ: Entry = Entry {
     name: "flash_attention_dq",
+    backward: None,
     about: "flash attention backward: dq from q, k, v, dO, lse, delta",
     params: super::ATTN_PARAMS,
     inputs: backward_shapes,
@@ -432,6 +506,7 @@ pub const FLASH_ATTENTION_DQ: Entry = Entry {
 /// [`flash_attention_dkv()`] in the library.
 pub const FLASH_ATTENTION_DKV: Entry = Entry {
     name: "flash_attention_dkv",
+    backward: None,
     about: "flash attention backward: dk and dv (summed over GQA groups)",
     params: super::ATTN_PARAMS,
     inputs: backward_shapes,
@@ -456,5 +531,119 @@ pub const FLASH_ATTENTION_DKV: Entry = Entry {
         about: "flash attention backward, dk and dv summed over the 2 query heads of each kv head",
         config: super::GQA_WINDOW,
         shapes: GQA_BACKWARD_SHAPES,
+    }],
+};
+
+/// `kv_len`, then the dq/dk/dv inputs.
+fn backward_shapes_kv_len(c: &Config) -> Result<Shapes, EntryError> {
+    let mut v = vec![("kv_len", vec![1])];
+    v.extend(backward_shapes(c)?);
+    Ok(v)
+}
+
+/// [`backward_inputs`] with a random valid length in `1..=skv` first, and
+/// lse and delta from the forward that masks keys past it.
+fn backward_inputs_kv_len(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
+    let mut v = uniform_inputs(c, k, seed);
+    let skv = v[2].shape()[2];
+    let len = 1 + kernel_ir::SplitMix64(seed).below(skv.max(1));
+    v[0] = Array::new(DType::I32, [1], vec![len as f64]).unwrap_or_else(|_| v[0].clone());
+    let d = v[1].shape()[3];
+    let Ok(spec) = super::attn_spec(c, d) else {
+        return v;
+    };
+    let spec = reference::AttnSpec {
+        kv_len: Some(len),
+        ..spec
+    };
+    let (o, lse) = reference::attention_full(&v[1], &v[2], &v[3], &spec);
+    let o = Array::new(v[1].dtype(), v[1].shape().to_vec(), o).unwrap_or_else(|_| v[1].clone());
+    let delta = reference::attention_delta(o.data(), &v[4]);
+    let rows = v[5].shape().to_vec();
+    if let (Ok(l), Ok(dl)) = (
+        Array::new(DType::F32, rows.clone(), lse),
+        Array::new(DType::F32, rows, delta),
+    ) {
+        v[5] = l;
+        v[6] = dl;
+    }
+    v
+}
+
+/// The attention spec of a kv_len backward entry's inputs.
+fn spec_kv_len(c: &Config, a: &[Array]) -> Result<reference::AttnSpec, EntryError> {
+    Ok(reference::AttnSpec {
+        kv_len: Some(a[0].data()[0].max(0.0) as usize),
+        ..super::attn_spec(c, a[1].shape()[3])?
+    })
+}
+
+/// `kv_len` in `0..=skv`, and the scores in range.
+fn check_kv_len(c: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> {
+    let skv = arg(k, a, "k").map_or(0, |k| k.shape()[2]) as f64;
+    in_range(arg(k, a, "kv_len"), "kv_len", 0.0, skv, "the keys that exist")?;
+    super::check_scores(c, k, a)
+}
+
+/// [`flash_attention_dq_kv_len()`] in the library.
+pub const FLASH_ATTENTION_DQ_KV_LEN: Entry = Entry {
+    name: "flash_attention_dq_kv_len",
+    backward: None,
+    about: "flash attention backward over keys padded to a bucket: dq; kv_len[0] valid keys",
+    params: super::ATTN_PARAMS,
+    inputs: backward_shapes_kv_len,
+    build: |c, s| {
+        let dims = flash_attention_dq::Dims::from_shapes(&refs(&s[1..]))?;
+        Ok(flash_attention_dq_kv_len(
+            &super::attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = spec_kv_len(c, a)?;
+        Ok(vec![
+            reference::attention_backward(&a[1], &a[2], &a[3], &a[4], &spec).0,
+        ])
+    },
+    check: check_kv_len,
+    tolerance: grad_tolerance,
+    sample: backward_inputs_kv_len,
+    presets: &[Preset {
+        name: "flash_attention_dq_kv_len",
+        about: "flash attention backward, dq, causal, over a bucket of 256 keys with a valid length",
+        config: &[("causal", "true"), ("sm_scale", "0.125")],
+        shapes: &[],
+    }],
+};
+
+/// [`flash_attention_dkv_kv_len()`] in the library.
+pub const FLASH_ATTENTION_DKV_KV_LEN: Entry = Entry {
+    name: "flash_attention_dkv_kv_len",
+    backward: None,
+    about: "flash attention backward over keys padded to a bucket: dk and dv; kv_len[0] valid keys",
+    params: super::ATTN_PARAMS,
+    inputs: backward_shapes_kv_len,
+    build: |c, s| {
+        let dims = flash_attention_dkv::Dims::from_shapes(&refs(&s[1..]))?;
+        Ok(flash_attention_dkv_kv_len(
+            &super::attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = spec_kv_len(c, a)?;
+        let (_, dk, dv) = reference::attention_backward(&a[1], &a[2], &a[3], &a[4], &spec);
+        Ok(vec![dk, dv])
+    },
+    check: check_kv_len,
+    tolerance: grad_tolerance,
+    sample: backward_inputs_kv_len,
+    presets: &[Preset {
+        name: "flash_attention_dkv_kv_len",
+        about: "flash attention backward, dk and dv, over a bucket of 256 keys with a valid length",
+        config: &[("sm_scale", "0.125")],
+        shapes: &[],
     }],
 };

@@ -37,6 +37,7 @@ pub mod decode;
 pub mod decode_dma;
 pub mod decode_fp8;
 pub mod ragged;
+mod vjp;
 
 use band::Band;
 
@@ -522,6 +523,7 @@ pub(crate) const GQA_SHAPES: &[(&str, &[usize])] = &[
 /// [`flash_attention()`] in the library.
 pub const FLASH_ATTENTION: Entry = Entry {
     name: "flash_attention",
+    backward: Some(|c, call| vjp::backward(c, call, false)),
     about: "flash attention forward (GQA, causal, window, soft-cap): outputs o and lse",
     params: ATTN_PARAMS,
     inputs: |_| Ok(qkv()),
@@ -566,6 +568,7 @@ pub const FLASH_ATTENTION: Entry = Entry {
 /// [`flash_attention_kv_len()`] in the library.
 pub const FLASH_ATTENTION_KV_LEN: Entry = Entry {
     name: "flash_attention_kv_len",
+    backward: Some(|c, call| vjp::backward(c, call, true)),
     about: "flash attention forward over keys padded to a bucket; kv_len[0] valid keys",
     params: ATTN_PARAMS,
     inputs: |_| {
@@ -612,7 +615,10 @@ pub const FLASH_ATTENTION_KV_LEN: Entry = Entry {
     }],
 };
 
-pub use backward::{ATTENTION_DELTA, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DQ};
+pub use backward::{
+    ATTENTION_DELTA, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DKV_KV_LEN, FLASH_ATTENTION_DQ,
+    FLASH_ATTENTION_DQ_KV_LEN,
+};
 pub use decode::PAGED_DECODE_ATTENTION;
 pub use decode_dma::PAGED_DECODE_ATTENTION_DMA;
 pub use decode_fp8::PAGED_DECODE_ATTENTION_FP8;

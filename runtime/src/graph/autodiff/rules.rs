@@ -82,7 +82,11 @@ fn some(t: Tensor) -> Option<Tensor> {
 /// A constant `v` broadcast to `like`'s shape (and padding).
 fn full(like: &Tensor, v: f64) -> Result<Tensor, RuntimeError> {
     let c = like.rt.scalar(v, like.dtype());
-    c.broadcast_scalar(&like.node.shape, &like.node.dims, std::panic::Location::caller())
+    c.broadcast_scalar(
+        &like.node.shape,
+        &like.node.dims,
+        std::panic::Location::caller(),
+    )
 }
 
 /// True at the valid positions of `x` along the padded `axes` (bool of
@@ -120,7 +124,13 @@ fn unreduce(g: &Tensor, x: &Tensor, axes: &[usize]) -> Result<Tensor, RuntimeErr
     g.broadcast_in_dim(&x.node.shape, &keep)
 }
 
-fn op_vjp(rt: &Runtime, op: &Op, ins: &[Tensor], y: &Tensor, g: &Tensor) -> Result<Cots, RuntimeError> {
+fn op_vjp(
+    rt: &Runtime,
+    op: &Op,
+    ins: &[Tensor],
+    y: &Tensor,
+    g: &Tensor,
+) -> Result<Cots, RuntimeError> {
     let float = |t: &Tensor| t.dtype().is_float();
     Ok(match op {
         Op::Constant(_) | Op::Iota(_) | Op::Compare(_) => vec![None; ins.len()],
@@ -134,7 +144,11 @@ fn op_vjp(rt: &Runtime, op: &Op, ins: &[Tensor], y: &Tensor, g: &Tensor) -> Resu
         }
         Op::Select => {
             let z = zeros_like(g)?;
-            vec![None, some(ins[0].select(g, &z)?), some(ins[0].select(&z, g)?)]
+            vec![
+                None,
+                some(ins[0].select(g, &z)?),
+                some(ins[0].select(&z, g)?),
+            ]
         }
         Op::Convert => {
             if float(&ins[0]) {
@@ -147,9 +161,7 @@ fn op_vjp(rt: &Runtime, op: &Op, ins: &[Tensor], y: &Tensor, g: &Tensor) -> Resu
             let (ga, gb) = dot(d, &ins[0], &ins[1], g)?;
             vec![some(ga), some(gb)]
         }
-        Op::Reduce {
-            op, axes, mean, ..
-        } => {
+        Op::Reduce { op, axes, mean, .. } => {
             let x = &ins[0];
             let mask = valid_mask(x, axes)?;
             let gb = unreduce(g, x, axes)?;
@@ -207,7 +219,9 @@ fn op_vjp(rt: &Runtime, op: &Op, ins: &[Tensor], y: &Tensor, g: &Tensor) -> Resu
         Op::AllGather(axis) => vec![some(g.reduce_scatter_sum(*axis)?)],
         Op::ReduceScatter(axis) => vec![some(g.all_gather(*axis)?)],
         Op::Kernel { .. } => {
-            return Err(RuntimeError::Internal("a kernel output outside its call".into()));
+            return Err(RuntimeError::Internal(
+                "a kernel output outside its call".into(),
+            ));
         }
     })
 }
@@ -254,7 +268,11 @@ fn binary(
         BinaryOp::Div => (some(g.div(c)?), some(g.mul(y)?.div(c)?.neg()?)),
         // Ties go to the left operand, as in JAX.
         BinaryOp::Max | BinaryOp::Min => {
-            let left = if b == BinaryOp::Max { a.ge(c)? } else { a.le(c)? };
+            let left = if b == BinaryOp::Max {
+                a.ge(c)?
+            } else {
+                a.le(c)?
+            };
             (some(left.select(g, &z()?)?), some(left.select(&z()?, g)?))
         }
         BinaryOp::Pow => {
@@ -337,7 +355,10 @@ fn back_perm(
     let mut sorted = partner_con.to_vec();
     sorted.sort_unstable();
     for (j, &d) in own_con.iter().enumerate() {
-        let rank_in = sorted.iter().position(|&p| p == partner_con[j]).unwrap_or(0);
+        let rank_in = sorted
+            .iter()
+            .position(|&p| p == partner_con[j])
+            .unwrap_or(0);
         perm[d] = batch.len() + free.len() + rank_in;
     }
     perm

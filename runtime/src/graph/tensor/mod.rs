@@ -659,7 +659,13 @@ pub(super) fn call(
     // the first output keeps every saved value (flash attention's lse)
     // alive for the backward without a reference cycle.
     let n_out = kernel.outputs().count();
-    for (i, o) in kernel.outputs().enumerate().collect::<Vec<_>>().into_iter().rev() {
+    for (i, o) in kernel
+        .outputs()
+        .enumerate()
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
         let op = Op::Kernel {
             call: call.clone(),
             output: i,

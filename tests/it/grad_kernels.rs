@@ -1,0 +1,185 @@
+//! Kernels' declared backwards (through `Entry::call` and `grad`) against
+//! central differences of each entry's own f64 reference, over random
+//! shapes and configs; the padded transformer block's gradients against
+//! central differences of its f64 host reference.
+
+use kernel_ir::prelude::*;
+use kernels::library::{Config, find};
+use proptest::prelude::*;
+use runtime::graph::{Runtime, RuntimeOptions, Tensor, vjp};
+
+fn rt() -> Runtime {
+    Runtime::new(RuntimeOptions {
+        disk_cache: false,
+        ..RuntimeOptions::default()
+    })
+    .unwrap()
+}
+
+/// Max abs/rel error of `got` against `want` (NaN fails), as an error
+/// message naming the worst element when outside `abs + rel·|want|`.
+fn close(what: &str, got: &[f64], want: &[f64], abs: f64, rel: f64) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{what}: {} values, want {}", got.len(), want.len()));
+    }
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let e = (g - w).abs();
+        if e.is_nan() || e > abs + rel * w.abs() {
+            return Err(format!(
+                "{what}: element {i}: got {g}, want {w} (|err| {e:.3e})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The gradient of `Σ_o ⟨w_o, output_o⟩` for `kernel` at `inputs`, by the
+/// entry's backward on the runtime and by central differences of the
+/// entry's f64 reference; every float input is compared.
+fn check_entry(
+    name: &str,
+    config: &[(&str, &str)],
+    inputs: &[Array],
+    seed: u64,
+) -> Result<(), String> {
+    let rt = rt();
+    let entry = find(name).unwrap();
+    let pairs: Vec<(String, String)> = config
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let cfg = Config::parse(entry, &pairs).unwrap();
+    let tensors: Vec<Tensor> = inputs
+        .iter()
+        .map(|a| {
+            let t = rt.tensor(a).unwrap();
+            if a.dtype().is_float() {
+                t.requires_grad().unwrap()
+            } else {
+                t
+            }
+        })
+        .collect();
+    let refs: Vec<&Tensor> = tensors.iter().collect();
+    let outs = entry.call(&rt, &cfg, &refs).map_err(|e| e.to_string())?;
+    let ws: Vec<Array> = outs
+        .iter()
+        .enumerate()
+        .map(|(i, o)| Array::random(F32, o.shape().to_vec(), seed + i as u64, -1.0, 1.0))
+        .collect();
+    let wt: Vec<Tensor> = ws.iter().map(|w| rt.tensor(w).unwrap()).collect();
+    let params: Vec<&Tensor> = tensors.iter().filter(|t| t.dtype().is_float()).collect();
+    let grads = vjp(
+        &outs.iter().collect::<Vec<_>>(),
+        &wt.iter().collect::<Vec<_>>(),
+        &params,
+    )
+    .map_err(|e| e.to_string())?;
+    let loss = |xs: &[Array]| -> f64 {
+        let o = entry.reference(&cfg, xs).unwrap();
+        o.iter()
+            .zip(&ws)
+            .map(|(o, w)| o.iter().zip(w.data()).map(|(a, b)| a * b).sum::<f64>())
+            .sum()
+    };
+    let mut gi = 0;
+    for (k, a) in inputs.iter().enumerate() {
+        if !a.dtype().is_float() {
+            continue;
+        }
+        let got = grads[gi].to_host().map_err(|e| e.to_string())?;
+        gi += 1;
+        let mut num = Vec::with_capacity(a.len());
+        for e in 0..a.len() {
+            let bump = |d: f64| {
+                let mut v = a.data().to_vec();
+                v[e] += d;
+                let arr = Array::new(a.dtype(), a.shape().to_vec(), v).unwrap();
+                let x = arr.data()[e];
+                let mut xs = inputs.to_vec();
+                xs[k] = arr;
+                (loss(&xs), x)
+            };
+            let h = 1e-3 * a.data()[e].abs().max(1.0);
+            let ((lp, xp), (lm, xm)) = (bump(h), bump(-h));
+            // The step the f32 input really took.
+            num.push((lp - lm) / (xp - xm));
+        }
+        let scale = num.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+        close(
+            &format!("{name} d/d(input {k})"),
+            got.data(),
+            &num,
+            2e-3 * scale,
+            5e-3,
+        )?;
+    }
+    Ok(())
+}
+
+fn uniform(shape: &[usize], seed: u64, lo: f64, hi: f64) -> Array {
+    Array::random(F32, shape.to_vec(), seed, lo, hi)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4))]
+
+    #[test]
+    fn norm_backwards_match_central_differences(rows in 1usize..9, cols in prop::sample::select(vec![8usize, 16, 128]), seed in any::<u64>()) {
+        let x = uniform(&[rows, cols], seed, -1.0, 1.0);
+        let g = uniform(&[cols], seed ^ 1, 0.5, 1.5);
+        let b = uniform(&[cols], seed ^ 2, -0.5, 0.5);
+        let cfg = [("block_rows", "8"), ("eps", "1e-5")];
+        check_entry("rms_norm", &cfg, &[x.clone(), g.clone()], seed).map_err(TestCaseError::fail)?;
+        check_entry("layer_norm", &cfg, &[x, g, b], seed).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn flash_attention_backward_matches_central_differences(
+        s in prop::sample::select(vec![8usize, 16]),
+        heads in prop::sample::select(vec![(1usize, 1usize), (2, 2), (2, 1)]),
+        causal in any::<bool>(),
+        len_pick in any::<u64>(),
+        seed in any::<u64>(),
+    ) {
+        let (h, hkv) = heads;
+        let d = 8;
+        let q = uniform(&[1, h, s, d], seed, -1.0, 1.0);
+        let k = uniform(&[1, hkv, s, d], seed ^ 1, -1.0, 1.0);
+        let v = uniform(&[1, hkv, s, d], seed ^ 2, -1.0, 1.0);
+        // K is col-major: its block must span the whole sequence (lanes).
+        let sk = s.to_string();
+        let cfg = [("causal", if causal { "true" } else { "false" }), ("block_q", "8"), ("block_k", sk.as_str())];
+        // Both outputs carry a cotangent: o, and the lse (as delta − ct_lse).
+        check_entry("flash_attention", &cfg, &[q.clone(), k.clone(), v.clone()], seed)
+            .map_err(TestCaseError::fail)?;
+        // Keys padded past a valid length: their gradients are zero and
+        // the others do not see them.
+        let len = 1 + (len_pick as usize) % s;
+        let kv_len = Array::new(I32, [1], vec![len as f64]).unwrap();
+        check_entry("flash_attention_kv_len", &cfg, &[kv_len, q, k, v], seed)
+            .map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn matmul_swiglu_and_rope_backwards_match_central_differences(m in 1usize..6, k in 1usize..9, n in 1usize..7, seed in any::<u64>()) {
+        let x = uniform(&[m, k], seed, -1.0, 1.0);
+        let w = uniform(&[k, n], seed ^ 1, -0.5, 0.5);
+        let bias = uniform(&[1, n], seed ^ 2, -0.5, 0.5);
+        let res = uniform(&[m, n], seed ^ 3, -1.0, 1.0);
+        for act in ["none", "gelu", "silu"] {
+            check_entry("matmul_epilogue", &[("activation", act)], &[x.clone(), w.clone(), bias.clone()], seed)
+                .map_err(TestCaseError::fail)?;
+        }
+        check_entry("matmul_epilogue", &[("activation", "gelu"), ("residual", "true")], &[x.clone(), w.clone(), bias, res], seed)
+            .map_err(TestCaseError::fail)?;
+        let wu = uniform(&[k, n], seed ^ 4, -0.5, 0.5);
+        check_entry("swiglu", &[], &[x, w, wu], seed).map_err(TestCaseError::fail)?;
+        let s = m + 1;
+        let half = 1 + k % 4;
+        let xr = uniform(&[1, 2, s, 2 * half], seed ^ 5, -1.0, 1.0);
+        let cos = uniform(&[s, half], seed ^ 6, -1.0, 1.0);
+        let sin = uniform(&[s, half], seed ^ 7, -1.0, 1.0);
+        check_entry("rope", &[], &[xr, cos, sin], seed).map_err(TestCaseError::fail)?;
+    }
+}
