@@ -183,3 +183,94 @@ proptest! {
         check_entry("rope", &[], &[xr, cos, sin], seed).map_err(TestCaseError::fail)?;
     }
 }
+
+/// The transformer block (graph rms_norm and projections, the flash
+/// attention kernel with its backward): gradients of `Σ w·y` for x and
+/// every weight against central differences of the f64 block reference,
+/// causal and not, in a padded bucket and not. The padding must not change
+/// the gradients of valid positions (the host never sees it).
+#[test]
+fn transformer_block_gradients_match_the_f64_host_gradient() {
+    use kernels::tooling::transformer::{BlockWeights, block_forward, block_reference};
+    use runtime::graph::{Buckets, grad};
+    let rt = rt();
+    let (s, d) = (12, 32);
+    let buckets = Buckets::new([16]).unwrap();
+    for causal in [true, false] {
+        let mut w = BlockWeights::random(d, 2, 21);
+        w.causal = causal;
+        let x = Array::random(F32, [s, d], 22, -1.0, 1.0);
+        let cot = Array::random(F32, [s, d], 23, -1.0, 1.0);
+        // Host: central differences of Σ cot·block(x) over every input.
+        let loss = |w: &BlockWeights, x: &Array| -> f64 {
+            block_reference(w, x).iter().zip(cot.data()).map(|(a, b)| a * b).sum()
+        };
+        let perturbed = |which: usize, e: usize, v: f64| -> f64 {
+            let mut w2 = w.clone();
+            let mut x2 = x.clone();
+            let set = |a: &mut Array| {
+                let mut d = a.data().to_vec();
+                d[e] = v;
+                *a = Array::new(a.dtype(), a.shape().to_vec(), d).unwrap();
+            };
+            match which {
+                0 => set(&mut x2),
+                1 => set(&mut w2.gamma),
+                2 => set(&mut w2.wq),
+                3 => set(&mut w2.wk),
+                4 => set(&mut w2.wv),
+                _ => set(&mut w2.wo),
+            }
+            loss(&w2, &x2)
+        };
+        let arrays = [&x, &w.gamma, &w.wq, &w.wk, &w.wv, &w.wo];
+        let want: Vec<Vec<f64>> = arrays
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                (0..a.len())
+                    .map(|e| {
+                        // A power-of-two step: the f32 inputs move by ±h
+                        // up to one rounding (6e-5 of h).
+                        let v = a.data()[e];
+                        let h = 1.0 / 1024.0;
+                        (perturbed(i, e, v + h) - perturbed(i, e, v - h)) / (2.0 * h)
+                    })
+                    .collect()
+            })
+            .collect();
+        for padded in [false, true] {
+            let xt = if padded {
+                rt.dynamic(&x, 0, &buckets).unwrap()
+            } else {
+                rt.tensor(&x).unwrap()
+            }
+            .requires_grad()
+            .unwrap();
+            let ct = if padded {
+                rt.dynamic(&cot, 0, &buckets).unwrap()
+            } else {
+                rt.tensor(&cot).unwrap()
+            };
+            let params = w.upload_params(&rt).unwrap();
+            let y = block_forward(&rt, &w, &params, &xt).unwrap();
+            let l = y.mul(&ct).unwrap().sum(&[0, 1]).unwrap();
+            let mut wrt = vec![&xt];
+            wrt.extend(params.params());
+            let g = grad(&l, &wrt).unwrap();
+            let names = ["x", "gamma", "wq", "wk", "wv", "wo"];
+            for ((gt, want), name) in g.iter().zip(&want).zip(names) {
+                let got = gt.to_host().unwrap();
+                let scale = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+                close(
+                    &format!("causal={causal} padded={padded} d/d{name}"),
+                    got.data(),
+                    want,
+                    2e-3 * scale,
+                    2e-3,
+                )
+                .unwrap();
+            }
+        }
+    }
+}

@@ -25,7 +25,6 @@
 use kernel_ir::{Array, DType};
 use runtime::graph::{Runtime, RuntimeError, Tensor};
 
-use crate::attention::{AttnConfig, flash_attention_kv_len};
 use crate::reference::{matmul_rows, rms_norm, softmax_lse};
 
 /// Weights and shape of one block.
@@ -90,17 +89,40 @@ impl BlockWeights {
         })
     }
 
+    /// Uploads the weights as parameters ([`Tensor::requires_grad`]), for
+    /// gradients with [`runtime::graph::grad`].
+    pub fn upload_params(&self, rt: &Runtime) -> Result<BlockTensors, RuntimeError> {
+        let t = self.upload(rt)?;
+        Ok(BlockTensors {
+            gamma: t.gamma.requires_grad()?,
+            wq: t.wq.requires_grad()?,
+            wk: t.wk.requires_grad()?,
+            wv: t.wv.requires_grad()?,
+            wo: t.wo.requires_grad()?,
+        })
+    }
+
     fn head_dim(&self) -> usize {
         self.d_model / self.heads
     }
 }
 
-/// Attention block size for a (bucketed) sequence length.
+impl BlockTensors {
+    /// The weights in the order gamma, wq, wk, wv, wo.
+    pub fn params(&self) -> [&Tensor; 5] {
+        [&self.gamma, &self.wq, &self.wk, &self.wv, &self.wo]
+    }
+}
+
+/// Attention block size for a (bucketed) sequence length: the whole
+/// sequence up to 128, else 128 where it divides (K is column-major, so
+/// its block spans 128 lanes or the whole sequence).
 fn block_for(s: usize) -> usize {
-    [128, 64, 32, 16, 8]
-        .into_iter()
-        .find(|b| s.is_multiple_of(*b))
-        .unwrap_or(8)
+    if s > 128 && s.is_multiple_of(128) {
+        128
+    } else {
+        s
+    }
 }
 
 /// The block on the runtime; `x` is `[s, d_model]` f32, possibly bucketed
@@ -127,30 +149,25 @@ pub fn block_forward(
             .reshape(&[1, h, s, dh])
     };
     let (q, k, v) = (heads(&t.wq)?, heads(&t.wk)?, heads(&t.wv)?);
-    let b = block_for(s);
-    let kernel = flash_attention_kv_len(
-        &AttnConfig {
-            causal: w.causal,
-            sm_scale: 1.0 / (dh as f32).sqrt(),
-            block_q: b,
-            block_k: b,
-            window: None,
-            softcap: None,
-        },
-        DType::F32,
-        crate::attention::flash_attention::Dims {
-            b: 1,
-            h,
-            sq: s,
-            skv: s,
-            d: dh,
-            hkv: h,
-        },
-    )
-    .map_err(|e| RuntimeError::failed("building flash attention", e))?;
+    let b = block_for(s).to_string();
+    let scale = (1.0 / (dh as f32).sqrt()).to_string();
+    // Through the library entry, so gradients flow through the kernel's
+    // own backward (dq and dk/dv masked at the same valid length).
+    let entry = &crate::attention::FLASH_ATTENTION_KV_LEN;
+    let pairs: Vec<(String, String)> = [
+        ("causal", w.causal.to_string()),
+        ("sm_scale", scale),
+        ("block_q", b.clone()),
+        ("block_k", b),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let cfg = crate::library::Config::parse(entry, &pairs)
+        .map_err(|e| RuntimeError::failed("configuring flash attention", e.to_string()))?;
     let len = x.valid_length(0)?;
-    let attn = rt
-        .call(&kernel, &[&len, &q, &k, &v])?
+    let attn = entry
+        .call(rt, &cfg, &[&len, &q, &k, &v])?
         .into_iter()
         .next()
         .ok_or_else(|| RuntimeError::Internal("attention returned nothing".into()))?;
