@@ -258,6 +258,18 @@ fn check_op(
     host: &dyn Fn(&[H]) -> H,
     seed: u64,
 ) -> Result<(), String> {
+    check_op_within(rt, xs, graph, host, seed, (2e-4, 2e-3))
+}
+
+/// [`check_op`] within `(abs, rel)`.
+fn check_op_within(
+    rt: &Runtime,
+    xs: &[Array],
+    graph: &dyn Fn(&[Tensor]) -> Result<Tensor, runtime::graph::RuntimeError>,
+    host: &dyn Fn(&[H]) -> H,
+    seed: u64,
+    (abs, rel): (f64, f64),
+) -> Result<(), String> {
     let params: Vec<Tensor> = xs
         .iter()
         .map(|a| rt.tensor(a).unwrap().requires_grad().unwrap())
@@ -273,7 +285,7 @@ fn check_op(
     let num = numeric_grad(host, &hs, &H::of(&w));
     for (k, (g, n)) in g.iter().zip(&num).enumerate() {
         let got = g.to_host().map_err(|e| e.to_string())?;
-        close(got.data(), n, 2e-4, 2e-3).map_err(|e| format!("input {k}: {e}"))?;
+        close(got.data(), n, abs, rel).map_err(|e| format!("input {k}: {e}"))?;
     }
     Ok(())
 }
@@ -724,4 +736,81 @@ fn erf64(x: f64) -> f64 {
         sum += term / (2 * n + 1) as f64;
     }
     sum * std::f64::consts::FRAC_2_SQRT_PI
+}
+
+/// SGD with momentum and AdamW against f64 host versions of the same
+/// update rules (PyTorch's), over a few steps of a loss with a known
+/// gradient; after the first step, every step is a compile-cache hit.
+#[test]
+fn optimizers_match_their_f64_host_rules_and_compile_once() {
+    use runtime::graph::{AdamW, Sgd};
+    let rt = rt();
+    let shape = [3, 5];
+    let w0 = Array::random(F32, shape, 1, -1.0, 1.0);
+    let c = Array::random(F32, shape, 2, 0.5, 2.0);
+    let d = Array::random(F32, shape, 3, -1.0, 1.0);
+    let (ct, dt) = (rt.tensor(&c).unwrap(), rt.tensor(&d).unwrap());
+    // loss = Σ c·w²/2 + d·w, so ∇ = c·w + d
+    let host_grad = |w: &[f64]| -> Vec<f64> {
+        w.iter()
+            .zip(c.data())
+            .zip(d.data())
+            .map(|((w, c), d)| c * w + d)
+            .collect()
+    };
+    for which in ["sgd", "adamw"] {
+        let mut w = vec![rt.tensor(&w0).unwrap().requires_grad().unwrap()];
+        let mut sgd = Sgd::new(&rt, &w, 0.1, 0.9, 0.01).unwrap();
+        let mut adam = AdamW::new(&rt, &w, 0.05, 0.1).unwrap();
+        let mut hw: Vec<f64> = w0.data().to_vec();
+        let mut hb = vec![0.0; hw.len()];
+        let (mut hm, mut hv) = (vec![0.0; hw.len()], vec![0.0; hw.len()]);
+        let mut compiles_after_first = 0;
+        for step in 1..=4 {
+            let loss = w[0]
+                .mul(&w[0])
+                .unwrap()
+                .mul(&ct)
+                .unwrap()
+                .scale(0.5)
+                .unwrap()
+                .add(&w[0].mul(&dt).unwrap())
+                .unwrap()
+                .sum(&[0, 1])
+                .unwrap();
+            let g = grad(&loss, &[&w[0]]).unwrap();
+            w = if which == "sgd" {
+                sgd.step(&w, &g).unwrap()
+            } else {
+                adam.step(&w, &g).unwrap()
+            };
+            rt.sync(&[&loss, &w[0]]).unwrap();
+            let hg = host_grad(&hw);
+            for i in 0..hw.len() {
+                if which == "sgd" {
+                    let g = hg[i] + 0.01 * hw[i];
+                    hb[i] = 0.9 * hb[i] + g;
+                    hw[i] -= 0.1 * hb[i];
+                } else {
+                    hw[i] *= 1.0 - 0.05 * 0.1;
+                    hm[i] = 0.9 * hm[i] + 0.1 * hg[i];
+                    hv[i] = 0.999 * hv[i] + 0.001 * hg[i] * hg[i];
+                    let mh = hm[i] / (1.0 - 0.9f64.powi(step));
+                    let vh = hv[i] / (1.0 - 0.999f64.powi(step));
+                    hw[i] -= 0.05 * mh / (vh.sqrt() + 1e-8);
+                }
+            }
+            let got = w[0].to_host().unwrap();
+            close(got.data(), &hw, 1e-5, 1e-4)
+                .unwrap_or_else(|e| panic!("{which} step {step}: {e}"));
+            if step == 1 {
+                compiles_after_first = rt.stats().compiles;
+            }
+        }
+        assert_eq!(
+            rt.stats().compiles,
+            compiles_after_first,
+            "{which}: steps 2..4 recompiled"
+        );
+    }
 }

@@ -203,7 +203,11 @@ fn transformer_block_gradients_match_the_f64_host_gradient() {
         let cot = Array::random(F32, [s, d], 23, -1.0, 1.0);
         // Host: central differences of Σ cot·block(x) over every input.
         let loss = |w: &BlockWeights, x: &Array| -> f64 {
-            block_reference(w, x).iter().zip(cot.data()).map(|(a, b)| a * b).sum()
+            block_reference(w, x)
+                .iter()
+                .zip(cot.data())
+                .map(|(a, b)| a * b)
+                .sum()
         };
         let perturbed = |which: usize, e: usize, v: f64| -> f64 {
             let mut w2 = w.clone();

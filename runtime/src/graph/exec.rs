@@ -6,7 +6,7 @@ use std::sync::Arc;
 use kernel_ir::{Array, VerifiedKernel};
 
 use super::lower::{self, Param, Program};
-use super::node::{Node, State};
+use super::node::{Node, State, Tape};
 use super::{Inner, RuntimeError};
 use crate::cache::Tier;
 use crate::pjrt::{Buffer, CompileOptions};
@@ -60,19 +60,27 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
     let order = lower::topo_order(outputs)?;
     // A deferred node referenced from outside this subgraph (a user's
     // handle, or a pending node elsewhere) is materialized too.
-    let mut uses: HashMap<u64, usize> = HashMap::new();
-    for (_, _, inputs) in &order {
+    // References from inside the subgraph, per node: per use, the user's
+    // deferred state and the copy of its input list in `order`, plus the
+    // user's tape when it is tracked (the same inputs); and a kernel
+    // output's tape holding its later siblings.
+    let mut internal: HashMap<u64, usize> = HashMap::new();
+    for (n, _, inputs) in &order {
+        let taped = matches!(n.tape, Tape::Op { .. });
         for i in inputs {
-            *uses.entry(i.id).or_default() += 1;
+            *internal.entry(i.id).or_default() += 2 + usize::from(taped);
+        }
+        if let Tape::Op { siblings, .. } = &n.tape {
+            for s in siblings {
+                *internal.entry(s.id).or_default() += 1;
+            }
         }
     }
     for (n, _, _) in &order {
-        let internal = uses.get(&n.id).copied().unwrap_or(0);
-        // References we hold: one in `order`, and per use inside the
-        // subgraph two (the user's deferred state, and the copy of its
-        // input list in `order`).
+        let held = internal.get(&n.id).copied().unwrap_or(0);
+        // One more reference: `order`'s own entry.
         let is_output = outputs.iter().any(|o| o.id == n.id);
-        if !is_output && Arc::strong_count(n) > 1 + 2 * internal {
+        if !is_output && Arc::strong_count(n) > 1 + held {
             outputs.push(n.clone());
         }
     }

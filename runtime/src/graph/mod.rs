@@ -29,6 +29,7 @@ mod bucket;
 mod exec;
 mod lower;
 mod node;
+mod optim;
 mod tensor;
 
 use std::collections::{BTreeMap, HashMap};
@@ -41,6 +42,7 @@ use kernel_ir::{Array, DType, VerifiedKernel};
 
 pub use autodiff::{KernelVjp, VjpCall, grad, no_grad, vjp};
 pub use bucket::Buckets;
+pub use optim::{AdamW, Sgd};
 pub use tensor::Tensor;
 
 use crate::cache::{CompileCache, RemoteCache, disk::DiskCache};
