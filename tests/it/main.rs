@@ -27,3 +27,4 @@ mod structure;
 mod tpu_compile;
 mod tpu_dma;
 mod tpu_fp8;
+mod train;

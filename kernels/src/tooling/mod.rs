@@ -9,4 +9,5 @@ pub mod export;
 pub mod npy;
 pub mod numerics;
 pub mod paths;
+pub mod train;
 pub mod transformer;

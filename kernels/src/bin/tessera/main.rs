@@ -34,6 +34,9 @@ COMMANDS:
     diff     compare two back ends (or one with the f64 reference) on one input
     bench    benchmarks with their XLA baselines, one table with ratios
     numerics the FP8 GEMM's error by depth and accumulation scheme
+    train    train a small transformer LM on a copying task on the CPU, with
+             gradients through the kernels' backward passes and checkpoints
+             that survive SIGTERM
 
 `tessera <COMMAND> --help` describes each command.
 ";
@@ -318,6 +321,10 @@ fn run(args: &[String]) -> ExitCode {
         print!("{text}");
         ExitCode::SUCCESS
     };
+    if cmd == "train" {
+        // Its own help and exit codes (0 also when SIGTERM stopped it).
+        return ExitCode::from(kernels::tooling::train::cli(rest) as u8);
+    }
     if rest.iter().any(|a| a == "--help" || a == "-h") {
         return match cmd {
             "demo" => help(HELP_DEMO),

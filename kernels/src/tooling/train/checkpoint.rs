@@ -1,0 +1,440 @@
+//! Checkpoints that survive preemption.
+//!
+//! A checkpoint at step `N` is two files in the checkpoint directory:
+//! `step-0000000N.safetensors` (every tensor: parameters and optimizer
+//! state, f32, in the safetensors layout: an 8-byte little-endian header
+//! length, a JSON header naming each tensor's dtype, shape and byte range,
+//! then the data) and `step-0000000N.json`, the manifest: step, optimizer
+//! steps, generator state, data position, loss, and the tensor file's size
+//! and SHA-256. Each file is written to a temporary name, synced and
+//! renamed (the directory synced after), tensors first: the manifest is
+//! the commit point, so a crash at any moment leaves either a whole
+//! checkpoint or one without a manifest, which loading ignores.
+//!
+//! Loading takes the newest manifest whose tensor file has the recorded
+//! size and checksum and parses; every checkpoint skipped is reported with
+//! why. [`Writer`] saves on a background thread so training does not wait
+//! for the disk; only the last [`KEEP`] checkpoints are kept.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use kernel_ir::{Array, DType};
+use sha2::{Digest, Sha256};
+
+use crate::tooling::atomic_file;
+
+/// Checkpoints kept on disk (older ones are removed after a save).
+pub const KEEP: usize = 3;
+
+const FORMAT: &str = "tessera-checkpoint-1";
+
+/// Everything a resumed run needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checkpoint {
+    /// Training steps done.
+    pub step: u64,
+    /// The optimizer's step count.
+    pub optimizer_steps: u64,
+    /// The data generator's state.
+    pub rng_state: u64,
+    /// Sequences drawn so far.
+    pub data_position: u64,
+    /// The loss of the last step.
+    pub loss: f64,
+    /// Named f32 tensors (parameters, optimizer state).
+    pub tensors: Vec<(String, Array)>,
+}
+
+fn stem(step: u64) -> String {
+    format!("step-{step:010}")
+}
+
+/// The tensors in the safetensors layout.
+pub fn encode_safetensors(tensors: &[(String, Array)]) -> Result<Vec<u8>, String> {
+    let mut header = serde_json::Map::new();
+    let mut data = Vec::new();
+    for (name, a) in tensors {
+        if a.dtype() != DType::F32 {
+            return Err(format!(
+                "tensor `{name}` is {}; checkpoints hold f32",
+                a.dtype()
+            ));
+        }
+        let bytes = a.to_le_bytes();
+        let start = data.len();
+        data.extend_from_slice(&bytes);
+        header.insert(
+            name.clone(),
+            serde_json::json!({
+                "dtype": "F32",
+                "shape": a.shape(),
+                "data_offsets": [start, data.len()],
+            }),
+        );
+    }
+    let mut h = serde_json::Value::Object(header).to_string().into_bytes();
+    // The data starts 8-byte aligned, as the format recommends.
+    while (8 + h.len()) % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut out = Vec::with_capacity(8 + h.len() + data.len());
+    out.extend_from_slice(&(h.len() as u64).to_le_bytes());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&data);
+    Ok(out)
+}
+
+/// The tensors of a safetensors file (f32 only), in header order.
+pub fn decode_safetensors(bytes: &[u8]) -> Result<Vec<(String, Array)>, String> {
+    let len = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .ok_or("shorter than the 8-byte header length")? as usize;
+    let body = 8usize
+        .checked_add(len)
+        .filter(|&e| e <= bytes.len())
+        .ok_or("the header runs past the end of the file")?;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..body])
+        .map_err(|e| format!("the header is not JSON: {e}"))?;
+    let obj = header
+        .as_object()
+        .ok_or("the header is not a JSON object")?;
+    let data = &bytes[body..];
+    let mut out = Vec::new();
+    for (name, info) in obj {
+        if name == "__metadata__" {
+            continue;
+        }
+        let bad = |why: &str| format!("tensor `{name}`: {why}");
+        if info["dtype"] != "F32" {
+            return Err(bad("not F32"));
+        }
+        let shape: Vec<usize> = info["shape"]
+            .as_array()
+            .ok_or_else(|| bad("no shape"))?
+            .iter()
+            .map(|d| {
+                d.as_u64()
+                    .map(|d| d as usize)
+                    .ok_or_else(|| bad("a bad dim"))
+            })
+            .collect::<Result<_, _>>()?;
+        let off = info["data_offsets"]
+            .as_array()
+            .ok_or_else(|| bad("no data_offsets"))?;
+        let (s, e) = match (
+            off.first().and_then(|v| v.as_u64()),
+            off.get(1).and_then(|v| v.as_u64()),
+        ) {
+            (Some(s), Some(e)) => (s as usize, e as usize),
+            _ => return Err(bad("bad data_offsets")),
+        };
+        let count: usize = shape.iter().product();
+        if s > e || e > data.len() || e - s != 4 * count {
+            return Err(bad("its bytes are out of range or not its shape's size"));
+        }
+        let a = Array::from_le_bytes(DType::F32, shape, &data[s..e])
+            .map_err(|e| bad(&e.to_string()))?;
+        out.push((name.clone(), a));
+    }
+    Ok(out)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Syncs a directory, so renames in it survive a crash.
+fn sync_dir(dir: &Path) -> Result<(), String> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("cannot sync {}: {e}", dir.display()))
+}
+
+/// Writes `ck` into `dir` (created if missing), atomically; removes all
+/// but the newest [`KEEP`] checkpoints. Returns the manifest's path.
+pub fn save(dir: &Path, ck: &Checkpoint) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let bytes = encode_safetensors(&ck.tensors)?;
+    let name = stem(ck.step);
+    let tensors = dir.join(format!("{name}.safetensors"));
+    atomic_file::write(&tensors, &bytes)?;
+    sync_dir(dir)?;
+    let manifest = serde_json::json!({
+        "format": FORMAT,
+        "step": ck.step,
+        "optimizer_steps": ck.optimizer_steps,
+        "rng_state": format!("{:016x}", ck.rng_state),
+        "data_position": ck.data_position,
+        "loss": ck.loss,
+        "tensors": format!("{name}.safetensors"),
+        "bytes": bytes.len(),
+        "sha256": sha256_hex(&bytes),
+    });
+    let path = dir.join(format!("{name}.json"));
+    atomic_file::write(&path, format!("{manifest:#}\n").as_bytes())?;
+    sync_dir(dir)?;
+    prune(dir)?;
+    Ok(path)
+}
+
+/// The steps of the manifests in `dir`, newest first.
+fn manifests(dir: &Path) -> Result<Vec<(u64, PathBuf)>, String> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
+    };
+    let mut v: Vec<(u64, PathBuf)> = rd
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let step = n
+                .strip_prefix("step-")?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()?;
+            Some((step, e.path()))
+        })
+        .collect();
+    v.sort_by(|a, b| b.0.cmp(&a.0));
+    Ok(v)
+}
+
+fn prune(dir: &Path) -> Result<(), String> {
+    for (step, manifest) in manifests(dir)?.into_iter().skip(KEEP) {
+        // Manifest first: a checkpoint is never left half-removed with a
+        // manifest that points at nothing.
+        let _ = std::fs::remove_file(&manifest);
+        let _ = std::fs::remove_file(dir.join(format!("{}.safetensors", stem(step))));
+    }
+    Ok(())
+}
+
+/// One manifest and its tensors, every field and checksum checked.
+fn load_one(dir: &Path, manifest: &Path) -> Result<Checkpoint, String> {
+    let text =
+        std::fs::read_to_string(manifest).map_err(|e| format!("unreadable manifest: {e}"))?;
+    let m: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("the manifest is not JSON: {e}"))?;
+    if m["format"] != FORMAT {
+        return Err(format!("not a {FORMAT} manifest"));
+    }
+    let field = |k: &str| {
+        m[k].as_u64()
+            .ok_or_else(|| format!("the manifest has no `{k}`"))
+    };
+    let file = m["tensors"]
+        .as_str()
+        .ok_or("the manifest names no tensor file")?;
+    if file.contains('/') || file.contains("..") {
+        return Err(format!(
+            "the tensor file `{file}` is outside the checkpoint directory"
+        ));
+    }
+    let bytes = std::fs::read(dir.join(file)).map_err(|e| format!("{file}: {e}"))?;
+    let want = field("bytes")? as usize;
+    if bytes.len() != want {
+        return Err(format!(
+            "{file} has {} bytes, the manifest says {want} (truncated or partial)",
+            bytes.len()
+        ));
+    }
+    if m["sha256"].as_str() != Some(sha256_hex(&bytes).as_str()) {
+        return Err(format!("{file} does not match its SHA-256 (corrupt)"));
+    }
+    let rng = m["rng_state"]
+        .as_str()
+        .and_then(|s| u64::from_str_radix(s, 16).ok())
+        .ok_or("the manifest has no generator state")?;
+    Ok(Checkpoint {
+        step: field("step")?,
+        optimizer_steps: field("optimizer_steps")?,
+        rng_state: rng,
+        data_position: field("data_position")?,
+        loss: m["loss"].as_f64().unwrap_or(f64::NAN),
+        tensors: decode_safetensors(&bytes).map_err(|e| format!("{file}: {e}"))?,
+    })
+}
+
+/// The newest valid checkpoint in `dir` (none if there is none), and a
+/// line for each newer one skipped, saying why.
+pub fn latest(dir: &Path) -> Result<(Option<Checkpoint>, Vec<String>), String> {
+    let mut skipped = Vec::new();
+    for (_, manifest) in manifests(dir)? {
+        match load_one(dir, &manifest) {
+            Ok(ck) => return Ok((Some(ck), skipped)),
+            Err(why) => skipped.push(format!("skipping checkpoint {}: {why}", manifest.display())),
+        }
+    }
+    Ok((None, skipped))
+}
+
+/// Saves checkpoints on a background thread. At most one save waits
+/// behind the one being written (a slower disk makes [`Writer::save`]
+/// wait rather than queue without bound); [`Writer::finish`] waits for
+/// all and reports the first failure.
+pub struct Writer {
+    tx: Option<mpsc::SyncSender<Checkpoint>>,
+    thread: Option<JoinHandle<Result<(), String>>>,
+}
+
+impl Writer {
+    /// A writer into `dir`.
+    pub fn new(dir: PathBuf) -> Writer {
+        let (tx, rx) = mpsc::sync_channel::<Checkpoint>(1);
+        let thread = std::thread::spawn(move || {
+            let mut first_err = Ok(());
+            for ck in rx {
+                if let Err(e) = save(&dir, &ck)
+                    && first_err.is_ok()
+                {
+                    first_err = Err(format!("saving step {}: {e}", ck.step));
+                }
+            }
+            first_err
+        });
+        Writer {
+            tx: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// Queues `ck`; returns as soon as it is queued.
+    pub fn save(&self, ck: Checkpoint) -> Result<(), String> {
+        self.tx
+            .as_ref()
+            .ok_or("the checkpoint writer is closed")?
+            .send(ck)
+            .map_err(|_| "the checkpoint writer stopped".to_string())
+    }
+
+    /// Waits for every queued save.
+    pub fn finish(mut self) -> Result<(), String> {
+        self.close()
+    }
+
+    fn close(&mut self) -> Result<(), String> {
+        drop(self.tx.take());
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| "the checkpoint writer panicked".to_string())?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ck(step: u64) -> Checkpoint {
+        Checkpoint {
+            step,
+            optimizer_steps: step,
+            rng_state: 0xdead_beef_0000_0001 + step,
+            data_position: 16 * step,
+            loss: 0.5,
+            tensors: vec![
+                (
+                    "a".into(),
+                    Array::random(DType::F32, [3, 4], step, -1.0, 1.0),
+                ),
+                (
+                    "b.c".into(),
+                    Array::random(DType::F32, [5], step + 9, -1.0, 1.0),
+                ),
+            ],
+        }
+    }
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tessera-ckpt-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn a_checkpoint_round_trips_exactly() {
+        let d = dir("round");
+        save(&d, &ck(7)).unwrap();
+        let (got, skipped) = latest(&d).unwrap();
+        assert!(skipped.is_empty());
+        assert_eq!(got.unwrap(), ck(7));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_truncated_or_corrupt_checkpoint_is_skipped_for_the_previous_one() {
+        let d = dir("corrupt");
+        save(&d, &ck(1)).unwrap();
+        save(&d, &ck(2)).unwrap();
+        let f = d.join("step-0000000002.safetensors");
+        let bytes = std::fs::read(&f).unwrap();
+        std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+        let (got, skipped) = latest(&d).unwrap();
+        assert_eq!(got.unwrap().step, 1);
+        assert!(skipped[0].contains("truncated"), "{skipped:?}");
+        // Same size, one byte flipped: the checksum catches it.
+        let mut bytes = bytes;
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&f, &bytes).unwrap();
+        let (got, skipped) = latest(&d).unwrap();
+        assert_eq!(got.unwrap().step, 1);
+        assert!(skipped[0].contains("SHA-256"), "{skipped:?}");
+        // A tensor file without a manifest (a crash before the commit) is
+        // not a checkpoint.
+        std::fs::remove_file(d.join("step-0000000002.json")).unwrap();
+        let (got, skipped) = latest(&d).unwrap();
+        assert_eq!(got.unwrap().step, 1);
+        assert!(skipped.is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn the_writer_keeps_the_newest_few_and_reports_failures() {
+        let d = dir("writer");
+        let w = Writer::new(d.clone());
+        for s in 1..=5 {
+            w.save(ck(s)).unwrap();
+        }
+        w.finish().unwrap();
+        let steps: Vec<u64> = manifests(&d).unwrap().into_iter().map(|m| m.0).collect();
+        assert_eq!(steps, vec![5, 4, 3]);
+        assert!(!d.join("step-0000000001.safetensors").exists());
+        // A directory that cannot be created: the failure comes back.
+        let blocker = d.join("file");
+        std::fs::write(&blocker, b"x").unwrap();
+        let w = Writer::new(blocker.join("sub"));
+        w.save(ck(1)).unwrap();
+        assert!(w.finish().unwrap_err().contains("saving step 1"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn malformed_safetensors_are_errors_not_panics() {
+        for bytes in [
+            &b""[..],
+            &b"\xff\xff\xff\xff\xff\xff\xff\xff{}"[..],
+            &b"\x02\0\0\0\0\0\0\0[]"[..],
+        ] {
+            assert!(decode_safetensors(bytes).is_err());
+        }
+        let good = encode_safetensors(&ck(1).tensors).unwrap();
+        assert_eq!(decode_safetensors(&good).unwrap(), ck(1).tensors);
+    }
+}

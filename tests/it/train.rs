@@ -1,0 +1,150 @@
+//! Training through the graph runtime: the copy task is learned below the
+//! stated threshold with one compile; a run killed with SIGTERM saves,
+//! exits 0 and resumes bit-identically; a truncated checkpoint is skipped
+//! for the previous one.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kernels::tooling::train::{LOSS_THRESHOLD, TrainOptions, train};
+
+#[test]
+fn the_copy_task_is_learned_below_the_threshold_with_one_compile() {
+    let opts = TrainOptions {
+        handle_sigterm: false,
+        progress: false,
+        ..TrainOptions::default()
+    };
+    let s = train(&opts).unwrap();
+    assert!(
+        s.final_loss < LOSS_THRESHOLD,
+        "loss {} after {} steps",
+        s.final_loss,
+        s.last_step
+    );
+    // One look-up per step: the first compiles (or finds the disk cache),
+    // every later one is a hit.
+    assert!(s.compiles <= 1, "{s:?}");
+    assert_eq!(s.compiles + s.cache_hits, opts.steps, "{s:?}");
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tessera-train-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn worker(ckpt: &Path, log: &Path, steps: u64) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_train-worker"))
+        .args([
+            "--steps",
+            &steps.to_string(),
+            "--seed",
+            "5",
+            "--checkpoint-every",
+            "10",
+            "--quiet",
+        ])
+        .arg("--checkpoint-dir")
+        .arg(ckpt)
+        .arg("--loss-log")
+        .arg(log)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(c: Child) -> (i32, String) {
+    let out = c.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn lines(p: &Path) -> Vec<String> {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn sigterm_saves_exits_zero_and_the_resumed_loss_curve_is_bit_identical() {
+    let d = dir("preempt");
+    let steps = 60;
+    // The uninterrupted run.
+    let (code, text) = finish(worker(&d.join("a"), &d.join("a.log"), steps));
+    assert_eq!(code, 0, "{text}");
+    let want = lines(&d.join("a.log"));
+    assert_eq!(want.len(), steps as usize);
+    // The same run, SIGTERM after some steps.
+    let (ckpt, log) = (d.join("b"), d.join("b.log"));
+    let mut child = worker(&ckpt, &log, steps);
+    let t0 = Instant::now();
+    while lines(&log).len() < 12 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the worker made no progress"
+        );
+        if let Ok(Some(_)) = child.try_wait() {
+            panic!("the worker ended before it was signalled");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SAFETY: signalling our own child by its pid.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let signalled = Instant::now();
+    let (code, text) = finish(child);
+    assert!(
+        signalled.elapsed() < Duration::from_secs(25),
+        "exit took {:?}",
+        signalled.elapsed()
+    );
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("stopped by SIGTERM"), "{text}");
+    let stopped_at = lines(&log).len();
+    assert!(
+        stopped_at < steps as usize,
+        "the signal came too late to test anything"
+    );
+    assert!(ckpt.join(format!("step-{stopped_at:010}.json")).exists());
+    // Resume: from the checkpoint of the step it stopped at, to the end.
+    let (code, text) = finish(worker(&ckpt, &log, steps));
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains(&format!("resuming from checkpoint step {stopped_at}")),
+        "{text}"
+    );
+    assert_eq!(
+        lines(&log),
+        want,
+        "the loss curve (step, loss, f32 bits) differs after the resume"
+    );
+    // A truncated newest checkpoint: skipped with a message, the previous
+    // one used, and the curve from there is the same again.
+    let newest = ckpt.join(format!("step-{steps:010}.safetensors"));
+    let bytes = std::fs::read(&newest).unwrap();
+    std::fs::write(&newest, &bytes[..bytes.len() - 100]).unwrap();
+    let log2 = d.join("c.log");
+    let (code, text) = finish(worker(&ckpt, &log2, steps));
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("skipping checkpoint") && text.contains("truncated"),
+        "{text}"
+    );
+    let resumed: u64 = text
+        .split("resuming from checkpoint step ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(resumed < steps);
+    assert_eq!(lines(&log2), want[resumed as usize..].to_vec());
+    std::fs::remove_dir_all(&d).unwrap();
+}
