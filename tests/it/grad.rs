@@ -299,7 +299,8 @@ fn shape_strategy(rank: std::ops::RangeInclusive<usize>) -> impl Strategy<Value 
 fn unary_op_gradients_match_central_differences() {
     let rt = rt();
     type G = fn(&Tensor) -> Result<Tensor, runtime::graph::RuntimeError>;
-    let cases: Vec<(&str, G, fn(f64) -> f64, (f64, f64))> = vec![
+    type Case = (&'static str, G, fn(f64) -> f64, (f64, f64));
+    let cases: Vec<Case> = vec![
         ("neg", |t| t.neg(), |x| -x, (-1.0, 1.0)),
         ("abs", |t| t.abs(), f64::abs, (0.1, 1.0)),
         ("exp", |t| t.exp(), f64::exp, (-1.0, 1.0)),
@@ -350,7 +351,8 @@ fn unary_op_gradients_match_central_differences() {
 fn binary_op_gradients_match_central_differences() {
     let rt = rt();
     type G = fn(&Tensor, &Tensor) -> Result<Tensor, runtime::graph::RuntimeError>;
-    let cases: Vec<(&str, G, fn(f64, f64) -> f64, (f64, f64))> = vec![
+    type Case = (&'static str, G, fn(f64, f64) -> f64, (f64, f64));
+    let cases: Vec<Case> = vec![
         ("add", |a, b| a.add(b), |a, b| a + b, (-1.0, 1.0)),
         ("sub", |a, b| a.sub(b), |a, b| a - b, (-1.0, 1.0)),
         ("mul", |a, b| a.mul(b), |a, b| a * b, (-1.0, 1.0)),

@@ -76,7 +76,7 @@ pub fn encode_safetensors(tensors: &[(String, Array)]) -> Result<Vec<u8>, String
     }
     let mut h = serde_json::Value::Object(header).to_string().into_bytes();
     // The data starts 8-byte aligned, as the format recommends.
-    while (8 + h.len()) % 8 != 0 {
+    while !(8 + h.len()).is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = Vec::with_capacity(8 + h.len() + data.len());
@@ -203,7 +203,7 @@ fn manifests(dir: &Path) -> Result<Vec<(u64, PathBuf)>, String> {
             Some((step, e.path()))
         })
         .collect();
-    v.sort_by(|a, b| b.0.cmp(&a.0));
+    v.sort_by_key(|m| std::cmp::Reverse(m.0));
     Ok(v)
 }
 

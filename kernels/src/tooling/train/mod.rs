@@ -142,7 +142,11 @@ fn host(names: &[String], ts: &[&Tensor]) -> Result<Vec<(String, Array)>, String
 /// Trains as `opts` says; see the module docs.
 pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
     let c = &opts.model;
-    if c.d_model % c.heads != 0 || c.seq % 2 != 0 || c.vocab < 3 || opts.checkpoint_every == 0 {
+    if !c.d_model.is_multiple_of(c.heads)
+        || !c.seq.is_multiple_of(2)
+        || c.vocab < 3
+        || opts.checkpoint_every == 0
+    {
         return Err("the model needs d_model divisible by heads, an even seq, vocab ≥ 3, and checkpoint_every ≥ 1".into());
     }
     if opts.handle_sigterm {
@@ -435,7 +439,8 @@ pub fn cli(args: &[String]) -> i32 {
             let full = s.resumed_from == 0
                 && !s.stopped_by_signal
                 && opts.steps >= TrainOptions::default().steps;
-            if full && !(s.final_loss < LOSS_THRESHOLD) {
+            let reached = s.final_loss < LOSS_THRESHOLD; // NaN does not
+            if full && !reached {
                 eprintln!(
                     "error: the loss {:.4} did not reach {LOSS_THRESHOLD} in {} steps",
                     s.final_loss, s.last_step

@@ -278,7 +278,8 @@ impl Tensor {
         let loc = Location::caller();
         let n = &self.node;
         let devices = self.rt.inner.devices;
-        if axis >= n.shape.len() || n.dims[axis].is_some() || n.shape[axis] % devices != 0 {
+        if axis >= n.shape.len() || n.dims[axis].is_some() || !n.shape[axis].is_multiple_of(devices)
+        {
             return Err(err(
                 format!(
                     "reduce_scatter_sum needs an unpadded axis below rank {} whose size divides by the {devices} devices, got axis {axis} of {:?}",
