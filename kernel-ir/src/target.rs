@@ -57,6 +57,45 @@ impl Target {
         }
     }
 
+    /// Peak dot throughput of one device in flop/s for operands of
+    /// `dtype`, from Google's published per-chip figures (Cloud TPU docs,
+    /// "TPU v5e" / "TPU v5p" / "TPU v6e" / "TPU7x (Ironwood)", system
+    /// architecture tables): bf16 197 / 459 / 918 / 2307 TFLOP/s, int8 394
+    /// / 918 / 1836 TOP/s, fp8 4614 TFLOP/s on v7x. A v7x chip is two
+    /// devices (one per die, as libtpu's topologies count them), so its
+    /// figures are halved. fp8 before v7x and int8 on v7x have no native
+    /// MXU path (the compiler converts): bf16's rate. f32 has no published
+    /// MXU rate; it is estimated at a third of bf16 (a three-pass bf16
+    /// product). An estimate for rooflines, not a measurement.
+    pub fn peak_flops(self, dtype: DType) -> f64 {
+        let t = 1e12;
+        let (bf16, int8, fp8) = match self {
+            Target::V5e => (197.0 * t, 394.0 * t, 197.0 * t),
+            Target::V5p => (459.0 * t, 918.0 * t, 459.0 * t),
+            Target::V6e => (918.0 * t, 1836.0 * t, 918.0 * t),
+            Target::V7x => (2307.0 * t / 2.0, 2307.0 * t / 2.0, 4614.0 * t / 2.0),
+        };
+        match dtype {
+            DType::I8 => int8,
+            DType::F8E4M3FN | DType::F8E5M2 => fp8,
+            DType::F32 | DType::I32 => bf16 / 3.0,
+            _ => bf16,
+        }
+    }
+
+    /// HBM bandwidth of one device in bytes/s, from the same tables: 819,
+    /// 2765, 1640 GB/s per chip on v5e, v5p, v6e, and 7380 GB/s per v7x
+    /// chip (3690 per device).
+    pub fn hbm_bandwidth(self) -> f64 {
+        let g = 1e9;
+        match self {
+            Target::V5e => 819.0 * g,
+            Target::V5p => 2765.0 * g,
+            Target::V6e => 1640.0 * g,
+            Target::V7x => 7380.0 * g / 2.0,
+        }
+    }
+
     /// Physical VMEM per core in bytes.
     pub fn vmem_bytes(self) -> u64 {
         match self {

@@ -48,6 +48,11 @@ pub(crate) struct Machine<'a> {
     pub grid_point: Vec<i64>,
     /// Copies in flight and semaphore values.
     pub dma: super::dma::DmaState,
+    /// Multiply-add flops of the dots executed so far (2 per product).
+    pub flops: u64,
+    /// Per operand, bytes manual copies moved from it (an `any` operand,
+    /// in HBM) and to it.
+    pub dma_bytes: Vec<(u64, u64)>,
 }
 
 pub(super) type R<T> = Result<T, KernelError>;
@@ -295,7 +300,13 @@ impl Machine<'_> {
                 rhs,
                 dims,
                 acc,
-            } => dot(self.get(*lhs)?, self.get(*rhs)?, dims, *acc),
+            } => {
+                let (a, b) = (self.get(*lhs)?, self.get(*rhs)?);
+                let depth: usize = dims.lhs_contract.iter().map(|&d| a.shape[d]).product();
+                let r = dot(a, b, dims, *acc);
+                self.flops += 2 * (r.data.len() * depth) as u64;
+                r
+            }
             OpKind::For {
                 lower,
                 upper,
@@ -340,6 +351,19 @@ impl Machine<'_> {
             }
             OpKind::DmaStart(c) => {
                 self.dma_start(c, loc)?;
+                let hbm = |v: &crate::BufferView| match v.buffer {
+                    crate::BufferRef::Operand(i) => self
+                        .k
+                        .operands
+                        .get(i)
+                        .map(|o| (i, o.space == crate::MemorySpace::Any, o.dtype)),
+                    _ => None,
+                };
+                match (hbm(&c.src), hbm(&c.dst)) {
+                    (Some((i, true, d)), _) => self.dma_bytes[i].0 += c.bytes(d),
+                    (_, Some((i, true, d))) => self.dma_bytes[i].1 += c.bytes(d),
+                    _ => {}
+                }
                 return Ok(());
             }
             OpKind::DmaWait(c) => {

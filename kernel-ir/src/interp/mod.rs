@@ -129,6 +129,17 @@ pub struct BlockFetch {
 pub struct FetchTrace {
     /// Every fetch of every input (and in-out) operand with a block spec.
     pub fetches: Vec<BlockFetch>,
+    /// Every write-back of every output block: when an output's block
+    /// index changes between steps (the block of the step before goes to
+    /// HBM) and at the end (`point` is the last step that wrote it).
+    pub writebacks: Vec<BlockFetch>,
+    /// Multiply-add flops of the dots the run executed (2 per product;
+    /// skipped steps and untaken branches count nothing).
+    pub flops: u64,
+    /// Per operand (operand order), the bytes the kernel's own copies
+    /// (manual DMA) moved from it into VMEM/SMEM and into it: nonzero only
+    /// for `any` operands, which stay in HBM.
+    pub dma_bytes: Vec<(u64, u64)>,
 }
 
 impl FetchTrace {
@@ -178,6 +189,8 @@ fn run(
         env: vec![None; k.body.values.len()],
         grid_point: Vec::new(),
         dma: dma::DmaState::new(k, opts.dma_seed),
+        flops: 0,
+        dma_bytes: vec![(0, 0); k.operands.len()],
     };
     let order = grid_order(k, opts.shuffle_seed);
     let parallel: Vec<usize> = (0..k.grid.rank())
@@ -185,6 +198,7 @@ fn run(
         .collect();
     let mut last_parallel: Option<Vec<i64>> = None;
     let mut last_block: Vec<Option<Vec<i64>>> = vec![None; k.operands.len()];
+    let mut last_point: Option<Vec<i64>> = None;
     for point in order {
         let par: Vec<i64> = parallel.iter().map(|&d| point[d]).collect();
         if last_parallel.as_ref() != Some(&par) {
@@ -200,10 +214,11 @@ fn run(
         }
         m.step(point.clone())?;
         let Some(trace) = trace.as_deref_mut() else {
+            last_point = Some(point);
             continue;
         };
         for (i, o) in k.operands.iter().enumerate() {
-            if !o.role.is_input() || o.space == MemorySpace::Any {
+            if o.space == MemorySpace::Any {
                 continue;
             }
             let block: Vec<i64> = m.offsets[i]
@@ -212,14 +227,42 @@ fn run(
                 .map(|(&off, &s)| off / (s as i64).max(1))
                 .collect();
             if last_block[i].as_ref() != Some(&block) {
-                trace.fetches.push(BlockFetch {
-                    operand: o.name.clone(),
-                    point: point.clone(),
-                    block: block.clone(),
-                });
+                if o.role.is_output()
+                    && let (Some(prev), Some(at)) = (&last_block[i], &last_point)
+                {
+                    trace.writebacks.push(BlockFetch {
+                        operand: o.name.clone(),
+                        point: at.clone(),
+                        block: prev.clone(),
+                    });
+                }
+                if o.role.is_input() {
+                    trace.fetches.push(BlockFetch {
+                        operand: o.name.clone(),
+                        point: point.clone(),
+                        block: block.clone(),
+                    });
+                }
                 last_block[i] = Some(block);
             }
         }
+        last_point = Some(point);
+    }
+    if let (Some(trace), Some(at)) = (trace.as_deref_mut(), &last_point) {
+        for (i, o) in k.operands.iter().enumerate() {
+            if o.role.is_output()
+                && o.space != MemorySpace::Any
+                && let Some(prev) = &last_block[i]
+            {
+                trace.writebacks.push(BlockFetch {
+                    operand: o.name.clone(),
+                    point: at.clone(),
+                    block: prev.clone(),
+                });
+            }
+        }
+        trace.flops = m.flops;
+        trace.dma_bytes = m.dma_bytes.clone();
     }
     m.finish_dma()?;
     collect_outputs(k, m.operands)

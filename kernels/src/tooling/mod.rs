@@ -4,6 +4,7 @@
 pub mod atomic_file;
 pub mod bench;
 pub mod check;
+pub mod cost;
 pub mod diff;
 pub mod export;
 pub mod npy;

@@ -7,6 +7,7 @@
 mod args;
 mod bench;
 mod compile;
+mod cost;
 mod demo;
 mod kernel_args;
 mod lower;
@@ -34,11 +35,32 @@ COMMANDS:
     diff     compare two back ends (or one with the f64 reference) on one input
     bench    benchmarks with their XLA baselines, one table with ratios
     numerics the FP8 GEMM's error by depth and accumulation scheme
+    cost     the HBM<->VMEM bytes each kernel's pipeline moves, its flops, and a
+             roofline bound per TPU generation
     train    train a small transformer LM on a copying task on the CPU, with
              gradients through the kernels' backward passes and checkpoints
              that survive SIGTERM
 
 `tessera <COMMAND> --help` describes each command.
+";
+
+const HELP_COST: &str = "\
+tessera cost: what a kernel moves between HBM and VMEM on a TPU
+
+USAGE:
+    tessera cost [KERNEL|PRESET|all] [--config KEY=VALUE]... [--shape INPUT=DxDx..]... [--json]
+
+Runs the kernel in the reference interpreter on its sample inputs and counts,
+per operand, the blocks its pipeline moves: a block is fetched into VMEM when
+its block index changes between consecutive grid steps (kept otherwise), and
+an output block is written back when its index changes and at the end; a
+block at an array's edge moves only its in-bounds part. Also the dot flops it
+executed (skipped steps count nothing), the arithmetic intensity, and the
+roofline bound on v5e, v5p, v6e and v7x from Google's published peak flops and
+HBM bandwidth (per device). `all` (the default) is every catalog kernel at its
+defaults and every preset. --json prints one object per kernel (the Pallas
+comparison in tests/conformance reads it). Operands a kernel copies itself
+(manual DMA) count the bytes its copies moved.
 ";
 
 const HELP_DEMO: &str = "\
@@ -336,6 +358,7 @@ fn run(args: &[String]) -> ExitCode {
             "diff" => help(HELP_DIFF),
             "bench" => help(HELP_BENCH),
             "numerics" => help(HELP_NUMERICS),
+            "cost" => help(HELP_COST),
             "help" => help(HELP),
             other => {
                 eprintln!("tessera: unknown command `{other}`; see `tessera --help`");
@@ -358,6 +381,7 @@ fn run(args: &[String]) -> ExitCode {
         "diff" => run::diff(rest),
         "bench" => bench::bench(rest),
         "numerics" => numerics::numerics(rest),
+        "cost" => cost::cost_cmd(rest),
         other => Err(usage(format!(
             "unknown command `{other}`; see `tessera --help`"
         ))),

@@ -1,0 +1,62 @@
+//! `tessera cost [KERNEL|PRESET|all] [--config K=V].. [--shape I=DxD..].. [--json]`:
+//! the HBM↔VMEM traffic a kernel's pipeline implies, its flops and a
+//! roofline per TPU generation (`kernels::tooling::cost`).
+
+use kernels::library::{self, Config};
+use kernels::tooling::cost::{Cost, cost, table};
+
+use crate::args::Args;
+use crate::kernel_args::{choose, kernel_for_lower};
+use crate::{Failure, usage};
+
+/// The cost of a catalog kernel (with `--config`/`--shape`) or preset.
+fn one(name: &str, a: &Args) -> Result<Cost, Failure> {
+    let kernel = kernel_for_lower(name, a).map_err(usage)?;
+    let (entry, cfg) = match library::find(name) {
+        Some(e) => (e, choose(name, a).map_err(usage)?.config),
+        None => {
+            let p =
+                library::preset(name).ok_or_else(|| usage(format!("unknown kernel `{name}`")))?;
+            (p.entry, p.config().map_err(|e| usage(e.to_string()))?)
+        }
+    };
+    let inputs = entry.sample_inputs(&cfg, &kernel, 1);
+    cost(&kernel, &inputs).map_err(|e| Failure::Run(format!("{name}: {e}")))
+}
+
+pub fn cost_cmd(args: &[String]) -> Result<(), Failure> {
+    let a = Args::parse("cost", args, &["config", "shape"], &["json"]).map_err(usage)?;
+    let which = a.positional.first().map(String::as_str).unwrap_or("all");
+    if a.positional.len() > 1 {
+        return Err(usage(format!("unexpected argument `{}`", a.positional[1])));
+    }
+    let mut rows: Vec<(String, Cost)> = Vec::new();
+    if which == "all" {
+        if !a.all("config").is_empty() || !a.all("shape").is_empty() {
+            return Err(usage(
+                "--config and --shape need one kernel, not `all`".into(),
+            ));
+        }
+        for e in library::ENTRIES {
+            let cfg = Config::parse(e, &[]).map_err(|x| Failure::Run(x.to_string()))?;
+            let k = e
+                .build_at_default_shapes(&cfg)
+                .map_err(|x| Failure::Run(x.to_string()))?;
+            let c = cost(&k, &e.sample_inputs(&cfg, &k, 1))
+                .map_err(|x| Failure::Run(format!("{}: {x}", e.name)))?;
+            rows.push((e.name.to_string(), c));
+        }
+        for p in library::presets() {
+            rows.push((p.name().to_string(), one(p.name(), &Args::default())?));
+        }
+    } else {
+        rows.push((which.to_string(), one(which, &a)?));
+    }
+    if a.flag("json") {
+        let items: Vec<String> = rows.iter().map(|(_, c)| c.to_json()).collect();
+        println!("[{}]", items.join(",\n "));
+    } else {
+        print!("{}", table(&rows));
+    }
+    Ok(())
+}

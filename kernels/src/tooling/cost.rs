@@ -1,0 +1,273 @@
+//! What a kernel costs on a TPU, by the bytes its pipeline moves: every
+//! operand with a block spec is fetched from HBM into VMEM when its block
+//! index changes between consecutive grid steps and kept otherwise, and an
+//! output block is written back when its index changes and at the end (the
+//! rule of Mosaic's pipeline, as Pallas documents it). The counts come
+//! from a run of the reference interpreter on the kernel's sample inputs
+//! ([`kernel_ir::interpret_traced`]), so index maps that read scalar
+//! prefetch (valid lengths, page tables) and steps the body skips are
+//! counted as they happen; the flops are the dots it executed. A block at
+//! an array's edge moves only its in-bounds part. Operands the kernel
+//! copies itself (`#[any]`, manual DMA) count the bytes its copies moved.
+//!
+//! [`Roofline`] turns bytes and flops into a time bound per generation
+//! from the published peaks ([`kernel_ir::Target::peak_flops`],
+//! [`kernel_ir::Target::hbm_bandwidth`]).
+
+use kernel_ir::{Array, DType, InterpOptions, MemorySpace, Target, VerifiedKernel};
+
+/// One operand's traffic.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperandTraffic {
+    /// Its name.
+    pub name: String,
+    /// `in` (HBM → VMEM) or `out` (VMEM → HBM).
+    pub direction: &'static str,
+    /// Blocks moved by the pipeline (0 for an operand the kernel copies
+    /// itself: its bytes are its copies').
+    pub blocks: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+}
+
+/// A kernel's traffic and flops on its inputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cost {
+    /// The kernel's name.
+    pub kernel: String,
+    /// Per operand, in operand order.
+    pub operands: Vec<OperandTraffic>,
+    /// Dot flops executed.
+    pub flops: u64,
+    /// Grid steps.
+    pub steps: u64,
+    /// The element type its rooflines use (the widest-traffic input's).
+    pub dtype: DType,
+}
+
+/// A time bound on one generation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Roofline {
+    /// Seconds at peak flops.
+    pub compute_s: f64,
+    /// Seconds at full HBM bandwidth.
+    pub memory_s: f64,
+}
+
+impl Roofline {
+    /// The bound: the larger of the two.
+    pub fn seconds(&self) -> f64 {
+        self.compute_s.max(self.memory_s)
+    }
+
+    /// `compute` or `memory`.
+    pub fn bound(&self) -> &'static str {
+        if self.compute_s >= self.memory_s {
+            "compute"
+        } else {
+            "memory"
+        }
+    }
+}
+
+impl Cost {
+    /// Bytes fetched into VMEM.
+    pub fn bytes_in(&self) -> u64 {
+        self.operands
+            .iter()
+            .filter(|o| o.direction == "in")
+            .map(|o| o.bytes)
+            .sum()
+    }
+
+    /// Bytes written back to HBM.
+    pub fn bytes_out(&self) -> u64 {
+        self.operands
+            .iter()
+            .filter(|o| o.direction == "out")
+            .map(|o| o.bytes)
+            .sum()
+    }
+
+    /// Flops per byte moved.
+    pub fn intensity(&self) -> f64 {
+        self.flops as f64 / (self.bytes_in() + self.bytes_out()).max(1) as f64
+    }
+
+    /// The roofline bound on `target`.
+    pub fn roofline(&self, target: Target) -> Roofline {
+        Roofline {
+            compute_s: self.flops as f64 / target.peak_flops(self.dtype),
+            memory_s: (self.bytes_in() + self.bytes_out()) as f64 / target.hbm_bandwidth(),
+        }
+    }
+
+    /// The cost as one JSON object (for scripts: the Pallas comparison).
+    pub fn to_json(&self) -> String {
+        let ops: Vec<String> = self
+            .operands
+            .iter()
+            .map(|o| {
+                format!(
+                    "{{\"name\": \"{}\", \"direction\": \"{}\", \"blocks\": {}, \"bytes\": {}}}",
+                    o.name, o.direction, o.blocks, o.bytes
+                )
+            })
+            .collect();
+        format!(
+            "{{\"kernel\": \"{}\", \"flops\": {}, \"steps\": {}, \"bytes_in\": {}, \"bytes_out\": {}, \"operands\": [{}]}}",
+            self.kernel,
+            self.flops,
+            self.steps,
+            self.bytes_in(),
+            self.bytes_out(),
+            ops.join(", ")
+        )
+    }
+}
+
+/// In-bounds bytes of block `index` of an operand.
+fn block_bytes(shape: &[usize], block: &[usize], index: &[i64], d: DType) -> u64 {
+    let elems: u64 = shape
+        .iter()
+        .zip(block)
+        .zip(index)
+        .map(|((&n, &s), &b)| {
+            let start = (b.max(0) as usize).saturating_mul(s);
+            n.saturating_sub(start).min(s) as u64
+        })
+        .product();
+    elems * d.bytes() as u64
+}
+
+/// The traffic and flops of `kernel` on `inputs` (as
+/// [`kernel_ir::interpret`] takes them).
+pub fn cost(kernel: &VerifiedKernel, inputs: &[Array]) -> Result<Cost, String> {
+    let (_, trace) = kernel_ir::interpret_traced(kernel, inputs, &InterpOptions::default())
+        .map_err(|e| e.to_string())?;
+    let k = kernel.kernel();
+    let mut operands = Vec::new();
+    for (i, o) in k.operands.iter().enumerate() {
+        if o.space == MemorySpace::Any {
+            // Copied by the kernel itself: the bytes its copies moved.
+            let (from, to) = trace.dma_bytes.get(i).copied().unwrap_or((0, 0));
+            for (direction, bytes) in [("in", from), ("out", to)] {
+                if bytes > 0 || (direction == "in" && o.role.is_input()) {
+                    operands.push(OperandTraffic {
+                        name: o.name.clone(),
+                        direction,
+                        blocks: 0,
+                        bytes,
+                    });
+                }
+            }
+            continue;
+        }
+        let mut add = |direction, list: &[kernel_ir::BlockFetch]| {
+            let mine: Vec<_> = list.iter().filter(|f| f.operand == o.name).collect();
+            let bytes = mine
+                .iter()
+                .map(|f| block_bytes(&o.shape, &o.block.shape, &f.block, o.dtype))
+                .sum();
+            operands.push(OperandTraffic {
+                name: o.name.clone(),
+                direction,
+                blocks: mine.len() as u64,
+                bytes,
+            });
+        };
+        if o.role.is_input() {
+            add("in", &trace.fetches);
+        }
+        if o.role.is_output() {
+            add("out", &trace.writebacks);
+        }
+    }
+    let dtype = k
+        .operands
+        .iter()
+        .zip(&operands)
+        .filter(|(o, _)| o.role.is_input())
+        .max_by_key(|(_, t)| t.bytes)
+        .map(|(o, _)| o.dtype)
+        .unwrap_or(DType::F32);
+    Ok(Cost {
+        kernel: k.name.clone(),
+        operands,
+        flops: trace.flops,
+        steps: k.grid.points().count() as u64,
+        dtype,
+    })
+}
+
+/// A table of costs with a roofline column per generation.
+pub fn table(rows: &[(String, Cost)]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "{:<40} {:>11} {:>11} {:>12} {:>8}",
+        "kernel", "HBM→VMEM", "VMEM→HBM", "flops", "flop/B"
+    );
+    for t in Target::ALL {
+        let _ = write!(s, " {:>14}", format!("{} bound", t.name()));
+    }
+    s.push('\n');
+    let human = |b: u64| -> String {
+        let b = b as f64;
+        if b >= 1e9 {
+            format!("{:.2} GB", b / 1e9)
+        } else if b >= 1e6 {
+            format!("{:.2} MB", b / 1e6)
+        } else {
+            format!("{:.1} kB", b / 1e3)
+        }
+    };
+    for (name, c) in rows {
+        let _ = write!(
+            s,
+            "{:<40} {:>11} {:>11} {:>12.3e} {:>8.1}",
+            name,
+            human(c.bytes_in()),
+            human(c.bytes_out()),
+            c.flops as f64,
+            c.intensity()
+        );
+        for t in Target::ALL {
+            let r = c.roofline(t);
+            let _ = write!(
+                s,
+                " {:>14}",
+                format!(
+                    "{:.2} µs {}",
+                    r.seconds() * 1e6,
+                    if r.bound() == "memory" { "M" } else { "C" }
+                )
+            );
+        }
+        s.push('\n');
+    }
+    s.push_str(
+        "\nbound: the roofline time at published peak flops (C) or HBM bandwidth (M), whichever is larger; \
+         per device (a v7x chip is two). Traffic by the pipeline rule: a block moves when its index changes between steps.\n",
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edge_blocks_move_only_their_in_bounds_part() {
+        // [10, 256] f32 in [8, 128] blocks: block (1, 1) holds 2 rows.
+        assert_eq!(
+            block_bytes(&[10, 256], &[8, 128], &[1, 1], DType::F32),
+            2 * 128 * 4
+        );
+        assert_eq!(
+            block_bytes(&[10, 256], &[8, 128], &[0, 0], DType::BF16),
+            8 * 128 * 2
+        );
+    }
+}
