@@ -9,7 +9,8 @@
 # copy, semaphore and scope ops one by one. Tessera's
 # Mosaic body must deserialize (mosaic-serde{serialize=false}), verify with
 # the tpu dialect registered, and survive a serialize/deserialize round trip.
-# Writes target/conformance/report.md listing every remaining difference
+# Also counts the HBM traffic of Pallas's flash attention against `tessera cost`
+# (target/conformance/pallas_traffic.md). Writes target/conformance/report.md listing every remaining difference
 # with its reason; exits non-zero on a failed check or an unexplained
 # difference.
 set -euo pipefail
@@ -48,3 +49,6 @@ done
 # compiled with libtpu. Report in target/conformance/jax/report.md.
 mkdir -p "$out/jax"
 "$venv/bin/python" tests/conformance/jax_export.py ./target/release/tessera "$out/jax"
+# HBM traffic of flash attention against Pallas's own (same pipeline rule):
+# Tessera must move no more bytes, causal or not, with a valid length or not.
+"$venv/bin/python" tests/conformance/pallas_traffic.py ./target/release/tessera "$out"

@@ -1,4 +1,4 @@
-//! `tessera cost [KERNEL|PRESET|all] [--config K=V].. [--shape I=DxD..].. [--json]`:
+//! `tessera cost [KERNEL|PRESET|all] [--config K=V].. [--shape I=DxD..].. [--input I=FILE].. [--json]`:
 //! the HBM↔VMEM traffic a kernel's pipeline implies, its flops and a
 //! roofline per TPU generation (`kernels::tooling::cost`).
 
@@ -20,12 +20,25 @@ fn one(name: &str, a: &Args) -> Result<Cost, Failure> {
             (p.entry, p.config().map_err(|e| usage(e.to_string()))?)
         }
     };
-    let inputs = entry.sample_inputs(&cfg, &kernel, 1);
+    let mut inputs = entry.sample_inputs(&cfg, &kernel, 1);
+    // `--input NAME=FILE.npy` replaces a sampled input (a valid length, a
+    // page table: values that decide the traffic).
+    for (k, path) in a.pairs("input").map_err(usage)? {
+        let names: Vec<&str> = kernel.arguments().map(|x| x.name).collect();
+        let i = names.iter().position(|n| *n == k).ok_or_else(|| {
+            usage(format!("kernel `{name}` has no input `{k}`; its inputs are: {}", names.join(", ")))
+        })?;
+        let arr = kernels::tooling::npy::read(std::path::Path::new(&path)).map_err(|e| usage(e.to_string()))?;
+        inputs[i] = arr.cast(inputs[i].dtype());
+    }
+    entry
+        .check_inputs(&cfg, &kernel, &inputs)
+        .map_err(|e| usage(e.to_string()))?;
     cost(&kernel, &inputs).map_err(|e| Failure::Run(format!("{name}: {e}")))
 }
 
 pub fn cost_cmd(args: &[String]) -> Result<(), Failure> {
-    let a = Args::parse("cost", args, &["config", "shape"], &["json"]).map_err(usage)?;
+    let a = Args::parse("cost", args, &["config", "shape", "input"], &["json"]).map_err(usage)?;
     let which = a.positional.first().map(String::as_str).unwrap_or("all");
     if a.positional.len() > 1 {
         return Err(usage(format!("unexpected argument `{}`", a.positional[1])));

@@ -48,9 +48,11 @@ const HELP_COST: &str = "\
 tessera cost: what a kernel moves between HBM and VMEM on a TPU
 
 USAGE:
-    tessera cost [KERNEL|PRESET|all] [--config KEY=VALUE]... [--shape INPUT=DxDx..]... [--json]
+    tessera cost [KERNEL|PRESET|all] [--config KEY=VALUE]... [--shape INPUT=DxDx..]...
+                 [--input INPUT=FILE.npy]... [--json]
 
-Runs the kernel in the reference interpreter on its sample inputs and counts,
+Runs the kernel in the reference interpreter on its sample inputs (--input
+replaces one, e.g. a valid length or a page table) and counts,
 per operand, the blocks its pipeline moves: a block is fetched into VMEM when
 its block index changes between consecutive grid steps (kept otherwise), and
 an output block is written back when its index changes and at the end; a
