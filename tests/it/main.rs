@@ -3,6 +3,7 @@ mod attention;
 mod block_fetches;
 mod builder_kernels;
 mod common;
+mod cost;
 mod dma;
 mod dsl;
 mod dsl_vs_builder;
