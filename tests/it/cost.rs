@@ -9,9 +9,17 @@ use kernels::library::{Config, find};
 use kernels::reference::AttnSpec;
 use kernels::tooling::cost::cost;
 
-fn entry_cost(name: &str, cfg: &[(&str, &str)], shapes: &[(&str, Vec<usize>)], fix: impl Fn(&mut Vec<Array>)) -> kernels::tooling::cost::Cost {
+fn entry_cost(
+    name: &str,
+    cfg: &[(&str, &str)],
+    shapes: &[(&str, Vec<usize>)],
+    fix: impl Fn(&mut Vec<Array>),
+) -> kernels::tooling::cost::Cost {
     let e = find(name).unwrap();
-    let pairs: Vec<(String, String)> = cfg.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let pairs: Vec<(String, String)> = cfg
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let c = Config::parse(e, &pairs).unwrap();
     let k = e.build_with_shapes(&c, shapes).unwrap();
     let mut inputs = e.sample_inputs(&c, &k, 3);
@@ -20,7 +28,11 @@ fn entry_cost(name: &str, cfg: &[(&str, &str)], shapes: &[(&str, Vec<usize>)], f
 }
 
 fn bytes_of(c: &kernels::tooling::cost::Cost, name: &str, dir: &str) -> u64 {
-    c.operands.iter().filter(|o| o.name == name && o.direction == dir).map(|o| o.bytes).sum()
+    c.operands
+        .iter()
+        .filter(|o| o.name == name && o.direction == dir)
+        .map(|o| o.bytes)
+        .sum()
 }
 
 #[test]
@@ -46,8 +58,20 @@ fn a_tiled_matmul_moves_one_block_per_operand_per_step() {
 fn flash_attention_moves_what_its_mask_needs_and_nothing_for_skipped_steps() {
     let (s, d, b) = (512, 64, 128);
     let nb = s / b;
-    for (causal, window, kv_len) in [(false, None, None), (true, None, None), (true, Some(200), None), (false, None, Some(300)), (true, None, Some(300))] {
-        let spec = AttnSpec { causal, scale: 0.125, window, softcap: None, kv_len };
+    for (causal, window, kv_len) in [
+        (false, None, None),
+        (true, None, None),
+        (true, Some(200), None),
+        (false, None, Some(300)),
+        (true, None, Some(300)),
+    ] {
+        let spec = AttnSpec {
+            causal,
+            scale: 0.125,
+            window,
+            softcap: None,
+            kv_len,
+        };
         let need = |qb: usize, kb: usize| {
             (qb * b..(qb + 1) * b).any(|i| (kb * b..(kb + 1) * b).any(|j| spec.visible(i, j)))
         };
@@ -67,9 +91,21 @@ fn flash_attention_moves_what_its_mask_needs_and_nothing_for_skipped_steps() {
                 }
             }
         }
-        let w = window.map(|w| w.to_string()).unwrap_or_else(|| "none".into());
-        let cfg = [("causal", if causal { "true" } else { "false" }), ("block_q", "128"), ("block_k", "128"), ("sm_scale", "0.125"), ("window", w.as_str())];
-        let shapes = vec![("q", vec![1, 1, s, d]), ("k", vec![1, 1, s, d]), ("v", vec![1, 1, s, d])];
+        let w = window
+            .map(|w| w.to_string())
+            .unwrap_or_else(|| "none".into());
+        let cfg = [
+            ("causal", if causal { "true" } else { "false" }),
+            ("block_q", "128"),
+            ("block_k", "128"),
+            ("sm_scale", "0.125"),
+            ("window", w.as_str()),
+        ];
+        let shapes = vec![
+            ("q", vec![1, 1, s, d]),
+            ("k", vec![1, 1, s, d]),
+            ("v", vec![1, 1, s, d]),
+        ];
         let c = match kv_len {
             None => entry_cost("flash_attention", &cfg, &shapes, |_| {}),
             Some(l) => entry_cost("flash_attention_kv_len", &cfg, &shapes, |a| {

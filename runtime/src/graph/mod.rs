@@ -30,6 +30,7 @@ mod exec;
 mod lower;
 mod node;
 mod optim;
+mod plan;
 mod tensor;
 
 use std::collections::{BTreeMap, HashMap};
@@ -279,6 +280,8 @@ pub(crate) struct Inner {
     pub kernel_funcs: Mutex<HashMap<(String, String), String>>,
     /// Recorded collectives not yet run: never pruned.
     pub pending_collectives: Mutex<Vec<Arc<Node>>>,
+    /// Executables by subgraph structure: the dispatch fast path.
+    pub plans: Mutex<HashMap<[u8; 32], Arc<plan::Plan>>>,
     worker: Mutex<mpsc::Sender<Job>>,
     next_id: AtomicU64,
     pub options: RuntimeOptions,
@@ -368,6 +371,7 @@ impl Runtime {
                 stats: Mutex::new(Stats::default()),
                 kernel_funcs: Mutex::new(HashMap::new()),
                 pending_collectives: Mutex::new(Vec::new()),
+                plans: Mutex::new(HashMap::new()),
                 worker: Mutex::new(tx),
                 next_id: AtomicU64::new(0),
                 options,

@@ -26,9 +26,13 @@ fn one(name: &str, a: &Args) -> Result<Cost, Failure> {
     for (k, path) in a.pairs("input").map_err(usage)? {
         let names: Vec<&str> = kernel.arguments().map(|x| x.name).collect();
         let i = names.iter().position(|n| *n == k).ok_or_else(|| {
-            usage(format!("kernel `{name}` has no input `{k}`; its inputs are: {}", names.join(", ")))
+            usage(format!(
+                "kernel `{name}` has no input `{k}`; its inputs are: {}",
+                names.join(", ")
+            ))
         })?;
-        let arr = kernels::tooling::npy::read(std::path::Path::new(&path)).map_err(|e| usage(e.to_string()))?;
+        let arr = kernels::tooling::npy::read(std::path::Path::new(&path))
+            .map_err(|e| usage(e.to_string()))?;
         inputs[i] = arr.cast(inputs[i].dtype());
     }
     entry
