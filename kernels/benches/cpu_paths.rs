@@ -26,7 +26,8 @@ fn main() -> std::process::ExitCode {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3.0);
     let mut rows = Vec::new();
-    for (w, methods) in suite(max_s, max_bwd_s) {
+    let torch = kernels::tooling::bench::torch_python().is_some();
+    for (w, methods) in suite(max_s, max_bwd_s, torch) {
         for m in methods {
             let r = measure_isolated(w, m, Duration::from_secs_f64(budget));
             match &r {

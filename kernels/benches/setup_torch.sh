@@ -8,7 +8,9 @@
 set -euo pipefail
 python=""
 for candidate in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12; do
-  if command -v "$candidate" >/dev/null 2>&1; then python=$(command -v "$candidate"); break; fi
+  if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+    python=$(command -v "$candidate"); break
+  fi
 done
 [ -n "$python" ] || { echo "setup_torch: no Python 3.12 on this machine" >&2; exit 1; }
 cache="${TESSERA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}"

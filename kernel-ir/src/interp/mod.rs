@@ -248,7 +248,7 @@ fn run(
         }
         last_point = Some(point);
     }
-    if let (Some(trace), Some(at)) = (trace.as_deref_mut(), &last_point) {
+    if let (Some(trace), Some(at)) = (trace, &last_point) {
         for (i, o) in k.operands.iter().enumerate() {
             if o.role.is_output()
                 && o.space != MemorySpace::Any

@@ -59,7 +59,13 @@ pub fn bench(args: &[String]) -> Result<(), Failure> {
     let max_bwd_s = num("max-bwd-s", 4096.0, 65536.0)? as usize;
     let budget = Duration::from_secs_f64(num("budget", 3.0, 3600.0)?);
     let mut rows = Vec::new();
-    for (w, methods) in suite(max_s, max_bwd_s) {
+    let torch = kernels::tooling::bench::torch_python().is_some();
+    if !torch {
+        eprintln!(
+            "no Python with torch: PyTorch is not measured (kernels/benches/setup_torch.sh makes one)"
+        );
+    }
+    for (w, methods) in suite(max_s, max_bwd_s, torch) {
         if filter.is_some_and(|f| f != group(w)) {
             continue;
         }

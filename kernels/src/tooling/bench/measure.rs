@@ -51,8 +51,15 @@ fn peak() -> Option<u64> {
 /// Measures in this process: compile, reset the peak, run once (memory),
 /// then time runs until `budget` is spent (at least two, at most 10).
 pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, String> {
+    if m == Method::Torch {
+        let python = super::torch_python()
+            .ok_or("no Python with torch (kernels/benches/setup_torch.sh makes one)")?;
+        return super::torch::measure_torch(&python, w, budget);
+    }
     let pool = w.pool()?;
     let mut run: Box<dyn FnMut() -> Result<(), String>> = match m {
+        // Measured above, in Python.
+        Method::Torch => return Err("torch is measured by its own child".into()),
         Method::Jit => {
             let stages: Vec<(HostKernel, Vec<usize>)> = w
                 .stages(m)?
@@ -214,6 +221,10 @@ pub fn child_main(args: &[String]) -> Option<std::process::ExitCode> {
 
 /// Measures in a child process (this executable with [`CHILD_FLAG`]).
 pub fn measure_isolated(w: Workload, m: Method, budget: Duration) -> Result<Measurement, String> {
+    if m == Method::Torch {
+        // Its own process already: the Python child.
+        return measure(w, m, budget);
+    }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     cmd.arg(CHILD_FLAG)

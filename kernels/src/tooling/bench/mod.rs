@@ -26,10 +26,12 @@ use kernel_ir::KernelErrors;
 mod baseline;
 mod measure;
 mod report;
+mod torch;
 
 use baseline::baseline;
 pub use measure::{Measurement, child_main, measure, measure_isolated};
 pub use report::{suite, svg_chart, table, to_json};
+pub use torch::torch_python;
 
 /// The argument that makes a benchmark binary measure one case and exit.
 pub const CHILD_FLAG: &str = "--tessera-bench-child";
@@ -309,6 +311,10 @@ pub enum Method {
     Decomposed,
     /// The plain StableHLO baseline on PJRT.
     Xla,
+    /// PyTorch (`torch.matmul`, `scaled_dot_product_attention` with the
+    /// flash backend), in a Python child process, when a Python with torch
+    /// is found ([`torch_python`]).
+    Torch,
 }
 
 impl Method {
@@ -321,6 +327,9 @@ impl Method {
             (Method::Xla, Workload::Attention { .. } | Workload::AttentionBwd { .. }) => {
                 "xla unfused"
             }
+            (Method::Torch, Workload::Matmul { .. }) => "torch matmul",
+            (Method::Torch, Workload::Attention { .. }) => "torch sdpa flash",
+            (Method::Torch, Workload::AttentionBwd { .. }) => "torch sdpa flash bwd",
         }
     }
 
@@ -329,11 +338,12 @@ impl Method {
             Method::Jit => "jit",
             Method::Decomposed => "decomposed",
             Method::Xla => "xla",
+            Method::Torch => "torch",
         }
     }
 
     fn parse(s: &str) -> Option<Method> {
-        [Method::Jit, Method::Decomposed, Method::Xla]
+        [Method::Jit, Method::Decomposed, Method::Xla, Method::Torch]
             .into_iter()
             .find(|m| m.arg() == s)
     }

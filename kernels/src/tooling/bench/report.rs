@@ -6,7 +6,9 @@ use super::*;
 /// The standard suite: matmul 1024³, attention forward at S = 1024…8192
 /// (up to `max_s`) and backward at S = 1024…4096 (up to `max_bwd_s`),
 /// causal and not.
-pub fn suite(max_s: usize, max_bwd_s: usize) -> Vec<(Workload, Vec<Method>)> {
+///
+/// With `torch`, PyTorch is measured beside every workload.
+pub fn suite(max_s: usize, max_bwd_s: usize, torch: bool) -> Vec<(Workload, Vec<Method>)> {
     let mut v = vec![(Workload::Matmul { n: 1024 }, vec![Method::Jit, Method::Xla])];
     let mut s = 1024;
     while s <= max_s {
@@ -28,6 +30,11 @@ pub fn suite(max_s: usize, max_bwd_s: usize) -> Vec<(Workload, Vec<Method>)> {
         }
         s *= 2;
     }
+    if torch {
+        for (_, methods) in &mut v {
+            methods.push(Method::Torch);
+        }
+    }
     v
 }
 
@@ -35,9 +42,14 @@ pub fn suite(max_s: usize, max_bwd_s: usize) -> Vec<(Workload, Vec<Method>)> {
 /// XLA baseline of the same workload.
 pub fn table(rows: &[Result<Measurement, String>]) -> String {
     let mut out = format!(
-        "{:<26} {:<24} {:>10} {:>9} {:>11} {:>10} {:>10}\n",
-        "workload", "method", "time", "GFLOP/s", "peak mem", "time/xla", "mem/xla"
+        "{:<26} {:<24} {:>10} {:>9} {:>11} {:>10} {:>10} {:>11}\n",
+        "workload", "method", "time", "GFLOP/s", "peak mem", "time/xla", "mem/xla", "time/torch"
     );
+    let torch = |w: Workload| {
+        rows.iter()
+            .flatten()
+            .find(|m| m.workload == w && m.method == Method::Torch)
+    };
     let base = |w: Workload| {
         rows.iter()
             .flatten()
@@ -52,7 +64,7 @@ pub fn table(rows: &[Result<Measurement, String>]) -> String {
                     _ => "-".into(),
                 };
                 out += &format!(
-                    "{:<26} {:<24} {:>8.1}ms {:>9.1} {:>11} {:>10} {:>10}\n",
+                    "{:<26} {:<24} {:>8.1}ms {:>9.1} {:>11} {:>10} {:>10} {:>11}\n",
                     m.workload.to_string(),
                     m.method.name(m.workload),
                     m.seconds * 1e3,
@@ -60,6 +72,7 @@ pub fn table(rows: &[Result<Measurement, String>]) -> String {
                     kernel_ir::human_bytes(m.peak_bytes),
                     ratio(m.seconds, b.map(|b| b.seconds)),
                     ratio(m.peak_bytes as f64, b.map(|b| b.peak_bytes as f64)),
+                    ratio(m.seconds, torch(m.workload).map(|t| t.seconds)),
                 );
             }
             Err(e) => out += &format!("error: {e}\n"),
@@ -76,6 +89,11 @@ pub fn to_json(rows: &[Result<Measurement, String>]) -> String {
             .flatten()
             .find(|m| m.workload == w && m.method == Method::Xla)
     };
+    let torch_of = |w: Workload| {
+        rows.iter()
+            .flatten()
+            .find(|m| m.workload == w && m.method == Method::Torch)
+    };
     let items: Vec<String> = rows
         .iter()
         .map(|r| match r {
@@ -86,7 +104,7 @@ pub fn to_json(rows: &[Result<Measurement, String>]) -> String {
                     _ => "null".into(),
                 };
                 format!(
-                    "{{\"workload\": \"{}\", \"method\": \"{}\", \"seconds\": {:.6}, \"runs\": {}, \"gflops\": {:.2}, \"peak_bytes\": {}, \"time_vs_xla\": {}, \"memory_vs_xla\": {}}}",
+                    "{{\"workload\": \"{}\", \"method\": \"{}\", \"seconds\": {:.6}, \"runs\": {}, \"gflops\": {:.2}, \"peak_bytes\": {}, \"time_vs_xla\": {}, \"memory_vs_xla\": {}, \"time_vs_torch\": {}}}",
                     m.workload,
                     m.method.name(m.workload),
                     m.seconds,
@@ -94,7 +112,8 @@ pub fn to_json(rows: &[Result<Measurement, String>]) -> String {
                     m.gflops(),
                     m.peak_bytes,
                     ratio(m.seconds, b.map(|b| b.seconds)),
-                    ratio(m.peak_bytes as f64, b.map(|b| b.peak_bytes as f64))
+                    ratio(m.peak_bytes as f64, b.map(|b| b.peak_bytes as f64)),
+                    ratio(m.seconds, torch_of(m.workload).map(|t| t.seconds))
                 )
             }
             Err(e) => format!("{{\"error\": \"{}\"}}", e.replace('\\', "\\\\").replace('"', "\\\"")),
