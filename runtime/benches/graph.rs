@@ -73,6 +73,11 @@ fn main() -> Result<(), RuntimeError> {
 
     // A cache hit: record the graph, sync (fingerprint, find, run), read.
     let lazy_iter = time(budget, || graph(&x, &w, &b)?.to_host().map(drop))?;
+    // The same with tracing on (spans recorded; off, each span point is
+    // one atomic load).
+    lazy.start_tracing();
+    let traced_iter = time(budget, || graph(&x, &w, &b)?.to_host().map(drop))?;
+    let spans = lazy.stop_tracing().spans.len();
     // Its parts: record + sync without the read; the read of a ready
     // tensor alone.
     let sync_only = time(budget, || {
@@ -121,6 +126,16 @@ fn main() -> Result<(), RuntimeError> {
         "{:<44} {:>12}",
         "deferred: record + sync + read (cache hit)",
         format!("{:.1} µs", lazy_iter * 1e6)
+    );
+    println!(
+        "{:<44} {:>12}",
+        "  the same, tracing on",
+        format!("{:.1} µs", traced_iter * 1e6)
+    );
+    println!(
+        "{:<44} {:>12}",
+        "  tracing on / off",
+        format!("{:.2}x ({spans} spans)", traced_iter / lazy_iter)
     );
     println!(
         "{:<44} {:>12}",

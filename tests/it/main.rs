@@ -28,4 +28,5 @@ mod structure;
 mod tpu_compile;
 mod tpu_dma;
 mod tpu_fp8;
+mod trace;
 mod train;

@@ -10,5 +10,6 @@ pub mod export;
 pub mod npy;
 pub mod numerics;
 pub mod paths;
+pub mod profile;
 pub mod train;
 pub mod transformer;

@@ -125,7 +125,15 @@ pub(super) fn upload_dynamic(
             .filter(|(d, _)| *d != dim)
             .map(|(_, &x)| x)
             .product();
-        s.padding_bytes += ((size - len) * row * array.dtype().bytes()) as u64;
+        let padding = ((size - len) * row * array.dtype().bytes()) as u64;
+        s.padding_bytes += padding;
+        drop(s);
+        if let Some(mut span) = rt.inner.tracer.span("bucket") {
+            span.arg("length", len);
+            span.arg("bucket", size);
+            span.arg("padding_bytes", padding);
+            span.arg("bytes", (size * row * array.dtype().bytes()) as u64);
+        }
     }
     Ok(Tensor::from_node(rt.clone(), node))
 }

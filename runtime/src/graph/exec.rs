@@ -39,6 +39,10 @@ pub(crate) fn materialize(inner: &Inner, requested: &[Arc<Node>]) {
     if outputs.is_empty() {
         return;
     }
+    let mut span = inner.tracer.span("materialize");
+    if let Some(s) = span.as_mut() {
+        s.arg("requested", outputs.len());
+    }
     match run(inner, &mut outputs) {
         Ok(()) => {}
         Err(e) => {
@@ -97,6 +101,19 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
     let order = lower::topo_order(outputs)?;
     let salt = format!("{} {platform}", inner.devices);
     let shape = plan::shape_of(&order, outputs, &salt);
+    if inner.tracer.is_on() {
+        let collectives = order.iter().filter(|(_, op, _)| op.is_collective()).count();
+        for (_, op, _) in order.iter().filter(|(_, op, _)| op.is_collective()) {
+            if let Some(mut s) = inner.tracer.span("collective") {
+                s.arg("op", op.name());
+            }
+        }
+        if let Some(mut s) = inner.tracer.span("subgraph") {
+            s.arg("nodes", order.len());
+            s.arg("outputs", outputs.len());
+            s.arg("collectives", collectives);
+        }
+    }
     drop(order);
     if let Some(shape) = &shape {
         let cached = inner
@@ -108,29 +125,52 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
         if let Some(p) = cached
             && let Some(params) = plan::bind(&p, shape)
         {
+            if let Some(mut s) = inner.tracer.span("cache lookup") {
+                s.arg("tier", "plan");
+            }
             {
                 let mut s = inner.stats();
                 s.hits_memory += 1;
                 s.transposes += p.transposes.0;
                 s.transpose_bytes += p.transposes.1;
             }
-            let results = execute(inner, &params, outputs.len(), &p.executable)?;
+            let results = execute(inner, &params, outputs.len(), &p.executable, p.transposes)?;
             return store(inner, outputs, results);
         }
     }
     let kernel_text = |k: &VerifiedKernel, name: &str| -> Result<String, RuntimeError> {
         kernel_function(inner, &platform, k, name)
     };
-    let program = lower::lower(outputs, inner.devices, &kernel_text)?;
+    let program = {
+        let _span = inner.tracer.span("lower");
+        lower::lower(outputs, inner.devices, &kernel_text)?
+    };
     let options = CompileOptions {
         num_replicas: inner.devices,
         num_partitions: 1,
     };
+    let mut lookup_span = inner.tracer.span("cache lookup");
     let key = crate::cache::key(&program.text, &options, &inner.client);
     let lookup = inner
         .cache
         .get(&key, &program.text, &options, &inner.client)
         .map_err(|e| RuntimeError::failed("compiling the graph", e))?;
+    if let Some(s) = lookup_span.as_mut() {
+        let tier = match lookup.tier {
+            Tier::Memory => "memory",
+            Tier::Disk => "disk",
+            Tier::Remote => "remote",
+            Tier::Compiled => "miss",
+        };
+        s.arg("tier", tier);
+        s.arg("module_bytes", program.text.len());
+        if lookup.tier == Tier::Compiled {
+            inner
+                .tracer
+                .push_ended("compile", lookup.compile_time, Vec::new());
+        }
+    }
+    drop(lookup_span);
     {
         let mut s = inner.stats();
         match lookup.tier {
@@ -148,6 +188,10 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
         // The executable calls host kernels by key: they must be compiled
         // in this process (a disk hit skips XLA's compile, not this).
         for k in &program.kernels {
+            let mut span = inner.tracer.span("kernel jit");
+            if let Some(s) = span.as_mut() {
+                s.arg("kernel", &k.name);
+            }
             crate::host_call::register_kernel(k)
                 .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e))?;
         }
@@ -157,6 +201,7 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
         &program.params,
         program.outputs.len(),
         &lookup.executable,
+        program.transposes,
     )?;
     if let Some(shape) = &shape
         && let Some(slots) = plan::slots(&program, shape)
@@ -200,6 +245,7 @@ fn execute(
     params: &[Param],
     n_outputs: usize,
     exe: &crate::pjrt::Executable,
+    transposes: (u64, u64),
 ) -> Result<Vec<Vec<Buffer>>, RuntimeError> {
     let fail = |e: crate::pjrt::PjrtError| RuntimeError::failed("running the graph", e);
     let mut scalars: Vec<Vec<Buffer>> = Vec::new();
@@ -207,6 +253,7 @@ fn execute(
     // Per parameter: (is scalar, index into the matching list).
     let mut slots = Vec::new();
     let mut bytes = 0u64;
+    let mut h2d = inner.tracer.span("h2d");
     for p in params {
         match p {
             Param::Node(n) => match n.ready() {
@@ -236,6 +283,11 @@ fn execute(
         }
     }
     inner.stats().bytes_to_device += bytes;
+    if let Some(s) = h2d.as_mut() {
+        s.arg("bytes", bytes);
+        s.arg("what", "scalar parameters");
+    }
+    drop(h2d);
     let args: Vec<Vec<&Buffer>> = (0..inner.devices)
         .map(|dev| {
             slots
@@ -250,7 +302,13 @@ fn execute(
                 .collect()
         })
         .collect();
+    let mut span = inner.tracer.span("execute");
+    if let Some(s) = span.as_mut() {
+        s.arg("transposes", transposes.0);
+        s.arg("transpose_bytes", transposes.1);
+    }
     let per_device = exe.execute_replicated(&args).map_err(fail)?;
+    drop(span);
     // [device][output] → [output][device]
     let mut per_output: Vec<Vec<Buffer>> = (0..n_outputs).map(|_| Vec::new()).collect();
     for outs in per_device {

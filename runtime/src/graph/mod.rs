@@ -32,6 +32,7 @@ mod node;
 mod optim;
 mod plan;
 mod tensor;
+mod trace;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -45,6 +46,7 @@ pub use autodiff::{KernelVjp, VjpCall, grad, no_grad, vjp};
 pub use bucket::Buckets;
 pub use optim::{AdamW, Sgd};
 pub use tensor::Tensor;
+pub use trace::{MAX_SPANS, Span, Trace, TraceSummary};
 
 use crate::cache::{CompileCache, RemoteCache, disk::DiskCache};
 use crate::pjrt::{Client, Plugin};
@@ -282,6 +284,8 @@ pub(crate) struct Inner {
     pub pending_collectives: Mutex<Vec<Arc<Node>>>,
     /// Executables by subgraph structure: the dispatch fast path.
     pub plans: Mutex<HashMap<[u8; 32], Arc<plan::Plan>>>,
+    /// Spans, while tracing.
+    pub tracer: trace::Tracer,
     worker: Mutex<mpsc::Sender<Job>>,
     next_id: AtomicU64,
     pub options: RuntimeOptions,
@@ -372,6 +376,7 @@ impl Runtime {
                 kernel_funcs: Mutex::new(HashMap::new()),
                 pending_collectives: Mutex::new(Vec::new()),
                 plans: Mutex::new(HashMap::new()),
+                tracer: trace::Tracer::new(),
                 worker: Mutex::new(tx),
                 next_id: AtomicU64::new(0),
                 options,
@@ -397,6 +402,18 @@ impl Runtime {
     /// A snapshot of the counters.
     pub fn stats(&self) -> Stats {
         self.inner.stats().clone()
+    }
+
+    /// Starts recording spans of the runtime's work (see [`Trace`]),
+    /// discarding any recorded before.
+    pub fn start_tracing(&self) {
+        self.inner.tracer.start();
+    }
+
+    /// Stops recording and returns the spans since
+    /// [`Runtime::start_tracing`].
+    pub fn stop_tracing(&self) -> Trace {
+        self.inner.tracer.stop()
     }
 
     /// Uploads `array` to every device (a materialized tensor).
@@ -439,6 +456,7 @@ impl Runtime {
         loc: String,
         dims: Vec<node::Dyn>,
     ) -> Result<Arc<Node>, RuntimeError> {
+        let mut span = self.inner.tracer.span("h2d");
         let mut bufs = Vec::with_capacity(arrays.len());
         let mut bytes = 0;
         for (d, a) in arrays.iter().enumerate() {
@@ -451,6 +469,10 @@ impl Runtime {
             bytes += (a.len() * a.dtype().bytes()) as u64;
         }
         self.inner.stats().bytes_to_device += bytes;
+        if let Some(s) = span.as_mut() {
+            s.arg("bytes", bytes);
+        }
+        drop(span);
         Ok(Arc::new(Node {
             id: self.inner.next_id(),
             shape: arrays[0].shape().to_vec(),
@@ -638,6 +660,7 @@ impl Runtime {
         if !pending {
             return Ok(());
         }
+        let _span = self.inner.tracer.span("sync");
         let (done, wait) = mpsc::channel();
         let job = Job {
             inner: self.inner.clone(),

@@ -89,6 +89,31 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// A short name, for traces.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Constant(_) => "constant",
+            Op::Iota(_) => "iota",
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::Compare(_) => "compare",
+            Op::Select => "select",
+            Op::Convert => "convert",
+            Op::Dot(_) => "dot_general",
+            Op::Reduce { .. } => "reduce",
+            Op::Reshape => "reshape",
+            Op::Transpose(_) => "transpose",
+            Op::Broadcast(_) => "broadcast",
+            Op::Slice { .. } => "slice",
+            Op::Concat(_) => "concat",
+            Op::Softmax { .. } => "softmax",
+            Op::Kernel { .. } => "kernel",
+            Op::AllReduce => "all_reduce",
+            Op::AllGather(_) => "all_gather",
+            Op::ReduceScatter(_) => "reduce_scatter",
+        }
+    }
+
     /// Collectives synchronize devices: once recorded they always run.
     pub fn is_collective(&self) -> bool {
         matches!(

@@ -12,6 +12,7 @@ mod demo;
 mod kernel_args;
 mod lower;
 mod numerics;
+mod profile;
 mod run;
 
 use std::process::ExitCode;
@@ -37,6 +38,8 @@ COMMANDS:
     numerics the FP8 GEMM's error by depth and accumulation scheme
     cost     the HBM<->VMEM bytes each kernel's pipeline moves, its flops, and a
              roofline bound per TPU generation
+    profile  a traced run through the graph runtime: a Perfetto trace and a
+             summary (cache tiers, buckets and padding, transfers, time split)
     train    train a small transformer LM on a copying task on the CPU, with
              gradients through the kernels' backward passes and checkpoints
              that survive SIGTERM
@@ -63,6 +66,24 @@ HBM bandwidth (per device). `all` (the default) is every catalog kernel at its
 defaults and every preset. --json prints one object per kernel (the Pallas
 comparison in tests/conformance reads it). Operands a kernel copies itself
 (manual DMA) count the bytes its copies moved.
+";
+
+const HELP_PROFILE: &str = "\
+tessera profile: what the runtime did, as a trace you can open
+
+USAGE:
+    tessera profile [KERNEL] [--steps N] [--out DIR]
+
+Runs the transformer block through the graph runtime for N steps (default 12)
+over sequence lengths 40, 100, 200, 64, 130, 250 padded to buckets 64, 128
+and 256 (or, with KERNEL, that catalog kernel at its defaults, N calls) with
+tracing on, and writes DIR/trace.json (default DIR target/tessera-profile), a
+Chrome/Perfetto trace: one track per thread, spans for recording, syncs,
+materializations, lowering, compile-cache look-ups per tier, compiles, host
+kernel JITs, transfers each way, executions, bucket decisions and
+collectives; and DIR/summary.svg. Prints the summary: cache hit rate per
+tier, the bucket histogram with padding, transposes, bytes each way, and the
+time split between compile, kernel JIT, transfer, execute and host.
 ";
 
 const HELP_DEMO: &str = "\
@@ -361,6 +382,7 @@ fn run(args: &[String]) -> ExitCode {
             "bench" => help(HELP_BENCH),
             "numerics" => help(HELP_NUMERICS),
             "cost" => help(HELP_COST),
+            "profile" => help(HELP_PROFILE),
             "help" => help(HELP),
             other => {
                 eprintln!("tessera: unknown command `{other}`; see `tessera --help`");
@@ -384,6 +406,7 @@ fn run(args: &[String]) -> ExitCode {
         "bench" => bench::bench(rest),
         "numerics" => numerics::numerics(rest),
         "cost" => cost::cost_cmd(rest),
+        "profile" => profile::profile(rest),
         other => Err(usage(format!(
             "unknown command `{other}`; see `tessera --help`"
         ))),

@@ -154,10 +154,16 @@ impl Tensor {
         };
         let mut out = Vec::with_capacity(bufs.len());
         for b in bufs.iter() {
+            let mut span = self.rt.inner.tracer.span("d2h");
             let a = b
                 .to_host()
                 .map_err(|e| RuntimeError::failed("copying to the host", e))?;
-            self.rt.inner.stats().bytes_to_host += (a.len() * a.dtype().bytes()) as u64;
+            let bytes = (a.len() * a.dtype().bytes()) as u64;
+            self.rt.inner.stats().bytes_to_host += bytes;
+            if let Some(s) = span.as_mut() {
+                s.arg("bytes", bytes);
+            }
+            drop(span);
             out.push(crop(&a, &self.valid_shape()));
         }
         Ok(out)
@@ -191,6 +197,10 @@ impl Tensor {
         dims: Vec<Dyn>,
         loc: &Location<'_>,
     ) -> Result<Tensor, RuntimeError> {
+        let mut span = self.rt.inner.tracer.span("record");
+        if let Some(s) = span.as_mut() {
+            s.arg("op", op.name());
+        }
         let collective = op.is_collective();
         let tape = Tape::of(&op, &inputs);
         let node = Arc::new(Node {
@@ -211,6 +221,7 @@ impl Tensor {
                 .push(node.clone());
         }
         let t = Tensor::from_node(self.rt.clone(), node);
+        drop(span);
         if self.rt.inner.options.eager {
             self.rt.sync(&[&t])?;
         }
