@@ -2,8 +2,9 @@
 //!
 //! Ops on a [`Tensor`] record a node (checked for shapes and dtypes at the
 //! call, so errors name the user's line) and return at once. A sync point
-//! ([`Tensor::to_host`], [`Tensor::item`], [`Runtime::sync`]) hands the
-//! pending subgraph to a background worker, which lowers it to one
+//! ([`Tensor::to_host`], [`Tensor::item`], [`Runtime::sync`]) materializes
+//! the pending subgraph (one materialization at a time per runtime): it
+//! finds the executable of its structure, or lowers it to one
 //! StableHLO module, gets the executable from the compile cache (memory,
 //! disk, remote) or compiles it, runs it and stores the results in the
 //! nodes in place, so every handle sees them. Tessera kernels are nodes
@@ -37,7 +38,7 @@ mod trace;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kernel_ir::{Array, DType, VerifiedKernel};
@@ -266,13 +267,6 @@ impl Stats {
     }
 }
 
-/// A sync request for the worker.
-struct Job {
-    inner: Arc<Inner>,
-    nodes: Vec<Arc<Node>>,
-    done: mpsc::Sender<()>,
-}
-
 pub(crate) struct Inner {
     pub client: Client,
     pub devices: usize,
@@ -286,7 +280,10 @@ pub(crate) struct Inner {
     pub plans: Mutex<HashMap<[u8; 32], Arc<plan::Plan>>>,
     /// Spans, while tracing.
     pub tracer: trace::Tracer,
-    worker: Mutex<mpsc::Sender<Job>>,
+    /// Held while materializing: one materialization at a time, on the
+    /// syncing thread (a hand-off to a worker thread cost more than a
+    /// small program's execution).
+    materializing: Mutex<()>,
     next_id: AtomicU64,
     pub options: RuntimeOptions,
 }
@@ -354,19 +351,6 @@ impl Runtime {
         } else {
             None
         };
-        let (tx, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("tessera-materialize".into())
-            .spawn(move || {
-                for job in rx {
-                    exec::materialize(&job.inner, &job.nodes);
-                    let _ = job.done.send(());
-                }
-            })
-            .map_err(|e| RuntimeError::Setup {
-                what: "starting the materialization worker",
-                cause: Box::new(Cause::Other(e.to_string())),
-            })?;
         Ok(Runtime {
             inner: Arc::new(Inner {
                 client,
@@ -377,7 +361,7 @@ impl Runtime {
                 pending_collectives: Mutex::new(Vec::new()),
                 plans: Mutex::new(HashMap::new()),
                 tracer: trace::Tracer::new(),
-                worker: Mutex::new(tx),
+                materializing: Mutex::new(()),
                 next_id: AtomicU64::new(0),
                 options,
             }),
@@ -661,19 +645,12 @@ impl Runtime {
             return Ok(());
         }
         let _span = self.inner.tracer.span("sync");
-        let (done, wait) = mpsc::channel();
-        let job = Job {
-            inner: self.inner.clone(),
-            nodes: nodes.to_vec(),
-            done,
-        };
-        self.inner
-            .worker
+        let _one = self
+            .inner
+            .materializing
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(job)
-            .map_err(|_| RuntimeError::Internal("the materialization worker stopped".into()))?;
-        wait.recv()
-            .map_err(|_| RuntimeError::Internal("the materialization worker stopped".into()))
+            .unwrap_or_else(|p| p.into_inner());
+        exec::materialize(&self.inner, nodes);
+        Ok(())
     }
 }

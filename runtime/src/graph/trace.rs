@@ -252,12 +252,18 @@ impl Trace {
     /// The totals the spans add up to.
     pub fn summary(&self) -> TraceSummary {
         let mut t = TraceSummary::default();
-        let worker: std::collections::BTreeSet<u64> = self
+        // Materializations per track, to tell their scalar uploads from
+        // the caller's own.
+        let mats: Vec<(u64, f64, f64)> = self
             .spans
             .iter()
             .filter(|s| s.name == "materialize")
-            .map(|s| s.track)
+            .map(|s| (s.track, s.start_us, s.start_us + s.dur_us))
             .collect();
+        let inside = |s: &Span| {
+            mats.iter()
+                .any(|&(t, a, b)| t == s.track && s.start_us >= a && s.start_us + s.dur_us <= b)
+        };
         for s in &self.spans {
             match s.name {
                 "cache lookup" => {
@@ -269,7 +275,7 @@ impl Trace {
                 "h2d" => {
                     t.bytes_to_device += Trace::num(s, "bytes");
                     t.transfer_us += s.dur_us;
-                    if worker.contains(&s.track) {
+                    if inside(s) {
                         t.transfer_in_materialize_us += s.dur_us;
                     }
                 }
