@@ -158,38 +158,51 @@ impl<'c> HostEmitter<'_, 'c> {
             )?;
             let lo = self.idx(blk, 0)?;
             let hi = self.idx(blk, k as i64)?;
-            let one = self.idx(blk, 1)?;
+            // The k loop unrolled by `unroll` (LLVM does not unroll a loop
+            // carrying vector accumulators): fewer loop-carried moves and
+            // index updates per FMA.
+            let unroll = [4usize, 2, 1]
+                .into_iter()
+                .find(|u| k.is_multiple_of(*u))
+                .unwrap_or(1);
+            let one = self.idx(blk, unroll as i64)?;
             let mut types = vec![ir.index()];
             types.extend(std::iter::repeat_n(vty, mr));
             let inner = ir.block(&types);
             let args = ir.args(&inner);
-            let kk = args[0];
-            let bv = ir.op1(&inner, "vector.load", &[bm, bi, kk, j0], vty, Vec::new())?;
-            let mut next = Vec::with_capacity(mr);
-            for r in 0..mr {
-                let rc = self.idx(&inner, r as i64)?;
-                let i = ir.op1(&inner, "arith.addi", &[i0, rc], ir.index(), Vec::new())?;
-                let s = ir.op1(
-                    &inner,
-                    "memref.load",
-                    &[a, bi, i, kk],
-                    ir.elem(d),
-                    Vec::new(),
-                )?;
-                let av = ir.op1(&inner, "vector.broadcast", &[s], vty, Vec::new())?;
-                next.push(if float {
-                    ir.op1(
-                        &inner,
-                        "vector.fma",
-                        &[av, bv, args[1 + r]],
-                        vty,
-                        Vec::new(),
-                    )?
+            let rows: Vec<Raw> = (0..mr)
+                .map(|r| {
+                    let rc = self.idx(&inner, r as i64)?;
+                    ir.op1(&inner, "arith.addi", &[i0, rc], ir.index(), Vec::new())
+                })
+                .collect::<Result<_, _>>()?;
+            let mut accs: Vec<Raw> = args[1..].to_vec();
+            for u in 0..unroll {
+                let kk = if u == 0 {
+                    args[0]
                 } else {
-                    let p = ir.op1(&inner, "arith.muli", &[av, bv], vty, Vec::new())?;
-                    ir.op1(&inner, "arith.addi", &[p, args[1 + r]], vty, Vec::new())?
-                });
+                    let uc = self.idx(&inner, u as i64)?;
+                    ir.op1(&inner, "arith.addi", &[args[0], uc], ir.index(), Vec::new())?
+                };
+                let bv = ir.op1(&inner, "vector.load", &[bm, bi, kk, j0], vty, Vec::new())?;
+                for (r, &i) in rows.iter().enumerate() {
+                    let s = ir.op1(
+                        &inner,
+                        "memref.load",
+                        &[a, bi, i, kk],
+                        ir.elem(d),
+                        Vec::new(),
+                    )?;
+                    let av = ir.op1(&inner, "vector.broadcast", &[s], vty, Vec::new())?;
+                    accs[r] = if float {
+                        ir.op1(&inner, "vector.fma", &[av, bv, accs[r]], vty, Vec::new())?
+                    } else {
+                        let p = ir.op1(&inner, "arith.muli", &[av, bv], vty, Vec::new())?;
+                        ir.op1(&inner, "arith.addi", &[p, accs[r]], vty, Vec::new())?
+                    };
+                }
             }
+            let next = accs;
             ir.op(&inner, "scf.yield", &next, &[], Vec::new(), Vec::new())?;
             let mut ops = vec![lo, hi, one];
             ops.extend(std::iter::repeat_n(zero, mr));
