@@ -451,31 +451,16 @@ impl Emitter<'_> {
                 }
             }
             Op::AllReduce => {
-                let st = type_name(&[], n.dtype);
-                let v = self.fresh();
-                let groups: Vec<String> = (0..self.devices).map(|d| d.to_string()).collect();
-                self.line(format!(
-                    "{v} = \"stablehlo.all_reduce\"({}) ({{\n    ^bb0(%a: {st}, %b: {st}):\n      %r = \"stablehlo.add\"(%a, %b) : ({st}, {st}) -> {st}\n      \"stablehlo.return\"(%r) : ({st}) -> ()\n    }}) {{replica_groups = dense<[[{}]]> : tensor<1x{}xi64>}} : ({}) -> {rt}",
-                    ins[0],
-                    groups.join(", "),
-                    self.devices,
-                    it[0]
-                ));
-                v
+                self.summing_collective("stablehlo.all_reduce", &ins[0], &it[0], &rt, n.dtype, "")
             }
-            Op::ReduceScatter(axis) => {
-                let st = type_name(&[], n.dtype);
-                let v = self.fresh();
-                let groups: Vec<String> = (0..self.devices).map(|d| d.to_string()).collect();
-                self.line(format!(
-                    "{v} = \"stablehlo.reduce_scatter\"({}) ({{\n    ^bb0(%a: {st}, %b: {st}):\n      %r = \"stablehlo.add\"(%a, %b) : ({st}, {st}) -> {st}\n      \"stablehlo.return\"(%r) : ({st}) -> ()\n    }}) {{replica_groups = dense<[[{}]]> : tensor<1x{}xi64>, scatter_dimension = {axis} : i64}} : ({}) -> {rt}",
-                    ins[0],
-                    groups.join(", "),
-                    self.devices,
-                    it[0]
-                ));
-                v
-            }
+            Op::ReduceScatter(axis) => self.summing_collective(
+                "stablehlo.reduce_scatter",
+                &ins[0],
+                &it[0],
+                &rt,
+                n.dtype,
+                &format!(", scatter_dimension = {axis} : i64"),
+            ),
             Op::AllGather(axis) => {
                 let groups: Vec<String> = (0..self.devices).map(|d| d.to_string()).collect();
                 self.op1(
@@ -491,6 +476,28 @@ impl Emitter<'_> {
                 )
             }
         })
+    }
+
+    /// A collective that sums over every device (`stablehlo.all_reduce`,
+    /// `stablehlo.reduce_scatter`), with `extra` attributes.
+    fn summing_collective(
+        &mut self,
+        name: &str,
+        x: &str,
+        xt: &str,
+        rt: &str,
+        d: DType,
+        extra: &str,
+    ) -> String {
+        let st = type_name(&[], d);
+        let v = self.fresh();
+        let groups: Vec<String> = (0..self.devices).map(|d| d.to_string()).collect();
+        self.line(format!(
+            "{v} = \"{name}\"({x}) ({{\n    ^bb0(%a: {st}, %b: {st}):\n      %r = \"stablehlo.add\"(%a, %b) : ({st}, {st}) -> {st}\n      \"stablehlo.return\"(%r) : ({st}) -> ()\n    }}) {{replica_groups = dense<[[{}]]> : tensor<1x{}xi64>{extra}}} : ({xt}) -> {rt}",
+            groups.join(", "),
+            self.devices,
+        ));
+        v
     }
 
     /// A mean: the sum divided by the number of valid elements reduced.

@@ -232,6 +232,16 @@ pub fn measure_isolated(w: Workload, m: Method, budget: Duration) -> Result<Meas
         .arg(budget.as_secs_f64().to_string());
     cmd.args(w.args().split(' '));
     let out = cmd.output().map_err(|e| e.to_string())?;
+    child_result(w, m, &out)
+}
+
+/// The measurement a child printed (`TESSERA_BENCH seconds runs
+/// peak_bytes`), or its last line of stderr as the error.
+pub(super) fn child_result(
+    w: Workload,
+    m: Method,
+    out: &std::process::Output,
+) -> Result<Measurement, String> {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()

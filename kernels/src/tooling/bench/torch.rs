@@ -90,32 +90,5 @@ pub fn measure_torch(
         .args([HEADS.to_string(), HEAD_DIM.to_string()])
         .output()
         .map_err(|e| format!("torch on {w}: {e}"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("TESSERA_BENCH "))
-        .ok_or_else(|| {
-            let err = String::from_utf8_lossy(&out.stderr);
-            format!(
-                "torch on {w} failed: {}",
-                err.lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("no output")
-            )
-        })?;
-    let f: Vec<f64> = line
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    if f.len() != 3 {
-        return Err(format!("torch on {w}: unreadable result `{line}`"));
-    }
-    Ok(Measurement {
-        workload: w,
-        method: Method::Torch,
-        seconds: f[0],
-        runs: f[1] as usize,
-        peak_bytes: f[2] as u64,
-    })
+    super::measure::child_result(w, Method::Torch, &out)
 }
