@@ -154,3 +154,51 @@ fn tracing_off_records_nothing_and_a_restart_clears() {
     x.exp().unwrap().to_host().unwrap();
     assert!(rt.stop_tracing().spans.is_empty());
 }
+
+/// The structural fast path: the same graph over new values (and a new
+/// non-structural constant) reuses its executable with the right results;
+/// a structural constant (1.0) or a new shape is a new structure.
+#[test]
+fn a_seen_structure_runs_its_executable_with_the_new_values() {
+    use kernel_ir::{Array, DType};
+    let rt = runtime::graph::Runtime::new(runtime::graph::RuntimeOptions {
+        disk_cache: false,
+        ..Default::default()
+    })
+    .unwrap();
+    let run = |n: usize, c: f64, seed: u64| -> (f64, f64) {
+        let x = Array::random(DType::F32, [n, 3], seed, -1.0, 1.0);
+        let want: f64 = x.data().iter().map(|v| (v * c as f32 as f64).tanh()).sum();
+        let t = rt.tensor(&x).unwrap();
+        let got = t
+            .scale(c)
+            .unwrap()
+            .tanh()
+            .unwrap()
+            .sum(&[0, 1])
+            .unwrap()
+            .item()
+            .unwrap();
+        (got, want)
+    };
+    rt.start_tracing();
+    for (i, (n, c)) in [
+        (4, 0.5),
+        (4, 0.25),
+        (4, -2.0),
+        (4, 1.0),
+        (5, 0.5),
+        (4, 0.75),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (got, want) = run(n, c, i as u64);
+        assert!((got - want).abs() < 1e-5, "n={n} c={c}: {got} vs {want}");
+    }
+    let s = rt.stop_tracing().summary();
+    // Compiles: c = 0.5 (and 0.25, -2, 0.75 after it), c = 1 (inline),
+    // n = 5; the other three reuse the first's executable.
+    assert_eq!(s.lookups.get("miss").copied(), Some(3), "{:?}", s.lookups);
+    assert_eq!(s.lookups.get("plan").copied(), Some(3), "{:?}", s.lookups);
+}
