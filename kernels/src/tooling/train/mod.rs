@@ -421,7 +421,7 @@ pub fn cli(args: &[String]) -> i32 {
     match train(&opts) {
         Ok(s) => {
             println!(
-                "steps {}..{}: final loss {:.4} (threshold {LOSS_THRESHOLD}); first step {:.2} s (compiles), then {:.1} ms/step, {:.0} tokens/s; {} compiles, {} cache hits{}",
+                "steps {}..{}: final loss {:.4} (threshold {LOSS_THRESHOLD}); first step {:.2} s (compile or cache load), then {:.1} ms/step, {:.0} tokens/s; {} compiles, {} cache hits{}",
                 s.resumed_from + 1,
                 s.last_step,
                 s.final_loss,
