@@ -278,3 +278,31 @@ fn transformer_block_gradients_match_the_f64_host_gradient() {
         }
     }
 }
+
+/// Gradients through a bucketed sequence compile once per bucket: new
+/// lengths in a seen bucket reuse its program (forward and backward).
+#[test]
+fn gradients_compile_once_per_bucket() {
+    use kernels::tooling::transformer::{BlockWeights, block_forward};
+    use runtime::graph::{Buckets, grad};
+    let rt = rt();
+    let buckets = Buckets::new([16, 32]).unwrap();
+    let w = BlockWeights::random(32, 2, 5);
+    let params = w.upload_params(&rt).unwrap();
+    let mut compiles = Vec::new();
+    for (i, len) in [12usize, 20, 13, 28, 16, 32].into_iter().enumerate() {
+        let x = Array::random(F32, [len, 32], i as u64, -1.0, 1.0);
+        let xt = rt.dynamic(&x, 0, &buckets).unwrap();
+        let y = block_forward(&rt, &w, &params, &xt).unwrap();
+        let loss = y.mul(&y).unwrap().mean(&[0, 1]).unwrap();
+        let g = grad(&loss, &params.params()).unwrap();
+        let mut all: Vec<&Tensor> = vec![&loss];
+        all.extend(g.iter());
+        rt.sync(&all).unwrap();
+        assert!(loss.item().unwrap().is_finite());
+        compiles.push(rt.stats().compiles);
+    }
+    // Bucket 16 compiles at the first length, 32 at the second; the rest
+    // are hits.
+    assert_eq!(compiles, vec![1, 2, 2, 2, 2, 2], "{compiles:?}");
+}
