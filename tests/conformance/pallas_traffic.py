@@ -7,9 +7,12 @@ part.
 Pallas's side: jax.experimental.pallas.ops.tpu.flash_attention's
 pallas_call is intercepted while the op is traced on CPU (nothing runs), its
 grid and BlockSpecs are kept, and the index maps are evaluated in Python over
-the grid. Tessera's side: `tessera cost flash_attention --json` at the same
-shapes and block sizes. Fails if Tessera moves more bytes than Pallas on any
-configuration.
+the grid. A valid kv length is given to Pallas as segment ids; sliding
+windows are compared with splash attention (LocalMask), the Pallas kernel
+that has them, its index maps evaluated with its own block-sparse mask info.
+Tessera's side: `tessera cost flash_attention[_kv_len] --json` at the same
+shapes, block sizes and mask. Fails if Tessera moves more bytes than Pallas
+on any configuration.
 
 usage: pallas_traffic.py TESSERA_BINARY OUT_DIR
 """
@@ -88,12 +91,45 @@ def pallas_traffic(b, h, s, d, causal, block, kv_len=None):
     return result
 
 
-def tessera_traffic(binary, out_dir, b, h, s, d, causal, block, kv_len=None):
+def splash_traffic(h, s, d, causal, block, window):
+    """Pallas's splash attention (the Pallas kernel with sliding windows)
+    under a local mask matching Tessera's window: keys j with i - w < j <= i
+    (causal) or |i - j| < w."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+    sides = (window - 1, 0 if causal else window - 1)
+    mask = sm.MultiHeadMask([sm.LocalMask((s, s), sides, offset=0) for _ in range(h)])
+    kernel = sk.make_splash_mha(mask, block_sizes=sk.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block),
+                                head_shards=1, q_seq_shards=1)
+    captured.clear()
+    orig = sk.pl.pallas_call
+    sk.pl.pallas_call = intercept
+    try:
+        q = jnp.zeros((h, s, d), jnp.float32)
+        jax.jit(kernel).lower(q, q, q)
+    finally:
+        sk.pl.pallas_call = orig
+    grid_spec, shapes, dtypes, _ = captured[0]
+    info = kernel.fwd_mask_info
+    prefetch = [None if a is None else np.asarray(a) for a in (info.data_next, info.block_mask, info.mask_next)]
+    result = {"in": 0, "out": 0, "operands": {}}
+    # Operands: the three mask-info arrays (scalar prefetch), then q, k, v.
+    for name, spec, shape, dt in zip(["q", "k", "v"], grid_spec.in_specs, shapes[3:], dtypes[3:]):
+        blocks, nbytes = count(spec, shape, np.dtype(dt).itemsize, grid_spec.grid, prefetch)
+        result["operands"][name] = {"blocks": blocks, "bytes": nbytes}
+        result["in"] += nbytes
+    blocks, nbytes = count(grid_spec.out_specs[3], (h, s, d), 4, grid_spec.grid, prefetch)
+    result["operands"]["o"] = {"blocks": blocks, "bytes": nbytes}
+    result["out"] = nbytes
+    return result
+
+
+def tessera_traffic(binary, out_dir, b, h, s, d, causal, block, kv_len=None, window=None):
     kernel = "flash_attention" if kv_len is None else "flash_attention_kv_len"
     cmd = [binary, "cost", kernel, "--json",
            "--config", f"causal={'true' if causal else 'false'}",
            "--config", f"block_q={block}", "--config", f"block_k={block}",
-           "--config", "sm_scale=0.125"]
+           "--config", "sm_scale=0.125", "--config", f"window={window or 'none'}"]
     for n in ("q", "k", "v"):
         cmd += ["--shape", f"{n}={b}x{h}x{s}x{d}"]
     if kv_len is not None:
@@ -118,6 +154,15 @@ def main():
             ok = t["in"] <= p["in"] and t["out"] <= p["out"]
             failed |= not ok
             rows.append(f"| {b}x{h}x{s}x{d} | {block} | {causal} | {kv_len or '-'} | {p['in']} | {t['in']} | {t['in'] / p['in']:.3f} | {p['out']} | {t['out']} | {'ok' if ok else 'MORE'} |")
+    # Sliding windows: against splash attention, Pallas's kernel that has
+    # them (flash_attention has none).
+    for (h, s, d, block, window) in [(2, 1024, 128, 128, 256), (1, 2048, 128, 256, 512), (2, 1024, 128, 128, 100)]:
+        for causal in (True, False):
+            p = splash_traffic(h, s, d, causal, block, window)
+            t = tessera_traffic(binary, out_dir, 1, h, s, d, causal, block, window=window)
+            ok = t["in"] <= p["in"] and t["out"] <= p["out"]
+            failed |= not ok
+            rows.append(f"| 1x{h}x{s}x{d} | {block} | {causal} | window {window} (splash) | {p['in']} | {t['in']} | {t['in'] / p['in']:.3f} | {p['out']} | {t['out']} | {'ok' if ok else 'MORE'} |")
     table = "\n".join([
         "| b x h x s x d | block | causal | valid kv length | Pallas q,k,v HBM->VMEM B | Tessera | ratio | Pallas o VMEM->HBM | Tessera o | |",
         "|---|---|---|---|---|---|---|---|---|---|",

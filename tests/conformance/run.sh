@@ -50,5 +50,6 @@ done
 mkdir -p "$out/jax"
 "$venv/bin/python" tests/conformance/jax_export.py ./target/release/tessera "$out/jax"
 # HBM traffic of flash attention against Pallas's own (same pipeline rule):
-# Tessera must move no more bytes, causal or not, with a valid length or not.
+# Tessera must move no more bytes, causal or not, with a valid length or a
+# sliding window (against splash attention) or neither.
 "$venv/bin/python" tests/conformance/pallas_traffic.py ./target/release/tessera "$out"
