@@ -31,3 +31,28 @@ pub fn all_paths(
     prop_assert_eq!(reports.len(), 4);
     Ok(())
 }
+
+/// A runtime on the CPU plugin without the disk cache, so tests that count
+/// compiles start cold.
+pub fn fresh_runtime() -> runtime::graph::Runtime {
+    runtime::graph::Runtime::new(runtime::graph::RuntimeOptions {
+        disk_cache: false,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// `Err` naming the first element of `got` outside `abs + rel·|want|` of
+/// `want` (NaN always is), or a length mismatch.
+pub fn within(got: &[f64], want: &[f64], abs: f64, rel: f64) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{} values, want {}", got.len(), want.len()));
+    }
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let e = (g - w).abs();
+        if e.is_nan() || e > abs + rel * w.abs() {
+            return Err(format!("element {i}: got {g}, want {w} (|err| {e:.3e})"));
+        }
+    }
+    Ok(())
+}

@@ -2,6 +2,7 @@
 //! differences of an f64 host version of the op, over random shapes;
 //! padding, collectives and record-time errors.
 
+use crate::common::{fresh_runtime, within};
 use kernel_ir::DotDims;
 use kernel_ir::prelude::*;
 use proptest::prelude::*;
@@ -223,32 +224,6 @@ fn numeric_grad(f: &dyn Fn(&[H]) -> H, xs: &[H], w: &H) -> Vec<Vec<f64>> {
         .collect()
 }
 
-/// Max abs and max relative error of `got` against `want`; NaN fails.
-fn close(got: &[f64], want: &[f64], abs: f64, rel: f64) -> Result<(), String> {
-    if got.len() != want.len() {
-        return Err(format!("{} values, want {}", got.len(), want.len()));
-    }
-    let (mut max_abs, mut max_rel) = (0.0f64, 0.0f64);
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let e = (g - w).abs();
-        if e.is_nan() || e > abs + rel * w.abs() {
-            return Err(format!("element {i}: got {g}, want {w} (|err| {e})"));
-        }
-        max_abs = max_abs.max(e);
-        max_rel = max_rel.max(e / w.abs().max(1e-12));
-    }
-    let _ = (max_abs, max_rel);
-    Ok(())
-}
-
-fn rt() -> Runtime {
-    Runtime::new(RuntimeOptions {
-        disk_cache: false,
-        ..RuntimeOptions::default()
-    })
-    .unwrap()
-}
-
 /// The gradient of `Σ w · graph(xs)` on the runtime against central
 /// differences of `host(xs)`, with a random cotangent `w`.
 fn check_op(
@@ -285,7 +260,7 @@ fn check_op_within(
     let num = numeric_grad(host, &hs, &H::of(&w));
     for (k, (g, n)) in g.iter().zip(&num).enumerate() {
         let got = g.to_host().map_err(|e| e.to_string())?;
-        close(got.data(), n, abs, rel).map_err(|e| format!("input {k}: {e}"))?;
+        within(got.data(), n, abs, rel).map_err(|e| format!("input {k}: {e}"))?;
     }
     Ok(())
 }
@@ -297,7 +272,7 @@ fn shape_strategy(rank: std::ops::RangeInclusive<usize>) -> impl Strategy<Value 
 /// Unary ops on inputs in their domain.
 #[test]
 fn unary_op_gradients_match_central_differences() {
-    let rt = rt();
+    let rt = fresh_runtime();
     type G = fn(&Tensor) -> Result<Tensor, runtime::graph::RuntimeError>;
     type Case = (&'static str, G, fn(f64) -> f64, (f64, f64));
     let cases: Vec<Case> = vec![
@@ -349,7 +324,7 @@ fn unary_op_gradients_match_central_differences() {
 
 #[test]
 fn binary_op_gradients_match_central_differences() {
-    let rt = rt();
+    let rt = fresh_runtime();
     type G = fn(&Tensor, &Tensor) -> Result<Tensor, runtime::graph::RuntimeError>;
     type Case = (&'static str, G, fn(f64, f64) -> f64, (f64, f64));
     let cases: Vec<Case> = vec![
@@ -441,7 +416,7 @@ proptest! {
 
     #[test]
     fn dot_general_gradients_match(m in 1usize..5, k in 1usize..5, n in 1usize..5, b in 1usize..4, seed in any::<u64>()) {
-        let rt = rt();
+        let rt = fresh_runtime();
         // A matmul, a batched one, and contracting/batch dims in unusual
         // places: lhs [k, b, m], rhs [n, b, k].
         let cases: Vec<(Vec<usize>, Vec<usize>, DotDims)> = vec![
@@ -461,7 +436,7 @@ proptest! {
 
     #[test]
     fn reduction_and_softmax_gradients_match(shape in shape_strategy(1..=3), pick in any::<u64>(), seed in any::<u64>()) {
-        let rt = rt();
+        let rt = fresh_runtime();
         let r = shape.len();
         let axes: Vec<usize> = (0..r).filter(|d| pick >> d & 1 == 1).collect();
         let axes = if axes.is_empty() { vec![(pick as usize / 8) % r] } else { axes };
@@ -482,7 +457,7 @@ proptest! {
 
     #[test]
     fn movement_gradients_match(shape in shape_strategy(1..=3), pick in any::<u64>(), seed in any::<u64>()) {
-        let rt = rt();
+        let rt = fresh_runtime();
         let r = shape.len();
         let x = Array::random(F32, shape.clone(), seed, -1.0, 1.0);
         // reshape (to the flat size, then back to a 2-d split)
@@ -520,7 +495,7 @@ proptest! {
 /// a rank-0 loss through `grad`.
 #[test]
 fn a_parameter_used_twice_gets_the_sum_of_both_paths() {
-    let rt = rt();
+    let rt = fresh_runtime();
     let x = Array::random(F32, [3, 4], 11, -1.0, 1.0);
     let w = Array::random(F32, [4, 2], 12, -1.0, 1.0);
     let host = |h: &[H]| {
@@ -548,7 +523,7 @@ fn a_parameter_used_twice_gets_the_sum_of_both_paths() {
     };
     let num = numeric_grad(&host, &[H::of(&x), H::of(&w)], &one);
     for (g, n) in g.iter().zip(&num) {
-        close(g.to_host().unwrap().data(), n, 1e-5, 1e-4).unwrap();
+        within(g.to_host().unwrap().data(), n, 1e-5, 1e-4).unwrap();
     }
     // The loss itself, after the gradients ran in the same program.
     let l = loss.item().unwrap();
@@ -559,7 +534,7 @@ fn a_parameter_used_twice_gets_the_sum_of_both_paths() {
 /// unpadded ones at valid positions, and padding gets exactly zero.
 #[test]
 fn padding_does_not_change_the_gradients_of_valid_positions() {
-    let rt = rt();
+    let rt = fresh_runtime();
     let buckets = Buckets::new([8]).unwrap();
     for len in [3usize, 5, 8] {
         let x = Array::random(F32, [len, 3], len as u64, -1.0, 1.0);
@@ -590,8 +565,8 @@ fn padding_does_not_change_the_gradients_of_valid_positions() {
         let padded = rt.dynamic(&x, 0, &buckets).unwrap();
         assert_eq!(padded.shape(), &[8, 3]);
         let (pdx, pdg) = run(padded);
-        close(&pdx, &dx, 1e-6, 1e-5).unwrap();
-        close(&pdg, &dg, 1e-6, 1e-5).unwrap();
+        within(&pdx, &dx, 1e-6, 1e-5).unwrap();
+        within(&pdg, &dg, 1e-6, 1e-5).unwrap();
         // The host reference too (f64).
         let host = |h: &[H]| {
             let y = H::build(&[len, 3], |i| h[0].at(i) * h[1].data[i[1]]);
@@ -607,8 +582,8 @@ fn padding_does_not_change_the_gradients_of_valid_positions() {
             data: vec![1.0],
         };
         let num = numeric_grad(&host, &[H::of(&x), H::of(&g)], &one);
-        close(&dx, &num[0], 1e-4, 1e-3).unwrap();
-        close(&dg, &num[1], 1e-4, 1e-3).unwrap();
+        within(&dx, &num[0], 1e-4, 1e-3).unwrap();
+        within(&dg, &num[1], 1e-4, 1e-3).unwrap();
     }
 }
 
@@ -669,7 +644,7 @@ fn collective_gradients_match_central_differences() {
         };
         let num = numeric_grad(&host, &[H::of(&xs[0]), H::of(&xs[1])], &one);
         for d in 0..2 {
-            close(g[d].data(), &num[d], 2e-4, 2e-3)
+            within(g[d].data(), &num[d], 2e-4, 2e-3)
                 .unwrap_or_else(|e| panic!("{which}, device {d}: {e}"));
         }
     }
@@ -677,7 +652,7 @@ fn collective_gradients_match_central_differences() {
 
 #[test]
 fn gradient_misuse_is_an_error_naming_the_fix() {
-    let rt = rt();
+    let rt = fresh_runtime();
     let x = rt
         .tensor(&Array::random(F32, [2, 2], 1, -1.0, 1.0))
         .unwrap();
@@ -749,7 +724,7 @@ fn erf64(x: f64) -> f64 {
 #[test]
 fn optimizers_match_their_f64_host_rules_and_compile_once() {
     use runtime::graph::{AdamW, Sgd};
-    let rt = rt();
+    let rt = fresh_runtime();
     let shape = [3, 5];
     let w0 = Array::random(F32, shape, 1, -1.0, 1.0);
     let c = Array::random(F32, shape, 2, 0.5, 2.0);
@@ -806,7 +781,7 @@ fn optimizers_match_their_f64_host_rules_and_compile_once() {
                 }
             }
             let got = w[0].to_host().unwrap();
-            close(got.data(), &hw, 1e-5, 1e-4)
+            within(got.data(), &hw, 1e-5, 1e-4)
                 .unwrap_or_else(|e| panic!("{which} step {step}: {e}"));
             if step == 1 {
                 compiles_after_first = rt.stats().compiles;

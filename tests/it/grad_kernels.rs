@@ -3,35 +3,11 @@
 //! shapes and configs; the padded transformer block's gradients against
 //! central differences of its f64 host reference.
 
+use crate::common::{fresh_runtime, within};
 use kernel_ir::prelude::*;
 use kernels::library::{Config, find};
 use proptest::prelude::*;
-use runtime::graph::{Runtime, RuntimeOptions, Tensor, vjp};
-
-fn rt() -> Runtime {
-    Runtime::new(RuntimeOptions {
-        disk_cache: false,
-        ..RuntimeOptions::default()
-    })
-    .unwrap()
-}
-
-/// Max abs/rel error of `got` against `want` (NaN fails), as an error
-/// message naming the worst element when outside `abs + rel·|want|`.
-fn close(what: &str, got: &[f64], want: &[f64], abs: f64, rel: f64) -> Result<(), String> {
-    if got.len() != want.len() {
-        return Err(format!("{what}: {} values, want {}", got.len(), want.len()));
-    }
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let e = (g - w).abs();
-        if e.is_nan() || e > abs + rel * w.abs() {
-            return Err(format!(
-                "{what}: element {i}: got {g}, want {w} (|err| {e:.3e})"
-            ));
-        }
-    }
-    Ok(())
-}
+use runtime::graph::{Tensor, vjp};
 
 /// The gradient of `Σ_o ⟨w_o, output_o⟩` for `kernel` at `inputs`, by the
 /// entry's backward on the runtime and by central differences of the
@@ -42,7 +18,7 @@ fn check_entry(
     inputs: &[Array],
     seed: u64,
 ) -> Result<(), String> {
-    let rt = rt();
+    let rt = fresh_runtime();
     let entry = find(name).unwrap();
     let pairs: Vec<(String, String)> = config
         .iter()
@@ -106,13 +82,8 @@ fn check_entry(
             num.push((lp - lm) / (xp - xm));
         }
         let scale = num.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-        close(
-            &format!("{name} d/d(input {k})"),
-            got.data(),
-            &num,
-            2e-3 * scale,
-            5e-3,
-        )?;
+        within(got.data(), &num, 2e-3 * scale, 5e-3)
+            .map_err(|e| format!("{name} d/d(input {k}): {e}"))?;
     }
     Ok(())
 }
@@ -193,7 +164,7 @@ proptest! {
 fn transformer_block_gradients_match_the_f64_host_gradient() {
     use kernels::tooling::transformer::{BlockWeights, block_forward, block_reference};
     use runtime::graph::{Buckets, grad};
-    let rt = rt();
+    let rt = fresh_runtime();
     let (s, d) = (12, 32);
     let buckets = Buckets::new([16]).unwrap();
     for causal in [true, false] {
@@ -266,14 +237,8 @@ fn transformer_block_gradients_match_the_f64_host_gradient() {
             for ((gt, want), name) in g.iter().zip(&want).zip(names) {
                 let got = gt.to_host().unwrap();
                 let scale = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
-                close(
-                    &format!("causal={causal} padded={padded} d/d{name}"),
-                    got.data(),
-                    want,
-                    2e-3 * scale,
-                    2e-3,
-                )
-                .unwrap();
+                within(got.data(), want, 2e-3 * scale, 2e-3)
+                    .unwrap_or_else(|e| panic!("causal={causal} padded={padded} d/d{name}: {e}"));
             }
         }
     }
@@ -285,7 +250,7 @@ fn transformer_block_gradients_match_the_f64_host_gradient() {
 fn gradients_compile_once_per_bucket() {
     use kernels::tooling::transformer::{BlockWeights, block_forward};
     use runtime::graph::{Buckets, grad};
-    let rt = rt();
+    let rt = fresh_runtime();
     let buckets = Buckets::new([16, 32]).unwrap();
     let w = BlockWeights::random(32, 2, 5);
     let params = w.upload_params(&rt).unwrap();

@@ -135,11 +135,7 @@ fn the_trace_totals_agree_with_the_runtime_stats() {
 #[test]
 fn tracing_off_records_nothing_and_a_restart_clears() {
     use kernel_ir::{Array, DType};
-    let rt = runtime::graph::Runtime::new(runtime::graph::RuntimeOptions {
-        disk_cache: false,
-        ..Default::default()
-    })
-    .unwrap();
+    let rt = crate::common::fresh_runtime();
     let x = rt.tensor(&Array::zeros(DType::F32, [4, 4])).unwrap();
     x.exp().unwrap().to_host().unwrap();
     assert!(rt.stop_tracing().spans.is_empty());
@@ -161,11 +157,7 @@ fn tracing_off_records_nothing_and_a_restart_clears() {
 #[test]
 fn a_seen_structure_runs_its_executable_with_the_new_values() {
     use kernel_ir::{Array, DType};
-    let rt = runtime::graph::Runtime::new(runtime::graph::RuntimeOptions {
-        disk_cache: false,
-        ..Default::default()
-    })
-    .unwrap();
+    let rt = crate::common::fresh_runtime();
     let run = |n: usize, c: f64, seed: u64| -> (f64, f64) {
         let x = Array::random(DType::F32, [n, 3], seed, -1.0, 1.0);
         let want: f64 = x.data().iter().map(|v| (v * c as f32 as f64).tanh()).sum();

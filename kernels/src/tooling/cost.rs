@@ -104,25 +104,24 @@ impl Cost {
 
     /// The cost as one JSON object (for scripts: the Pallas comparison).
     pub fn to_json(&self) -> String {
-        let ops: Vec<String> = self
+        let ops: Vec<serde_json::Value> = self
             .operands
             .iter()
             .map(|o| {
-                format!(
-                    "{{\"name\": \"{}\", \"direction\": \"{}\", \"blocks\": {}, \"bytes\": {}}}",
-                    o.name, o.direction, o.blocks, o.bytes
-                )
+                serde_json::json!({
+                    "name": o.name, "direction": o.direction, "blocks": o.blocks, "bytes": o.bytes,
+                })
             })
             .collect();
-        format!(
-            "{{\"kernel\": \"{}\", \"flops\": {}, \"steps\": {}, \"bytes_in\": {}, \"bytes_out\": {}, \"operands\": [{}]}}",
-            self.kernel,
-            self.flops,
-            self.steps,
-            self.bytes_in(),
-            self.bytes_out(),
-            ops.join(", ")
-        )
+        serde_json::json!({
+            "kernel": self.kernel,
+            "flops": self.flops,
+            "steps": self.steps,
+            "bytes_in": self.bytes_in(),
+            "bytes_out": self.bytes_out(),
+            "operands": ops,
+        })
+        .to_string()
     }
 }
 

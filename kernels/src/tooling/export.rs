@@ -195,6 +195,21 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
 }
 
 /// The VJP of a flash-attention artifact, from Tessera's backward kernels:
+/// A kernel's arguments and outputs as (name, shape, dtype).
+type Signature = Vec<(String, Vec<usize>, DType)>;
+
+fn signature(k: &VerifiedKernel) -> (Signature, Signature) {
+    let args = k
+        .arguments()
+        .map(|a| (a.name.to_string(), a.shape.to_vec(), a.dtype))
+        .collect();
+    let outs = k
+        .outputs()
+        .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
+        .collect();
+    (args, outs)
+}
+
 /// `vjp(q, k, v, ct_o, ct_lse) -> (dq, dk, dv)` in jax.export's VJP
 /// convention (the primals, then the outputs' cotangents; the inputs'
 /// cotangents out). It recomputes `o, lse` with the forward kernel, then
@@ -207,14 +222,7 @@ pub fn flash_attention_vjp(
     config: &[(String, String)],
 ) -> Result<Artifact, String> {
     use crate::library::{Config, find};
-    let args: Vec<(String, Vec<usize>, DType)> = forward
-        .arguments()
-        .map(|a| (a.name.to_string(), a.shape.to_vec(), a.dtype))
-        .collect();
-    let outs: Vec<(String, Vec<usize>, DType)> = forward
-        .outputs()
-        .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
-        .collect();
+    let (args, outs) = signature(forward);
     let [(_, qs, qd), (_, ks, kd), (_, vs, vd)] = args.as_slice() else {
         return Err("the VJP exports flash attention with inputs q, k, v".into());
     };
@@ -331,14 +339,7 @@ pub fn backward_vjp(
     backward: &VerifiedKernel,
 ) -> Result<Artifact, String> {
     let err = |e: lowering::LoweringError| e.to_string();
-    let prim: Vec<(String, Vec<usize>, DType)> = forward
-        .arguments()
-        .map(|a| (a.name.to_string(), a.shape.to_vec(), a.dtype))
-        .collect();
-    let outs: Vec<(String, Vec<usize>, DType)> = forward
-        .outputs()
-        .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
-        .collect();
+    let (prim, outs) = signature(forward);
     let [(_, os, od)] = outs.as_slice() else {
         return Err(format!(
             "`{}` has {} outputs; this VJP takes one",

@@ -89,7 +89,6 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
             outputs.push(n.clone());
         }
     }
-    drop(order);
 
     // The lowering of kernel calls: the platform's, or decomposed.
     let platform = match inner.options.kernels {
@@ -97,8 +96,9 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
         super::KernelLowering::Decomposed => "decomposed".to_string(),
     };
     // The fast path: a structure seen before runs its cached executable
-    // without lowering.
-    let order = lower::topo_order(outputs)?;
+    // without lowering. `order` is still this subgraph's: the outputs
+    // added above are nodes of it, so a walk from the longer list visits
+    // the same nodes in the same order.
     let salt = format!("{} {platform}", inner.devices);
     let shape = plan::shape_of(&order, outputs, &salt);
     if inner.tracer.is_on() {

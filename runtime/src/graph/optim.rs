@@ -45,11 +45,42 @@ fn zeros_like_all(rt: &Runtime, params: &[Tensor]) -> Result<Vec<Tensor>, Runtim
         .collect()
 }
 
-/// A per-step scalar as an uploaded rank-0 tensor of `dtype`.
-fn step_scalar(rt: &Runtime, v: f64, dtype: DType) -> Result<Tensor, RuntimeError> {
-    let a = Array::new(dtype, Vec::<usize>::new(), vec![v])
-        .map_err(|e| RuntimeError::Internal(e.to_string()))?;
-    rt.tensor(&a)
+/// A step's scalars as uploaded rank-0 tensors, once per dtype (not per
+/// parameter).
+struct StepScalars<'a> {
+    values: &'a [f64],
+    uploaded: Vec<(DType, Vec<Tensor>)>,
+}
+
+impl<'a> StepScalars<'a> {
+    fn new(values: &'a [f64]) -> Self {
+        StepScalars {
+            values,
+            uploaded: Vec::new(),
+        }
+    }
+
+    /// The scalars in `p`'s dtype, on `p`'s runtime.
+    fn of(&mut self, p: &Tensor) -> Result<&[Tensor], RuntimeError> {
+        let d = p.dtype();
+        let i = match self.uploaded.iter().position(|(e, _)| *e == d) {
+            Some(i) => i,
+            None => {
+                let ts = self
+                    .values
+                    .iter()
+                    .map(|&v| {
+                        let a = Array::new(d, Vec::<usize>::new(), vec![v])
+                            .map_err(|e| RuntimeError::Internal(e.to_string()))?;
+                        p.runtime().tensor(&a)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.uploaded.push((d, ts));
+                self.uploaded.len() - 1
+            }
+        };
+        Ok(&self.uploaded[i].1)
+    }
 }
 
 fn check_step(state: &[Tensor], params: &[Tensor], grads: &[Tensor]) -> Result<(), RuntimeError> {
@@ -119,11 +150,11 @@ impl Sgd {
         grads: &[Tensor],
     ) -> Result<Vec<Tensor>, RuntimeError> {
         check_step(&self.velocity, params, grads)?;
+        let mut scalars = StepScalars::new(std::slice::from_ref(&self.lr));
         without_grad(|| {
             let mut out = Vec::with_capacity(params.len());
             for ((p, g), b) in params.iter().zip(grads).zip(self.velocity.iter_mut()) {
-                let rt = p.runtime().clone();
-                let lr = step_scalar(&rt, self.lr, p.dtype())?;
+                let lr = scalars.of(p)?[0].clone();
                 let g = if self.weight_decay != 0.0 {
                     g.add(&p.scale(self.weight_decay)?)?
                 } else {
@@ -216,14 +247,17 @@ impl AdamW {
         let t = self.t as i32;
         let c1 = 1.0 - self.beta1.powi(t);
         let c2 = 1.0 - self.beta2.powi(t);
+        let values = [
+            1.0 - self.lr * self.weight_decay,
+            self.lr / c1,
+            1.0 / c2.sqrt(),
+        ];
+        let mut scalars = StepScalars::new(&values);
         without_grad(|| {
             let mut out = Vec::with_capacity(params.len());
             for (i, (p, g)) in params.iter().zip(grads).enumerate() {
-                let rt = p.runtime().clone();
-                let d = p.dtype();
-                let decay = step_scalar(&rt, 1.0 - self.lr * self.weight_decay, d)?;
-                let step = step_scalar(&rt, self.lr / c1, d)?;
-                let rc2 = step_scalar(&rt, 1.0 / c2.sqrt(), d)?;
+                let s = scalars.of(p)?;
+                let (decay, step, rc2) = (s[0].clone(), s[1].clone(), s[2].clone());
                 let m = self.m[i]
                     .scale(self.beta1)?
                     .add(&g.scale(1.0 - self.beta1)?)?;

@@ -62,17 +62,28 @@ pub struct Trace {
 /// left on cannot grow without bound.
 pub const MAX_SPANS: usize = 1_000_000;
 
-#[derive(Default)]
 struct Log {
+    /// When tracing started: span times are relative to it.
+    epoch: Instant,
     spans: Vec<Span>,
     tracks: BTreeMap<u64, String>,
     dropped: u64,
 }
 
+impl Log {
+    fn new() -> Log {
+        Log {
+            epoch: Instant::now(),
+            spans: Vec::new(),
+            tracks: BTreeMap::new(),
+            dropped: 0,
+        }
+    }
+}
+
 /// The recorder a runtime holds.
 pub(crate) struct Tracer {
     on: AtomicBool,
-    epoch: Mutex<Instant>,
     log: Mutex<Log>,
 }
 
@@ -109,8 +120,7 @@ impl Tracer {
     pub fn new() -> Tracer {
         Tracer {
             on: AtomicBool::new(false),
-            epoch: Mutex::new(Instant::now()),
-            log: Mutex::new(Log::default()),
+            log: Mutex::new(Log::new()),
         }
     }
 
@@ -119,14 +129,16 @@ impl Tracer {
     }
 
     pub fn start(&self) {
-        *self.epoch.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-        *self.log.lock().unwrap_or_else(|p| p.into_inner()) = Log::default();
+        *self.log.lock().unwrap_or_else(|p| p.into_inner()) = Log::new();
         self.on.store(true, Ordering::SeqCst);
     }
 
     pub fn stop(&self) -> Trace {
         self.on.store(false, Ordering::SeqCst);
-        let log = std::mem::take(&mut *self.log.lock().unwrap_or_else(|p| p.into_inner()));
+        let log = std::mem::replace(
+            &mut *self.log.lock().unwrap_or_else(|p| p.into_inner()),
+            Log::new(),
+        );
         Trace {
             spans: log.spans,
             tracks: log.tracks,
@@ -155,10 +167,10 @@ impl Tracer {
         if !self.is_on() {
             return;
         }
-        let epoch = *self.epoch.lock().unwrap_or_else(|p| p.into_inner());
-        let us = |t: Instant| t.saturating_duration_since(epoch).as_secs_f64() * 1e6;
         let track = TRACK.with(|t| *t);
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let epoch = log.epoch;
+        let us = |t: Instant| t.saturating_duration_since(epoch).as_secs_f64() * 1e6;
         if log.spans.len() >= MAX_SPANS {
             log.dropped += 1;
             return;
