@@ -237,3 +237,45 @@ fn every_path_makes_the_one_argument_check() {
     }
     assert_eq!(seen.len(), 5);
 }
+
+/// A store whose value reads the buffer it overwrites runs in place only
+/// when every read is of the same site, element by element: a read of
+/// other rows, or of the same tile transposed, sees the old values on the
+/// JIT as on every other path.
+#[test]
+fn a_store_over_what_it_reads_sees_the_old_values() {
+    let n = 16usize;
+    let mut k = KernelBuilder::new("self_reads");
+    k.grid([1], [Arbitrary]);
+    let acc = k.inout("acc", F32, [n, 128]).block([n, 128], |[_i]| (0, 0));
+    let sq = k
+        .inout("sq", F32, [128, 128])
+        .block([128, 128], |[_i]| (0, 0));
+    // Same site: in place. Shifted rows: the rows 8.. must be read before
+    // the rows ..8 are overwritten. Transposed: whole-tile reads.
+    acc.store(.., acc.load(..) * 2.0 + 1.0);
+    acc.store((0..8, ..), acc.load((8..16, ..)) + acc.load((0..8, ..)));
+    sq.store(.., sq.load(..).transpose([1, 0]) + sq.load(..));
+    let k = k.build().unwrap();
+    let a = Array::random(F32, [n, 128], 31, -2.0, 2.0);
+    let s = Array::random(F32, [128, 128], 32, -2.0, 2.0);
+    let mut want_a: Vec<f64> = a.data().iter().map(|v| v * 2.0 + 1.0).collect();
+    for i in 0..8 {
+        for j in 0..128 {
+            want_a[i * 128 + j] += want_a[(i + 8) * 128 + j];
+        }
+    }
+    let sd = s.data();
+    let want_s: Vec<f64> = (0..128 * 128)
+        .map(|e| sd[(e % 128) * 128 + e / 128] + sd[e])
+        .collect();
+    for r in run_paths(
+        &k,
+        &[a, s],
+        &[Backend::Interpreter, Backend::Native],
+        &[want_a, want_s],
+        &[Tolerance::for_dtype(F32); 2],
+    ) {
+        assert!(r.passes(), "{r}");
+    }
+}

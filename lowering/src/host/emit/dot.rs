@@ -1,6 +1,19 @@
 //! `dot`: the register-blocked micro-kernel (MR rows × NR lanes of
 //! accumulators, `vector.fma` with broadcast lhs elements).
+//!
+//! The operands are laid out for it first, the way BLAS libraries do:
+//!
+//! * the rhs is **packed** into panels `[batch, n / NR, k, NR]`, so that the
+//!   NR lanes one k step reads are one contiguous run and a whole panel
+//!   (k × NR) stays in L1 while the MR-row tiles of the lhs sweep over it.
+//!   A strided window read in place would alias a few L1 sets (rows one
+//!   page apart map to the same set) and stream from L2 instead;
+//! * the lhs is read **in place** when it already is a window or buffer of
+//!   the accumulator type (its elements are scalar loads, broadcast to the
+//!   NR lanes, so its stride does not matter); otherwise it is computed
+//!   into a row-major `[batch, m, k]` buffer.
 
+use std::ops::Range;
 use std::rc::Rc;
 
 use melior::ir::Block;
@@ -10,6 +23,60 @@ use kernel_ir::{DType, DotDims, TileType, ValueId};
 use super::*;
 use crate::LoweringError;
 use crate::mlir::Raw;
+
+/// A dot operand as the micro-kernel reads it: element `(batch, row, col)`
+/// of its flat `[batch, rows, cols]` view is element [`FlatView::at`] of
+/// `node`.
+struct FlatView {
+    node: Rc<Node>,
+    /// The node dims that carry batch, row and col (`None`: the group has
+    /// only unit dims); every other node dim has size 1.
+    dims: [Option<usize>; 3],
+}
+
+impl FlatView {
+    /// The node index of flat element `(batch, row, col)`.
+    fn at(&self, zero: Raw, flat: [Raw; 3]) -> Vec<Raw> {
+        let mut idx = vec![zero; self.node.ty.shape.len()];
+        for (d, v) in self.dims.iter().zip(flat) {
+            if let Some(d) = d {
+                idx[*d] = v;
+            }
+        }
+        idx
+    }
+}
+
+/// The one non-unit dim of each group of `shape` (`None` for an all-unit
+/// group), or `None` when a group has two: such an operand has no single
+/// node dim per flat dim and is computed into a flat buffer instead.
+fn flat_dims(shape: &[usize], groups: [Range<usize>; 3]) -> Option<[Option<usize>; 3]> {
+    let mut out = [None; 3];
+    for (g, range) in groups.into_iter().enumerate() {
+        let mut big = range.filter(|&d| shape[d] != 1);
+        out[g] = big.next();
+        if big.next().is_some() {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+/// Register tile rows for `m` (a divisor, so no remainder loop).
+fn tile_rows(m: usize) -> usize {
+    [8, 4, 2, 1]
+        .into_iter()
+        .find(|r| m.is_multiple_of(*r))
+        .unwrap_or(1)
+}
+
+/// Register tile lanes for `n`: up to two AVX-512 registers of f32.
+fn tile_lanes(n: usize) -> usize {
+    [32, 16, 8, 4, 2, 1]
+        .into_iter()
+        .find(|r| n.is_multiple_of(*r))
+        .unwrap_or(1)
+}
 
 impl<'c> HostEmitter<'_, 'c> {
     pub(super) fn dot(
@@ -31,7 +98,7 @@ impl<'c> HostEmitter<'_, 'c> {
         };
         let lf = free(lt.shape.len(), &dims.lhs_batch, &dims.lhs_contract);
         let rf = free(rt.shape.len(), &dims.rhs_batch, &dims.rhs_contract);
-        // A[batch, free, contract] and B[batch, contract, free], row-major.
+        // A[batch, free, contract] and B[batch, contract, free].
         let lorder: Vec<usize> = dims
             .lhs_batch
             .iter()
@@ -49,19 +116,27 @@ impl<'c> HostEmitter<'_, 'c> {
         // Half-float accumulation runs in f32 and rounds at the end.
         let out_acc = acc;
         let acc = if is_half(acc) { DType::F32 } else { acc };
-        let a = self.canonical(b, &ln, &lorder, acc)?;
-        let bm = self.canonical(b, &rn, &rorder, acc)?;
         let size = |t: &TileType, ds: &[usize]| ds.iter().map(|&d| t.shape[d]).product::<usize>();
         let bt = size(&lt, &dims.lhs_batch);
         let m = size(&lt, &lf);
         let kk = size(&lt, &dims.lhs_contract);
         let nn = size(&rt, &rf);
-        // Flat views: A[bt, m, k], B[bt, k, n], C[bt, m, n].
+        let nb = dims.lhs_batch.len();
+        let a = self.lhs_view(b, &ln, &lorder, [nb, lf.len()], [bt, m, kk], acc)?;
+        let nr = tile_lanes(nn);
+        let bp = self.packed_rhs(
+            b,
+            &rn,
+            &rorder,
+            [nb, dims.rhs_contract.len()],
+            [bt, kk, nn],
+            nr,
+            acc,
+        )?;
+        // C[bt, m, n], row-major.
         let out_ty = self.ty(r);
         let c = self.alloc(b, &TileType::new(acc, vec![bt, m, nn]))?;
-        let a3 = self.reshape_buf(b, a, &[bt, m, kk], acc)?;
-        let b3 = self.reshape_buf(b, bm, &[bt, kk, nn], acc)?;
-        self.micro_kernel(b, a3, b3, c, bt, m, kk, nn, acc)?;
+        self.micro_kernel(b, &a, bp, c, [bt, m, kk, nn], nr)?;
         let out = self.reshape_buf(b, c, &out_ty.shape, acc)?;
         if out_ty.shape.is_empty() {
             let z = self.idx(b, 0)?;
@@ -82,6 +157,129 @@ impl<'c> HostEmitter<'_, 'c> {
             self.maybe_materialize(b, r)?;
         }
         Ok(())
+    }
+
+    /// The lhs as `[batch, m, k]`: in place when it is a window or buffer
+    /// of dtype `to` with one node dim per flat dim, else computed into a
+    /// row-major buffer.
+    fn lhs_view(
+        &mut self,
+        b: &Block<'c>,
+        n: &Rc<Node>,
+        order: &[usize],
+        [nb, nf]: [usize; 2],
+        flat: [usize; 3],
+        to: DType,
+    ) -> Result<FlatView, LoweringError> {
+        let rank = order.len();
+        let node = Self::permuted(n, order);
+        let readable = matches!(node.e, Expr::Window { .. } | Expr::Buf { .. });
+        if node.ty.dtype == to
+            && readable
+            && let Some(dims) = flat_dims(&node.ty.shape, [0..nb, nb..nb + nf, nb + nf..rank])
+        {
+            return Ok(FlatView { node, dims });
+        }
+        let mem = self.canonical(b, n, order, to)?;
+        self.flat_buffer(b, mem, flat, to)
+    }
+
+    /// A contiguous buffer seen as `[batch, rows, cols]`.
+    fn flat_buffer(
+        &self,
+        b: &Block<'c>,
+        mem: Raw,
+        flat: [usize; 3],
+        to: DType,
+    ) -> Result<FlatView, LoweringError> {
+        let mem = self.reshape_buf(b, mem, &flat, to)?;
+        Ok(FlatView {
+            node: Rc::new(Node {
+                e: Expr::Buf { mem },
+                ty: TileType::new(to, flat.to_vec()),
+            }),
+            dims: [Some(0), Some(1), Some(2)],
+        })
+    }
+
+    /// The rhs packed into panels `[batch, n / nr, k, nr]` (see the module
+    /// docs), converted to `to`.
+    #[allow(clippy::too_many_arguments)]
+    fn packed_rhs(
+        &mut self,
+        b: &Block<'c>,
+        n: &Rc<Node>,
+        order: &[usize],
+        [nb, nc]: [usize; 2],
+        [bt, k, nn]: [usize; 3],
+        nr: usize,
+        to: DType,
+    ) -> Result<Raw, LoweringError> {
+        let rank = order.len();
+        let mut node = Self::permuted(n, order);
+        if node.ty.dtype != to {
+            node = Rc::new(Node {
+                ty: TileType::new(to, node.ty.shape.clone()),
+                e: Expr::Convert(node),
+            });
+        }
+        // Vector reads along the node's last dim must walk the col dim.
+        let direct = flat_dims(&node.ty.shape, [0..nb, nb..nb + nc, nb + nc..rank])
+            .filter(|d| d[2].is_none_or(|c| c + 1 == rank) || nr == 1);
+        let src = match direct {
+            Some(dims) => FlatView { node, dims },
+            None => {
+                let mem = self.canonical(b, n, order, to)?;
+                self.flat_buffer(b, mem, [bt, k, nn], to)?
+            }
+        };
+        let packed = self.alloc(b, &TileType::new(to, vec![bt, nn / nr, k, nr]))?;
+        let ir = self.ir;
+        let w = chunk(nr);
+        let shape = [bt, nn / nr, k, nr];
+        self.for_each_chunk(b, &shape, w, &mut |blk, idx| {
+            let (bi, jb, kx, lane) = (idx[0], idx[1], idx[2], idx[3]);
+            let nrc = self.idx(blk, nr as i64)?;
+            let j0 = ir.op1(blk, "arith.muli", &[jb, nrc], ir.index(), Vec::new())?;
+            let j = ir.op1(blk, "arith.addi", &[j0, lane], ir.index(), Vec::new())?;
+            let zero = self.idx(blk, 0)?;
+            let v = self.eval(blk, &src.node, &src.at(zero, [bi, kx, j]), w)?;
+            self.store_vec(blk, v, packed, idx, w, to)
+        })?;
+        Ok(packed)
+    }
+
+    /// `src` with its dims reordered (output dim `i` is source dim
+    /// `perm[i]`); a window stays a window, with its index map permuted, so
+    /// that reading it along its unit-stride dim is still a vector load.
+    pub(super) fn permuted(src: &Rc<Node>, perm: &[usize]) -> Rc<Node> {
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return src.clone();
+        }
+        let shape: Vec<usize> = perm.iter().map(|&p| src.ty.shape[p]).collect();
+        let ty = TileType::new(src.ty.dtype, shape);
+        let e = match &src.e {
+            Expr::Window {
+                mem, start, out_of, ..
+            } => {
+                let out_of: Vec<Option<usize>> = out_of
+                    .iter()
+                    .map(|o| o.and_then(|o| perm.iter().position(|&p| p == o)))
+                    .collect();
+                Expr::Window {
+                    mem: *mem,
+                    start: start.clone(),
+                    contiguous: out_of.last() == Some(&Some(perm.len() - 1)),
+                    out_of,
+                    site: None,
+                }
+            }
+            _ => Expr::Transpose {
+                src: src.clone(),
+                perm: perm.to_vec(),
+            },
+        };
+        Rc::new(Node { e, ty })
     }
 
     /// The same contiguous buffer with another shape.
@@ -117,29 +315,21 @@ impl<'c> HostEmitter<'_, 'c> {
         Ok(flat)
     }
 
-    /// C[b] = A[b] · B[b] with MR × NR register blocks.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn micro_kernel(
+    /// `C[b] = A[b] · B[b]` with MR × NR register blocks over the packed
+    /// rhs `bp`.
+    fn micro_kernel(
         &self,
         b: &Block<'c>,
-        a: Raw,
-        bm: Raw,
+        a: &FlatView,
+        bp: Raw,
         c: Raw,
-        bt: usize,
-        m: usize,
-        k: usize,
-        n: usize,
-        d: DType,
+        [bt, m, k, n]: [usize; 4],
+        nr: usize,
     ) -> Result<(), LoweringError> {
         let ir = self.ir;
-        let mr = [8, 4, 2, 1]
-            .into_iter()
-            .find(|r| m.is_multiple_of(*r))
-            .unwrap_or(1);
-        let nr = [32, 16, 8, 4, 2, 1]
-            .into_iter()
-            .find(|r| n.is_multiple_of(*r))
-            .unwrap_or(1);
+        // The lhs view is in the accumulator type.
+        let d = a.node.ty.dtype;
+        let mr = tile_rows(m);
         let vty = self.vec_ty(nr, d);
         let float = d.is_float();
         let outer = [bt, m / mr, n / nr];
@@ -165,11 +355,12 @@ impl<'c> HostEmitter<'_, 'c> {
                 .into_iter()
                 .find(|u| k.is_multiple_of(*u))
                 .unwrap_or(1);
-            let one = self.idx(blk, unroll as i64)?;
+            let step = self.idx(blk, unroll as i64)?;
             let mut types = vec![ir.index()];
             types.extend(std::iter::repeat_n(vty, mr));
             let inner = ir.block(&types);
             let args = ir.args(&inner);
+            let izero = self.idx(&inner, 0)?;
             let rows: Vec<Raw> = (0..mr)
                 .map(|r| {
                     let rc = self.idx(&inner, r as i64)?;
@@ -178,21 +369,22 @@ impl<'c> HostEmitter<'_, 'c> {
                 .collect::<Result<_, _>>()?;
             let mut accs: Vec<Raw> = args[1..].to_vec();
             for u in 0..unroll {
-                let kk = if u == 0 {
+                let kx = if u == 0 {
                     args[0]
                 } else {
                     let uc = self.idx(&inner, u as i64)?;
                     ir.op1(&inner, "arith.addi", &[args[0], uc], ir.index(), Vec::new())?
                 };
-                let bv = ir.op1(&inner, "vector.load", &[bm, bi, kk, j0], vty, Vec::new())?;
+                let bv = ir.op1(
+                    &inner,
+                    "vector.load",
+                    &[bp, bi, jb, kx, izero],
+                    vty,
+                    Vec::new(),
+                )?;
                 for (r, &i) in rows.iter().enumerate() {
-                    let s = ir.op1(
-                        &inner,
-                        "memref.load",
-                        &[a, bi, i, kk],
-                        ir.elem(d),
-                        Vec::new(),
-                    )?;
+                    let one = self.eval(&inner, &a.node, &a.at(izero, [bi, i, kx]), 1)?;
+                    let s = self.lane0(&inner, one, d)?;
                     let av = ir.op1(&inner, "vector.broadcast", &[s], vty, Vec::new())?;
                     accs[r] = if float {
                         ir.op1(&inner, "vector.fma", &[av, bv, accs[r]], vty, Vec::new())?
@@ -202,9 +394,8 @@ impl<'c> HostEmitter<'_, 'c> {
                     };
                 }
             }
-            let next = accs;
-            ir.op(&inner, "scf.yield", &next, &[], Vec::new(), Vec::new())?;
-            let mut ops = vec![lo, hi, one];
+            ir.op(&inner, "scf.yield", &accs, &[], Vec::new(), Vec::new())?;
+            let mut ops = vec![lo, hi, step];
             ops.extend(std::iter::repeat_n(zero, mr));
             let accs = ir.op(
                 blk,

@@ -49,7 +49,8 @@ impl<'c> HostEmitter<'_, 'c> {
                 | Expr::Scalar(_)
                 | Expr::Iota { .. }
                 | Expr::Window { .. }
-        ) || matches!(&n.e, Expr::Broadcast { src, .. } | Expr::Squeeze { src, .. } if matches!(src.e, Expr::Buf { .. } | Expr::Const(_) | Expr::Scalar(_)));
+        ) || matches!(&n.e, Expr::Broadcast { src, .. } | Expr::Squeeze { src, .. } if matches!(src.e, Expr::Buf { .. } | Expr::Const(_) | Expr::Scalar(_)))
+            || Self::one_op_on_memory(&n);
         if uses > 1 && !cheap {
             let mem = self.materialize(b, &n)?;
             self.set(
@@ -61,6 +62,39 @@ impl<'c> HostEmitter<'_, 'c> {
             );
         }
         Ok(())
+    }
+
+    /// One elementwise op between a buffer (or window) and a constant or
+    /// scalar, such as a score scale: recomputing it at each use costs one
+    /// op per element, less than storing it and loading it back.
+    fn one_op_on_memory(n: &Node) -> bool {
+        let memory = |x: &Node| matches!(x.e, Expr::Buf { .. } | Expr::Window { .. });
+        let splat = |x: &Node| matches!(x.e, Expr::Const(_) | Expr::Scalar(_));
+        match &n.e {
+            Expr::Binary(_, a, c) => (memory(a) && splat(c)) || (splat(a) && memory(c)),
+            Expr::Convert(a) => memory(a),
+            _ => false,
+        }
+    }
+
+    /// Does `n` read `mem` only through the window at `site`, and only
+    /// through elementwise ops? Then a store of `n` to that site may run in
+    /// place: each chunk is read before it is overwritten, and no other
+    /// element is read.
+    pub(super) fn reads_only_at(n: &Node, mem: Raw, site: &Site) -> bool {
+        let rec = |a: &Node| Self::reads_only_at(a, mem, site);
+        match &n.e {
+            Expr::Window {
+                mem: m, site: s, ..
+            } => m.ptr != mem.ptr || s.as_ref().is_some_and(|s| s == site),
+            Expr::Buf { .. } | Expr::Const(_) | Expr::Scalar(_) | Expr::Iota { .. } => true,
+            Expr::Unary(_, a) | Expr::Convert(a) => rec(a),
+            Expr::Binary(_, a, c) | Expr::Compare(_, a, c) => rec(a) && rec(c),
+            Expr::Select(a, c, d) => rec(a) && rec(c) && rec(d),
+            Expr::Broadcast { src, .. }
+            | Expr::Transpose { src, .. }
+            | Expr::Squeeze { src, .. } => !Self::reads(src, mem),
+        }
     }
 
     /// Does an expression read memref `mem`?
@@ -137,6 +171,7 @@ impl<'c> HostEmitter<'_, 'c> {
                 start,
                 out_of,
                 contiguous,
+                ..
             } => {
                 let mut at = Vec::new();
                 for (m, s) in start.iter().enumerate() {
@@ -432,7 +467,8 @@ impl<'c> HostEmitter<'_, 'c> {
             return self.store_scalar(b, s, mem, &start, vt.dtype);
         }
         let mut n = self.node(value)?;
-        if Self::reads(&n, mem) {
+        let site: Site = (bref, indices.to_vec());
+        if Self::reads(&n, mem) && !Self::reads_only_at(&n, mem, &site) {
             // The value reads the buffer it overwrites: compute it first.
             let m = self.materialize(b, &n)?;
             n = Rc::new(Node {

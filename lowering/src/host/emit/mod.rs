@@ -54,6 +54,10 @@ enum Expr {
         out_of: Vec<Option<usize>>,
         /// The memref's last dim has unit stride (vector loads work).
         contiguous: bool,
+        /// The load that made it, when its index map is that load's own:
+        /// a store to the same site may then overwrite what it reads,
+        /// element by element.
+        site: Option<Site>,
     },
     Const(f64),
     /// A scalar splat.
@@ -84,6 +88,9 @@ enum Expr {
         map: Vec<Option<usize>>,
     },
 }
+
+/// A buffer and the indices a load or store addresses it with.
+type Site = (BufferRef, Vec<Index>);
 
 /// What runs at each chunk of a loop nest: the block and the indices.
 type ChunkBody<'f, 'c> = dyn FnMut(&Block<'c>, &[Raw]) -> Result<(), LoweringError> + 'f;
@@ -501,6 +508,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                     start,
                     out_of,
                     contiguous,
+                    site: Some((*buffer, indices.clone())),
                 };
                 let e = match mask {
                     Some(m) => Expr::Select(
@@ -588,13 +596,8 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                 }
             }
             OpKind::Transpose { x, perm } => {
-                self.lazy(
-                    op.results[0],
-                    Expr::Transpose {
-                        src: self.node(*x)?,
-                        perm: perm.clone(),
-                    },
-                );
+                let t = Self::permuted(&self.node(*x)?, perm);
+                self.set(op.results[0], Val::Tile(t));
                 self.maybe_materialize(b, op.results[0])?;
             }
             OpKind::Reduce { op: r, x, axes } => self.reduce(b, op.results[0], *r, *x, axes)?,

@@ -173,21 +173,7 @@ impl<'c> HostEmitter<'_, 'c> {
         order: &[usize],
         to: DType,
     ) -> Result<Raw, LoweringError> {
-        let identity = order.iter().enumerate().all(|(i, &o)| i == o);
-        let src = if identity {
-            n.clone()
-        } else {
-            Rc::new(Node {
-                ty: TileType::new(
-                    n.ty.dtype,
-                    order.iter().map(|&o| n.ty.shape[o]).collect::<Vec<_>>(),
-                ),
-                e: Expr::Transpose {
-                    src: n.clone(),
-                    perm: order.to_vec(),
-                },
-            })
-        };
+        let src = Self::permuted(n, order);
         if src.ty.dtype == to {
             return self.materialize(b, &src);
         }
