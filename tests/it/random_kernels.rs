@@ -299,7 +299,7 @@ fn dot_reference(a: &Array, b: &Array, d: &DotDims) -> Vec<f64> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// The native JIT packs a dot's rhs into panels, reads its lhs in place
     /// when it can and folds transposes into windows: every layout (batch
@@ -311,8 +311,8 @@ proptest! {
         layout in 0usize..4,
         bsz in 1usize..4,
         m in prop::sample::select(vec![1usize, 3, 8, 13, 32, 40]),
-        n in prop::sample::select(vec![1usize, 5, 16, 33, 64]),
-        kd in prop::sample::select(vec![1usize, 7, 16, 40]),
+        n in prop::sample::select(vec![1usize, 5, 16, 32, 33, 64]),
+        kd in prop::sample::select(vec![1usize, 7, 16, 32, 40]),
         dt in 0usize..3,
         col_major in any::<[bool; 2]>(),
         scaled in any::<bool>(),

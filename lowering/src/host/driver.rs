@@ -54,20 +54,21 @@ impl Drop for AlignedBuf {
     }
 }
 
-/// How one operand is stored while the kernel runs.
+/// How one operand is stored while the kernel runs: row-major, padded up
+/// to whole blocks. Layout hints (column-major, alignment) are the TPU's
+/// business; here a column-major copy would cost a transpose of the whole
+/// array per run, while the JIT's dots read either order at full speed
+/// (the rhs packer transposes 16 × 16 tiles in registers).
 #[derive(Clone, Debug)]
 pub(crate) struct Storage {
     /// Logical dims padded up to whole blocks.
     pub padded: Vec<usize>,
-    /// Element strides of each logical dim in the storage.
+    /// Element strides of each logical dim in the storage (row-major).
     pub strides: Vec<usize>,
     /// The caller's row-major buffer is the storage (no copy).
     pub in_place: bool,
     /// Bytes per element.
     pub elem: usize,
-    /// Logical dims in physical major-to-minor order, when not row-major
-    /// (the window memref is in this order).
-    pub order: Option<Vec<usize>>,
 }
 
 impl Storage {
@@ -82,17 +83,12 @@ impl Storage {
                 .map(|(&n, &b)| n.div_ceil(b.max(1)) * b)
                 .collect()
         };
-        let strides = o
-            .layout
-            .strides(&padded)
-            .unwrap_or_else(|| row_major(&padded));
-        let in_place = padded == o.shape && strides == row_major(&padded);
+        let strides = row_major(&padded);
         Storage {
+            in_place: padded == o.shape,
             padded,
             strides,
-            in_place,
             elem: o.dtype.bytes(),
-            order: crate::convention::physical_order(o),
         }
     }
 
@@ -125,45 +121,14 @@ pub(crate) fn row_major(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-/// Copies one element of `elem` bytes.
-///
-/// # Safety
-/// Both pointers must be valid for `elem` bytes.
-#[inline(always)]
-unsafe fn copy_elem(s: *const u8, d: *mut u8, elem: usize) {
-    // SAFETY: valid per the caller; unaligned accesses because storage
-    // offsets are element-aligned only.
-    unsafe {
-        match elem {
-            4 => d
-                .cast::<u32>()
-                .write_unaligned(s.cast::<u32>().read_unaligned()),
-            2 => d
-                .cast::<u16>()
-                .write_unaligned(s.cast::<u16>().read_unaligned()),
-            1 => *d = *s,
-            8 => d
-                .cast::<u64>()
-                .write_unaligned(s.cast::<u64>().read_unaligned()),
-            _ => std::ptr::copy_nonoverlapping(s, d, elem),
-        }
-    }
-}
-
-/// Side of the square tiles a transposing copy moves at a time: 32 rows of
-/// 32 elements touch 32 cache lines on each side, which stay in L1.
-const TRANSPOSE_TILE: usize = 32;
-
-/// Copies an array of `shape` between two strided layouts (element
-/// strides), `elem` bytes per element. Rows with unit stride on both sides
-/// are copied whole; a copy that changes which dim has unit stride (a
-/// column-major layout) goes tile by tile, so that neither side walks a
-/// large stride element after element.
+/// Copies an array of `shape` between two row-major layouts of different
+/// padding (element strides, unit on the last dim), `elem` bytes per
+/// element, row by row.
 ///
 /// # Safety
 /// Both pointers must be valid for every element the shape and strides
 /// address.
-unsafe fn copy_strided(
+unsafe fn copy_padded(
     src: *const u8,
     src_strides: &[usize],
     dst: *mut u8,
@@ -181,54 +146,26 @@ unsafe fn copy_strided(
         return;
     }
     let last = rank - 1;
-    let (ss, ds) = (src_strides, dst_strides);
-    let rows_whole = ss[last] == 1 && ds[last] == 1;
-    // The dim that has unit stride on the side where `last` does not.
-    let partner = (!rows_whole)
-        .then(|| {
-            (0..last).find(|&d| (ss[last] == 1 && ds[d] == 1) || (ds[last] == 1 && ss[d] == 1))
-        })
-        .flatten();
-    let outer: Vec<usize> = (0..last).filter(|&d| Some(d) != partner).collect();
-    let count: usize = outer.iter().map(|&d| shape[d]).product();
-    let mut idx = vec![0usize; outer.len()];
-    for _ in 0..count {
-        let so: usize = idx.iter().zip(&outer).map(|(i, &d)| i * ss[d]).sum();
-        let dof: usize = idx.iter().zip(&outer).map(|(i, &d)| i * ds[d]).sum();
+    debug_assert!(src_strides[last] == 1 && dst_strides[last] == 1);
+    let rows: usize = shape[..last].iter().product();
+    let mut idx = vec![0usize; last];
+    for _ in 0..rows {
+        let so: usize = idx.iter().zip(src_strides).map(|(i, s)| i * s).sum();
+        let dof: usize = idx.iter().zip(dst_strides).map(|(i, s)| i * s).sum();
         // SAFETY: offsets stay inside both arrays per the caller.
         unsafe {
-            let s = src.add(so * elem);
-            let d = dst.add(dof * elem);
-            match partner {
-                _ if rows_whole => std::ptr::copy_nonoverlapping(s, d, shape[last] * elem),
-                Some(p) => {
-                    for r0 in (0..shape[p]).step_by(TRANSPOSE_TILE) {
-                        for c0 in (0..shape[last]).step_by(TRANSPOSE_TILE) {
-                            for r in r0..(r0 + TRANSPOSE_TILE).min(shape[p]) {
-                                for c in c0..(c0 + TRANSPOSE_TILE).min(shape[last]) {
-                                    copy_elem(
-                                        s.add((r * ss[p] + c * ss[last]) * elem),
-                                        d.add((r * ds[p] + c * ds[last]) * elem),
-                                        elem,
-                                    );
-                                }
-                            }
-                        }
-                    }
-                }
-                None => {
-                    for j in 0..shape[last] {
-                        copy_elem(s.add(j * ss[last] * elem), d.add(j * ds[last] * elem), elem);
-                    }
-                }
-            }
+            std::ptr::copy_nonoverlapping(
+                src.add(so * elem),
+                dst.add(dof * elem),
+                shape[last] * elem,
+            );
         }
-        for k in (0..outer.len()).rev() {
-            idx[k] += 1;
-            if idx[k] < shape[outer[k]] {
+        for d in (0..last).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
                 break;
             }
-            idx[k] = 0;
+            idx[d] = 0;
         }
     }
 }
@@ -315,7 +252,7 @@ impl Program<'_> {
                     // SAFETY: the source holds the logical array; the
                     // storage holds the padded one.
                     unsafe {
-                        copy_strided(src, &logical, buf.ptr(), &st.strides, &o.shape, st.elem)
+                        copy_padded(src, &logical, buf.ptr(), &st.strides, &o.shape, st.elem)
                     };
                 }
                 let p = buf.ptr();
@@ -363,7 +300,7 @@ impl Program<'_> {
             if !st.in_place {
                 // SAFETY: storage and destination hold their arrays.
                 unsafe {
-                    copy_strided(
+                    copy_padded(
                         base[i].0,
                         &st.strides,
                         dst,
@@ -456,12 +393,7 @@ impl Program<'_> {
         }
         for (i, o) in k.operands.iter().enumerate() {
             let st = &self.storage[i];
-            let view = o.view_shape();
-            let (sizes, strides): (Vec<usize>, Vec<usize>) = match &st.order {
-                Some(order) => order.iter().map(|&d| (view[d], st.strides[d])).unzip(),
-                None => (view.to_vec(), st.strides.clone()),
-            };
-            desc(&mut vals, &mut at, base[i].0, &sizes, &strides);
+            desc(&mut vals, &mut at, base[i].0, o.view_shape(), &st.strides);
         }
         for (i, s) in k.scratch.iter().enumerate() {
             desc(
@@ -543,79 +475,6 @@ impl Program<'_> {
                 // storage is padded to whole blocks), scratch and workspace
                 // are this thread's own.
                 unsafe { self.engine.call(&mut args) };
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Element strides of a layout that stores `shape`'s dims in `order`
-    /// (major to minor).
-    fn strides_in(shape: &[usize], order: &[usize]) -> Vec<usize> {
-        let mut s = vec![0; shape.len()];
-        let mut step = 1;
-        for &d in order.iter().rev() {
-            s[d] = step;
-            step *= shape[d];
-        }
-        s
-    }
-
-    /// Every element of a row-major `shape` copied to every dim order, with
-    /// elements of 1, 2, 4 and 8 bytes, lands where the strides say, and
-    /// the copy back restores the source.
-    #[test]
-    fn strided_copies_move_every_element_to_its_place() {
-        let shapes: [&[usize]; 6] = [
-            &[70, 45],
-            &[3, 33, 65],
-            &[1, 2, 40, 3],
-            &[5],
-            &[2, 0, 3],
-            &[32, 32],
-        ];
-        for shape in shapes {
-            let n: usize = shape.iter().product();
-            let rm = row_major(shape);
-            let mut orders: Vec<Vec<usize>> = vec![(0..shape.len()).collect()];
-            orders.push((0..shape.len()).rev().collect());
-            if shape.len() > 2 {
-                let mut o: Vec<usize> = (0..shape.len()).collect();
-                o.swap(shape.len() - 1, 1);
-                orders.push(o);
-            }
-            for order in &orders {
-                let ds = strides_in(shape, order);
-                for elem in [1usize, 2, 4, 8] {
-                    let src: Vec<u8> = (0..n * elem).map(|i| (i * 7 + i / 251) as u8).collect();
-                    let mut dst = vec![0u8; n * elem];
-                    // SAFETY: both buffers hold n elements of elem bytes.
-                    unsafe { copy_strided(src.as_ptr(), &rm, dst.as_mut_ptr(), &ds, shape, elem) };
-                    let mut idx = vec![0usize; shape.len()];
-                    for _ in 0..n {
-                        let so: usize = idx.iter().zip(&rm).map(|(i, s)| i * s).sum();
-                        let dof: usize = idx.iter().zip(&ds).map(|(i, s)| i * s).sum();
-                        assert_eq!(
-                            src[so * elem..(so + 1) * elem],
-                            dst[dof * elem..(dof + 1) * elem],
-                            "shape {shape:?} order {order:?} elem {elem} at {idx:?}"
-                        );
-                        for d in (0..shape.len()).rev() {
-                            idx[d] += 1;
-                            if idx[d] < shape[d] {
-                                break;
-                            }
-                            idx[d] = 0;
-                        }
-                    }
-                    let mut back = vec![0u8; n * elem];
-                    // SAFETY: as above.
-                    unsafe { copy_strided(dst.as_ptr(), &ds, back.as_mut_ptr(), &rm, shape, elem) };
-                    assert_eq!(back, src, "round trip, shape {shape:?} order {order:?}");
-                }
             }
         }
     }

@@ -281,18 +281,9 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<(Module<'c>, usize), LoweringErr
     for p in &k.prefetch {
         types.push(ir.memref(&p.shape, host_dtype(p.dtype), None, None));
     }
-    let physical: Vec<Option<Vec<usize>>> = k
-        .operands
-        .iter()
-        .map(crate::convention::physical_order)
-        .collect();
-    for (o, p) in k.operands.iter().zip(&physical) {
-        let view = o.view_shape();
-        let shape: Vec<usize> = match p {
-            Some(order) => order.iter().map(|&d| view[d]).collect(),
-            None => view.to_vec(),
-        };
-        types.push(window_type(ir, &shape, o.dtype));
+    // Windows in logical order: host storage is row-major (see `Storage`).
+    for o in &k.operands {
+        types.push(window_type(ir, o.view_shape(), o.dtype));
     }
     for s in &k.scratch {
         types.push(ir.memref(&s.shape, host_dtype(s.dtype), None, None));
@@ -311,7 +302,7 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<(Module<'c>, usize), LoweringErr
         scratch: a[g + np + no..a.len() - 1].to_vec(),
         workspace: a[a.len() - 1],
     };
-    let mut emitter = HostEmitter::new(ir, k, args, physical);
+    let mut emitter = HostEmitter::new(ir, k, args);
     emitter.top(&entry)?;
     let workspace_bytes = emitter.workspace_bytes;
     ir.op(&entry, "func.return", &[], &[], Vec::new(), Vec::new())?;

@@ -234,6 +234,10 @@ impl<'c> HostEmitter<'_, 'c> {
             }
         };
         let packed = self.alloc(b, &TileType::new(to, vec![bt, nn / nr, k, nr]))?;
+        if let Some(along_k) = Self::readable_along_k(&src, k, nr) {
+            self.pack_transposed(b, &along_k, packed, [bt, nn / nr, k, nr])?;
+            return Ok(packed);
+        }
         let ir = self.ir;
         let w = chunk(nr);
         let shape = [bt, nn / nr, k, nr];
@@ -247,6 +251,116 @@ impl<'c> HostEmitter<'_, 'c> {
             self.store_vec(blk, v, packed, idx, w, to)
         })?;
         Ok(packed)
+    }
+
+    /// When the rhs is contiguous along k rather than n (a transposed
+    /// operand: `k` of `q·kᵀ` stored row-major, `qᵀ` in a backward pass),
+    /// the same elements viewed with the k dim last, so that 16 k values
+    /// of one column are one vector load; `None` when vector loads along n
+    /// already work or the tile sizes are not whole 16 × 16 squares.
+    fn readable_along_k(src: &FlatView, k: usize, nr: usize) -> Option<FlatView> {
+        fn unit_stride_last(n: &Node) -> bool {
+            match &n.e {
+                Expr::Window { contiguous, .. } => *contiguous,
+                Expr::Buf { .. } => true,
+                Expr::Convert(a) => unit_stride_last(a),
+                _ => false,
+            }
+        }
+        fn swapped(n: &Rc<Node>, perm: &[usize]) -> Rc<Node> {
+            match &n.e {
+                Expr::Convert(a) => {
+                    let inner = swapped(a, perm);
+                    Rc::new(Node {
+                        ty: TileType::new(n.ty.dtype, inner.ty.shape.clone()),
+                        e: Expr::Convert(inner),
+                    })
+                }
+                _ => HostEmitter::permuted(n, perm),
+            }
+        }
+        let (Some(kd), Some(nd)) = (src.dims[1], src.dims[2]) else {
+            return None;
+        };
+        if LANES != 16
+            || src.node.ty.dtype.bytes() != 4
+            || !k.is_multiple_of(LANES)
+            || !nr.is_multiple_of(LANES)
+            || unit_stride_last(&src.node)
+        {
+            return None;
+        }
+        let mut perm: Vec<usize> = (0..src.node.ty.shape.len()).collect();
+        perm.swap(kd, nd);
+        let alt = swapped(&src.node, &perm);
+        unit_stride_last(&alt).then(|| FlatView {
+            node: alt,
+            // The swap put k in n's place and n in k's.
+            dims: [src.dims[0], Some(nd), Some(kd)],
+        })
+    }
+
+    /// Packs `[batch, n / nr, k, nr]` panels from a view contiguous along
+    /// k: 16 columns × 16 k values are loaded as 16 vectors, transposed in
+    /// registers (four rounds of shuffles swapping ever smaller blocks) and
+    /// stored as 16 panel rows.
+    fn pack_transposed(
+        &self,
+        b: &Block<'c>,
+        src: &FlatView,
+        packed: Raw,
+        [bt, panels, k, nr]: [usize; 4],
+    ) -> Result<(), LoweringError> {
+        let ir = self.ir;
+        let d = src.node.ty.dtype;
+        let vty = self.vec_ty(LANES, d);
+        let shape = [bt, panels, k / LANES, nr / LANES];
+        self.for_each_chunk(b, &shape, 1, &mut |blk, idx| {
+            let (bi, jb, kb, cb) = (idx[0], idx[1], idx[2], idx[3]);
+            let c = |v: i64| self.idx(blk, v);
+            let mul = |x: Raw, y: i64| -> Result<Raw, LoweringError> {
+                ir.op1(blk, "arith.muli", &[x, c(y)?], ir.index(), Vec::new())
+            };
+            let add = |x: Raw, y: Raw| ir.op1(blk, "arith.addi", &[x, y], ir.index(), Vec::new());
+            let k0 = mul(kb, LANES as i64)?;
+            let c0 = mul(cb, LANES as i64)?;
+            let j0 = add(mul(jb, nr as i64)?, c0)?;
+            let zero = c(0)?;
+            let mut rows = Vec::with_capacity(LANES);
+            for r in 0..LANES {
+                let j = add(j0, c(r as i64)?)?;
+                rows.push(self.eval(blk, &src.node, &src.at(zero, [bi, k0, j]), LANES)?);
+            }
+            let mut s = LANES / 2;
+            while s > 0 {
+                let lo: Vec<i64> = (0..LANES)
+                    .map(|l| if l & s == 0 { l } else { LANES + l - s } as i64)
+                    .collect();
+                let hi: Vec<i64> = (0..LANES)
+                    .map(|l| if l & s == 0 { l + s } else { LANES + l } as i64)
+                    .collect();
+                for i in (0..LANES).filter(|i| i & s == 0) {
+                    let (x, y) = (rows[i], rows[i + s]);
+                    let shuffle = |mask: &[i64]| {
+                        ir.op1(
+                            blk,
+                            "vector.shuffle",
+                            &[x, y],
+                            vty,
+                            vec![("mask", ir.i64_array(mask))],
+                        )
+                    };
+                    rows[i] = shuffle(&lo)?;
+                    rows[i + s] = shuffle(&hi)?;
+                }
+                s /= 2;
+            }
+            for (q, row) in rows.into_iter().enumerate() {
+                let kq = add(k0, c(q as i64)?)?;
+                self.store_vec(blk, row, packed, &[bi, jb, kq, c0], LANES, d)?;
+            }
+            Ok(())
+        })
     }
 
     /// `src` with its dims reordered (output dim `i` is source dim
@@ -273,6 +387,13 @@ impl<'c> HostEmitter<'_, 'c> {
                     out_of,
                     site: None,
                 }
+            }
+            Expr::Transpose {
+                src: inner,
+                perm: first,
+            } => {
+                let both: Vec<usize> = perm.iter().map(|&p| first[p]).collect();
+                return Self::permuted(inner, &both);
             }
             _ => Expr::Transpose {
                 src: src.clone(),

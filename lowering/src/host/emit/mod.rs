@@ -122,10 +122,6 @@ pub(crate) struct HostEmitter<'a, 'c> {
     ir: &'a Ir<'c>,
     k: &'a Kernel,
     args: HostArgs,
-    /// For each operand whose layout is not row-major, its logical dims in
-    /// physical major-to-minor order: the window memref is in that order,
-    /// with unit stride on its last dim.
-    physical: Vec<Option<Vec<usize>>>,
     values: LoweredValues<Val>,
     /// Bytes of workspace used so far (buffers are 64-byte aligned).
     pub workspace_bytes: usize,
@@ -148,12 +144,7 @@ fn chunk(n: usize) -> usize {
 }
 
 impl<'a, 'c> HostEmitter<'a, 'c> {
-    pub fn new(
-        ir: &'a Ir<'c>,
-        k: &'a Kernel,
-        args: HostArgs,
-        physical: Vec<Option<Vec<usize>>>,
-    ) -> Self {
+    pub fn new(ir: &'a Ir<'c>, k: &'a Kernel, args: HostArgs) -> Self {
         let mut uses = vec![Vec::new(); k.body.values.len()];
         let mut pos = 0;
         fn collect(r: &Region, uses: &mut [Vec<usize>], pos: &mut usize) {
@@ -180,7 +171,6 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             ir,
             k,
             args,
-            physical,
             values: LoweredValues::new(k),
             workspace_bytes: 0,
             uses,
@@ -664,13 +654,6 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                 kept += 1;
                 kept - 1
             }));
-        }
-        if let BufferRef::Operand(i) = bref
-            && let Some(Some(order)) = self.physical.get(i)
-        {
-            // The window memref is in physical order.
-            start = order.iter().map(|&d| start[d]).collect();
-            out_of = order.iter().map(|&d| out_of[d]).collect();
         }
         Ok((start, out_of))
     }
