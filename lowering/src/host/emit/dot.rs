@@ -453,9 +453,11 @@ impl<'c> HostEmitter<'_, 'c> {
         let mr = tile_rows(m);
         let vty = self.vec_ty(nr, d);
         let float = d.is_float();
-        let outer = [bt, m / mr, n / nr];
+        // Row tiles inside column panels: one packed panel (k × NR) stays
+        // in L1 while every row tile of the lhs passes over it.
+        let outer = [bt, n / nr, m / mr];
         self.for_each_chunk(b, &outer, 1, &mut |blk, oidx| {
-            let (bi, ib, jb) = (oidx[0], oidx[1], oidx[2]);
+            let (bi, jb, ib) = (oidx[0], oidx[1], oidx[2]);
             let mrc = self.idx(blk, mr as i64)?;
             let nrc = self.idx(blk, nr as i64)?;
             let i0 = ir.op1(blk, "arith.muli", &[ib, mrc], ir.index(), Vec::new())?;

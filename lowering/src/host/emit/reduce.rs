@@ -68,8 +68,15 @@ impl<'c> HostEmitter<'_, 'c> {
         };
         if last_reduced {
             // One row at a time: vector partial results, then one
-            // horizontal reduction.
+            // horizontal reduction. Up to four independent partials, so
+            // that the combine's latency (4 cycles for a float add) does
+            // not serialize the row.
             let w = chunk(shape[rank - 1]);
+            let chunks = shape[rank - 1] / w;
+            let parts = [4usize, 2, 1]
+                .into_iter()
+                .find(|p| chunks.is_multiple_of(*p))
+                .unwrap_or(1);
             let lead = &shape[..rank - 1];
             let vty = self.vec_ty(w, d);
             self.for_each_chunk(b, lead, 1, &mut |blk, lidx| {
@@ -82,22 +89,41 @@ impl<'c> HostEmitter<'_, 'c> {
                 )?;
                 let lo = self.idx(blk, 0)?;
                 let hi = self.idx(blk, shape[rank - 1] as i64)?;
-                let st = self.idx(blk, w as i64)?;
-                let inner = ir.block(&[ir.index(), vty]);
+                let st = self.idx(blk, (w * parts) as i64)?;
+                let mut types = vec![ir.index()];
+                types.extend(std::iter::repeat_n(vty, parts));
+                let inner = ir.block(&types);
                 let a = ir.args(&inner);
-                let mut full = lidx.to_vec();
-                full.push(a[0]);
-                let v = self.eval(&inner, &n, &full, w)?;
-                let acc = ir.op1(&inner, combine, &[a[1], v], vty, Vec::new())?;
-                ir.op(&inner, "scf.yield", &[acc], &[], Vec::new(), Vec::new())?;
-                let acc = ir.op(
+                let mut accs = Vec::with_capacity(parts);
+                for p in 0..parts {
+                    let mut full = lidx.to_vec();
+                    let off = self.idx(&inner, (p * w) as i64)?;
+                    full.push(ir.op1(
+                        &inner,
+                        "arith.addi",
+                        &[a[0], off],
+                        ir.index(),
+                        Vec::new(),
+                    )?);
+                    let v = self.eval(&inner, &n, &full, w)?;
+                    accs.push(ir.op1(&inner, combine, &[a[1 + p], v], vty, Vec::new())?);
+                }
+                ir.op(&inner, "scf.yield", &accs, &[], Vec::new(), Vec::new())?;
+                let mut ops = vec![lo, hi, st];
+                ops.extend(std::iter::repeat_n(acc0, parts));
+                let mut accs = ir.op(
                     blk,
                     "scf.for",
-                    &[lo, hi, st, acc0],
-                    &[vty],
+                    &ops,
+                    &types[1..],
                     Vec::new(),
                     vec![ir.region(inner)],
-                )?[0];
+                )?;
+                while accs.len() > 1 {
+                    let (x, y) = (accs.remove(0), accs.remove(0));
+                    accs.push(ir.op1(blk, combine, &[x, y], vty, Vec::new())?);
+                }
+                let acc = accs[0];
                 let s = ir.op1(
                     blk,
                     "vector.reduction",
