@@ -58,6 +58,26 @@ impl Band {
         })
     }
 
+    /// Whether every (query, key) pair of block (`qi` of `bq` queries, `ki`
+    /// of `bk` keys) is in the band, as an i1 scalar (`None` when the band
+    /// is full): such a block needs no element mask. Its `q − k` runs from
+    /// `qi·bq − ki·bk − (bk − 1)` to `qi·bq + bq − 1 − ki·bk`.
+    pub fn block_inside(&self, qi: Tile, ki: Tile, bq: usize, bk: usize) -> Option<Tile> {
+        if self.is_full() {
+            return None;
+        }
+        let (bq, bk) = (bq as i32, bk as i32);
+        let base = qi * bq - ki * bk;
+        let above = |lo: i64| (base - (bk - 1)).ge(lo as i32);
+        let below = |hi: i64| (base + (bq - 1)).le(hi as i32);
+        Some(match (self.lo, self.hi) {
+            (Some(lo), None) => above(lo),
+            (None, Some(hi)) => below(hi),
+            (Some(lo), Some(hi)) => above(lo) & below(hi),
+            (None, None) => unreachable!("the full band returned above"),
+        })
+    }
+
     /// The blocks of `bk` keys that query block `qi` (of `bq` rows, of
     /// `sq` queries) sees, also bounded by a valid key count `kv_len`
     /// (keys `≥ kv_len` hidden).

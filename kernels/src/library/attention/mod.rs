@@ -256,6 +256,41 @@ fn attend_step(
     online_softmax_update(cfg, m, l, acc, s, vb);
 }
 
+/// [`attend_step`], without the causal/window element mask when the whole
+/// block is inside the band (every block left of the diagonal): the mask
+/// is a compare and select per score, and a masked score tile is used
+/// twice (max, exp), so it is also a materialized copy on the CPU.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+fn attend_block(
+    cfg: &AttnConfig,
+    skv: usize,
+    q: Ref,
+    k: Ref,
+    v: Ref,
+    m: Ref,
+    l: Ref,
+    acc: Ref,
+    qi: Tile,
+    ki: Tile,
+    kv_len: Option<Tile>,
+) {
+    if let Some(inside) = Band::of(cfg).block_inside(qi, ki, cfg.block_q, cfg.block_k) {
+        let unmasked = AttnConfig {
+            causal: false,
+            window: None,
+            ..cfg.clone()
+        };
+        if inside {
+            attend_step(&unmasked, skv, q, k, v, m, l, acc, qi, ki, kv_len);
+        } else {
+            attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, kv_len);
+        }
+    } else {
+        attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, kv_len);
+    }
+}
+
 /// First step: reset the running state. Last step: normalize, write the
 /// output and the logsumexp.
 #[kernel_fn]
@@ -344,10 +379,10 @@ pub fn flash_attention<T: Element>(
     }
     if let Some(live) = cfg.key_blocks(qi, sq, len).contains(ki) {
         if live {
-            attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, len);
+            attend_block(cfg, skv, q, k, v, m, l, acc, qi, ki, len);
         }
     } else {
-        attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, len);
+        attend_block(cfg, skv, q, k, v, m, l, acc, qi, ki, len);
     }
     if ki == num_programs(3) - 1 {
         online_softmax_finish(m, l, acc, o, lse);
