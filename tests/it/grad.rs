@@ -77,7 +77,8 @@ impl H {
     }
 }
 
-fn h_dot(a: &H, b: &H, d: &DotDims) -> H {
+/// `dot_general` in f64 (result dims: batch, lhs free, rhs free).
+pub(crate) fn h_dot(a: &H, b: &H, d: &DotDims) -> H {
     let free = |r: usize, bt: &[usize], c: &[usize]| -> Vec<usize> {
         (0..r)
             .filter(|x| !bt.contains(x) && !c.contains(x))

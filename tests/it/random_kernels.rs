@@ -13,6 +13,8 @@ use proptest::prelude::*;
 use runtime::backend::Backend;
 use tests::mutation::{mutate, seed_kernels};
 
+use crate::grad::{H, h_dot};
+
 /// An elementwise expression over inputs `x` and `y`.
 #[derive(Clone, Debug)]
 enum Expr {
@@ -241,63 +243,6 @@ proptest! {
 
 // ---- random dot_general layouts ----
 
-/// `dot_general` in f64 over row-major data (the result's dims: batch,
-/// lhs free, rhs free).
-fn dot_reference(a: &Array, b: &Array, d: &DotDims) -> Vec<f64> {
-    let free = |rank: usize, bt: &[usize], c: &[usize]| -> Vec<usize> {
-        (0..rank)
-            .filter(|x| !bt.contains(x) && !c.contains(x))
-            .collect()
-    };
-    let (ash, bsh) = (a.shape(), b.shape());
-    let (lf, rf) = (
-        free(ash.len(), &d.lhs_batch, &d.lhs_contract),
-        free(bsh.len(), &d.rhs_batch, &d.rhs_contract),
-    );
-    let sizes = |sh: &[usize], ds: &[usize]| ds.iter().map(|&x| sh[x]).collect::<Vec<_>>();
-    // Output dims, then contracting dims, walked as one odometer.
-    let out: Vec<usize> = [sizes(ash, &d.lhs_batch), sizes(ash, &lf), sizes(bsh, &rf)].concat();
-    let contract = sizes(ash, &d.lhs_contract);
-    let walk = |dims: &[usize]| -> Vec<Vec<usize>> {
-        let mut all = vec![vec![]];
-        for &n in dims {
-            all = all
-                .into_iter()
-                .flat_map(|p| (0..n).map(move |i| [p.clone(), vec![i]].concat()))
-                .collect();
-        }
-        all
-    };
-    let (nb, nl) = (d.lhs_batch.len(), lf.len());
-    walk(&out)
-        .into_iter()
-        .map(|o| {
-            walk(&contract)
-                .into_iter()
-                .map(|c| {
-                    let mut ai = vec![0; ash.len()];
-                    let mut bi = vec![0; bsh.len()];
-                    for (j, (&l, &r)) in d.lhs_batch.iter().zip(&d.rhs_batch).enumerate() {
-                        ai[l] = o[j];
-                        bi[r] = o[j];
-                    }
-                    for (j, &l) in lf.iter().enumerate() {
-                        ai[l] = o[nb + j];
-                    }
-                    for (j, &r) in rf.iter().enumerate() {
-                        bi[r] = o[nb + nl + j];
-                    }
-                    for (j, (&l, &r)) in d.lhs_contract.iter().zip(&d.rhs_contract).enumerate() {
-                        ai[l] = c[j];
-                        bi[r] = c[j];
-                    }
-                    a.get(&ai).unwrap_or(f64::NAN) * b.get(&bi).unwrap_or(f64::NAN)
-                })
-                .sum()
-        })
-        .collect()
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
@@ -335,7 +280,7 @@ proptest! {
         if col_major[1] { y = y.col_major(); }
         let a = Array::random(dtype, ash.clone(), seed, -2.0, 2.0);
         let bm = Array::random(dtype, bsh.clone(), seed ^ 0x9e37, -2.0, 2.0);
-        let mut want = dot_reference(&a, &bm, &dims);
+        let mut want = h_dot(&H::of(&a), &H::of(&bm), &dims).data;
         // Mosaic has no i8 arithmetic, so the expression lhs is float only.
         let lhs = if scaled && dtype != I8 {
             // An expression, not a window: computed into a buffer first.

@@ -514,8 +514,6 @@ impl<'c> HostEmitter<'_, 'c> {
             vty,
             vec![("value", ir.literal(0.0, d, vty)?)],
         )?;
-        let lo = self.idx(blk, 0)?;
-        let hi = self.idx(blk, k as i64)?;
         // The k loop unrolled by `unroll` (LLVM does not unroll a loop
         // carrying vector accumulators): fewer loop-carried moves and
         // index updates per FMA.
@@ -523,56 +521,44 @@ impl<'c> HostEmitter<'_, 'c> {
             .into_iter()
             .find(|u| k.is_multiple_of(*u))
             .unwrap_or(1);
-        let step = self.idx(blk, unroll as i64)?;
-        let mut types = vec![ir.index()];
-        types.extend(std::iter::repeat_n(vty, mr));
-        let inner = ir.block(&types);
-        let args = ir.args(&inner);
-        let izero = self.idx(&inner, 0)?;
-        let rows: Vec<Raw> = (0..mr)
-            .map(|r| {
-                let rc = self.idx(&inner, r as i64)?;
-                ir.op1(&inner, "arith.addi", &[i0, rc], ir.index(), Vec::new())
-            })
-            .collect::<Result<_, _>>()?;
-        let mut accs: Vec<Raw> = args[1..].to_vec();
-        for u in 0..unroll {
-            let kx = if u == 0 {
-                args[0]
-            } else {
-                let uc = self.idx(&inner, u as i64)?;
-                ir.op1(&inner, "arith.addi", &[args[0], uc], ir.index(), Vec::new())?
-            };
-            let bv = ir.op1(
-                &inner,
-                "vector.load",
-                &[bp, bi, jb, kx, izero],
-                vty,
-                Vec::new(),
-            )?;
-            for (r, &i) in rows.iter().enumerate() {
-                let one = self.eval(&inner, &a.node, &a.at(izero, [bi, i, kx]), 1)?;
-                let s = self.lane0(&inner, one, d)?;
-                let av = ir.op1(&inner, "vector.broadcast", &[s], vty, Vec::new())?;
-                accs[r] = if float {
-                    ir.op1(&inner, "vector.fma", &[av, bv, accs[r]], vty, Vec::new())?
+        let init = vec![zero; mr];
+        let accs = self.carried_loop(blk, (k, unroll), &init, vty, &mut |inner, k0, carried| {
+            let izero = self.idx(inner, 0)?;
+            let rows: Vec<Raw> = (0..mr)
+                .map(|r| {
+                    let rc = self.idx(inner, r as i64)?;
+                    ir.op1(inner, "arith.addi", &[i0, rc], ir.index(), Vec::new())
+                })
+                .collect::<Result<_, _>>()?;
+            let mut accs = carried.to_vec();
+            for u in 0..unroll {
+                let kx = if u == 0 {
+                    k0
                 } else {
-                    let p = ir.op1(&inner, "arith.muli", &[av, bv], vty, Vec::new())?;
-                    ir.op1(&inner, "arith.addi", &[p, accs[r]], vty, Vec::new())?
+                    let uc = self.idx(inner, u as i64)?;
+                    ir.op1(inner, "arith.addi", &[k0, uc], ir.index(), Vec::new())?
                 };
+                let bv = ir.op1(
+                    inner,
+                    "vector.load",
+                    &[bp, bi, jb, kx, izero],
+                    vty,
+                    Vec::new(),
+                )?;
+                for (r, &i) in rows.iter().enumerate() {
+                    let one = self.eval(inner, &a.node, &a.at(izero, [bi, i, kx]), 1)?;
+                    let s = self.lane0(inner, one, d)?;
+                    let av = ir.op1(inner, "vector.broadcast", &[s], vty, Vec::new())?;
+                    accs[r] = if float {
+                        ir.op1(inner, "vector.fma", &[av, bv, accs[r]], vty, Vec::new())?
+                    } else {
+                        let p = ir.op1(inner, "arith.muli", &[av, bv], vty, Vec::new())?;
+                        ir.op1(inner, "arith.addi", &[p, accs[r]], vty, Vec::new())?
+                    };
+                }
             }
-        }
-        ir.op(&inner, "scf.yield", &accs, &[], Vec::new(), Vec::new())?;
-        let mut ops = vec![lo, hi, step];
-        ops.extend(std::iter::repeat_n(zero, mr));
-        let accs = ir.op(
-            blk,
-            "scf.for",
-            &ops,
-            &types[1..],
-            Vec::new(),
-            vec![ir.region(inner)],
-        )?;
+            Ok(accs)
+        })?;
         for (r, acc) in accs.into_iter().enumerate() {
             let rc = self.idx(blk, r as i64)?;
             let i = ir.op1(blk, "arith.addi", &[i0, rc], ir.index(), Vec::new())?;

@@ -420,6 +420,41 @@ impl<'c> HostEmitter<'_, 'c> {
         Ok(())
     }
 
+    /// `scf.for iv = 0 to hi step st` carrying `init.len()` vectors of type
+    /// `vty` (register accumulators); `body` gets the loop's block, the
+    /// induction variable and the carried values and returns their next
+    /// values. Returns the final values.
+    pub(super) fn carried_loop(
+        &self,
+        b: &Block<'c>,
+        (hi, st): (usize, usize),
+        init: &[Raw],
+        vty: melior::ir::Type<'c>,
+        body: &mut CarriedBody<'_, 'c>,
+    ) -> Result<Vec<Raw>, LoweringError> {
+        let ir = self.ir;
+        let mut types = vec![ir.index()];
+        types.extend(std::iter::repeat_n(vty, init.len()));
+        let inner = ir.block(&types);
+        let args = ir.args(&inner);
+        let next = body(&inner, args[0], &args[1..])?;
+        ir.op(&inner, "scf.yield", &next, &[], Vec::new(), Vec::new())?;
+        let mut ops = vec![
+            self.idx(b, 0)?,
+            self.idx(b, hi as i64)?,
+            self.idx(b, st as i64)?,
+        ];
+        ops.extend(init);
+        ir.op(
+            b,
+            "scf.for",
+            &ops,
+            &types[1..],
+            Vec::new(),
+            vec![ir.region(inner)],
+        )
+    }
+
     /// Computes `n` into a new buffer.
     pub(super) fn materialize(&mut self, b: &Block<'c>, n: &Node) -> Result<Raw, LoweringError> {
         if let Expr::Buf { mem } = n.e {

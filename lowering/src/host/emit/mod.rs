@@ -92,6 +92,11 @@ enum Expr {
 /// A buffer and the indices a load or store addresses it with.
 type Site = (BufferRef, Vec<Index>);
 
+/// One iteration of a loop carrying values: the block, the induction
+/// variable and the carried values in; their next values out.
+type CarriedBody<'f, 'c> =
+    dyn FnMut(&Block<'c>, Raw, &[Raw]) -> Result<Vec<Raw>, LoweringError> + 'f;
+
 /// What runs at each chunk of a loop nest: the block and the indices.
 type ChunkBody<'f, 'c> = dyn FnMut(&Block<'c>, &[Raw]) -> Result<(), LoweringError> + 'f;
 

@@ -87,37 +87,29 @@ impl<'c> HostEmitter<'_, 'c> {
                     vty,
                     vec![("value", ir.literal(init, d, vty)?)],
                 )?;
-                let lo = self.idx(blk, 0)?;
-                let hi = self.idx(blk, shape[rank - 1] as i64)?;
-                let st = self.idx(blk, (w * parts) as i64)?;
-                let mut types = vec![ir.index()];
-                types.extend(std::iter::repeat_n(vty, parts));
-                let inner = ir.block(&types);
-                let a = ir.args(&inner);
-                let mut accs = Vec::with_capacity(parts);
-                for p in 0..parts {
-                    let mut full = lidx.to_vec();
-                    let off = self.idx(&inner, (p * w) as i64)?;
-                    full.push(ir.op1(
-                        &inner,
-                        "arith.addi",
-                        &[a[0], off],
-                        ir.index(),
-                        Vec::new(),
-                    )?);
-                    let v = self.eval(&inner, &n, &full, w)?;
-                    accs.push(ir.op1(&inner, combine, &[a[1 + p], v], vty, Vec::new())?);
-                }
-                ir.op(&inner, "scf.yield", &accs, &[], Vec::new(), Vec::new())?;
-                let mut ops = vec![lo, hi, st];
-                ops.extend(std::iter::repeat_n(acc0, parts));
-                let mut accs = ir.op(
+                let init = vec![acc0; parts];
+                let mut accs = self.carried_loop(
                     blk,
-                    "scf.for",
-                    &ops,
-                    &types[1..],
-                    Vec::new(),
-                    vec![ir.region(inner)],
+                    (shape[rank - 1], w * parts),
+                    &init,
+                    vty,
+                    &mut |inner, j0, carried| {
+                        let mut accs = Vec::with_capacity(parts);
+                        for (p, &acc) in carried.iter().enumerate() {
+                            let mut full = lidx.to_vec();
+                            let off = self.idx(inner, (p * w) as i64)?;
+                            full.push(ir.op1(
+                                inner,
+                                "arith.addi",
+                                &[j0, off],
+                                ir.index(),
+                                Vec::new(),
+                            )?);
+                            let v = self.eval(inner, &n, &full, w)?;
+                            accs.push(ir.op1(inner, combine, &[acc, v], vty, Vec::new())?);
+                        }
+                        Ok(accs)
+                    },
                 )?;
                 while accs.len() > 1 {
                     let (x, y) = (accs.remove(0), accs.remove(0));
