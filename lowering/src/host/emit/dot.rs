@@ -83,10 +83,13 @@ fn row_tiles(m: usize) -> (usize, usize) {
     }
 }
 
-/// Register tile lanes for `n`: up to two AVX-512 registers of f32.
-fn tile_lanes(n: usize) -> usize {
+/// Register tile lanes for `n` elements of `d`: up to two 64-byte
+/// registers (32 lanes of f32, 16 of f64), so that the accumulators fit.
+fn tile_lanes(n: usize, d: DType) -> usize {
+    let most = 128 / d.bytes().max(1);
     [32, 16, 8, 4, 2, 1]
         .into_iter()
+        .filter(|&r| r <= most)
         .find(|r| n.is_multiple_of(*r))
         .unwrap_or(1)
 }
@@ -136,7 +139,7 @@ impl<'c> HostEmitter<'_, 'c> {
         let nn = size(&rt, &rf);
         let nb = dims.lhs_batch.len();
         let a = self.lhs_view(b, &ln, &lorder, [nb, lf.len()], [bt, m, kk], acc)?;
-        let nr = tile_lanes(nn);
+        let nr = tile_lanes(nn, acc);
         let bp = self.packed_rhs(
             b,
             &rn,
