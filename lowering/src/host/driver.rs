@@ -275,15 +275,14 @@ impl Program<'_> {
                 slot.get_or_insert(e);
             }
         };
-        if threads == 1 {
+        // The calling thread is one of the workers: one spawn fewer, and
+        // its caches are warm with the inputs it just prepared.
+        std::thread::scope(|s| {
+            for _ in 1..threads {
+                s.spawn(worker);
+            }
             worker();
-        } else {
-            std::thread::scope(|s| {
-                for _ in 0..threads {
-                    s.spawn(worker);
-                }
-            });
-        }
+        });
         if let Some(e) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             return Err(e);
         }

@@ -48,8 +48,14 @@ fn peak() -> Option<u64> {
     status_kib("VmHWM:").map(|k| k * 1024)
 }
 
+/// The most timed runs of one measurement. Enough that a short workload
+/// (a 6 ms matmul) is timed over the whole budget, so that its median is
+/// not that of a 60 ms window the machine's background load may own.
+pub const MAX_RUNS: usize = 100;
+
 /// Measures in this process: compile, reset the peak, run once (memory),
-/// then time runs until `budget` is spent (at least two, at most 10).
+/// then time runs until `budget` is spent (at least two, at most
+/// [`MAX_RUNS`]).
 pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, String> {
     if m == Method::Torch {
         let python = super::torch_python()
@@ -167,7 +173,7 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
     let peak_bytes = peak().unwrap_or(0).saturating_sub(before);
     let mut times = Vec::new();
     let start = Instant::now();
-    while times.len() < 10 && (times.len() < 2 || start.elapsed() + first < budget) {
+    while times.len() < MAX_RUNS && (times.len() < 2 || start.elapsed() + first < budget) {
         let t = Instant::now();
         run()?;
         times.push(t.elapsed().as_secs_f64());

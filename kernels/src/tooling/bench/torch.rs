@@ -3,7 +3,7 @@
 //! with torch is at hand: `$TESSERA_TORCH_PYTHON`, or the venv
 //! `kernels/benches/setup_torch.sh` makes in the cache folder. Time is the
 //! median of runs after a warm-up filling the budget (at least two, at most
-//! ten, as for the others); peak memory the resident-set growth of the
+//! [`super::measure::MAX_RUNS`], as for the others); peak memory the resident-set growth of the
 //! first run, read the same way.
 
 use std::path::PathBuf;
@@ -28,7 +28,7 @@ const SCRIPT: &str = r#"
 import sys, time, torch
 import torch.nn.functional as F
 kind, size, causal, budget = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", float(sys.argv[4])
-heads, d = int(sys.argv[5]), int(sys.argv[6])
+heads, d, max_runs = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
 torch.manual_seed(0)
 def status(field):
     for line in open("/proc/self/status"):
@@ -61,7 +61,7 @@ before = status("VmRSS:")
 run()
 peak = max(0, status("VmHWM:") - before)
 times, start = [], time.perf_counter()
-while len(times) < 2 or (time.perf_counter() - start < budget and len(times) < 10):
+while len(times) < 2 or (time.perf_counter() - start < budget and len(times) < max_runs):
     t = time.perf_counter(); run(); times.append(time.perf_counter() - t)
 times.sort()
 print("TESSERA_BENCH", times[len(times) // 2], len(times), peak)
@@ -87,7 +87,11 @@ pub fn measure_torch(
             if causal { "1" } else { "0" },
         ])
         .arg(budget.as_secs_f64().to_string())
-        .args([HEADS.to_string(), HEAD_DIM.to_string()])
+        .args([
+            HEADS.to_string(),
+            HEAD_DIM.to_string(),
+            super::measure::MAX_RUNS.to_string(),
+        ])
         .output()
         .map_err(|e| format!("torch on {w}: {e}"))?;
     super::measure::child_result(w, Method::Torch, &out)
