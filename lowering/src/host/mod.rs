@@ -36,7 +36,7 @@ use kernel_ir::{Array, DType, Kernel, VerifiedKernel};
 
 use crate::LoweringError;
 use crate::mlir::{Ir, Mlir};
-use driver::{Program, Storage};
+use driver::{BufferPool, Program, Storage};
 use emit::{HostArgs, HostEmitter};
 
 /// The name of the kernel function in every host module.
@@ -72,6 +72,8 @@ pub struct HostKernel {
     storage: Vec<Storage>,
     workspace_bytes: usize,
     options: HostOptions,
+    /// Grid workers' scratch and workspace, kept between runs.
+    pool: driver::BufferPool,
 }
 
 impl std::fmt::Debug for HostKernel {
@@ -112,12 +114,14 @@ impl HostKernel {
             storage: (0..k.operands.len()).map(|i| Storage::of(k, i)).collect(),
             workspace_bytes,
             options: HostOptions::default(),
+            pool: BufferPool::new(2 * HostOptions::default().threads),
         })
     }
 
     /// The same compiled kernel with other run options.
     pub fn with_options(mut self, options: HostOptions) -> HostKernel {
         self.options = options;
+        self.pool = BufferPool::new(2 * options.threads.max(1));
         self
     }
 
@@ -243,6 +247,7 @@ impl HostKernel {
             storage: &self.storage,
             workspace_bytes: self.workspace_bytes,
             threads: self.options.threads,
+            pool: &self.pool,
         };
         // SAFETY: upheld by the caller.
         unsafe { program.run(prefetch, inputs, outputs) }
