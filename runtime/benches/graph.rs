@@ -135,66 +135,56 @@ fn main() -> Result<(), RuntimeError> {
 
     let s = lazy.stats();
     println!("graph runtime, small graph of 10 ops on f32[64, 64] (median of repeated runs)");
-    println!(
-        "{:<44} {:>12}",
-        "per-op recording overhead",
-        format!("{:.2} µs", record * 1e6)
-    );
-    println!(
-        "{:<44} {:>12}",
-        "deferred: record + sync + read (cache hit)",
-        format!("{:.1} µs", lazy_iter * 1e6)
-    );
-    println!(
-        "{:<44} {:>12}",
-        "  the same, tracing on",
-        format!("{:.1} µs", traced_iter * 1e6)
-    );
-    println!(
-        "{:<44} {:>12}",
-        "  tracing on / off",
-        format!("{:.2}x ({spans} spans)", traced_iter / lazy_iter)
-    );
-    println!(
-        "{:<44} {:>12}",
-        "  the runtime's own part (trace)",
-        format!("{own:.1} µs")
-    );
-    println!(
-        "{:<44} {:>12}",
-        "  PJRT execute + transfers (trace)",
-        format!("{pjrt:.1} µs")
-    );
-    println!(
-        "{:<44} {:>12}",
-        "  of which record + sync (no read)",
-        format!("{:.1} µs", sync_only * 1e6)
-    );
-    println!(
-        "{:<44} {:>12}",
-        "  a read of a ready tensor",
-        format!("{:.1} µs", read_only * 1e6)
-    );
-    println!(
-        "{:<44} {:>12}",
-        "raw PJRT execute of the same module",
-        format!("{:.1} µs", raw * 1e6)
-    );
-    println!(
-        "{:<44} {:>12}",
-        "deferred / raw PJRT execute",
-        format!("{:.1}x", lazy_iter / raw)
-    );
-    println!(
-        "{:<44} {:>12}",
-        "eager: op by op through the plugin",
-        format!("{:.1} µs", eager_iter * 1e6)
-    );
-    println!(
-        "{:<44} {:>12}",
-        "eager / deferred",
-        format!("{:.2}x", eager_iter / lazy_iter)
-    );
+    let rows = [
+        (
+            "per-op recording overhead",
+            format!("{:.2} µs", record * 1e6),
+        ),
+        (
+            "deferred: record + sync + read (cache hit)",
+            format!("{:.1} µs", lazy_iter * 1e6),
+        ),
+        (
+            "  the same, tracing on",
+            format!("{:.1} µs", traced_iter * 1e6),
+        ),
+        (
+            "  tracing on / off",
+            format!("{:.2}x ({spans} spans)", traced_iter / lazy_iter),
+        ),
+        ("  the runtime's own part (trace)", format!("{own:.1} µs")),
+        (
+            "  PJRT execute + transfers (trace)",
+            format!("{pjrt:.1} µs"),
+        ),
+        (
+            "  of which record + sync (no read)",
+            format!("{:.1} µs", sync_only * 1e6),
+        ),
+        (
+            "  a read of a ready tensor",
+            format!("{:.1} µs", read_only * 1e6),
+        ),
+        (
+            "raw PJRT execute of the same module",
+            format!("{:.1} µs", raw * 1e6),
+        ),
+        (
+            "deferred / raw PJRT execute",
+            format!("{:.1}x", lazy_iter / raw),
+        ),
+        (
+            "eager: op by op through the plugin",
+            format!("{:.1} µs", eager_iter * 1e6),
+        ),
+        (
+            "eager / deferred",
+            format!("{:.2}x", eager_iter / lazy_iter),
+        ),
+    ];
+    for (label, value) in rows {
+        println!("{label:<44} {value:>12}");
+    }
     println!(
         "deferred: {} compiles, {} memory hits, hit rate {:.4}; results differ by {same:.1e}",
         s.compiles,

@@ -73,18 +73,19 @@ impl Roofline {
 impl Cost {
     /// Bytes fetched into VMEM.
     pub fn bytes_in(&self) -> u64 {
-        self.operands
-            .iter()
-            .filter(|o| o.direction == "in")
-            .map(|o| o.bytes)
-            .sum()
+        self.bytes_moving("in")
     }
 
     /// Bytes written back to HBM.
     pub fn bytes_out(&self) -> u64 {
+        self.bytes_moving("out")
+    }
+
+    /// The operands' bytes in one direction (`"in"` or `"out"`).
+    fn bytes_moving(&self, direction: &str) -> u64 {
         self.operands
             .iter()
-            .filter(|o| o.direction == "out")
+            .filter(|o| o.direction == direction)
             .map(|o| o.bytes)
             .sum()
     }

@@ -5,9 +5,8 @@
 //!
 //! * the rhs is **packed** into panels `[batch, n / NR, k, NR]`, so that the
 //!   NR lanes one k step reads are one contiguous run and a whole panel
-//!   (k × NR) stays in L1 while the MR-row tiles of the lhs sweep over it.
-//!   A strided window read in place would alias a few L1 sets (rows one
-//!   page apart map to the same set) and stream from L2 instead;
+//!   (k × NR) stays in L1 while the MR-row tiles of the lhs sweep over it
+//!   (a window read in place is one short run per block row instead);
 //! * the lhs is read **in place** when it already is a window or buffer of
 //!   the accumulator type (its elements are scalar loads, broadcast to the
 //!   NR lanes, so its stride does not matter); otherwise it is computed
