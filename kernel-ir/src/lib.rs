@@ -85,7 +85,7 @@ pub use half::{bf16, f16};
 pub use index_map::{IndexEvalError, IndexExpr, IndexExprDisplay, IndexMap, IndexOp};
 pub use int_expr::IntExpr;
 pub use interp::{
-    BlockFetch, FetchTrace, InterpOptions, interpret, interpret_traced, interpret_with,
+    BlockFetch, DotShape, FetchTrace, InterpOptions, interpret, interpret_traced, interpret_with,
 };
 pub use kernel::{Argument, ArgumentError, Kernel};
 pub use layout::{Layout, Order};

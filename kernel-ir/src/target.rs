@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::DType;
+use crate::{DType, DotShape};
 
 /// Lanes per vreg row: the tiling unit of the minor dimension.
 pub const LANES: usize = 128;
@@ -94,6 +94,26 @@ impl Target {
             Target::V6e => 1640.0 * g,
             Target::V7x => 7380.0 * g / 2.0,
         }
+    }
+
+    /// MXU passes (`vmatmul` instructions in libtpu's bundles) one dot of
+    /// `shape` takes: the lhs streams through the systolic array one vreg
+    /// of rows at a time (8 rows of f32, 16 of bf16, 32 of 8-bit types),
+    /// once per `mxu_width`-square weight tile of the rhs. On the 256-wide
+    /// MXU (v6e, v7x) a dot whose contracting and output widths are both
+    /// at most 128 takes half as many (two 128-square weight tiles share
+    /// the array). Measured, not documented: libtpu 0.0.48.1's executed
+    /// bundle trace for matmuls of every block shape 128/256/512 in f32 and
+    /// bf16 on v5e and v6e, and flash attention's two dots, match this
+    /// count exactly. Used to tell when libtpu's static profiler dropped
+    /// work, not to predict time.
+    pub fn mxu_passes(self, shape: &DotShape) -> u64 {
+        let rows = 8 * shape.lhs.packing().max(1);
+        let w = self.mxu_width();
+        let per = shape.m.div_ceil(rows) * shape.k.div_ceil(w) * shape.n.div_ceil(w);
+        let half = w == 256 && shape.k <= 128 && shape.n <= 128;
+        let per = if half { per.div_ceil(2) } else { per };
+        (per * shape.batch) as u64
     }
 
     /// Physical VMEM per core in bytes.

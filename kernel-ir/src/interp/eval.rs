@@ -50,6 +50,8 @@ pub(crate) struct Machine<'a> {
     pub dma: super::dma::DmaState,
     /// Multiply-add flops of the dots executed so far (2 per product).
     pub flops: u64,
+    /// Executed dots by shape.
+    pub dots: std::collections::BTreeMap<super::DotShape, u64>,
     /// Per operand, bytes manual copies moved from it (an `any` operand,
     /// in HBM) and to it.
     pub dma_bytes: Vec<(u64, u64)>,
@@ -303,8 +305,34 @@ impl Machine<'_> {
             } => {
                 let (a, b) = (self.get(*lhs)?, self.get(*rhs)?);
                 let depth: usize = dims.lhs_contract.iter().map(|&d| a.shape[d]).product();
+                let size = |x: &Val, dims: &[usize], inside: bool| -> usize {
+                    (0..x.shape.len())
+                        .filter(|d| dims.contains(d) == inside)
+                        .map(|d| x.shape[d])
+                        .product()
+                };
+                let bound_l: Vec<usize> = dims
+                    .lhs_batch
+                    .iter()
+                    .chain(&dims.lhs_contract)
+                    .copied()
+                    .collect();
+                let bound_r: Vec<usize> = dims
+                    .rhs_batch
+                    .iter()
+                    .chain(&dims.rhs_contract)
+                    .copied()
+                    .collect();
+                let shape = super::DotShape {
+                    batch: size(a, &dims.lhs_batch, true),
+                    m: size(a, &bound_l, false),
+                    k: depth,
+                    n: size(b, &bound_r, false),
+                    lhs: a.dtype,
+                };
                 let r = dot(a, b, dims, *acc);
                 self.flops += 2 * (r.data.len() * depth) as u64;
+                *self.dots.entry(shape).or_insert(0) += 1;
                 r
             }
             OpKind::For {

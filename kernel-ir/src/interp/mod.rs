@@ -140,6 +140,25 @@ pub struct FetchTrace {
     /// (manual DMA) moved from it into VMEM/SMEM and into it: nonzero only
     /// for `any` operands, which stay in HBM.
     pub dma_bytes: Vec<(u64, u64)>,
+    /// The dots the run executed, by shape, with how often each ran: what
+    /// the MXU must do ([`crate::Target::mxu_passes`]).
+    pub dots: Vec<(DotShape, u64)>,
+}
+
+/// The shape of one executed dot, as the MXU sees it: `batch` products of
+/// `[m, k] x [k, n]` with an lhs of dtype `lhs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DotShape {
+    /// Independent products (the batch dims' sizes multiplied).
+    pub batch: usize,
+    /// Rows of the lhs (its free dims multiplied).
+    pub m: usize,
+    /// The contracting size.
+    pub k: usize,
+    /// Columns of the rhs (its free dims multiplied).
+    pub n: usize,
+    /// The lhs element type (it sets the rows per MXU pass).
+    pub lhs: crate::DType,
 }
 
 impl FetchTrace {
@@ -190,6 +209,7 @@ fn run(
         grid_point: Vec::new(),
         dma: dma::DmaState::new(k, opts.dma_seed),
         flops: 0,
+        dots: Default::default(),
         dma_bytes: vec![(0, 0); k.operands.len()],
     };
     let order = grid_order(k, opts.shuffle_seed);
@@ -262,6 +282,7 @@ fn run(
             }
         }
         trace.flops = m.flops;
+        trace.dots = m.dots.iter().map(|(s, n)| (*s, *n)).collect();
         trace.dma_bytes = m.dma_bytes.clone();
     }
     m.finish_dma()?;

@@ -14,7 +14,7 @@
 //! from the published peaks ([`kernel_ir::Target::peak_flops`],
 //! [`kernel_ir::Target::hbm_bandwidth`]).
 
-use kernel_ir::{Array, DType, InterpOptions, MemorySpace, Target, VerifiedKernel};
+use kernel_ir::{Array, DType, DotShape, InterpOptions, MemorySpace, Target, VerifiedKernel};
 
 /// One operand's traffic.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +43,8 @@ pub struct Cost {
     pub steps: u64,
     /// The element type its rooflines use (the widest-traffic input's).
     pub dtype: DType,
+    /// The dots it executed, by shape, with how often each ran.
+    pub dots: Vec<(DotShape, u64)>,
 }
 
 /// A time bound on one generation.
@@ -87,6 +89,15 @@ impl Cost {
             .iter()
             .filter(|o| o.direction == direction)
             .map(|o| o.bytes)
+            .sum()
+    }
+
+    /// The MXU passes (`vmatmul`s) its executed dots take on `target`
+    /// ([`Target::mxu_passes`]).
+    pub fn mxu_passes(&self, target: Target) -> u64 {
+        self.dots
+            .iter()
+            .map(|(shape, n)| target.mxu_passes(shape) * n)
             .sum()
     }
 
@@ -197,6 +208,7 @@ pub fn cost(kernel: &VerifiedKernel, inputs: &[Array]) -> Result<Cost, String> {
         flops: trace.flops,
         steps: k.grid.points().count() as u64,
         dtype,
+        dots: trace.dots,
     })
 }
 

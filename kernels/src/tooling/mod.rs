@@ -6,6 +6,7 @@ pub mod bench;
 pub mod check;
 pub mod cost;
 pub mod diff;
+pub mod estimate;
 pub mod export;
 pub mod npy;
 pub mod numerics;

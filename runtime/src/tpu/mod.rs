@@ -36,6 +36,7 @@
 //! ```
 
 mod diagnostic;
+pub mod estimate;
 
 pub use diagnostic::CompilerDiagnostic;
 

@@ -105,7 +105,7 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
 }
 
 /// The generations `--tpu` names.
-fn parse_targets(s: &str) -> Result<Vec<Target>, String> {
+pub(crate) fn parse_targets(s: &str) -> Result<Vec<Target>, String> {
     if s == ALL {
         return Ok(Target::ALL.to_vec());
     }

@@ -2,6 +2,7 @@
 //! the HBM↔VMEM traffic a kernel's pipeline implies, its flops and a
 //! roofline per TPU generation (`kernels::tooling::cost`).
 
+use kernel_ir::{Array, VerifiedKernel};
 use kernels::library::{self, Config};
 use kernels::tooling::cost::{Cost, cost, table};
 
@@ -9,8 +10,9 @@ use crate::args::Args;
 use crate::kernel_args::{choose, kernel_for_lower};
 use crate::{Failure, usage};
 
-/// The cost of a catalog kernel (with `--config`/`--shape`) or preset.
-fn one(name: &str, a: &Args) -> Result<Cost, Failure> {
+/// A catalog kernel (with `--config`/`--shape`) or preset, built, with its
+/// sample inputs (`--input NAME=FILE.npy` replacing any).
+pub fn kernel_with_inputs(name: &str, a: &Args) -> Result<(VerifiedKernel, Vec<Array>), Failure> {
     let kernel = kernel_for_lower(name, a).map_err(usage)?;
     let (entry, cfg) = match library::find(name) {
         Some(e) => (e, choose(name, a).map_err(usage)?.config),
@@ -38,6 +40,31 @@ fn one(name: &str, a: &Args) -> Result<Cost, Failure> {
     entry
         .check_inputs(&cfg, &kernel, &inputs)
         .map_err(|e| usage(e.to_string()))?;
+    Ok((kernel, inputs))
+}
+
+/// Every catalog kernel at its defaults and every preset, each with its
+/// sample inputs (`all` for `cost` and `estimate`).
+pub fn every_kernel() -> Result<Vec<(String, VerifiedKernel, Vec<Array>)>, Failure> {
+    let mut out = Vec::new();
+    for e in library::ENTRIES {
+        let cfg = Config::parse(e, &[]).map_err(|x| Failure::Run(x.to_string()))?;
+        let k = e
+            .build_at_default_shapes(&cfg)
+            .map_err(|x| Failure::Run(x.to_string()))?;
+        let inputs = e.sample_inputs(&cfg, &k, 1);
+        out.push((e.name.to_string(), k, inputs));
+    }
+    for p in library::presets() {
+        let (k, inputs) = kernel_with_inputs(p.name(), &Args::default())?;
+        out.push((p.name().to_string(), k, inputs));
+    }
+    Ok(out)
+}
+
+/// The cost of a catalog kernel (with `--config`/`--shape`) or preset.
+fn one(name: &str, a: &Args) -> Result<Cost, Failure> {
+    let (kernel, inputs) = kernel_with_inputs(name, a)?;
     cost(&kernel, &inputs).map_err(|e| Failure::Run(format!("{name}: {e}")))
 }
 
@@ -54,17 +81,9 @@ pub fn cost_cmd(args: &[String]) -> Result<(), Failure> {
                 "--config and --shape need one kernel, not `all`".into(),
             ));
         }
-        for e in library::ENTRIES {
-            let cfg = Config::parse(e, &[]).map_err(|x| Failure::Run(x.to_string()))?;
-            let k = e
-                .build_at_default_shapes(&cfg)
-                .map_err(|x| Failure::Run(x.to_string()))?;
-            let c = cost(&k, &e.sample_inputs(&cfg, &k, 1))
-                .map_err(|x| Failure::Run(format!("{}: {x}", e.name)))?;
-            rows.push((e.name.to_string(), c));
-        }
-        for p in library::presets() {
-            rows.push((p.name().to_string(), one(p.name(), &Args::default())?));
+        for (name, k, inputs) in every_kernel()? {
+            let c = cost(&k, &inputs).map_err(|x| Failure::Run(format!("{name}: {x}")))?;
+            rows.push((name, c));
         }
     } else {
         rows.push((which.to_string(), one(which, &a)?));

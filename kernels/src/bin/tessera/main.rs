@@ -9,6 +9,7 @@ mod bench;
 mod compile;
 mod cost;
 mod demo;
+mod estimate;
 mod kernel_args;
 mod lower;
 mod numerics;
@@ -32,6 +33,8 @@ COMMANDS:
     export   write a kernel as a multi-platform artifact JAX programs call
     compile  compile kernels with the real TPU compiler (libtpu, compile-only)
              for v5e, v6e, v5p and v7x: code size and memory, or its error
+    estimate libtpu's static schedule estimate of kernels (cycles, time), checked
+             against each kernel's roofline and executed dots: trusted or not
     run      run a kernel on .npy inputs, write its outputs as .npy
     diff     compare two back ends (or one with the f64 reference) on one input
     bench    benchmarks with their XLA baselines, one table with ratios
@@ -66,6 +69,47 @@ HBM bandwidth (per device). `all` (the default) is every catalog kernel at its
 defaults and every preset. --json prints one object per kernel (the Pallas
 comparison in tests/conformance reads it). Operands a kernel copies itself
 (manual DMA) count the bytes its copies moved.
+";
+
+const HELP_ESTIMATE: &str = "\
+tessera estimate: how long a kernel takes on a TPU, by the TPU compiler's own
+static schedule estimate
+
+USAGE:
+    tessera estimate KERNEL|PRESET|kernels|presets|all [--tpu G[,G..]|all]
+                     [--config KEY=VALUE].. [--shape INPUT=DxDx..].. [--input INPUT=FILE.npy]..
+                     [--json] [--no-trace] [--timeout SECONDS]
+    tessera estimate --module FILE [--tpu G[,G..]] [--json]
+
+Compiles the kernel's tpu_custom_call module with libtpu (compile-only) with
+its static profiler on, one child process per compile (libtpu reads its flags
+once per process, and the profiler can abort: that is an error naming it, not
+a crash), and prints per generation: the estimated cycles of the whole program
+(the kernel and the layout copies around it), the time at the TensorCore clock
+(v5e 1.5 GHz published, v6e 1.75 GHz inferred; v5p and v7x have no published
+clock and get cycles only), the roofline bound of `tessera cost` (C compute, M
+memory), estimate / roofline, the vmatmul instructions of the executed bundle
+trace against the MXU passes the kernel's executed dots need (the reference
+interpreter runs it on its sample inputs), and a verdict.
+
+An estimate is UNTRUSTED, with the reason, when its trace is short of the
+needed MXU passes (the profiler dropped work it cannot follow: control flow
+steered by prefetched data or program_id-dependent loops), when it is below
+the roofline, when the kernel is memory-bound (the profiler does not share HBM
+bandwidth between DMAs: the time shown is then max(estimate, bytes /
+bandwidth)), or when the clock is unknown. Rank configurations by trusted
+estimates only; they rank, they do not predict wall time.
+
+--module estimates a whole StableHLO module (a Pallas kernel exported with
+jax.export for TPU, say) with no guards. --no-trace skips the executed bundle
+trace (large for big grids) and with it the dropped-work check. --timeout
+limits each profiled compile (default 600 s).
+
+OPTIONS:
+    --tpu G               v5e, v6e, v5p, v7x, a comma list, or all   [default: v5e,v6e]
+    --config, --shape     as for `tessera lower` (one kernel only)
+    --input INPUT=FILE    as for `tessera cost` (values that decide the work)
+    --json                one object per kernel and generation
 ";
 
 const HELP_PROFILE: &str = "\
@@ -366,6 +410,10 @@ fn run(args: &[String]) -> ExitCode {
         print!("{text}");
         ExitCode::SUCCESS
     };
+    if cmd == "tpu-child" {
+        // One profiled libtpu compile, started by `tessera estimate`.
+        return estimate::tpu_child(rest);
+    }
     if cmd == "train" {
         // Its own help and exit codes (0 also when SIGTERM stopped it).
         return ExitCode::from(kernels::tooling::train::cli(rest) as u8);
@@ -382,6 +430,7 @@ fn run(args: &[String]) -> ExitCode {
             "bench" => help(HELP_BENCH),
             "numerics" => help(HELP_NUMERICS),
             "cost" => help(HELP_COST),
+            "estimate" => help(HELP_ESTIMATE),
             "profile" => help(HELP_PROFILE),
             "help" => help(HELP),
             other => {
@@ -406,6 +455,7 @@ fn run(args: &[String]) -> ExitCode {
         "bench" => bench::bench(rest),
         "numerics" => numerics::numerics(rest),
         "cost" => cost::cost_cmd(rest),
+        "estimate" => estimate::estimate(rest),
         "profile" => profile::profile(rest),
         other => Err(usage(format!(
             "unknown command `{other}`; see `tessera --help`"

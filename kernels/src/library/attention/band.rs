@@ -94,7 +94,7 @@ impl Band {
         // one past the block's last real query.
         let first = self
             .hi
-            .map(|hi| offset(q0(), -hi).max_const(0).div_nonneg(bk));
+            .map(|hi| Quotient::new(offset(q0(), -hi).max_const(0), bk));
         let ragged = sq as i64 % bq.max(1) != 0;
         let end_key = |lo: i64| {
             if ragged {
@@ -114,7 +114,7 @@ impl Band {
         };
         BlockRange {
             first,
-            end: end.map(|e| e.div_nonneg(bk)),
+            end: end.map(|e| Quotient::new(e, bk)),
             may_be_empty: kv_len.is_some(),
         }
     }
@@ -141,8 +141,8 @@ impl Band {
         BlockRange {
             first: self
                 .lo
-                .map(|lo| offset(k0(), lo).max_const(0).div_nonneg(bq)),
-            end: self.hi.map(|hi| end(hi).div_nonneg(bq)),
+                .map(|lo| Quotient::new(offset(k0(), lo).max_const(0), bq)),
+            end: self.hi.map(|hi| Quotient::new(end(hi), bq)),
             may_be_empty: false,
         }
     }
@@ -153,21 +153,51 @@ impl Band {
 #[derive(Clone, Debug)]
 pub struct BlockRange<E> {
     /// The first block with work, if bounded (≥ 0).
-    pub first: Option<E>,
+    pub first: Option<Quotient<E>>,
     /// One past the last block with work, if bounded.
-    pub end: Option<E>,
+    pub end: Option<Quotient<E>>,
     /// Whether `end` can be 0 (no block has work: a valid length of 0).
     pub may_be_empty: bool,
 }
 
+/// A block bound `⌊num / by⌋`, kept as its numerator so that a kernel body
+/// can test a block against it without dividing: libtpu's static profiler
+/// cannot evaluate a division of grid indices, and an `if` on one ran no
+/// work in its replay (the causal forward's trace had 0 of its 1,152
+/// MXU passes), while the same test by multiplication is followed.
+/// `num ≥ 0` for a first block; a negative `num` for an end means no
+/// block, either way.
+#[derive(Clone, Debug)]
+pub struct Quotient<E> {
+    /// The numerator.
+    pub num: E,
+    /// The divisor (> 0).
+    pub by: i64,
+}
+
+impl<E: IntExpr> Quotient<E> {
+    fn new(num: E, by: i64) -> Quotient<E> {
+        Quotient { num, by }
+    }
+
+    /// The bound itself (for index maps).
+    pub fn value(self) -> E {
+        self.num.div_nonneg(self.by)
+    }
+}
+
 impl BlockRange<Tile> {
-    /// Whether block `j` has work; `None` when every block has.
+    /// Whether block `j` has work; `None` when every block has. By
+    /// multiplication only: `j ≥ ⌊f / b⌋ ⇔ j·b + b − 1 ≥ f` and
+    /// `j < ⌊e / b⌋ ⇔ j·b + b ≤ e`, for `j ≥ 0` (see [`Quotient`]).
     pub fn contains(self, j: Tile) -> Option<Tile> {
+        let at_or_after = |f: Quotient<Tile>| (j * f.by as i32 + (f.by - 1) as i32).ge(f.num);
+        let before = |e: Quotient<Tile>| (j * e.by as i32 + e.by as i32).le(e.num);
         match (self.first, self.end) {
             (None, None) => None,
-            (Some(f), None) => Some(j.ge(f)),
-            (None, Some(e)) => Some(j.lt(e)),
-            (Some(f), Some(e)) => Some(j.ge(f) & j.lt(e)),
+            (Some(f), None) => Some(at_or_after(f)),
+            (None, Some(e)) => Some(before(e)),
+            (Some(f), Some(e)) => Some(at_or_after(f) & before(e)),
         }
     }
 }
@@ -178,12 +208,12 @@ impl BlockRange<IndexExpr> {
     /// pipeline keeps it), and always a block of the array.
     pub fn clamp(self, j: IndexExpr, n: usize) -> IndexExpr {
         let n = n as i64;
-        let j = match self.end {
+        let j = match self.end.map(Quotient::value) {
             None => j,
             Some(e) if self.may_be_empty => j.min(e - 1i64).max(0i64),
             Some(e) => j.min(e - 1i64),
         };
-        match self.first {
+        match self.first.map(Quotient::value) {
             None => j,
             // first may lie past the array (queries past every key).
             Some(f) => j.max(f).min(n - 1),
