@@ -482,3 +482,173 @@ fn numerics_prints_its_table_and_fp8_files_are_bit_patterns() {
         .count();
     assert_eq!(bad, 0);
 }
+
+/// `tessera estimate --json` rows for one kernel.
+fn estimate_json(args: &[&str]) -> Vec<serde_json::Value> {
+    let mut all = vec!["estimate"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let o = tessera(&all);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_str::<Vec<serde_json::Value>>(&stdout(&o))
+        .expect("estimate --json prints a JSON array")
+}
+
+/// Flash attention at d = 128 (d = 64 aborts the profiler), bf16, 128 × 128
+/// blocks, then `extra`.
+fn attn_128<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "flash_attention",
+        "--config",
+        "dtype=bf16",
+        "--config",
+        "block_q=128",
+        "--config",
+        "block_k=128",
+        "--shape",
+        "q=1x2x512x128",
+        "--shape",
+        "k=1x2x512x128",
+        "--shape",
+        "v=1x2x512x128",
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+#[test]
+fn estimate_trusts_flash_attention_whose_trace_runs_every_mxu_pass() {
+    for causal in ["false", "true"] {
+        let c = format!("causal={causal}");
+        let rows = estimate_json(&attn_128(&["--config", &c, "--tpu", "v5e,v6e"]));
+        assert_eq!(rows.len(), 2);
+        for r in &rows {
+            let (ran, needed) = (
+                r["vmatmul"].as_u64().unwrap(),
+                r["needed_passes"].as_u64().unwrap(),
+            );
+            // The causal skip is a division-free test of grid indices,
+            // which the profiler follows (a divided one ran 0 passes).
+            assert!(needed > 0 && ran == needed, "causal={causal}: {r}");
+            assert_eq!(r["trusted"], true, "causal={causal}: {r}");
+            assert!(r["cycles"].as_u64().unwrap() > 0);
+            assert!(r["over_roofline"].as_f64().unwrap() >= 1.0, "{r}");
+        }
+    }
+}
+
+#[test]
+fn estimate_guards_trip_on_the_kernels_that_fool_the_profiler() {
+    let reasons = |r: &serde_json::Value| r["reasons"].to_string();
+    // Scalar-prefetch-driven control flow: the page table steers the work
+    // and the profiler runs none of it.
+    let [paged] = &estimate_json(&["paged_decode_attention", "--tpu", "v6e"])[..] else {
+        panic!("one row")
+    };
+    assert_eq!(paged["trusted"], false);
+    assert!(reasons(paged).contains("dropped work"), "{paged}");
+    assert!(paged["vmatmul"].as_u64().unwrap() < paged["needed_passes"].as_u64().unwrap());
+    // A large add: memory-bound, and with wide blocks the profiler's
+    // unshared DMAs put it below the bandwidth bound.
+    let add = |cols: &str| {
+        let c = format!("block_cols={cols}");
+        estimate_json(&[
+            "add",
+            "--shape",
+            "x=2048x2048",
+            "--shape",
+            "y=2048x2048",
+            "--config",
+            "block_rows=256",
+            "--config",
+            &c,
+            "--tpu",
+            "v6e",
+        ])
+        .remove(0)
+    };
+    let narrow = add("128");
+    assert_eq!(narrow["trusted"], false);
+    assert!(reasons(&narrow).contains("memory-bound"), "{narrow}");
+    let bw = narrow["roofline_seconds"].as_f64().unwrap();
+    assert!(narrow["seconds"].as_f64().unwrap() >= bw, "{narrow}");
+    let wide = add("2048");
+    assert!(reasons(&wide).contains("below the roofline"), "{wide}");
+    // No published clock: cycles only.
+    let [v7x] = &estimate_json(&attn_128(&["--tpu", "v7x"]))[..] else {
+        panic!("one row")
+    };
+    assert_eq!(v7x["trusted"], false);
+    assert!(
+        v7x["seconds"].is_null() && reasons(v7x).contains("no published"),
+        "{v7x}"
+    );
+}
+
+#[test]
+fn a_profiler_abort_is_a_row_without_an_estimate_not_a_crash() {
+    // head_dim 64 aborts libtpu 0.0.48.1's profiler (Pallas's flash
+    // attention at d=64 too): the command names it and goes on.
+    let o = tessera(&["estimate", "flash_attention", "--tpu", "v6e"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("NO ESTIMATE") && text.contains("static profiler aborted"),
+        "{text}"
+    );
+    assert!(!text.contains("Check failure stack trace"), "{text}");
+}
+
+#[test]
+fn tune_ranks_verified_blocks_and_names_the_winner() {
+    for how in [&["--tpu", "v6e"][..], &["--cpu"][..]] {
+        let mut args = vec![
+            "tune",
+            "matmul",
+            "--values",
+            "128,256",
+            "--shape",
+            "x=256x512",
+            "--shape",
+            "y=512x256",
+        ];
+        args.extend_from_slice(how);
+        let o = tessera(&args);
+        assert!(o.status.success(), "{how:?}: {}", stderr(&o));
+        let text = stdout(&o);
+        assert!(text.contains("8 candidates"), "{how:?}: {text}");
+        let winner = text
+            .lines()
+            .find_map(|l| l.strip_prefix("winner: "))
+            .expect("a winner line");
+        assert!(
+            winner.contains("--config bm=") && winner.contains("bk="),
+            "{winner}"
+        );
+        // The winner is the first row.
+        let first = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("1."))
+            .unwrap();
+        for kv in winner
+            .split("--config ")
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            assert!(first.contains(kv), "{first} vs {winner}");
+        }
+    }
+    for bad in [
+        &["tune", "matmul"][..],
+        &["tune", "matmul", "--tpu", "v6e", "--cpu"],
+        &["tune", "matmul", "--cpu", "--config", "bm=128"],
+        &["tune", "matmul", "--cpu", "--values", "0"],
+        &["tune", "add_f32", "--cpu"],
+        &["estimate", "--module", "/nonexistent.mlir"],
+        &["estimate", "--module", "/dev/null"],
+    ] {
+        let o = tessera(bad);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{bad:?}: {}", stderr(&o));
+    }
+}

@@ -10,7 +10,9 @@
 # Mosaic body must deserialize (mosaic-serde{serialize=false}), verify with
 # the tpu dialect registered, and survive a serialize/deserialize round trip.
 # Also counts the HBM traffic of Pallas's flash attention against `tessera cost`
-# (target/conformance/pallas_traffic.md). Writes target/conformance/report.md listing every remaining difference
+# (target/conformance/pallas_traffic.md), and libtpu's schedule estimate of
+# Tessera's kernels against Pallas's (target/conformance/tpu_estimate.md).
+# Writes target/conformance/report.md listing every remaining difference
 # with its reason; exits non-zero on a failed check or an unexplained
 # difference.
 set -euo pipefail
@@ -53,3 +55,9 @@ mkdir -p "$out/jax"
 # Tessera must move no more bytes, causal or not, with a valid length or a
 # sliding window (against splash attention) or neither.
 "$venv/bin/python" tests/conformance/pallas_traffic.py ./target/release/tessera "$out"
+# libtpu's static schedule estimate: Tessera's flash attention (forward and
+# backward) and matmul against Pallas's own at the same blocks, and XLA's dot,
+# each program compiled in its own child process; fails when an asserted
+# configuration's Tessera/Pallas ratio is above its target
+# (target/conformance/tpu_estimate.md).
+"$venv/bin/python" tests/conformance/tpu_estimate.py ./target/release/tessera "$out"

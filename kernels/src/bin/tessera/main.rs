@@ -15,6 +15,7 @@ mod lower;
 mod numerics;
 mod profile;
 mod run;
+mod tune;
 
 use std::process::ExitCode;
 
@@ -35,6 +36,8 @@ COMMANDS:
              for v5e, v6e, v5p and v7x: code size and memory, or its error
     estimate libtpu's static schedule estimate of kernels (cycles, time), checked
              against each kernel's roofline and executed dots: trusted or not
+    tune     search a kernel's block sizes, ranked by trusted TPU estimate or by
+             measured JIT time; prints the winning --config
     run      run a kernel on .npy inputs, write its outputs as .npy
     diff     compare two back ends (or one with the f64 reference) on one input
     bench    benchmarks with their XLA baselines, one table with ratios
@@ -110,6 +113,31 @@ OPTIONS:
     --config, --shape     as for `tessera lower` (one kernel only)
     --input INPUT=FILE    as for `tessera cost` (values that decide the work)
     --json                one object per kernel and generation
+";
+
+const HELP_TUNE: &str = "\
+tessera tune: a kernel's block sizes, searched and ranked
+
+USAGE:
+    tessera tune KERNEL (--tpu G | --cpu) [--config KEY=VALUE].. [--shape INPUT=DxDx..]..
+                 [--values 128,256,512] [--top N]
+
+Builds the kernel for every combination of --values (default 128,256,512) over
+its block-size parameters (block_q, block_k, bm, bn, bk, ...), keeps those the
+verifier accepts for the generation (tiling, VMEM budget; blocks clamped to a
+short array that build the same kernel count once), and ranks them:
+
+  --tpu G   by libtpu's static schedule estimate (`tessera estimate`), one
+            child process per compile; estimates that dropped work are listed
+            unranked, memory-bound ones rank at max(estimate, bytes /
+            bandwidth); v5p and v7x rank by cycles (no published clock)
+  --cpu     by the native JIT's measured time on this machine (best of 5)
+
+Prints the table (--top N rows, default 10) and the winner as --config flags.
+
+EXAMPLE:
+    tessera tune flash_attention --tpu v6e --config dtype=bf16 \\
+        --shape q=1x8x2048x128 --shape k=1x8x2048x128 --shape v=1x8x2048x128
 ";
 
 const HELP_PROFILE: &str = "\
@@ -431,6 +459,7 @@ fn run(args: &[String]) -> ExitCode {
             "numerics" => help(HELP_NUMERICS),
             "cost" => help(HELP_COST),
             "estimate" => help(HELP_ESTIMATE),
+            "tune" => help(HELP_TUNE),
             "profile" => help(HELP_PROFILE),
             "help" => help(HELP),
             other => {
@@ -456,6 +485,7 @@ fn run(args: &[String]) -> ExitCode {
         "numerics" => numerics::numerics(rest),
         "cost" => cost::cost_cmd(rest),
         "estimate" => estimate::estimate(rest),
+        "tune" => tune::tune(rest),
         "profile" => profile::profile(rest),
         other => Err(usage(format!(
             "unknown command `{other}`; see `tessera --help`"
