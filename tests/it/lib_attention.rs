@@ -172,7 +172,8 @@ fn an_out_of_range_block_table_entry_is_an_error_on_every_path() {
 fn per_target_defaults_verify_for_every_target() {
     for t in kernel_ir::Target::ALL {
         let cfg = AttnConfig::for_target(t, true, 128, 1024, 1024);
-        assert_eq!(cfg.block_q, t.mxu_width());
+        assert_eq!(cfg.block_q, AttnConfig::default_block(t));
+        assert_eq!(cfg.block_k, AttnConfig::default_block(t));
         let dims = kernels::attention::flash_attention::Dims {
             b: 1,
             h: 8,

@@ -70,11 +70,10 @@ pub struct AttnConfig {
 
 impl AttnConfig {
     /// Plain attention (`1/√d` scale, no window, no soft-cap) with the
-    /// target's default blocks for these sequence lengths: 128 × 128 on
-    /// v5 (128-wide MXU), 256 × 256 from v6e on (256-wide MXU), each
-    /// clamped to the sequence length.
+    /// target's default blocks ([`AttnConfig::default_block`]) for these
+    /// sequence lengths, each clamped to the sequence length.
     pub fn for_target(target: Target, causal: bool, d: usize, sq: usize, skv: usize) -> AttnConfig {
-        let b = target.mxu_width();
+        let b = AttnConfig::default_block(target);
         AttnConfig {
             causal,
             sm_scale: 1.0 / (d as f32).sqrt(),
@@ -82,6 +81,20 @@ impl AttnConfig {
             block_k: b.min(skv),
             window: None,
             softcap: None,
+        }
+    }
+
+    /// The default query and key block of a generation, from `tessera
+    /// tune flash_attention --tpu G` (b = 1, h = 2, s = 2048, d = 128, bf16,
+    /// blocks 128/256/512, libtpu 0.0.48.1): 512 × 512 won on v5e (39.3 µs
+    /// against 75.5 at 256 × 256 and 215 at 128 × 128) and on v6e (25.4
+    /// µs; 65.4 and 220), causal on v6e too. v5p and v7x have no published
+    /// clock, so their estimates rank by cycles only and were not tuned:
+    /// there the MXU width (128 on v5p, 256 on v7x).
+    pub fn default_block(target: Target) -> usize {
+        match target {
+            Target::V5e | Target::V6e => 512,
+            Target::V5p | Target::V7x => target.mxu_width(),
         }
     }
 
