@@ -27,10 +27,11 @@
 //! * **Unknown clock** (v5p, v7x): cycles only; the roofline cannot be
 //!   checked, so the estimate is not trusted as a time.
 
-use kernel_ir::{Array, Target, VerifiedKernel};
+use kernel_ir::{Target, VerifiedKernel};
 use runtime::tpu::estimate::{ChildCompiler, Clock, EstimateError, ModuleEstimate, clock};
+use runtime::tpu::{KernelCompileError, lower_for};
 
-use crate::tooling::cost::{Cost, Roofline, cost};
+use crate::tooling::cost::{Cost, Roofline};
 
 /// The fraction of the needed MXU passes the executed trace must show for
 /// the estimate to count as having run all the work.
@@ -158,31 +159,12 @@ pub fn judge(target: Target, module: &ModuleEstimate, cost: &Cost, unrolled: boo
 /// Why a kernel has no estimate on a generation.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelEstimateError {
-    /// The kernel breaks a rule of that generation.
-    #[error("{target}: the kernel does not verify for this generation: {errors}")]
-    Verify {
-        /// The generation.
-        target: Target,
-        /// What the verifier found.
-        errors: kernel_ir::KernelErrors,
-    },
-    /// Tessera could not lower it.
-    #[error("{target}: {source}")]
-    Lowering {
-        /// The generation.
-        target: Target,
-        /// What failed.
-        source: lowering::LoweringError,
-    },
+    /// The kernel does not verify for that generation, or cannot be lowered.
+    #[error(transparent)]
+    Lower(#[from] KernelCompileError),
     /// libtpu failed, rejected it, or its profiler aborted.
     #[error(transparent)]
     Estimate(#[from] EstimateError),
-}
-
-/// The kernel's cost on `inputs` (the reference interpreter's run), for
-/// [`estimate_kernel`].
-pub fn kernel_cost(kernel: &VerifiedKernel, inputs: &[Array]) -> Result<Cost, String> {
-    cost(kernel, inputs)
 }
 
 /// Estimates `kernel` on `target`: verified again for the generation,
@@ -194,13 +176,7 @@ pub fn estimate_kernel(
     cost: &Cost,
     target: Target,
 ) -> Result<KernelEstimate, KernelEstimateError> {
-    let mut k = kernel.kernel().clone();
-    k.target = target;
-    let kernel = k
-        .verify()
-        .map_err(|errors| KernelEstimateError::Verify { target, errors })?;
-    let lowered = lowering::tpu_custom_call(&kernel)
-        .map_err(|source| KernelEstimateError::Lowering { target, source })?;
+    let (_, lowered) = lower_for(kernel, target)?;
     let module = child.estimate(target, &lowered.module)?;
     let verdict = judge(target, &module, cost, child.unrolled);
     Ok(KernelEstimate {

@@ -329,13 +329,7 @@ impl TpuCompiler {
         kernel: &VerifiedKernel,
         target: Target,
     ) -> Result<KernelCompile, KernelCompileError> {
-        let mut k = kernel.kernel().clone();
-        k.target = target;
-        let kernel = k
-            .verify()
-            .map_err(|errors| KernelCompileError::Verify { target, errors })?;
-        let lowered = lowering::tpu_custom_call(&kernel)
-            .map_err(|source| KernelCompileError::Lowering { target, source })?;
+        let (kernel, lowered) = lower_for(kernel, target)?;
         let compiled = self.compile(target, &lowered.module)?;
         Ok(KernelCompile {
             kernel,
@@ -343,6 +337,24 @@ impl TpuCompiler {
             compiled,
         })
     }
+}
+
+/// `kernel` with its `target` set to `target`, verified again (that
+/// generation's VMEM and rules apply) and lowered to its
+/// `tpu_custom_call` module: what [`TpuCompiler::compile_kernel`] and the
+/// schedule estimate compile.
+pub fn lower_for(
+    kernel: &VerifiedKernel,
+    target: Target,
+) -> Result<(VerifiedKernel, lowering::TpuCustomCall), KernelCompileError> {
+    let mut k = kernel.kernel().clone();
+    k.target = target;
+    let kernel = k
+        .verify()
+        .map_err(|errors| KernelCompileError::Verify { target, errors })?;
+    let lowered = lowering::tpu_custom_call(&kernel)
+        .map_err(|source| KernelCompileError::Lowering { target, source })?;
+    Ok((kernel, lowered))
 }
 
 /// Sets what libtpu needs to start without a TPU, where the user has not

@@ -181,7 +181,9 @@ pub fn tune(args: &[String]) -> Result<(), Failure> {
                             None => Score::Tpu(Box::new(e)),
                         }
                     }
-                    Err(kernels::tooling::estimate::KernelEstimateError::Verify { .. }) => {
+                    Err(kernels::tooling::estimate::KernelEstimateError::Lower(
+                        runtime::tpu::KernelCompileError::Verify { .. },
+                    )) => {
                         rejected += 1;
                         continue;
                     }
