@@ -44,7 +44,14 @@ pub fn matmul(c: &MatmulConfig) -> Result<VerifiedKernel, KernelErrors> {
     let acc = b.scratch("acc", F32, [c.bm, c.bn]);
 
     let l = program_id(2);
-    when(l.eq(0), || acc.store(.., 0.0));
+    // An f32 output is its own accumulator; otherwise the f32 scratch is,
+    // and the output block is written from it at every step.
+    let f32_out = c.out_dtype == F32;
+    if f32_out {
+        when(l.eq(0), || o.store(.., 0.0));
+    } else {
+        when(l.eq(0), || acc.store(.., 0.0));
+    }
     let (xv, yv) = if c.k.is_multiple_of(c.bk) {
         (x.load(..), y.load(..))
     } else {
@@ -56,10 +63,12 @@ pub fn matmul(c: &MatmulConfig) -> Result<VerifiedKernel, KernelErrors> {
             y.load_masked(.., row.lt(valid)),
         )
     };
-    acc.store(.., acc.load(..) + dot(xv, yv));
-    when(l.eq(num_programs(2) - 1), || {
-        o.store(.., acc.load(..).convert(c.out_dtype))
-    });
+    if f32_out {
+        o.store(.., o.load(..) + dot(xv, yv));
+    } else {
+        acc.store(.., acc.load(..) + dot(xv, yv));
+        o.store(.., acc.load(..).convert(c.out_dtype));
+    }
     b.build()
 }
 

@@ -237,14 +237,24 @@ fn state_carried_on_a_parallel_dim() {
         dtype: F32,
         out_dtype: F32,
     };
-    assert!(matmul(&c).is_ok());
-    let mut kernel = matmul(&c).unwrap().into_kernel();
-    kernel.grid.dims[2].semantics = Parallel;
-    let e = rejected(kernel.verify());
-    assert!(
-        e.any(|k| matches!(k, ErrorKind::ParallelCarry { scratch, dim: 2 } if scratch == "acc")),
-        "{e}"
-    );
+    // With a bf16 output the state is the f32 scratch; with an f32 output
+    // the output block itself accumulates (it is read back every step).
+    for (out_dtype, carrier) in [(BF16, "acc"), (F32, "o")] {
+        let c = MatmulConfig {
+            out_dtype,
+            ..c.clone()
+        };
+        assert!(matmul(&c).is_ok());
+        let mut kernel = matmul(&c).unwrap().into_kernel();
+        kernel.grid.dims[2].semantics = Parallel;
+        let e = rejected(kernel.verify());
+        assert!(
+            e.any(
+                |k| matches!(k, ErrorKind::ParallelCarry { scratch, dim: 2 } if scratch == carrier)
+            ),
+            "{e}"
+        );
+    }
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! No scratch state across a parallel grid dim.
 //!
 //! A scratch buffer read before it is written in a grid step carries state
-//! from the previous step. The grid runs in row-major order, so a parallel
+//! from the previous step; so does an output block (`out`, not `inout`, in
+//! VMEM) that the kernel reads back, as a matmul accumulating into its f32
+//! output does. The grid runs in row-major order, so a parallel
 //! dim `p` changes only when every dim inner to it wraps to 0. State is
 //! therefore safe when it is reset (fully stored under
 //! `when(program_id(d) == 0 && ...)`) for dims `d` that are all inner to
@@ -51,11 +53,14 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
         k,
         defs,
         innermost_parallel,
-        reported: vec![false; k.scratch.len()],
+        reported: vec![false; k.scratch.len() + k.operands.len()],
         errors: Vec::new(),
     };
     // Scoped buffers are allocated afresh by their scope: they carry
     // nothing (reading one before writing it is the interpreter's error).
+    // Slots past the scratch are the operands: only a VMEM output block
+    // can carry (an input is read, never carried; an in-out's first read
+    // is its input).
     let mut states: Vec<State> = k
         .scratch
         .iter()
@@ -66,6 +71,13 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
                 State::Carried
             }
         })
+        .chain(k.operands.iter().map(|o| {
+            if o.role == crate::Role::Out && o.space == crate::MemorySpace::Vmem {
+                State::Carried
+            } else {
+                State::Defined
+            }
+        }))
         .collect();
     w.region(&k.body.region, &mut states);
     w.errors
@@ -128,9 +140,25 @@ impl Walker<'_> {
         }
     }
 
+    /// The state slot of a buffer: scratch first, then operands.
+    fn slot(&self, b: &BufferRef) -> Option<usize> {
+        match b {
+            BufferRef::Scratch(s) if *s < self.k.scratch.len() => Some(*s),
+            BufferRef::Operand(i) if *i < self.k.operands.len() => Some(self.k.scratch.len() + i),
+            _ => None,
+        }
+    }
+
+    fn name(&self, slot: usize) -> &str {
+        match self.k.scratch.get(slot) {
+            Some(s) => &s.name,
+            None => &self.k.operands[slot - self.k.scratch.len()].name,
+        }
+    }
+
     fn full_store(&self, kind: &OpKind) -> Option<usize> {
         let OpKind::Store {
-            buffer: BufferRef::Scratch(s),
+            buffer,
             indices,
             mask: None,
             ..
@@ -138,7 +166,12 @@ impl Walker<'_> {
         else {
             return None;
         };
-        let shape = &self.k.scratch.get(*s)?.shape;
+        let slot = self.slot(buffer)?;
+        let shape = match buffer {
+            BufferRef::Scratch(s) => &self.k.scratch[*s].shape,
+            BufferRef::Operand(i) => &self.k.operands[*i].block.shape,
+            _ => return None,
+        };
         let full = indices.iter().zip(shape).all(|(i, &n)| match i {
             Index::Slice {
                 start: IndexValue::Static(0),
@@ -147,7 +180,7 @@ impl Walker<'_> {
             Index::Point(IndexValue::Static(0)) => n == 1,
             _ => false,
         });
-        full.then_some(*s)
+        full.then_some(slot)
     }
 
     fn read(&mut self, s: usize, state: &State, loc: &Option<crate::Loc>) {
@@ -160,7 +193,7 @@ impl Walker<'_> {
             self.reported[s] = true;
             self.errors.push(KernelError::new(
                 ErrorKind::ParallelCarry {
-                    scratch: self.k.scratch[s].name.clone(),
+                    scratch: self.name(s).to_string(),
                     dim: self.innermost_parallel,
                 },
                 loc.clone(),
@@ -171,12 +204,10 @@ impl Walker<'_> {
     fn region(&mut self, r: &Region, states: &mut [State]) {
         for op in &r.ops {
             match &op.kind {
-                OpKind::Load {
-                    buffer: BufferRef::Scratch(s),
-                    ..
-                } if *s < states.len() => {
-                    let st = states[*s].clone();
-                    self.read(*s, &st, &op.loc);
+                OpKind::Load { buffer, .. } if self.slot(buffer).is_some() => {
+                    let s = self.slot(buffer).unwrap_or(0);
+                    let st = states[s].clone();
+                    self.read(s, &st, &op.loc);
                 }
                 OpKind::If {
                     cond,
@@ -208,9 +239,7 @@ impl Walker<'_> {
                 // along an arbitrary dim: the interpreter rejects copies
                 // in flight across a parallel one).
                 OpKind::DmaWait(c) => {
-                    if let BufferRef::Scratch(s) = c.dst.buffer
-                        && s < states.len()
-                    {
+                    if let Some(s) = self.slot(&c.dst.buffer) {
                         states[s] = State::Defined;
                     }
                 }
