@@ -652,3 +652,60 @@ fn tune_ranks_verified_blocks_and_names_the_winner() {
         assert_eq!(stderr(&o).lines().count(), 1, "{bad:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn out_never_replaces_what_is_not_a_regular_file() {
+    use std::os::unix::fs::FileTypeExt;
+    let d = dir("out-nonregular");
+    let sub = d.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    for out in ["/dev/null", sub.to_str().unwrap()] {
+        for cmd in [
+            &["lower", "add_f32", "--target", "kernel", "--out", out][..],
+            &["compile", "add_f32", "--tpu", "v5e", "--out", out],
+        ] {
+            let o = tessera(cmd);
+            assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", stderr(&o));
+            assert_eq!(stderr(&o).lines().count(), 1, "{cmd:?}: {}", stderr(&o));
+        }
+    }
+    assert!(
+        std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
+    assert!(sub.is_dir());
+}
+
+#[test]
+fn module_inputs_must_be_regular_files_and_out_needs_a_kernel() {
+    let d = dir("module-input");
+    let fifo = d.join("fifo.mlir");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let module = d.join("m.mlir");
+    std::fs::write(&module, "module {}").unwrap();
+    let (f, m, dev) = (
+        fifo.to_str().unwrap(),
+        module.to_str().unwrap(),
+        "/dev/zero",
+    );
+    for cmd in [
+        &["compile", "--module", f, "--tpu", "v5e"][..],
+        &["compile", "--module", dev, "--tpu", "v5e"],
+        &["estimate", "--module", f, "--tpu", "v5e"],
+        &["estimate", "--module", dev, "--tpu", "v5e"],
+        &["compile", "--module", m, "--tpu", "v5e", "--out", "x.bin"],
+    ] {
+        let t = std::time::Instant::now();
+        let o = tessera(cmd);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{cmd:?}: {}", stderr(&o));
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "{cmd:?} hung"
+        );
+    }
+}

@@ -509,7 +509,7 @@ pub const LAYER_NORM: Entry = Entry {
     },
     sample: norm_inputs,
     presets: &[Preset {
-        name: "layer_norm",
+        name: "layer_norm_f32",
         about: "layer norm, f32[64, 256], 8 rows per step",
         config: &[],
         shapes: &[],

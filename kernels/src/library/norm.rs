@@ -271,7 +271,7 @@ pub const RMS_NORM_BWD: Entry = Entry {
     tolerance: norm_grad_tolerance,
     sample: norm_inputs,
     presets: &[Preset {
-        name: "rms_norm_bwd",
+        name: "rms_norm_bwd_rows",
         about: "RMS norm backward: dx, and dgamma reduced over an arbitrary grid",
         config: &[("block_rows", "16"), ("eps", "1e-6")],
         shapes: NORM_PRESET,
@@ -294,7 +294,7 @@ pub const LAYER_NORM_BWD: Entry = Entry {
     tolerance: norm_grad_tolerance,
     sample: norm_inputs,
     presets: &[Preset {
-        name: "layer_norm_bwd",
+        name: "layer_norm_bwd_rows",
         about: "layer norm backward: dx, dgamma, dbeta",
         config: &[("block_rows", "16"), ("eps", "1e-6")],
         shapes: NORM_PRESET,

@@ -100,7 +100,7 @@ pub const ROPE: Entry = Entry {
         v
     },
     presets: &[Preset {
-        name: "rope",
+        name: "rope_bf16",
         about: "rotary position embedding, bf16[1, 4, 200, 128], 32 positions per step",
         config: &[("dtype", "bf16")],
         shapes: &[],

@@ -123,7 +123,7 @@ pub const SWIGLU: Entry = Entry {
         v
     },
     presets: &[Preset {
-        name: "swiglu",
+        name: "swiglu_bf16",
         about: "fused SwiGLU: silu(x*w_gate) * (x*w_up), bf16[64, 256] x [256, 512]",
         config: &[("dtype", "bf16"), ("bn", "256")],
         shapes: &[],

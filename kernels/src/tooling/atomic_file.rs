@@ -30,7 +30,18 @@ pub struct Staged {
 
 impl Staged {
     /// Writes `bytes` to a temporary file beside `path` and syncs it.
+    /// Refuses a `path` that exists and is not a regular file (a device
+    /// node, a FIFO, a directory, a link to one): the rename would replace
+    /// it, and run as root `--out /dev/null` would replace `/dev/null`.
     pub fn new(path: &Path, bytes: &[u8]) -> Result<Staged, String> {
+        if let Ok(meta) = std::fs::metadata(path)
+            && !meta.is_file()
+        {
+            return Err(format!(
+                "{} exists and is not a regular file; name a new file or a regular one to replace",
+                path.display()
+            ));
+        }
         let temp = temp_path(path);
         let staged = Staged {
             temp: temp.clone(),
@@ -98,5 +109,40 @@ mod tests {
         write_all(&[(ok.clone(), b"new".to_vec())]).unwrap();
         assert_eq!(std::fs::read(&ok).unwrap(), b"new");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn what_is_not_a_regular_file_is_never_replaced() {
+        let d = std::env::temp_dir().join(format!("tessera-atomic-nonreg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        // A directory, and a FIFO (what a device node is to this check).
+        let fifo = d.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        for p in [
+            d.join("sub"),
+            fifo.clone(),
+            std::path::PathBuf::from("/dev/null"),
+        ] {
+            let e = write(&p, b"x").unwrap_err();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+        let meta = std::fs::symlink_metadata(&fifo).unwrap();
+        assert!(!meta.is_file(), "the FIFO is still a FIFO");
+        use std::os::unix::fs::FileTypeExt;
+        assert!(
+            std::fs::metadata("/dev/null")
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
+        // A regular file is still replaced whole.
+        let f = d.join("f");
+        write(&f, b"old").unwrap();
+        write(&f, b"new").unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"new");
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

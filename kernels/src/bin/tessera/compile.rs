@@ -26,6 +26,11 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
     .map_err(usage)?;
     let targets = parse_targets(a.one("tpu").map_err(usage)?.unwrap_or(ALL)).map_err(usage)?;
     if let Some(path) = a.one("module").map_err(usage)? {
+        if a.one("out").map_err(usage)?.is_some() {
+            return Err(usage(
+                "--out writes kernels' executables; with --module it has nothing to write (leave it out)".into(),
+            ));
+        }
         return compile_module(path, &targets);
     }
     let name = a.kernel("compile").map_err(usage)?;
@@ -156,6 +161,12 @@ fn check_out(path: &Path, single: bool) -> Result<(), String> {
                 path.display()
             ));
         }
+        if path.exists() && !path.is_file() {
+            return Err(format!(
+                "--out {} exists and is not a regular file; name a new file or a regular one to replace",
+                path.display()
+            ));
+        }
         let parent = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -196,8 +207,7 @@ fn indent(text: &str) -> String {
 /// `tessera compile --module FILE`: a whole StableHLO module (a JAX export
 /// calling a Tessera artifact, say) compiled with libtpu for each target.
 fn compile_module(path: &str, targets: &[Target]) -> Result<(), Failure> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::Run(format!("cannot read {path}: {e}")))?;
+    let text = read_module(path)?;
     let tpu = TpuCompiler::load().map_err(|e| Failure::Run(e.to_string()))?;
     let mut failed = 0usize;
     for &t in targets {
@@ -221,4 +231,33 @@ fn compile_module(path: &str, targets: &[Target]) -> Result<(), Failure> {
         )));
     }
     Ok(())
+}
+
+/// The largest `--module` file read (a StableHLO module of a real program
+/// is megabytes; the cap keeps `/dev/zero`-like inputs from growing memory).
+pub(crate) const MAX_MODULE_BYTES: u64 = 256 << 20;
+
+/// A `--module` file's text: a regular file (a FIFO or device would hang
+/// or never end), at most [`MAX_MODULE_BYTES`], UTF-8. Errors are usage
+/// errors naming the path.
+pub(crate) fn read_module(path: &str) -> Result<String, Failure> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| usage(format!("--module {path}: {e}")))?;
+    if !meta.is_file() {
+        return Err(usage(format!(
+            "--module {path} is not a regular file; give a StableHLO module file (text or bytecode)"
+        )));
+    }
+    if meta.len() > MAX_MODULE_BYTES {
+        return Err(usage(format!(
+            "--module {path} is {} bytes, more than the {} a module may have",
+            meta.len(),
+            MAX_MODULE_BYTES
+        )));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_MODULE_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| usage(format!("--module {path}: {e}")))?;
+    Ok(text)
 }

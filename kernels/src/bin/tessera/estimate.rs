@@ -202,11 +202,7 @@ fn estimate_module(
     targets: &[Target],
     json: bool,
 ) -> Result<(), Failure> {
-    let meta = std::fs::metadata(path).map_err(|e| usage(format!("--module {path}: {e}")))?;
-    if !meta.is_file() {
-        return Err(usage(format!("--module {path} is not a regular file")));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| usage(format!("--module {path}: {e}")))?;
+    let text = crate::compile::read_module(path)?;
     let mut rows = Vec::new();
     let mut failed = 0usize;
     for &t in targets {

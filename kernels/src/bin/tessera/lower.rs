@@ -30,8 +30,13 @@ pub fn lower(args: &[String]) -> Result<(), Failure> {
     .map_err(|e| Failure::Run(e.to_string()))?;
     match a.one("out").map_err(usage)? {
         Some(path) => {
-            kernels::tooling::atomic_file::write(std::path::Path::new(path), text.as_bytes())
-                .map_err(Failure::Run)?;
+            let p = std::path::Path::new(path);
+            if p.exists() && !p.is_file() {
+                return Err(usage(format!(
+                    "--out {path} exists and is not a regular file; name a new file or a regular one to replace"
+                )));
+            }
+            kernels::tooling::atomic_file::write(p, text.as_bytes()).map_err(Failure::Run)?;
             println!("wrote {path} ({} bytes)", text.len());
         }
         None => print!("{text}"),

@@ -464,7 +464,7 @@ pub const ATTENTION_DELTA: Entry = Entry {
     tolerance: |_, _| vec![Tolerance { abs: 1e-4, rel: 1e-4 }],
     sample: uniform_inputs,
     presets: &[Preset {
-        name: "attention_delta",
+        name: "attention_delta_bf16",
         about: "flash attention backward, delta = rowsum(dO * O), bf16[1, 4, 200, 64]",
         config: &[("dtype", "bf16")],
         shapes: &[("o", &[1, 4, 200, 64]), ("d_o", &[1, 4, 200, 64])],
@@ -496,7 +496,7 @@ pub const FLASH_ATTENTION_DQ: Entry = Entry {
     tolerance: grad_tolerance,
     sample: backward_inputs,
     presets: &[Preset {
-        name: "flash_attention_dq",
+        name: "flash_attention_dq_gqa_window",
         about: "flash attention backward, dq, GQA 4/2 heads, causal, window, soft-cap",
         config: super::GQA_WINDOW,
         shapes: GQA_BACKWARD_SHAPES,
@@ -527,7 +527,7 @@ pub const FLASH_ATTENTION_DKV: Entry = Entry {
     tolerance: grad_tolerance,
     sample: backward_inputs,
     presets: &[Preset {
-        name: "flash_attention_dkv",
+        name: "flash_attention_dkv_gqa",
         about: "flash attention backward, dk and dv summed over the 2 query heads of each kv head",
         config: super::GQA_WINDOW,
         shapes: GQA_BACKWARD_SHAPES,
@@ -610,7 +610,7 @@ pub const FLASH_ATTENTION_DQ_KV_LEN: Entry = Entry {
     tolerance: grad_tolerance,
     sample: backward_inputs_kv_len,
     presets: &[Preset {
-        name: "flash_attention_dq_kv_len",
+        name: "flash_attention_dq_kv_len_causal",
         about: "flash attention backward, dq, causal, over a bucket of 256 keys with a valid length",
         config: &[("causal", "true"), ("sm_scale", "0.125")],
         shapes: &[],
@@ -641,7 +641,7 @@ pub const FLASH_ATTENTION_DKV_KV_LEN: Entry = Entry {
     tolerance: grad_tolerance,
     sample: backward_inputs_kv_len,
     presets: &[Preset {
-        name: "flash_attention_dkv_kv_len",
+        name: "flash_attention_dkv_kv_len_bucket",
         about: "flash attention backward, dk and dv, over a bucket of 256 keys with a valid length",
         config: &[("sm_scale", "0.125")],
         shapes: &[],

@@ -133,7 +133,7 @@ pub const PAGED_DECODE_ATTENTION: Entry = Entry {
     tolerance: |c, _| vec![Tolerance::attention(c.dtype("dtype").unwrap_or(DType::F32))],
     sample: paged_sample,
     presets: &[Preset {
-        name: "paged_decode_attention",
+        name: "paged_decode_attention_4_seqs",
         about: "decode attention over a paged KV cache: 4 sequences, 8 pages of 16 each, block tables in scalar prefetch",
         config: &[("dtype", "bf16"), ("sm_scale", "0.088")],
         shapes: &[],

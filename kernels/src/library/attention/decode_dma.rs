@@ -168,7 +168,7 @@ pub const PAGED_DECODE_ATTENTION_DMA: Entry = Entry {
     tolerance: |c, _| vec![Tolerance::attention(c.dtype("dtype").unwrap_or(DType::F32))],
     sample: paged_sample,
     presets: &[Preset {
-        name: "paged_decode_attention_dma",
+        name: "paged_decode_attention_dma_bf16",
         about: "paged decode with manual DMA: 4 sequences, 8 pages of 16, 4 pages per step double-buffered, bf16",
         config: &[("dtype", "bf16"), ("sm_scale", "0.088")],
         shapes: &[],

@@ -663,7 +663,7 @@ pub const FLASH_ATTENTION_KV_LEN: Entry = Entry {
         v
     },
     presets: &[Preset {
-        name: "flash_attention_kv_len",
+        name: "flash_attention_kv_len_bucket",
         about: "flash attention forward over a bucket of 256 keys, valid length as scalar prefetch",
         config: &[("causal", "true"), ("sm_scale", "0.125")],
         shapes: &[],

@@ -438,7 +438,7 @@ pub const RAGGED_PAGED_ATTENTION: Entry = Entry {
     sample,
     presets: &[
         Preset {
-            name: "ragged_paged_attention",
+            name: "ragged_paged_attention_mixed",
             about: "ragged paged attention: 4 sequences (prefills and decodes) over 64 bf16 tokens, GQA 4/2, manual DMA of 4 pages per kv step",
             config: &[("dtype", "bf16"), ("sm_scale", "0.088")],
             shapes: &[],
