@@ -709,3 +709,39 @@ fn module_inputs_must_be_regular_files_and_out_needs_a_kernel() {
         );
     }
 }
+
+#[test]
+fn late_or_unclear_messages_are_early_and_say_what_to_do() {
+    let d = dir("messages");
+    for (cmd, want) in [
+        (
+            &["numerics", "--backend", "all"][..],
+            "one back end per run",
+        ),
+        (
+            &["export", "flash_attention", "--out", ""],
+            "--out is empty",
+        ),
+        (
+            &["profile", "nosuchkernel"],
+            "unknown kernel `nosuchkernel`",
+        ),
+        // Refused at once, not after the whole benchmark.
+        (
+            &["bench", "matmul", "--svg", "/nonexistent/dir/chart.svg"],
+            "--svg",
+        ),
+        (&["bench", "matmul", "--svg", "/dev/null"], "--svg"),
+    ] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(cmd)
+            .current_dir(&d)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(want) && e.lines().count() == 1, "{cmd:?}: {e}");
+    }
+    // Nothing was written into the current directory.
+    assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+}

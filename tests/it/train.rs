@@ -148,3 +148,50 @@ fn sigterm_saves_exits_zero_and_the_resumed_loss_curve_is_bit_identical() {
     assert_eq!(lines(&log2), want[resumed as usize..].to_vec());
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn sigint_stops_like_sigterm_and_says_when_nothing_was_saved() {
+    let d = dir("sigint");
+    let log = d.join("log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_train-worker"))
+        .args([
+            "--steps",
+            "400",
+            "--seed",
+            "5",
+            "--quiet",
+            "--no-resume",
+            "--loss-log",
+        ])
+        .arg(&log)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while lines(&log).len() < 5 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the worker made no progress"
+        );
+        if let Ok(Some(_)) = child.try_wait() {
+            panic!("the worker ended before it was signalled");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SAFETY: signalling our own child by its pid.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+    let (code, text) = finish(child);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("stopped by SIGINT"), "{text}");
+    assert!(
+        text.contains("nothing saved (no --checkpoint-dir)"),
+        "{text}"
+    );
+    assert!(
+        lines(&log).len() < 400,
+        "the signal came too late to test anything"
+    );
+}

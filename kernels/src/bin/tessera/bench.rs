@@ -55,6 +55,20 @@ pub fn bench(args: &[String]) -> Result<(), Failure> {
             None => Ok(default),
         }
     };
+    // The chart's path is checked before minutes of measurement, not after.
+    if let Some(path) = a.one("svg").map_err(usage)? {
+        let p = std::path::Path::new(path);
+        let parent = p
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        if path.trim().is_empty() || p.is_dir() || (p.exists() && !p.is_file()) || !parent.is_dir()
+        {
+            return Err(usage(format!(
+                "--svg {path}: give a file name in an existing folder (not a directory or a device)"
+            )));
+        }
+    }
     let max_s = num("max-s", 8192.0, 65536.0)? as usize;
     let max_bwd_s = num("max-bwd-s", 4096.0, 65536.0)? as usize;
     let budget = Duration::from_secs_f64(num("budget", 3.0, 3600.0)?);
@@ -81,8 +95,11 @@ pub fn bench(args: &[String]) -> Result<(), Failure> {
         print!("{}", table(&rows));
     }
     if let Some(path) = a.one("svg").map_err(usage)? {
-        std::fs::write(path, svg_chart(&rows))
-            .map_err(|e| Failure::Run(format!("cannot write {path}: {e}")))?;
+        kernels::tooling::atomic_file::write(
+            std::path::Path::new(path),
+            svg_chart(&rows).as_bytes(),
+        )
+        .map_err(|e| Failure::Run(format!("cannot write {path}: {e}")))?;
         eprintln!("wrote {path}");
     }
     let _ = Method::Jit;

@@ -98,6 +98,11 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
     let dir = a.one("out").map_err(usage)?.ok_or_else(|| {
         usage("give --out DIR: the directory that receives module.mlir and manifest.json".into())
     })?;
+    if dir.trim().is_empty() {
+        return Err(usage(
+            "--out is empty; give the directory that receives the artifact (it would have been the current one)".into(),
+        ));
+    }
     let dir = std::path::Path::new(dir);
     let kernel = kernel_for_lower(name, &a).map_err(usage)?;
     // The entry and config behind the name, for the VJP and the buckets.

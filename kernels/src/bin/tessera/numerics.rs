@@ -44,7 +44,14 @@ pub fn numerics(args: &[String]) -> Result<(), Failure> {
         )));
     }
     let seed = int("seed", 7, usize::MAX)? as u64;
-    let b = backend(a.one("backend").map_err(usage)?.unwrap_or("jit")).map_err(usage)?;
+    let b = match a.one("backend").map_err(usage)?.unwrap_or("jit") {
+        "all" => {
+            return Err(usage(
+                "numerics measures one back end per run: give --backend interp, jit, pjrt or pjrt-ffi".into(),
+            ));
+        }
+        name => backend(name).map_err(usage)?,
+    };
     let rows = fp8_gemm_errors(&ks, m, n, seed, b).map_err(Failure::Run)?;
     println!(
         "FP8 GEMM (e4m3fn inputs uniform in -8..8, {m} x {n}, f32 output) against the f64 reference, on {b}:\n"

@@ -26,6 +26,11 @@ pub fn profile(args: &[String]) -> Result<(), Failure> {
     );
     let p = match a.positional.as_slice() {
         [] => transformer(steps, &[40, 100, 200, 64, 130, 250], &[64, 128, 256]),
+        [k] if kernels::library::find(k).is_none() => {
+            return Err(usage(format!(
+                "unknown kernel `{k}`; `tessera list` shows the catalog kernels"
+            )));
+        }
         [k] => kernel(k, steps),
         [_, extra, ..] => return Err(usage(format!("unexpected argument `{extra}`"))),
     }

@@ -107,17 +107,32 @@ pub struct TrainSummary {
 
 static TERMINATE: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_sigterm(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
+/// The signal that asked to stop (SIGTERM or SIGINT; 0 for none).
+static SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn on_sigterm(sig: libc::c_int) {
+    // Only atomic stores: async-signal-safe.
+    SIGNAL.store(sig, Ordering::SeqCst);
     TERMINATE.store(true, Ordering::SeqCst);
 }
 
+/// SIGTERM and SIGINT (Ctrl-C) both finish the step, save and exit 0.
 fn install_sigterm() {
     let handler: extern "C" fn(libc::c_int) = on_sigterm;
-    // SAFETY: the handler only stores to an atomic, which is
+    // SAFETY: the handler only stores to atomics, which is
     // async-signal-safe; `signal` replaces the disposition process-wide.
     unsafe {
         libc::signal(libc::SIGTERM, handler as libc::sighandler_t);
+        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
+    }
+}
+
+/// The name of the signal that stopped the run.
+fn stop_signal_name() -> &'static str {
+    if SIGNAL.load(Ordering::SeqCst) == libc::SIGINT {
+        "SIGINT"
+    } else {
+        "SIGTERM"
     }
 }
 
@@ -151,6 +166,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
     }
     if opts.handle_sigterm {
         TERMINATE.store(false, Ordering::SeqCst);
+        SIGNAL.store(0, Ordering::SeqCst);
         install_sigterm();
     }
     let rt = Runtime::new(RuntimeOptions::default()).map_err(err("starting the runtime"))?;
@@ -318,7 +334,12 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
         w.finish()?;
     }
     if stopped {
-        eprintln!("SIGTERM: stopped after step {step} with a checkpoint");
+        let saved = if opts.checkpoint_dir.is_some() {
+            "with a checkpoint"
+        } else {
+            "with nothing saved (no --checkpoint-dir)"
+        };
+        eprintln!("{}: stopped after step {step} {saved}", stop_signal_name());
     }
     let after = rt.stats();
     let runs = step - started_at;
@@ -431,7 +452,11 @@ pub fn cli(args: &[String]) -> i32 {
                 s.compiles,
                 s.cache_hits,
                 if s.stopped_by_signal {
-                    "; stopped by SIGTERM"
+                    if stop_signal_name() == "SIGINT" {
+                        "; stopped by SIGINT"
+                    } else {
+                        "; stopped by SIGTERM"
+                    }
                 } else {
                     ""
                 }
