@@ -745,3 +745,45 @@ fn late_or_unclear_messages_are_early_and_say_what_to_do() {
     // Nothing was written into the current directory.
     assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
 }
+
+#[test]
+fn bucket_takes_the_first_array_input_and_refuses_repeated_sizes() {
+    let d = dir("bucket");
+    // A valid-length kernel: the sequence (axis 2 of q, k, v) is bucketed,
+    // the scalar-prefetch length never is.
+    let out = d.join("kv_len");
+    let o = tessera(&[
+        "export",
+        "flash_attention_kv_len",
+        "--bucket",
+        "2=128,256",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("2_128/manifest.json")).unwrap())
+            .unwrap();
+    let text = m.to_string();
+    assert!(
+        text.contains("[1,2,128,64]") && text.contains("[1]"),
+        "{text}"
+    );
+    for bad in [
+        &[
+            "export",
+            "flash_attention",
+            "--bucket",
+            "2=128,128",
+            "--out",
+        ][..],
+        &["export", "flash_attention", "--bucket", "5=128", "--out"],
+    ] {
+        let mut cmd = bad.to_vec();
+        let target = d.join("bad");
+        cmd.push(target.to_str().unwrap());
+        let o = tessera(&cmd);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", stderr(&o));
+        assert!(!target.exists(), "{cmd:?} wrote something");
+    }
+}

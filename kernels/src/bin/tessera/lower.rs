@@ -136,27 +136,40 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
         .map(|n| n.trim().parse::<usize>().ok().filter(|&n| n >= 1))
         .collect::<Option<_>>()
         .ok_or_else(bad)?;
-    // Every input whose dim `axis` matches the first input's is bucketed.
+    if let Some(n) = sizes
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| sizes[..i].contains(n).then_some(n))
+    {
+        return Err(usage(format!("--bucket {spec}: size {n} is given twice")));
+    }
+    // Every input whose dim `axis` matches the first array input's is
+    // bucketed (scalar prefetch, e.g. a valid length, is never bucketed).
     let base: Vec<(&str, Vec<usize>)> = kernel
         .arguments()
         .map(|x| (x.name, x.shape.to_vec()))
         .collect();
-    let along = base
-        .first()
-        .and_then(|(_, s)| s.get(axis).copied())
-        .ok_or_else(|| {
-            usage(format!(
-                "--bucket: the first input of `{name}` has no axis {axis}"
-            ))
-        })?;
+    let prefetch = kernel.kernel().prefetch.len();
+    let first = base.get(prefetch).ok_or_else(|| {
+        usage(format!(
+            "--bucket: kernel `{name}` has no array input to bucket"
+        ))
+    })?;
+    let along = first.1.get(axis).copied().ok_or_else(|| {
+        usage(format!(
+            "--bucket: the first array input `{}` of `{name}` has no axis {axis} (its shape is {:?})",
+            first.0, first.1
+        ))
+    })?;
     let cfg = library::Config::parse(entry, &config).map_err(|e| usage(e.to_string()))?;
     let mut dirs = Vec::new();
     for &n in &sizes {
         let shapes: Vec<(&str, Vec<usize>)> = base
             .iter()
-            .map(|(nm, s)| {
+            .enumerate()
+            .map(|(i, (nm, s))| {
                 let mut s = s.clone();
-                if s.get(axis) == Some(&along) {
+                if i >= prefetch && s.get(axis) == Some(&along) {
                     s[axis] = n;
                 }
                 (*nm, s)
