@@ -195,3 +195,102 @@ fn sigint_stops_like_sigterm_and_says_when_nothing_was_saved() {
         "the signal came too late to test anything"
     );
 }
+
+/// A train-worker on `ckpt` with `extra` arguments.
+fn worker_with(ckpt: &Path, log: &Path, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_train-worker"))
+        .args(["--seed", "5", "--quiet", "--checkpoint-every", "5"])
+        .args(extra)
+        .arg("--checkpoint-dir")
+        .arg(ckpt)
+        .arg("--loss-log")
+        .arg(log)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The losses recorded in the manifests of `dir`.
+fn manifest_losses(dir: &Path) -> Vec<(u64, f64)> {
+    let mut v: Vec<(u64, f64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+        .map(|e| {
+            let m: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(e.path()).unwrap()).unwrap();
+            (
+                m["step"].as_u64().unwrap(),
+                m["loss"].as_f64().unwrap_or(f64::NAN),
+            )
+        })
+        .collect();
+    v.sort_by_key(|x| x.0);
+    v
+}
+
+#[test]
+fn a_diverging_run_stops_nonzero_and_keeps_its_good_checkpoints() {
+    let d = dir("diverge");
+    let (ckpt, log) = (d.join("ck"), d.join("log"));
+    let (code, text) = finish(worker_with(&ckpt, &log, &["--steps", "10", "--no-resume"]));
+    assert_eq!(code, 0, "{text}");
+    let good = manifest_losses(&ckpt);
+    assert_eq!(good.iter().map(|x| x.0).collect::<Vec<_>>(), vec![5, 10]);
+    // Resumed with a learning rate that blows up: non-zero, says why,
+    // and saves nothing non-finite over or instead of the good ones.
+    let (code, text) = finish(worker_with(&ckpt, &log, &["--steps", "60", "--lr", "1000"]));
+    assert_ne!(code, 0, "{text}");
+    assert!(text.contains("diverged"), "{text}");
+    let after = manifest_losses(&ckpt);
+    assert!(after.iter().all(|(_, l)| l.is_finite()), "{after:?}");
+    assert!(
+        after.iter().any(|x| x.0 == 10),
+        "step 10 was pruned: {after:?}"
+    );
+}
+
+#[test]
+fn one_run_per_checkpoint_directory_checked_before_step_one() {
+    let d = dir("lock");
+    let (ckpt, log) = (d.join("ck"), d.join("log"));
+    std::fs::create_dir_all(&ckpt).unwrap();
+    // A save killed mid-write left its temporary file.
+    let stale = ckpt.join(".step-0000000005.safetensors.tmp-99999");
+    std::fs::write(&stale, b"half").unwrap();
+    let mut first = worker_with(&ckpt, &log, &["--steps", "400", "--no-resume"]);
+    let t0 = Instant::now();
+    while lines(&log).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!stale.exists(), "the stale temporary file is still there");
+    let t1 = Instant::now();
+    let (code, text) = finish(worker_with(
+        &ckpt,
+        &d.join("log2"),
+        &["--steps", "5", "--no-resume"],
+    ));
+    assert_ne!(code, 0, "{text}");
+    assert!(text.contains("in use by another tessera train"), "{text}");
+    assert!(t1.elapsed() < Duration::from_secs(20));
+    assert!(lines(&d.join("log2")).is_empty(), "the second run trained");
+    // SAFETY: signalling our own child by its pid.
+    unsafe {
+        libc::kill(first.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let _ = first.wait();
+    // A directory that cannot be made is refused before step 1.
+    let (code, text) = finish(worker_with(
+        Path::new("/dev/null/ck"),
+        &d.join("log3"),
+        &["--steps", "5"],
+    ));
+    assert_ne!(code, 0, "{text}");
+    assert!(text.contains("--checkpoint-dir /dev/null/ck"), "{text}");
+    assert!(
+        lines(&d.join("log3")).is_empty(),
+        "it trained before failing"
+    );
+}

@@ -184,6 +184,49 @@ pub fn save(dir: &Path, ck: &Checkpoint) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// The exclusive hold of one run on a checkpoint directory: an `flock` on
+/// `DIR/.lock`, released when dropped (or when the process ends, however).
+#[derive(Debug)]
+pub struct DirLock {
+    _file: std::fs::File,
+}
+
+/// Takes `dir` for this run: creates it (so a directory that cannot be
+/// written fails before step 1), locks it against a second `tessera train`
+/// (which gets an error naming the directory), and removes the temporary
+/// files saves killed mid-write left behind (safe now that no other run
+/// can be writing here).
+pub fn lock_dir(dir: &Path) -> Result<DirLock, String> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("--checkpoint-dir {}: cannot create it: {e}", dir.display()))?;
+    let path = dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("--checkpoint-dir {} is not writable: {e}", dir.display()))?;
+    // SAFETY: a valid open descriptor; flock has no memory effects.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "--checkpoint-dir {} is in use by another tessera train (it holds {}); wait for it or give another directory",
+            dir.display(),
+            path.display()
+        ));
+    }
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.filter_map(Result::ok) {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let stale = n.starts_with(".step-") && n.contains(".tmp-");
+            if stale && e.file_type().is_ok_and(|t| t.is_file()) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    Ok(DirLock { _file: file })
+}
+
 /// The steps of the manifests in `dir`, newest first.
 fn manifests(dir: &Path) -> Result<Vec<(u64, PathBuf)>, String> {
     let rd = match std::fs::read_dir(dir) {

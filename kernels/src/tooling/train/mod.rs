@@ -164,6 +164,13 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
     {
         return Err("the model needs d_model divisible by heads, an even seq, vocab ≥ 3, and checkpoint_every ≥ 1".into());
     }
+    // One run per directory, checked writable before step 1: the lock
+    // file is created there (a read-only or missing-parent directory fails
+    // here, not after the last step) and held for the whole run.
+    let _lock = match &opts.checkpoint_dir {
+        Some(dir) => Some(checkpoint::lock_dir(dir)?),
+        None => None,
+    };
     if opts.handle_sigterm {
         TERMINATE.store(false, Ordering::SeqCst);
         SIGNAL.store(0, Ordering::SeqCst);
@@ -276,6 +283,14 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
         sync.extend(opt.state());
         rt.sync(&sync).map_err(err("running the step"))?;
         let l = loss.item().map_err(err("reading the loss"))?;
+        if !l.is_finite() {
+            // Never saved, never pruning the good checkpoints: stop here
+            // (dropping the writer finishes the saves already queued).
+            return Err(format!(
+                "step {step}: the loss is {l}; the run diverged and stopped without saving it (the checkpoints before it are kept); lower --lr (now {})",
+                opts.lr
+            ));
+        }
         final_loss = l;
         let dt = t0.elapsed();
         if step == started_at + 1 {
@@ -294,6 +309,15 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
         {
             let mut tensors = host(&names, &params.iter().collect::<Vec<_>>())?;
             tensors.extend(host(&state_names, &opt.state())?);
+            if let Some((name, _)) = tensors
+                .iter()
+                .find(|(_, a)| a.data().iter().any(|x| !x.is_finite()))
+            {
+                return Err(format!(
+                    "step {step}: `{name}` holds NaN or infinity after the update; the run diverged and stopped without saving it (the checkpoints before it are kept); lower --lr (now {})",
+                    opts.lr
+                ));
+            }
             w.save(Checkpoint {
                 step,
                 optimizer_steps: opt.t,
