@@ -166,7 +166,7 @@ pub fn save(dir: &Path, ck: &Checkpoint) -> Result<PathBuf, String> {
     let tensors = dir.join(format!("{name}.safetensors"));
     atomic_file::write(&tensors, &bytes)?;
     sync_dir(dir)?;
-    let manifest = serde_json::json!({
+    let mut manifest = serde_json::json!({
         "format": FORMAT,
         "step": ck.step,
         "optimizer_steps": ck.optimizer_steps,
@@ -177,6 +177,11 @@ pub fn save(dir: &Path, ck: &Checkpoint) -> Result<PathBuf, String> {
         "bytes": bytes.len(),
         "sha256": sha256_hex(&bytes),
     });
+    // The manifest's own checksum, over its other fields: an edited step,
+    // generator state or optimizer step count is a corrupt manifest, not a
+    // silently different resumed run.
+    let own = manifest_digest(&manifest);
+    manifest["manifest_sha256"] = serde_json::Value::String(own);
     let path = dir.join(format!("{name}.json"));
     atomic_file::write(&path, format!("{manifest:#}\n").as_bytes())?;
     sync_dir(dir)?;
@@ -261,13 +266,54 @@ fn prune(dir: &Path) -> Result<(), String> {
 }
 
 /// One manifest and its tensors, every field and checksum checked.
+/// SHA-256 of a manifest's fields other than `manifest_sha256`, in
+/// serde_json's canonical (key-sorted, compact) form.
+fn manifest_digest(m: &serde_json::Value) -> String {
+    let mut m = m.clone();
+    if let Some(o) = m.as_object_mut() {
+        o.remove("manifest_sha256");
+    }
+    sha256_hex(m.to_string().as_bytes())
+}
+
+/// The largest manifest read (they are a few hundred bytes).
+const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
+/// `path`'s bytes if it is a regular file (not a FIFO, device or link to
+/// one) of at most `max` bytes; read no further than that.
+fn read_regular(path: &Path, max: u64, what: &str) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{what}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{what} is not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(format!(
+            "{what} has {} bytes, more than the {max} it may have",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(max).read_to_end(&mut bytes))
+        .map_err(|e| format!("{what}: {e}"))?;
+    Ok(bytes)
+}
+
 fn load_one(dir: &Path, manifest: &Path) -> Result<Checkpoint, String> {
-    let text =
-        std::fs::read_to_string(manifest).map_err(|e| format!("unreadable manifest: {e}"))?;
+    let raw = read_regular(manifest, MAX_MANIFEST_BYTES, "the manifest")?;
+    let text = String::from_utf8(raw).map_err(|_| "the manifest is not UTF-8".to_string())?;
     let m: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("the manifest is not JSON: {e}"))?;
     if m["format"] != FORMAT {
         return Err(format!("not a {FORMAT} manifest"));
+    }
+    match m["manifest_sha256"].as_str() {
+        Some(d) if d == manifest_digest(&m) => {}
+        Some(_) => {
+            return Err("the manifest does not match its own checksum (edited or corrupt)".into());
+        }
+        None => return Err("the manifest carries no checksum of its own".into()),
     }
     let field = |k: &str| {
         m[k].as_u64()
@@ -281,8 +327,16 @@ fn load_one(dir: &Path, manifest: &Path) -> Result<Checkpoint, String> {
             "the tensor file `{file}` is outside the checkpoint directory"
         ));
     }
-    let bytes = std::fs::read(dir.join(file)).map_err(|e| format!("{file}: {e}"))?;
     let want = field("bytes")? as usize;
+    // Read no more than the manifest promises (a link to /dev/zero named
+    // like a tensor file must not grow memory without bound).
+    let bytes = read_regular(&dir.join(file), want as u64 + 1, file).map_err(|e| {
+        if e.contains("more than") {
+            format!("{file} is larger than the manifest says (not this checkpoint's)")
+        } else {
+            e
+        }
+    })?;
     if bytes.len() != want {
         return Err(format!(
             "{file} has {} bytes, the manifest says {want} (truncated or partial)",
@@ -417,6 +471,43 @@ mod tests {
         let (got, skipped) = latest(&d).unwrap();
         assert!(skipped.is_empty());
         assert_eq!(got.unwrap(), ck(7));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn an_edited_manifest_or_a_non_regular_file_is_skipped_without_hanging() {
+        let d = dir("edited");
+        save(&d, &ck(1)).unwrap();
+        save(&d, &ck(2)).unwrap();
+        // One digit of the generator state changed: caught by the
+        // manifest's own checksum.
+        let m = d.join("step-0000000002.json");
+        let text = std::fs::read_to_string(&m).unwrap();
+        let edited = text.replacen("\"optimizer_steps\": ", "\"optimizer_steps\": 9", 1);
+        assert_ne!(text, edited);
+        std::fs::write(&m, edited).unwrap();
+        let (got, skipped) = latest(&d).unwrap();
+        assert_eq!(got.unwrap().step, 1);
+        assert!(skipped[0].contains("own checksum"), "{skipped:?}");
+        // A FIFO named like a newer manifest, and a tensor file that is a
+        // link to /dev/zero: skipped, at once.
+        let fifo = d.join("step-0000000003.json");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t = d.join("step-0000000002.safetensors");
+        std::fs::remove_file(&t).unwrap();
+        std::fs::write(&m, &text).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &t).unwrap();
+        let t0 = std::time::Instant::now();
+        let (got, skipped) = latest(&d).unwrap();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(got.unwrap().step, 1);
+        assert!(
+            skipped.iter().any(|s| s.contains("not a regular file")),
+            "{skipped:?}"
+        );
+        assert_eq!(skipped.len(), 2, "{skipped:?}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 
