@@ -234,21 +234,47 @@ fn manifest_losses(dir: &Path) -> Vec<(u64, f64)> {
 fn a_diverging_run_stops_nonzero_and_keeps_its_good_checkpoints() {
     let d = dir("diverge");
     let (ckpt, log) = (d.join("ck"), d.join("log"));
-    let (code, text) = finish(worker_with(&ckpt, &log, &["--steps", "10", "--no-resume"]));
-    assert_eq!(code, 0, "{text}");
-    let good = manifest_losses(&ckpt);
-    assert_eq!(good.iter().map(|x| x.0).collect::<Vec<_>>(), vec![5, 10]);
-    // Resumed with a learning rate that blows up: non-zero, says why,
-    // and saves nothing non-finite over or instead of the good ones.
-    let (code, text) = finish(worker_with(&ckpt, &log, &["--steps", "60", "--lr", "1000"]));
+    // lr 1000 diverges (NaN) at step 7 of this seeded run; step 5 was saved.
+    let (code, text) = finish(worker_with(
+        &ckpt,
+        &log,
+        &["--steps", "60", "--lr", "1000", "--no-resume"],
+    ));
     assert_ne!(code, 0, "{text}");
     assert!(text.contains("diverged"), "{text}");
-    let after = manifest_losses(&ckpt);
-    assert!(after.iter().all(|(_, l)| l.is_finite()), "{after:?}");
+    let kept = manifest_losses(&ckpt);
     assert!(
-        after.iter().any(|x| x.0 == 10),
-        "step 10 was pruned: {after:?}"
+        !kept.is_empty(),
+        "no checkpoint before the divergence: {text}"
     );
+    assert!(kept.iter().all(|(_, l)| l.is_finite()), "{kept:?}");
+    assert!(lines(&log).len() < 60, "it ran to the end");
+}
+
+#[test]
+fn a_checkpoint_directory_belongs_to_one_run() {
+    let d = dir("run-id");
+    let (ckpt, log) = (d.join("ck"), d.join("log"));
+    let (code, text) = finish(worker_with(&ckpt, &log, &["--steps", "10", "--no-resume"]));
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(manifest_losses(&ckpt).len(), 2);
+    // Resumed with another learning rate: refused, naming the field.
+    let (code, text) = finish(worker_with(&ckpt, &log, &["--steps", "20", "--lr", "0.01"]));
+    assert_ne!(code, 0, "{text}");
+    assert!(
+        text.contains("its lr is") && text.contains("this run's is 0.01"),
+        "{text}"
+    );
+    // Started over: the old run's checkpoints go first, none is mixed in.
+    let (code, text) = finish(worker_with(
+        &ckpt,
+        &log,
+        &["--steps", "7", "--seed", "9", "--no-resume"],
+    ));
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("removed 2 checkpoints"), "{text}");
+    let steps: Vec<u64> = manifest_losses(&ckpt).iter().map(|x| x.0).collect();
+    assert_eq!(steps, vec![5, 7], "{text}");
 }
 
 #[test]

@@ -45,6 +45,26 @@ pub struct Checkpoint {
     pub loss: f64,
     /// Named f32 tensors (parameters, optimizer state).
     pub tensors: Vec<(String, Array)>,
+    /// The run it belongs to: the settings that decide its numbers (seed,
+    /// learning rate, model), as `(field, value)` pairs. A resume with
+    /// other settings is refused naming the field.
+    pub run: Vec<(String, String)>,
+}
+
+/// Removes every checkpoint in `dir` (manifests first, so none is left
+/// pointing at removed tensors): a run started over (`--no-resume`) must
+/// not leave an older run's checkpoints to be mixed with its own. Returns
+/// how many were removed.
+pub fn remove_all(dir: &Path) -> Result<usize, String> {
+    let all = manifests(dir)?;
+    for (_, m) in &all {
+        std::fs::remove_file(m).map_err(|e| format!("cannot remove {}: {e}", m.display()))?;
+    }
+    sync_dir(dir)?;
+    for (step, _) in &all {
+        let _ = std::fs::remove_file(dir.join(format!("{}.safetensors", stem(*step))));
+    }
+    Ok(all.len())
 }
 
 fn stem(step: u64) -> String {
@@ -176,6 +196,7 @@ pub fn save(dir: &Path, ck: &Checkpoint) -> Result<PathBuf, String> {
         "tensors": format!("{name}.safetensors"),
         "bytes": bytes.len(),
         "sha256": sha256_hex(&bytes),
+        "run": ck.run.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
     });
     // The manifest's own checksum, over its other fields: an edited step,
     // generator state or optimizer step count is a corrupt manifest, not a
@@ -265,7 +286,6 @@ fn prune(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// One manifest and its tensors, every field and checksum checked.
 /// SHA-256 of a manifest's fields other than `manifest_sha256`, in
 /// serde_json's canonical (key-sorted, compact) form.
 fn manifest_digest(m: &serde_json::Value) -> String {
@@ -300,6 +320,7 @@ fn read_regular(path: &Path, max: u64, what: &str) -> Result<Vec<u8>, String> {
     Ok(bytes)
 }
 
+/// One manifest and its tensors, every field and checksum checked.
 fn load_one(dir: &Path, manifest: &Path) -> Result<Checkpoint, String> {
     let raw = read_regular(manifest, MAX_MANIFEST_BYTES, "the manifest")?;
     let text = String::from_utf8(raw).map_err(|_| "the manifest is not UTF-8".to_string())?;
@@ -357,6 +378,19 @@ fn load_one(dir: &Path, manifest: &Path) -> Result<Checkpoint, String> {
         data_position: field("data_position")?,
         loss: m["loss"].as_f64().unwrap_or(f64::NAN),
         tensors: decode_safetensors(&bytes).map_err(|e| format!("{file}: {e}"))?,
+        run: m["run"]
+            .as_object()
+            .ok_or("the manifest names no run")?
+            .iter()
+            .map(|(k, v)| {
+                Ok((
+                    k.clone(),
+                    v.as_str()
+                        .ok_or("the manifest's run is malformed")?
+                        .to_string(),
+                ))
+            })
+            .collect::<Result<Vec<_>, &str>>()?,
     })
 }
 
@@ -455,6 +489,7 @@ mod tests {
                     Array::random(DType::F32, [5], step + 9, -1.0, 1.0),
                 ),
             ],
+            run: vec![("lr".into(), "0.003".into()), ("seed".into(), "5".into())],
         }
     }
 

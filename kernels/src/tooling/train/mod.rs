@@ -141,6 +141,17 @@ fn err(what: &str) -> impl Fn(runtime::graph::RuntimeError) -> String + '_ {
 }
 
 /// The host copy of tensors named `names`.
+/// The settings that decide a run's numbers, as recorded in each of its
+/// checkpoints (the step count and checkpoint cadence do not).
+fn run_fields(o: &TrainOptions) -> Vec<(String, String)> {
+    vec![
+        ("seed".into(), o.seed.to_string()),
+        ("lr".into(), o.lr.to_string()),
+        ("weight_decay".into(), o.weight_decay.to_string()),
+        ("model".into(), format!("{:?}", o.model)),
+    ]
+}
+
 fn host(names: &[String], ts: &[&Tensor]) -> Result<Vec<(String, Array)>, String> {
     names
         .iter()
@@ -190,6 +201,16 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
     let mut step = 0;
     let mut skipped = Vec::new();
     let mut saved_state: Option<(Vec<Array>, u64)> = None;
+    let run = run_fields(opts);
+    if let (false, Some(dir)) = (opts.resume, &opts.checkpoint_dir) {
+        let n = checkpoint::remove_all(dir)?;
+        if n > 0 {
+            eprintln!(
+                "--no-resume: removed {n} checkpoints of an earlier run from {}",
+                dir.display()
+            );
+        }
+    }
     if let (true, Some(dir)) = (opts.resume, &opts.checkpoint_dir) {
         let (ck, skip) = checkpoint::latest(dir)?;
         for s in &skip {
@@ -197,6 +218,16 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
         }
         skipped = skip;
         if let Some(ck) = ck {
+            if let Some((k, old)) = ck.run.iter().find(|f| !run.contains(f)) {
+                let new = run
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map_or("(none)", |(_, v)| v.as_str());
+                return Err(format!(
+                    "{} holds another run: its {k} is {old}, this run's is {new}; resume with the same settings, or start over with --no-resume (which removes its checkpoints) or another --checkpoint-dir",
+                    dir.display()
+                ));
+            }
             let find = |n: &str| -> Result<Array, String> {
                 ck.tensors
                     .iter()
@@ -325,6 +356,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
                 data_position: data.position,
                 loss: l,
                 tensors,
+                run: run.clone(),
             })?;
         }
         if opts.progress && (tty || step % 25 == 0 || step == opts.steps || terminate) {
