@@ -57,6 +57,26 @@ fn worker(ckpt: &Path, log: &Path, steps: u64) -> Child {
         .unwrap()
 }
 
+/// Sends `sig` to `child` once its loss log has `n` lines (it must not end
+/// before).
+fn signal_after(child: &mut Child, log: &Path, n: usize, sig: libc::c_int) {
+    let t0 = Instant::now();
+    while lines(log).len() < n {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the worker made no progress"
+        );
+        if let Ok(Some(_)) = child.try_wait() {
+            panic!("the worker ended before it was signalled");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SAFETY: signalling our own child by its pid.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, sig);
+    }
+}
+
 fn finish(c: Child) -> (i32, String) {
     let out = c.wait_with_output().unwrap();
     let text =
@@ -84,21 +104,7 @@ fn sigterm_saves_exits_zero_and_the_resumed_loss_curve_is_bit_identical() {
     // The same run, SIGTERM after some steps.
     let (ckpt, log) = (d.join("b"), d.join("b.log"));
     let mut child = worker(&ckpt, &log, steps);
-    let t0 = Instant::now();
-    while lines(&log).len() < 12 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "the worker made no progress"
-        );
-        if let Ok(Some(_)) = child.try_wait() {
-            panic!("the worker ended before it was signalled");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    // SAFETY: signalling our own child by its pid.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
-    }
+    signal_after(&mut child, &log, 12, libc::SIGTERM);
     let signalled = Instant::now();
     let (code, text) = finish(child);
     assert!(
@@ -168,21 +174,7 @@ fn sigint_stops_like_sigterm_and_says_when_nothing_was_saved() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while lines(&log).len() < 5 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "the worker made no progress"
-        );
-        if let Ok(Some(_)) = child.try_wait() {
-            panic!("the worker ended before it was signalled");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    // SAFETY: signalling our own child by its pid.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
-    }
+    signal_after(&mut child, &log, 5, libc::SIGINT);
     let (code, text) = finish(child);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("stopped by SIGINT"), "{text}");
