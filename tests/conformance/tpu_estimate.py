@@ -197,14 +197,16 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
 
-        def record(kind, label, gen, tess, tess_trusted, tess_reasons, tess_vmatmul, needed, pallas, target, peer="Pallas", kernel_ratio=None):
-            ratio = tess / pallas["cycles"] if pallas["cycles"] else float("inf")
+        def record(kind, label, gen, t, pallas, target, peer="Pallas", kernel_ratio=None):
+            """One table row: Tessera's estimate row `t` against the peer's module estimate."""
+            ratio = t["cycles"] / pallas["cycles"] if pallas["cycles"] else float("inf")
+            needed = t["needed_passes"]
             pallas_ok = pallas["vmatmul"] >= 0.9 * needed if needed else True
             row = {
-                "kind": kind, "config": label, "gen": gen, "tessera": tess, "peer": peer,
+                "kind": kind, "config": label, "gen": gen, "tessera": t["cycles"], "peer": peer,
                 "peer_cycles": pallas["cycles"], "ratio": ratio, "kernel_ratio": kernel_ratio,
-                "tessera_trusted": tess_trusted, "reasons": tess_reasons,
-                "tessera_vmatmul": tess_vmatmul, "peer_vmatmul": pallas["vmatmul"], "needed": needed,
+                "tessera_trusted": t["trusted"], "reasons": t["reasons"],
+                "tessera_vmatmul": t["vmatmul"], "peer_vmatmul": pallas["vmatmul"], "needed": needed,
                 "target": target,
             }
             rows.append(row)
@@ -215,10 +217,9 @@ def main():
             # estimate untrusted only for bandwidth still compares like with
             # like. Dropped work never compares: either side's trace must
             # run the MXU passes the dots need.
-            dropped = [r for r in tess_reasons if r.startswith("dropped work") or r.startswith("no executed")]
             same_traffic = peer == "Pallas"
-            if dropped or (not tess_trusted and not same_traffic):
-                failures.append(f"{kind} {label} {gen}: Tessera's estimate is untrusted: {'; '.join(tess_reasons)}")
+            if t["work_in_doubt"] or (not t["trusted"] and not same_traffic):
+                failures.append(f"{kind} {label} {gen}: Tessera's estimate is untrusted: {'; '.join(t['reasons'])}")
             elif not pallas_ok:
                 failures.append(f"{kind} {label} {gen}: {peer}'s trace ran {pallas['vmatmul']} vmatmul of {needed} needed")
             elif ratio > target:
@@ -232,12 +233,12 @@ def main():
             if "error" in t or "error" in p:
                 failures.append(f"fwd {label} {gen}: {t.get('error') or p.get('error')}")
                 continue
-            record("flash fwd", label, gen, t["cycles"], t["trusted"], t["reasons"], t["vmatmul"], t["needed_passes"], p, target,
+            record("flash fwd", label, gen, t, p, target,
                    kernel_ratio=kernel_cycles(t) / max(1, kernel_cycles(p)))
             if not full:
                 r = module_estimate(tessera, pallas_fwd_residuals(dt, s, bq, bk, causal), gen, tmp, "pallas_fwd_res")
                 if "error" not in r:
-                    record("flash fwd", label, gen, t["cycles"], t["trusted"], t["reasons"], t["vmatmul"], t["needed_passes"], r, None,
+                    record("flash fwd", label, gen, t, r, None,
                            peer="Pallas, o + l, m", kernel_ratio=kernel_cycles(t) / max(1, kernel_cycles(r)))
 
         for gen, dt, s, bq, bk, causal, target in BWD:
@@ -262,9 +263,16 @@ def main():
             if bad:
                 failures.append(f"bwd {label} {gen}: {bad[0]}")
                 continue
-            reasons = [r for x in parts for r in x["reasons"]]
-            record("flash bwd", label, gen, sum(x["cycles"] for x in parts), all(x["trusted"] for x in parts), reasons,
-                   sum(x["vmatmul"] for x in parts), sum(x["needed_passes"] for x in parts), p_bwd, target)
+            # The three kernels as one row.
+            t = {
+                "cycles": sum(x["cycles"] for x in parts),
+                "trusted": all(x["trusted"] for x in parts),
+                "work_in_doubt": any(x["work_in_doubt"] for x in parts),
+                "reasons": [r for x in parts for r in x["reasons"]],
+                "vmatmul": sum(x["vmatmul"] for x in parts),
+                "needed_passes": sum(x["needed_passes"] for x in parts),
+            }
+            record("flash bwd", label, gen, t, p_bwd, target)
 
         for gen, dt, n, bm, bn, bk, target in MATMUL:
             label = f"{dt} {n}³ {bm}/{bn}/{bk}"
@@ -274,7 +282,7 @@ def main():
             if "error" in t or "error" in p:
                 failures.append(f"matmul {label} {gen}: {t.get('error') or p.get('error')}")
                 continue
-            record("matmul", label, gen, t["cycles"], t["trusted"], t["reasons"], t["vmatmul"], t["needed_passes"], p, target)
+            record("matmul", label, gen, t, p, target)
 
         for gen, dt, n, bm, bn, bk in XLA_DOT + (FULL_XLA_DOT if full else []):
             label = f"{dt} {n}³ {bm}/{bn}/{bk}"
@@ -287,7 +295,7 @@ def main():
             # Reported, not asserted: XLA tiles its dot its own way, so the
             # traffic differs and a bandwidth-untrusted estimate does not
             # compare.
-            record("matmul", label, gen, t["cycles"], t["trusted"], t["reasons"], t["vmatmul"], t["needed_passes"], p, None, peer="XLA dot")
+            record("matmul", label, gen, t, p, None, peer="XLA dot")
 
         # Prefetch-driven kernels, reported: splash's block-mask tables,
         # paged attention's page tables and megablox's group metadata steer
@@ -302,7 +310,7 @@ def main():
             if "error" in t or "error" in p:
                 rows.append({"kind": "splash (window)", "config": label, "gen": gen, "error": t.get("error") or p.get("error")})
                 continue
-            record("window vs splash", label, gen, t["cycles"], t["trusted"], t["reasons"], t["vmatmul"], t["needed_passes"], p, None, peer="splash")
+            record("window vs splash", label, gen, t, p, None, peer="splash")
         for gen, dt in [("v6e", "bf16"), ("v5e", "bf16")]:
             # Tessera's default paged shapes: 4 sequences, 2 kv heads of 4
             # query heads, 40 pages of 16, 8 pages per sequence.
@@ -312,14 +320,14 @@ def main():
             if "error" in t or "error" in p:
                 rows.append({"kind": "paged", "config": label, "gen": gen, "error": t.get("error") or p.get("error")})
                 continue
-            record("paged decode", label, gen, t["cycles"], t["trusted"], t["reasons"], t["vmatmul"], t["needed_passes"], p, None, peer="Pallas paged_attention")
+            record("paged decode", label, gen, t, p, None, peer="Pallas paged_attention")
             label = f"{dt} 384x256x256, 4 experts, 128 tiles"
             p = module_estimate(tessera, pallas_gmm(dt, 384, 256, 256, 4, 128), gen, tmp, "gmm")
             t = tessera_estimate(tessera, "grouped_matmul", gen, {"dtype": dt}, {})
             if "error" in t or "error" in p:
                 rows.append({"kind": "gmm", "config": label, "gen": gen, "error": t.get("error") or p.get("error")})
                 continue
-            record("grouped matmul", label, gen, t["cycles"], t["trusted"], t["reasons"], t["vmatmul"], t["needed_passes"], p, None, peer="megablox gmm")
+            record("grouped matmul", label, gen, t, p, None, peer="megablox gmm")
 
     lines = [
         "# Tessera against Pallas and XLA by libtpu's static schedule estimate",

@@ -37,24 +37,11 @@ fn dir(name: &str) -> PathBuf {
 }
 
 fn worker(ckpt: &Path, log: &Path, steps: u64) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_train-worker"))
-        .args([
-            "--steps",
-            &steps.to_string(),
-            "--seed",
-            "5",
-            "--checkpoint-every",
-            "10",
-            "--quiet",
-        ])
-        .arg("--checkpoint-dir")
-        .arg(ckpt)
-        .arg("--loss-log")
-        .arg(log)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    worker_with(
+        ckpt,
+        log,
+        &["--steps", &steps.to_string(), "--checkpoint-every", "10"],
+    )
 }
 
 /// Sends `sig` to `child` once its loss log has `n` lines (it must not end

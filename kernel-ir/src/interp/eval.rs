@@ -305,29 +305,15 @@ impl Machine<'_> {
             } => {
                 let (a, b) = (self.get(*lhs)?, self.get(*rhs)?);
                 let depth: usize = dims.lhs_contract.iter().map(|&d| a.shape[d]).product();
-                let size = |x: &Val, dims: &[usize], inside: bool| -> usize {
-                    (0..x.shape.len())
-                        .filter(|d| dims.contains(d) == inside)
-                        .map(|d| x.shape[d])
-                        .product()
-                };
-                let bound_l: Vec<usize> = dims
-                    .lhs_batch
-                    .iter()
-                    .chain(&dims.lhs_contract)
-                    .copied()
-                    .collect();
-                let bound_r: Vec<usize> = dims
-                    .rhs_batch
-                    .iter()
-                    .chain(&dims.rhs_contract)
-                    .copied()
-                    .collect();
+                // The MXU's view: batch products of [m, k] x [k, n], the
+                // free dims of each side flattened.
+                let batch: usize = dims.lhs_batch.iter().map(|&d| a.shape[d]).product();
+                let per = (batch * depth).max(1);
                 let shape = super::DotShape {
-                    batch: size(a, &dims.lhs_batch, true),
-                    m: size(a, &bound_l, false),
+                    batch,
+                    m: a.data.len() / per,
                     k: depth,
-                    n: size(b, &bound_r, false),
+                    n: b.data.len() / per,
                     lhs: a.dtype,
                 };
                 let r = dot(a, b, dims, *acc);

@@ -204,10 +204,11 @@ impl Walker<'_> {
     fn region(&mut self, r: &Region, states: &mut [State]) {
         for op in &r.ops {
             match &op.kind {
-                OpKind::Load { buffer, .. } if self.slot(buffer).is_some() => {
-                    let s = self.slot(buffer).unwrap_or(0);
-                    let st = states[s].clone();
-                    self.read(s, &st, &op.loc);
+                OpKind::Load { buffer, .. } => {
+                    if let Some(s) = self.slot(buffer) {
+                        let st = states[s].clone();
+                        self.read(s, &st, &op.loc);
+                    }
                 }
                 OpKind::If {
                     cond,

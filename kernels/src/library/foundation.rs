@@ -117,10 +117,11 @@ pub struct MatmulConfig {
     pub out_dtype: DType,
 }
 
-/// Tiled `o = x · y` with an f32 accumulator in scratch over the
-/// `arbitrary` k grid dim: zeroed at the first k step, the output block
-/// written at every step (the last write is what reaches HBM). A ragged k
-/// tail is masked so padding never enters the sum.
+/// Tiled `o = x · y` accumulated in f32 over the `arbitrary` k grid dim,
+/// zeroed at the first k step: in the output block itself when it is f32,
+/// else in the `acc` scratch with the output block written from it at
+/// every step (the last write is what reaches HBM). A ragged k tail is
+/// masked so padding never enters the sum.
 #[tpu_kernel(
     grid = (crate::foundation::cdiv(m, bm), crate::foundation::cdiv(n, bn), crate::foundation::cdiv(k, bk)),
     semantics = (parallel, parallel, arbitrary)

@@ -65,13 +65,128 @@ pub struct KernelEstimate {
 /// Whether an estimate may be ranked by, and why not.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Verdict {
-    /// True when no guard tripped.
-    pub trusted: bool,
-    /// Every guard that tripped, in words.
-    pub reasons: Vec<String>,
+    /// Every guard that tripped; none for a trusted estimate.
+    pub guards: Vec<Guard>,
     /// The time to report: the estimate, or the bandwidth bound where that
     /// is larger for a memory-bound kernel; None without a clock.
     pub seconds: Option<f64>,
+}
+
+impl Verdict {
+    /// True when no guard tripped.
+    pub fn trusted(&self) -> bool {
+        self.guards.is_empty()
+    }
+
+    /// Whether the estimate may have left out work (it dropped some, or
+    /// its trace was not dumped so nobody checked): such an estimate
+    /// compares with nothing, not even at equal traffic.
+    pub fn work_in_doubt(&self) -> bool {
+        self.guards
+            .iter()
+            .any(|g| matches!(g, Guard::DroppedWork { .. } | Guard::NoTrace))
+    }
+
+    /// The guards in words, `; `-separated.
+    pub fn reasons(&self) -> String {
+        let v: Vec<String> = self.guards.iter().map(Guard::to_string).collect();
+        v.join("; ")
+    }
+}
+
+/// One guard that tripped (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Guard {
+    /// The trace ran fewer MXU passes than the executed dots need.
+    DroppedWork {
+        /// `vmatmul`s in the executed trace.
+        ran: u64,
+        /// Passes the executed dots need.
+        needed: u64,
+    },
+    /// The trace was not dumped (`--no-trace`).
+    NoTrace,
+    /// The generation's clock is not published.
+    NoClock(Target),
+    /// The estimate is below the roofline bound.
+    BelowRoofline {
+        /// The estimate, seconds.
+        estimate_s: f64,
+        /// The roofline bound, seconds.
+        bound_s: f64,
+    },
+    /// Memory-bound and within [`MEMORY_MARGIN`] of the bandwidth bound.
+    MemoryBound {
+        /// The estimate, seconds.
+        estimate_s: f64,
+        /// Bytes moved over the HBM bandwidth, seconds.
+        bandwidth_s: f64,
+    },
+}
+
+impl Guard {
+    /// A stable name (for `--json` readers).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Guard::DroppedWork { .. } => "dropped_work",
+            Guard::NoTrace => "no_trace",
+            Guard::NoClock(_) => "no_clock",
+            Guard::BelowRoofline { .. } => "below_roofline",
+            Guard::MemoryBound { .. } => "memory_bound",
+        }
+    }
+}
+
+impl std::fmt::Display for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Guard::DroppedWork { ran, needed } => write!(
+                f,
+                "dropped work: the profiler's trace ran {ran} vmatmul of the {needed} the executed dots need \
+                 (it does not follow control flow steered by prefetched data or program_id-dependent trip counts)"
+            ),
+            Guard::NoTrace => {
+                f.write_str("no executed bundle trace (--no-trace): dropped work not checked")
+            }
+            Guard::NoClock(t) => write!(
+                f,
+                "no published {t} clock: cycles only, the roofline cannot be checked"
+            ),
+            Guard::BelowRoofline {
+                estimate_s,
+                bound_s,
+            } => write!(
+                f,
+                "below the roofline bound ({:.2} µs < {:.2} µs): the profiler missed work",
+                estimate_s * 1e6,
+                bound_s * 1e6
+            ),
+            Guard::MemoryBound {
+                estimate_s,
+                bandwidth_s,
+            } => write!(
+                f,
+                "memory-bound: the profiler does not share HBM bandwidth between DMAs; \
+                 reporting max(estimate {:.2} µs, bytes / bandwidth {:.2} µs)",
+                estimate_s * 1e6,
+                bandwidth_s * 1e6
+            ),
+        }
+    }
+}
+
+/// A whole-program estimate as JSON (cycles, seconds, `vmatmul`, per op):
+/// what `tessera estimate --module` prints and the start of a kernel's row.
+pub fn module_json(m: &ModuleEstimate) -> serde_json::Value {
+    serde_json::json!({
+        "target": m.target.name(),
+        "cycles": m.cycles(),
+        "seconds": m.seconds(),
+        "vmatmul": m.vmatmul(),
+        "ops": m.ops.iter().map(|o| serde_json::json!({
+            "hlo_op": o.hlo_op, "cycles": o.cycles, "vmatmul": o.vmatmul,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 impl KernelEstimate {
@@ -87,73 +202,63 @@ impl KernelEstimate {
         (r > 0.0).then(|| s / r)
     }
 
-    /// One JSON object (for scripts: the Pallas comparison).
+    /// One JSON object (for scripts: the Pallas comparison): the module's
+    /// fields, `seconds` the reported time, and the verdict.
     pub fn to_json(&self, kernel: &str) -> serde_json::Value {
-        serde_json::json!({
+        let mut v = module_json(&self.module);
+        let extra = serde_json::json!({
             "kernel": kernel,
-            "target": self.target.name(),
-            "cycles": self.cycles(),
-            "ops": self.module.ops.iter().map(|o| serde_json::json!({
-                "hlo_op": o.hlo_op, "cycles": o.cycles, "vmatmul": o.vmatmul,
-            })).collect::<Vec<_>>(),
             "clock_hz": self.clock.map(|c| c.hz),
             "clock_published": self.clock.map(|c| c.published),
             "seconds": self.verdict.seconds,
             "roofline_seconds": self.roofline.seconds(),
             "roofline_bound": self.roofline.bound(),
             "over_roofline": self.over_roofline(),
-            "vmatmul": self.module.vmatmul(),
             "needed_passes": self.needed_passes,
-            "trusted": self.verdict.trusted,
-            "reasons": self.verdict.reasons,
-        })
+            "trusted": self.verdict.trusted(),
+            "work_in_doubt": self.verdict.work_in_doubt(),
+            "guards": self.verdict.guards.iter().map(Guard::name).collect::<Vec<_>>(),
+            "reasons": self.verdict.guards.iter().map(Guard::to_string).collect::<Vec<_>>(),
+        });
+        if let (Some(o), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
+            o.extend(e);
+        }
+        v
     }
 }
 
 /// The guards, applied to an estimate of a kernel with cost `cost`.
 pub fn judge(target: Target, module: &ModuleEstimate, cost: &Cost, unrolled: bool) -> Verdict {
-    let mut reasons = Vec::new();
+    let mut guards = Vec::new();
     let needed = cost.mxu_passes(target);
     let ran = module.vmatmul();
     if !unrolled {
-        reasons.push("no executed bundle trace (--no-trace): dropped work not checked".into());
+        guards.push(Guard::NoTrace);
     } else if needed > 0 && (ran as f64) < DROPPED_WORK * needed as f64 {
-        reasons.push(format!(
-            "dropped work: the profiler's trace ran {ran} vmatmul of the {needed} the executed dots need \
-             (it does not follow control flow steered by prefetched data or program_id-dependent trip counts)"
-        ));
+        guards.push(Guard::DroppedWork { ran, needed });
     }
     let roof = cost.roofline(target);
     let mut seconds = module.seconds();
     match seconds {
-        None => reasons.push(format!(
-            "no published {target} clock: cycles only, the roofline cannot be checked"
-        )),
+        None => guards.push(Guard::NoClock(target)),
         Some(s) => {
             if s < roof.seconds() {
-                reasons.push(format!(
-                    "below the roofline bound ({:.2} µs < {:.2} µs): the profiler missed work",
-                    s * 1e6,
-                    roof.seconds() * 1e6
-                ));
+                guards.push(Guard::BelowRoofline {
+                    estimate_s: s,
+                    bound_s: roof.seconds(),
+                });
             }
             let bw = roof.memory_s;
             if roof.bound() == "memory" && s < MEMORY_MARGIN * bw {
-                reasons.push(format!(
-                    "memory-bound: the profiler does not share HBM bandwidth between DMAs; \
-                     reporting max(estimate {:.2} µs, bytes / bandwidth {:.2} µs)",
-                    s * 1e6,
-                    bw * 1e6
-                ));
+                guards.push(Guard::MemoryBound {
+                    estimate_s: s,
+                    bandwidth_s: bw,
+                });
                 seconds = Some(s.max(bw));
             }
         }
     }
-    Verdict {
-        trusted: reasons.is_empty(),
-        reasons,
-        seconds,
-    }
+    Verdict { guards, seconds }
 }
 
 /// Why a kernel has no estimate on a generation.
@@ -241,7 +346,7 @@ mod tests {
         let c = big_matmul();
         assert_eq!(c.mxu_passes(Target::V5e), 32768);
         let v = judge(Target::V5e, &module(Target::V5e, 150_000, 32768), &c, true);
-        assert!(v.trusted, "{:?}", v.reasons);
+        assert!(v.trusted(), "{}", v.reasons());
         assert_eq!(v.seconds, Some(150_000.0 / 1.5e9));
     }
 
@@ -249,30 +354,32 @@ mod tests {
     fn each_guard_trips_on_its_own() {
         let c = big_matmul();
         let short = judge(Target::V5e, &module(Target::V5e, 150_000, 16384), &c, true);
-        assert!(
-            !short.trusted && short.reasons[0].contains("dropped work"),
-            "{:?}",
-            short.reasons
+        assert_eq!(
+            short.guards,
+            vec![Guard::DroppedWork {
+                ran: 16384,
+                needed: 32768
+            }]
         );
+        assert!(short.work_in_doubt() && short.reasons().contains("dropped work"));
         let fast = judge(Target::V5e, &module(Target::V5e, 100_000, 32768), &c, true);
         assert!(
-            !fast.trusted && fast.reasons[0].contains("below the roofline"),
-            "{:?}",
-            fast.reasons
+            matches!(fast.guards[..], [Guard::BelowRoofline { .. }]),
+            "{}",
+            fast.reasons()
         );
+        assert!(!fast.work_in_doubt() && fast.reasons().contains("below the roofline"));
         let no_clock = judge(
             Target::V7x,
             &module(Target::V7x, 150_000, 1 << 20),
             &c,
             true,
         );
-        assert!(
-            !no_clock.trusted && no_clock.seconds.is_none(),
-            "{:?}",
-            no_clock.reasons
-        );
+        assert_eq!(no_clock.guards, vec![Guard::NoClock(Target::V7x)]);
+        assert!(no_clock.seconds.is_none());
         let untraced = judge(Target::V5e, &module(Target::V5e, 150_000, 0), &c, false);
-        assert!(!untraced.trusted && untraced.reasons[0].contains("not checked"));
+        assert_eq!(untraced.guards, vec![Guard::NoTrace]);
+        assert!(untraced.work_in_doubt() && untraced.reasons().contains("not checked"));
     }
 
     #[test]
@@ -281,7 +388,7 @@ mod tests {
         // more than MEMORY_MARGIN over: the modelled work sets the time.
         let c = cost_with(0, 1 << 20, vec![]);
         let v = judge(Target::V5e, &module(Target::V5e, 15_000, 0), &c, true);
-        assert!(v.trusted, "{:?}", v.reasons);
+        assert!(v.trusted(), "{}", v.reasons());
     }
 
     #[test]
@@ -289,12 +396,14 @@ mod tests {
         // 1 GB and no dots: 1.22 ms at 819 GB/s; the estimate says 10 µs.
         let c = cost_with(0, 1 << 30, vec![]);
         let v = judge(Target::V5e, &module(Target::V5e, 15_000, 0), &c, true);
-        assert!(!v.trusted);
         assert!(
-            v.reasons.iter().any(|r| r.contains("memory-bound")),
-            "{:?}",
-            v.reasons
+            v.guards
+                .iter()
+                .any(|g| matches!(g, Guard::MemoryBound { .. })),
+            "{}",
+            v.reasons()
         );
+        assert!(!v.work_in_doubt() && v.reasons().contains("memory-bound"));
         let bw = (1u64 << 30) as f64 / 819e9;
         assert!((v.seconds.unwrap() - bw).abs() < 1e-12);
     }

@@ -375,14 +375,12 @@ impl PrivateDir {
         static N: AtomicU64 = AtomicU64::new(0);
         let base = std::env::temp_dir();
         for _ in 0..100 {
+            // A name left by a crashed process of a reused pid is taken:
+            // the next number is tried.
             let path = base.join(format!(
-                "tessera-estimate-{}-{}-{}",
+                "tessera-estimate-{}-{}",
                 std::process::id(),
                 N.fetch_add(1, Ordering::Relaxed),
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.subsec_nanos())
-                    .unwrap_or(0)
             ));
             match std::fs::create_dir(&path) {
                 Ok(()) => return Ok(PrivateDir { path }),
@@ -433,11 +431,13 @@ pub fn read_profile(dir: &Path) -> Result<Vec<OpEstimate>, EstimateError> {
         } else {
             None
         };
-        for (hlo_op, cycles) in parse_profile(&text) {
+        // The bundle trace is the file's, so its count goes to the first
+        // op only (the sum over ops must not count it twice).
+        for (i, (hlo_op, cycles)) in parse_profile(&text).into_iter().enumerate() {
             ops.push(OpEstimate {
                 hlo_op,
                 cycles,
-                vmatmul,
+                vmatmul: if i == 0 { vmatmul } else { None },
             });
         }
     }

@@ -7,12 +7,9 @@ use kernel_ir::{Target, VerifiedKernel, human_bytes};
 use runtime::tpu::{KernelCompileError, TpuCompiler, TpuError};
 
 use crate::args::Args;
-use crate::kernel_args::kernel_for_lower;
 use crate::{Failure, usage};
 
-/// Names that stand for several kernels.
-const PRESETS: &str = "presets";
-const KERNELS: &str = "kernels";
+/// `--tpu all`.
 const ALL: &str = "all";
 
 /// `tessera compile KERNEL|PRESET|presets|kernels|all --tpu G|all [--config k=v].. [--shape ..] [--out PATH]`.
@@ -34,7 +31,10 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
         return compile_module(path, &targets);
     }
     let name = a.kernel("compile").map_err(usage)?;
-    let kernels = kernels_named(name, &a).map_err(usage)?;
+    let kernels: Vec<(String, VerifiedKernel)> = crate::cost::kernels_named("compile", name, &a)?
+        .into_iter()
+        .map(|(n, k, _)| (n, k))
+        .collect();
     let out = a.one("out").map_err(usage)?.map(PathBuf::from);
     let single = kernels.len() == 1 && targets.len() == 1;
     if let Some(path) = &out {
@@ -120,35 +120,6 @@ pub(crate) fn parse_targets(s: &str) -> Result<Vec<Target>, String> {
                 .map_err(|_| format!("unknown TPU generation `{t}`; use v5e, v6e, v5p, v7x or all"))
         })
         .collect()
-}
-
-/// The kernels a name stands for, built.
-fn kernels_named(name: &str, a: &Args) -> Result<Vec<(String, VerifiedKernel)>, String> {
-    let many = [PRESETS, KERNELS, ALL].contains(&name);
-    if many && (!a.all("config").is_empty() || !a.all("shape").is_empty()) {
-        return Err(format!(
-            "`{name}` compiles many kernels at their defaults; --config and --shape need one kernel"
-        ));
-    }
-    let mut out = Vec::new();
-    if name == KERNELS || name == ALL {
-        for e in kernels::library::ENTRIES {
-            let k = kernel_for_lower(e.name, &Args::default())?;
-            out.push((e.name.to_string(), k));
-        }
-    }
-    if name == PRESETS || name == ALL {
-        for p in kernels::library::presets() {
-            let k = p
-                .build()
-                .map_err(|e| format!("preset `{}`: {e}", p.name()))?;
-            out.push((p.name().to_string(), k));
-        }
-    }
-    if !many {
-        out.push((name.to_string(), kernel_for_lower(name, a)?));
-    }
-    Ok(out)
 }
 
 /// `--out` is a file for one kernel on one generation, else a directory;

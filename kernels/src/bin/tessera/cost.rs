@@ -62,6 +62,35 @@ pub fn every_kernel() -> Result<Vec<(String, VerifiedKernel, Vec<Array>)>, Failu
     Ok(out)
 }
 
+/// The kernels a name stands for, built, with their sample inputs: one
+/// catalog kernel or preset, or `kernels` (every catalog kernel at its
+/// defaults), `presets` or `all` (both), for which `--config`, `--shape`
+/// and `--input` are usage errors naming `cmd`.
+pub fn kernels_named(
+    cmd: &str,
+    name: &str,
+    a: &Args,
+) -> Result<Vec<(String, VerifiedKernel, Vec<Array>)>, Failure> {
+    if !["all", "kernels", "presets"].contains(&name) {
+        let (k, inputs) = kernel_with_inputs(name, a)?;
+        return Ok(vec![(name.to_string(), k, inputs)]);
+    }
+    if !a.all("config").is_empty() || !a.all("shape").is_empty() || !a.all("input").is_empty() {
+        return Err(usage(format!(
+            "`{name}` makes `{cmd}` take many kernels at their defaults; --config and --shape need one kernel"
+        )));
+    }
+    let is_preset = |n: &str| library::find(n).is_none();
+    Ok(every_kernel()?
+        .into_iter()
+        .filter(|(n, _, _)| match name {
+            "kernels" => !is_preset(n),
+            "presets" => is_preset(n),
+            _ => true,
+        })
+        .collect())
+}
+
 /// The cost of a catalog kernel (with `--config`/`--shape`) or preset.
 fn one(name: &str, a: &Args) -> Result<Cost, Failure> {
     let (kernel, inputs) = kernel_with_inputs(name, a)?;

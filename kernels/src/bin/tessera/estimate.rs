@@ -2,14 +2,16 @@
 //! compile in a child process, with the guards of
 //! `kernels::tooling::estimate` (trusted or untrusted, and why).
 
-use kernel_ir::{Array, Target, VerifiedKernel};
+use kernel_ir::Target;
 use kernels::tooling::cost::cost;
-use kernels::tooling::estimate::{KernelEstimate, KernelEstimateError, estimate_kernel};
-use runtime::tpu::estimate::{ChildCompiler, EstimateError, ModuleEstimate};
+use kernels::tooling::estimate::{
+    KernelEstimate, KernelEstimateError, estimate_kernel, module_json,
+};
+use runtime::tpu::estimate::{ChildCompiler, EstimateError};
 
 use crate::args::Args;
 use crate::compile::parse_targets;
-use crate::cost::{every_kernel, kernel_with_inputs};
+use crate::cost::kernels_named;
 use crate::{Failure, usage};
 
 /// The child that runs one profiled compile: this binary's hidden
@@ -23,31 +25,6 @@ pub fn child_compiler() -> Result<ChildCompiler, Failure> {
 /// `tessera tpu-child TARGET MODULE REPORT` (started by the estimate).
 pub fn tpu_child(args: &[String]) -> std::process::ExitCode {
     std::process::ExitCode::from(runtime::tpu::estimate::serve_child(args) as u8)
-}
-
-fn kernels_named(
-    name: &str,
-    a: &Args,
-) -> Result<Vec<(String, VerifiedKernel, Vec<Array>)>, Failure> {
-    let many = ["all", "kernels", "presets"].contains(&name);
-    if !many {
-        let (k, inputs) = kernel_with_inputs(name, a)?;
-        return Ok(vec![(name.to_string(), k, inputs)]);
-    }
-    if !a.all("config").is_empty() || !a.all("shape").is_empty() || !a.all("input").is_empty() {
-        return Err(usage(format!(
-            "`{name}` estimates many kernels at their defaults; --config, --shape and --input need one kernel"
-        )));
-    }
-    let is_preset = |n: &str| kernels::library::find(n).is_none();
-    Ok(every_kernel()?
-        .into_iter()
-        .filter(|(n, _, _)| match name {
-            "kernels" => !is_preset(n),
-            "presets" => is_preset(n),
-            _ => true,
-        })
-        .collect())
 }
 
 /// `tessera estimate KERNEL|PRESET|kernels|presets|all --tpu G,.. [--config ..] [--shape ..] [--json] [--no-trace]`,
@@ -81,7 +58,7 @@ pub fn estimate(args: &[String]) -> Result<(), Failure> {
         return estimate_module(&child, path, &targets, a.flag("json"));
     }
     let name = a.kernel("estimate").map_err(usage)?;
-    let kernels = kernels_named(name, &a)?;
+    let kernels = kernels_named("estimate", name, &a)?;
     let json = a.flag("json");
     let mut rows = Vec::new();
     let (mut failures, mut no_estimate) = (0usize, 0usize);
@@ -176,10 +153,10 @@ fn print_row(e: &KernelEstimate) {
     );
     let over = e.over_roofline().map_or("-".into(), |r| format!("{r:.2}"));
     let passes = format!("{}/{}", e.module.vmatmul(), e.needed_passes);
-    let verdict = if e.verdict.trusted {
+    let verdict = if e.verdict.trusted() {
         "trusted".to_string()
     } else {
-        format!("UNTRUSTED: {}", e.verdict.reasons.join("; "))
+        format!("UNTRUSTED: {}", e.verdict.reasons())
     };
     println!(
         "  {:<4} {:>11} {:>10} {:>15} {:>12} {:>8} {:>17}  {verdict}",
@@ -246,16 +223,4 @@ fn estimate_module(
         )));
     }
     Ok(())
-}
-
-fn module_json(m: &ModuleEstimate) -> serde_json::Value {
-    serde_json::json!({
-        "target": m.target.name(),
-        "cycles": m.cycles(),
-        "seconds": m.seconds(),
-        "vmatmul": m.vmatmul(),
-        "ops": m.ops.iter().map(|o| serde_json::json!({
-            "hlo_op": o.hlo_op, "cycles": o.cycles, "vmatmul": o.vmatmul,
-        })).collect::<Vec<_>>(),
-    })
 }

@@ -170,17 +170,8 @@ pub fn tune(args: &[String]) -> Result<(), Failure> {
             (Some(t), Some(child)) => {
                 let c = cost(&kernel, &inputs).map_err(|e| Failure::Run(format!("{name}: {e}")))?;
                 match estimate_kernel(child, &kernel, &c, t) {
-                    Ok(e) => {
-                        let dropped = e
-                            .verdict
-                            .reasons
-                            .iter()
-                            .find(|r| r.starts_with("dropped work"));
-                        match dropped {
-                            Some(r) => Score::Unranked(r.clone()),
-                            None => Score::Tpu(Box::new(e)),
-                        }
-                    }
+                    Ok(e) if e.verdict.work_in_doubt() => Score::Unranked(e.verdict.reasons()),
+                    Ok(e) => Score::Tpu(Box::new(e)),
                     Err(kernels::tooling::estimate::KernelEstimateError::Lower(
                         runtime::tpu::KernelCompileError::Verify { .. },
                     )) => {
@@ -247,10 +238,10 @@ pub fn tune(args: &[String]) -> Result<(), Failure> {
                 e.verdict
                     .seconds
                     .map_or("-".into(), |s| format!("{:.2} µs", s * 1e6)),
-                if e.verdict.trusted {
+                if e.verdict.trusted() {
                     "trusted".to_string()
                 } else {
-                    format!("untrusted: {}", e.verdict.reasons.join("; "))
+                    format!("untrusted: {}", e.verdict.reasons())
                 }
             ),
             Score::Cpu(d) => format!("{:>10.3} ms", d.as_secs_f64() * 1e3),

@@ -225,7 +225,7 @@ fn online_update(rows: usize, m: Ref, l: Ref, acc: Ref, s: Tile, vb: Tile) {
     // `[rows, bk]` scores and the `[rows, d]` accumulator is free: a
     // column load is broadcast by a lane permute per vreg, which libtpu's
     // schedule estimate put at 2.4x the whole step's cycles at 512 x 512
-    // blocks on v6e (ARCHITECTURE.md, "TPU schedule estimate").
+    // blocks on v6e (ARCHITECTURE.md, the kernels' invariants).
     let m_prev = m.load(..).max_keep(1);
     let l_prev = l.load(..).max_keep(1);
     let m_new = m_prev.max(s.max_keep(1));
