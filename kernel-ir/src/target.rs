@@ -96,6 +96,20 @@ impl Target {
         }
     }
 
+    /// HBM capacity of one device in bytes (Google's published tables: 16,
+    /// 95, 32 GB per chip on v5e, v5p, v6e; 192 GB per v7x chip, 96 per
+    /// device, which is what libtpu reports available): no tensor larger
+    /// than this can exist on one device.
+    pub fn hbm_bytes(self) -> u64 {
+        let gib = 1u64 << 30;
+        match self {
+            Target::V5e => 16 * gib,
+            Target::V5p => 95 * gib,
+            Target::V6e => 32 * gib,
+            Target::V7x => 96 * gib,
+        }
+    }
+
     /// MXU passes (`vmatmul` instructions in libtpu's bundles) one dot of
     /// `shape` takes: the lhs streams through the systolic array one vreg
     /// of rows at a time (8 rows of f32, 16 of bf16, 32 of 8-bit types),

@@ -2,7 +2,7 @@
 `jax.export.Exported`.
 
     import tessera_jax
-    exp = tessera_jax.load("out/flash_attention")    # module.mlir + manifest.json
+    exp = tessera_jax.load("out/flash_attention")    # checked: every file's SHA-256
     o, lse = jax.jit(exp.call)(q, k, v)              # CPU: decomposed StableHLO; TPU: tpu_custom_call
     dq = jax.grad(lambda q: exp.call(q, k, v)[0].sum())(q)   # through the exported VJP (vjp/)
 
@@ -12,6 +12,7 @@ serializes it with jax's own function (`_module_to_bytecode`, a StableHLO
 portable artifact) and states its avals. Checked against jax/jaxlib 0.11.2
 (the conformance venv, tests/conformance/run.sh). Depends only on jax.
 """
+import hashlib
 import json
 import pathlib
 
@@ -21,12 +22,56 @@ from jax._src.export import _export
 from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir
 
-__all__ = ["load", "load_family", "manifest"]
+__all__ = ["ArtifactError", "load", "load_family", "manifest", "check"]
+
+FORMAT, FORMAT_VERSION = "tessera-export", 2
+
+
+class ArtifactError(ValueError):
+    """An exported directory that is not whole: a file missing, changed or
+    from another export, or a format this loader does not know."""
 
 
 def manifest(path):
     """The manifest of an exported directory, as a dict."""
     return json.loads((pathlib.Path(path) / "manifest.json").read_text())
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check(path, index="manifest.json"):
+    """Checks that the directory's `index` (a manifest, or `buckets.json`)
+    is a Tessera export this loader knows and that every file it names is
+    there, a regular file, with the recorded SHA-256. Returns the index as a
+    dict; raises ArtifactError naming the first file that does not match."""
+    d = pathlib.Path(path)
+    try:
+        man = json.loads((d / index).read_text())
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{d / index}: cannot read it ({e})") from None
+    if man.get("format") != FORMAT or man.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(
+            f"{d / index}: not a {FORMAT} version {FORMAT_VERSION} index "
+            f"(format {man.get('format')!r}, version {man.get('format_version')!r}); "
+            "export it again with this Tessera")
+    files = man.get("files")
+    if not isinstance(files, dict) or not files:
+        raise ArtifactError(f"{d / index}: names no files")
+    for rel, digest in files.items():
+        f = d / rel
+        if not f.is_file():
+            raise ArtifactError(f"{f}: missing (named by {d / index}); export it again")
+        if _sha256(f) != digest:
+            raise ArtifactError(
+                f"{f}: its SHA-256 is not the one {d / index} records (a file of another export, "
+                "or changed since); export it again")
+    return man
 
 
 def _avals(entries):
@@ -37,7 +82,9 @@ def load(path):
     """The exported kernel in `path` as a `jax.export.Exported` (call it with
     `.call(*arrays)`, inside `jax.jit` or not; arrays in manifest order)."""
     d = pathlib.Path(path)
-    man = manifest(d)
+    man = check(d)
+    if "module.mlir" not in man["files"]:
+        raise ArtifactError(f"{d / 'manifest.json'}: does not name module.mlir")
     if man.get("calling_convention_version") != 10:
         raise ValueError(f"{d}: calling convention {man.get('calling_convention_version')} is not the 10 this loader knows")
     with mlir.make_ir_context():
@@ -75,6 +122,10 @@ def _vjp_of(d, man):
     sub = man.get("vjp")
     if sub is None:
         return None
+    # The VJP's manifest is one of the files the forward's digests: a VJP
+    # of another export is refused by check() above.
+    if f"{sub}/manifest.json" not in man["files"]:
+        raise ArtifactError(f"{d / 'manifest.json'}: names a VJP it has no digest of")
     vjp = load(d / sub)
     return lambda _primal: vjp
 
@@ -83,5 +134,8 @@ def load_family(path):
     """A bucketed family (`tessera export --bucket AXIS=N,..`): a dict from
     bucket size to its `Exported`, and the bucketed axis."""
     d = pathlib.Path(path)
-    fam = json.loads((d / "buckets.json").read_text())
+    fam = check(d, "buckets.json")
+    for sub in fam["dirs"]:
+        if f"{sub}/manifest.json" not in fam["files"]:
+            raise ArtifactError(f"{d / 'buckets.json'}: has no digest of bucket {sub}")
     return {n: load(d / sub) for n, sub in zip(fam["sizes"], fam["dirs"])}, fam["axis"]

@@ -299,3 +299,30 @@ fn one_run_per_checkpoint_directory_checked_before_step_one() {
         "it trained before failing"
     );
 }
+
+#[test]
+fn a_checkpoint_that_does_not_fit_the_model_falls_back_to_the_previous_one() {
+    use kernels::tooling::train::checkpoint;
+    let d = dir("wrong-shape");
+    let (ckpt, log) = (d.join("ck"), d.join("log"));
+    let (code, text) = finish(worker_with(&ckpt, &log, &["--steps", "10", "--no-resume"]));
+    assert_eq!(code, 0, "{text}");
+    // Step 10 rewritten whole (its checksums valid) with one tensor of
+    // another shape, as a checkpoint of another model would be.
+    let (Some(mut ck), _) = checkpoint::latest(&ckpt).unwrap() else {
+        panic!("no checkpoint: {text}");
+    };
+    assert_eq!(ck.step, 10);
+    let name = ck.tensors[0].0.clone();
+    ck.tensors[0].1 =
+        kernel_ir::Array::new(kernel_ir::DType::F32, [3], vec![1.0, 2.0, 3.0]).unwrap();
+    checkpoint::save(&ckpt, &ck).unwrap();
+    let (code, text) = finish(worker_with(&ckpt, &log, &["--steps", "12"]));
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("skipping checkpoint")
+            && text.contains(&format!("its tensor `{name}` is [3]"))
+            && text.contains("resuming from checkpoint step 5"),
+        "{text}"
+    );
+}

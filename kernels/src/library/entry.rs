@@ -416,6 +416,11 @@ impl Config {
         }
     }
 
+    /// Every parameter with its value (defaults filled in), by name.
+    pub fn values(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        self.values.iter().map(|(k, (_, v))| (*k, v.as_str()))
+    }
+
     /// Whether the kernel has parameter `k`.
     pub fn is_declared(&self, k: &str) -> bool {
         self.values.contains_key(k)

@@ -28,7 +28,8 @@
 //!   checked, so the estimate is not trusted as a time.
 
 use kernel_ir::{Target, VerifiedKernel};
-use runtime::tpu::estimate::{ChildCompiler, Clock, EstimateError, ModuleEstimate, clock};
+use runtime::tpu::child::{ChildCompiler, ChildError};
+use runtime::tpu::estimate::{Clock, ModuleEstimate, clock};
 use runtime::tpu::{KernelCompileError, lower_for};
 
 use crate::tooling::cost::{Cost, Roofline};
@@ -263,13 +264,13 @@ pub fn judge(target: Target, module: &ModuleEstimate, cost: &Cost, unrolled: boo
 
 /// Why a kernel has no estimate on a generation.
 #[derive(Debug, thiserror::Error)]
-pub enum KernelEstimateError {
+pub enum KernelChildError {
     /// The kernel does not verify for that generation, or cannot be lowered.
     #[error(transparent)]
     Lower(#[from] KernelCompileError),
     /// libtpu failed, rejected it, or its profiler aborted.
     #[error(transparent)]
-    Estimate(#[from] EstimateError),
+    Estimate(#[from] ChildError),
 }
 
 /// Estimates `kernel` on `target`: verified again for the generation,
@@ -280,7 +281,7 @@ pub fn estimate_kernel(
     kernel: &VerifiedKernel,
     cost: &Cost,
     target: Target,
-) -> Result<KernelEstimate, KernelEstimateError> {
+) -> Result<KernelEstimate, KernelChildError> {
     let (_, lowered) = lower_for(kernel, target)?;
     let module = child.estimate(target, &lowered.module)?;
     let verdict = judge(target, &module, cost, child.unrolled);

@@ -15,14 +15,142 @@ use std::fmt::Write;
 
 use kernel_ir::{DType, VerifiedKernel};
 
-/// An exported kernel: the module and its manifest.
+/// An exported kernel: the module and what its manifest says of its
+/// calling convention.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Artifact {
     /// The multi-platform StableHLO module (text).
     pub module: String,
-    /// The manifest (JSON): kernel name, platforms, calling convention,
-    /// inputs and outputs with JAX dtype names and shapes.
-    pub manifest: String,
+    /// The kernel's name (the manifest's `kernel`).
+    pub kernel: String,
+    /// Manifest entries of the inputs (JSON objects, call order).
+    inputs: Vec<String>,
+    /// Manifest entries of the outputs.
+    outputs: Vec<String>,
+}
+
+impl Artifact {
+    /// The manifest (JSON): the `extra` members (already JSON values)
+    /// first, then kernel name, platforms, calling convention, inputs and
+    /// outputs with JAX dtype names and shapes.
+    pub fn manifest(&self, extra: &[(&str, String)]) -> String {
+        manifest(&self.kernel, extra, &self.inputs, &self.outputs)
+    }
+}
+
+/// The `format` every Tessera manifest and family index names.
+pub const FORMAT: &str = "tessera-export";
+
+/// The version of that format: 2 added provenance (entry, full config,
+/// Tessera version) and the digest of every file.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// What an artifact was made from, recorded in its manifest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Provenance {
+    /// The library entry.
+    pub entry: String,
+    /// Its whole config, defaults included (key, value).
+    pub config: Vec<(String, String)>,
+}
+
+/// The lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+fn json_object(pairs: &[(String, String)]) -> String {
+    let members: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{}: {}", json_str(k), json_str(v)))
+        .collect();
+    format!("{{{}}}", members.join(", "))
+}
+
+/// The members every manifest and family index opens with.
+fn header(prov: &Provenance) -> Vec<(&'static str, String)> {
+    vec![
+        ("format", json_str(FORMAT)),
+        ("format_version", FORMAT_VERSION.to_string()),
+        ("tessera_version", json_str(env!("CARGO_PKG_VERSION"))),
+        ("entry", json_str(&prov.entry)),
+        ("config", json_object(&prov.config)),
+    ]
+}
+
+/// The files of an artifact directory, paths relative to it: `module.mlir`,
+/// with a VJP `vjp/module.mlir` and `vjp/manifest.json`, and last
+/// `manifest.json`, which records provenance and the SHA-256 of every other
+/// file (the loader refuses a directory whose files do not match, so a
+/// forward and a VJP of different exports can never be loaded together).
+pub fn artifact_files(
+    art: &Artifact,
+    vjp: Option<&Artifact>,
+    prov: &Provenance,
+) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    if let Some(v) = vjp {
+        for (rel, bytes) in artifact_files(v, None, prov) {
+            files.push((format!("vjp/{rel}"), bytes));
+        }
+    }
+    files.push(("module.mlir".into(), art.module.clone().into_bytes()));
+    let mut extra = header(prov);
+    if vjp.is_some() {
+        extra.push(("vjp", json_str("vjp")));
+    }
+    extra.push(("files", digests(&files)));
+    files.push(("manifest.json".into(), art.manifest(&extra).into_bytes()));
+    files
+}
+
+/// `{"path": "sha256", ..}` of `files`.
+fn digests(files: &[(String, Vec<u8>)]) -> String {
+    let d: Vec<(String, String)> = files
+        .iter()
+        .map(|(p, b)| (p.clone(), sha256_hex(b)))
+        .collect();
+    json_object(&d)
+}
+
+/// The index of a bucketed family (`buckets.json`): provenance, the axis,
+/// the sizes with their folders, and the digest of each bucket's manifest
+/// (which digests the bucket's files).
+pub fn family_index(
+    kernel: &str,
+    prov: &Provenance,
+    axis: usize,
+    buckets: &[(usize, String, Vec<u8>)],
+) -> String {
+    let mut members = header(prov);
+    members.push(("kernel", json_str(kernel)));
+    members.push(("axis", axis.to_string()));
+    let sizes: Vec<String> = buckets.iter().map(|(n, _, _)| n.to_string()).collect();
+    let dirs: Vec<String> = buckets.iter().map(|(_, d, _)| json_str(d)).collect();
+    members.push(("sizes", format!("[{}]", sizes.join(", "))));
+    members.push(("dirs", format!("[{}]", dirs.join(", "))));
+    let manifests: Vec<(String, Vec<u8>)> = buckets
+        .iter()
+        .map(|(_, d, m)| (format!("{d}/manifest.json"), m.clone()))
+        .collect();
+    members.push(("files", digests(&manifests)));
+    let body: Vec<String> = members
+        .iter()
+        .map(|(k, v)| format!("  {}: {v}", json_str(k)))
+        .collect();
+    format!("{{\n{}\n}}\n", body.join(",\n"))
+}
+
+/// Whether `dir` holds an earlier export (an artifact or a family), which
+/// a new export may replace whole.
+pub fn is_export_dir(dir: &std::path::Path) -> bool {
+    dir.join("manifest.json").is_file() || dir.join("buckets.json").is_file()
 }
 
 /// The platforms of an artifact, in the order of the platform index.
@@ -85,14 +213,25 @@ fn manifest_entry(name: &str, shape: &[usize], d: DType) -> String {
     )
 }
 
-/// The manifest of an artifact called `kernel`.
-fn manifest(kernel: &str, inputs: &[String], outputs: &[String]) -> String {
-    format!(
-        "{{\n  \"kernel\": {},\n  \"platforms\": [\"cpu\", \"tpu\"],\n  \"calling_convention_version\": {CALLING_CONVENTION},\n  \"inputs\": [{}],\n  \"outputs\": [{}]\n}}\n",
+/// The manifest of an artifact called `kernel`, `extra` members first.
+fn manifest(
+    kernel: &str,
+    extra: &[(&str, String)],
+    inputs: &[String],
+    outputs: &[String],
+) -> String {
+    let mut s = String::from("{\n");
+    for (k, v) in extra {
+        let _ = writeln!(s, "  {}: {v},", json_str(k));
+    }
+    let _ = write!(
+        s,
+        "  \"kernel\": {},\n  \"platforms\": [\"cpu\", \"tpu\"],\n  \"calling_convention_version\": {CALLING_CONVENTION},\n  \"inputs\": [{}],\n  \"outputs\": [{}]\n}}\n",
         json_str(kernel),
         inputs.join(", "),
         outputs.join(", ")
-    )
+    );
+    s
 }
 
 /// Exports `kernel` (see the module docs).
@@ -187,10 +326,11 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
         .outputs()
         .map(|o| manifest_entry(&o.name, &o.shape, o.dtype))
         .collect();
-    let manifest = manifest(&kernel.name, &inputs, &outputs);
     Ok(Artifact {
         module: m,
-        manifest,
+        kernel: kernel.name.clone(),
+        inputs,
+        outputs,
     })
 }
 
@@ -320,10 +460,11 @@ pub fn flash_attention_vjp(
         manifest_entry("dk", ks, *kd),
         manifest_entry("dv", vs, *vd),
     ];
-    let manifest = manifest(&format!("{}_vjp", forward.name), &inputs, &outputs);
     Ok(Artifact {
         module: m,
-        manifest,
+        kernel: format!("{}_vjp", forward.name),
+        inputs: inputs.to_vec(),
+        outputs: outputs.to_vec(),
     })
 }
 
@@ -488,10 +629,11 @@ pub fn backward_vjp(
         .iter()
         .map(|(n, s, d)| manifest_entry(&format!("d{n}"), s, *d))
         .collect();
-    let manifest = manifest(&format!("{}_vjp", forward.name), &inputs, &outputs);
     Ok(Artifact {
         module: m,
-        manifest,
+        kernel: format!("{}_vjp", forward.name),
+        inputs,
+        outputs,
     })
 }
 
@@ -567,7 +709,7 @@ mod tests {
         );
         assert!(m.contains("tpu_custom_call") && m.contains("stablehlo.while"));
         assert!(m.contains("{jax.result_info = \"lse\"}"));
-        let man = &art.manifest;
+        let man = &art.manifest(&[]);
         assert!(man.contains("\"platforms\": [\"cpu\", \"tpu\"]"));
         let q = man.find("\"name\": \"q\"").unwrap();
         let v = man.find("\"name\": \"v\"").unwrap();
@@ -603,7 +745,7 @@ mod tests {
             assert!(art.module.contains(&sub), "{sub}");
         }
         for name in ["\"ct_o\"", "\"ct_lse\"", "\"dk\"", "\"dv\""] {
-            assert!(art.manifest.contains(name), "{name}");
+            assert!(art.manifest(&[]).contains(name), "{name}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! What runs the library: comparisons, benchmarks, file formats and the
 //! demo model. Nothing here defines a kernel.
 
+pub mod atomic_dir;
 pub mod atomic_file;
 pub mod bench;
 pub mod check;

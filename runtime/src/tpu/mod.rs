@@ -35,6 +35,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod child;
 mod diagnostic;
 pub mod estimate;
 

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use kernel_ir::{Target, VerifiedKernel, human_bytes};
-use runtime::tpu::{KernelCompileError, TpuCompiler, TpuError};
+use runtime::tpu::KernelCompileError;
+use runtime::tpu::child::{ChildCompiled, ChildCompiler, ChildError};
 
 use crate::args::Args;
 use crate::{Failure, usage};
@@ -40,8 +41,8 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
     if let Some(path) = &out {
         check_out(path, single).map_err(usage)?;
     }
-    let tpu = TpuCompiler::load().map_err(|e| Failure::Run(e.to_string()))?;
-    let (mut ok, mut failed) = (0usize, 0usize);
+    let child = crate::estimate::child_compiler()?;
+    let (mut ok, mut failed, mut aborted) = (0usize, 0usize, 0usize);
     for (kname, kernel) in &kernels {
         let budget = kernel.vmem_budget();
         println!(
@@ -51,15 +52,15 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
             human_bytes(kernel.effective_vmem_limit()),
         );
         for &t in &targets {
-            match tpu.compile_kernel(kernel, t) {
-                Ok(c) => {
+            match compile_kernel(&child, kernel, t, out.is_some()) {
+                Ok((_, c)) => {
                     ok += 1;
-                    let m = &c.compiled.memory;
+                    let m = &c.memory;
                     println!(
                         "  {:<4} ok      {:>6.2} s  code {:>9}  HBM: arguments {}, outputs {}, temporaries {}, peak {}",
                         t.name(),
-                        c.compiled.compile_time.as_secs_f64(),
-                        human_bytes(c.compiled.code_bytes.max(0) as u64),
+                        c.compile_time.as_secs_f64(),
+                        human_bytes(m.generated_code_bytes.max(0) as u64),
                         human_bytes(m.argument_bytes.max(0) as u64),
                         human_bytes(m.output_bytes.max(0) as u64),
                         human_bytes(m.temp_bytes.max(0) as u64),
@@ -71,10 +72,7 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
                         } else {
                             path.join(format!("{kname}.{}.tpu-executable", t.name()))
                         };
-                        let bytes = c
-                            .compiled
-                            .serialize()
-                            .map_err(|e| Failure::Run(e.to_string()))?;
+                        let bytes = c.executable.unwrap_or_default();
                         kernels::tooling::atomic_file::write(&file, &bytes)
                             .map_err(Failure::Run)?;
                         println!(
@@ -86,7 +84,8 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
                 }
                 Err(e) => {
                     failed += 1;
-                    println!("  {:<4} FAILED  {}", t.name(), indent(&failure_text(&e)));
+                    aborted += usize::from(e.aborted());
+                    println!("  {:<4} FAILED  {}", t.name(), indent(&e.to_string()));
                 }
             }
         }
@@ -100,6 +99,17 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
             runtime::tpu::LIBTPU_VERSION
         );
     }
+    if aborted > 0 {
+        return Err(Failure::CompilerAborted(format!(
+            "libtpu aborted {aborted} of {} compiles (see above){}",
+            ok + failed,
+            if failed > aborted {
+                format!(", {} more failed", failed - aborted)
+            } else {
+                String::new()
+            }
+        )));
+    }
     if failed > 0 {
         return Err(Failure::Run(format!(
             "{failed} of {} compiles failed",
@@ -107,6 +117,53 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
         )));
     }
     Ok(())
+}
+
+/// Why one kernel did not compile for one generation.
+pub(crate) enum CompileFailure {
+    /// Tessera's own checks or lowering for that generation.
+    Kernel(KernelCompileError),
+    /// The child compile (libtpu's error, an abort, a timeout).
+    Child(ChildError),
+}
+
+impl CompileFailure {
+    pub(crate) fn aborted(&self) -> bool {
+        matches!(
+            self,
+            CompileFailure::Child(ChildError::CompilerAborted { .. })
+        )
+    }
+}
+
+impl std::fmt::Display for CompileFailure {
+    /// For a compiler error, the user's source location first, then the
+    /// Mosaic op, then the compiler's whole message.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CompileFailure::Kernel(e) => write!(f, "{e}"),
+            CompileFailure::Child(ChildError::Compile { diagnostic, .. }) => {
+                write!(f, "{diagnostic}")
+            }
+            CompileFailure::Child(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// `kernel` verified and lowered for `target` here, compiled by libtpu in
+/// a child process (an abort of libtpu ends the child, not the CLI).
+pub(crate) fn compile_kernel(
+    child: &ChildCompiler,
+    kernel: &VerifiedKernel,
+    target: Target,
+    executable: bool,
+) -> Result<(VerifiedKernel, ChildCompiled), CompileFailure> {
+    let (kernel, lowered) =
+        runtime::tpu::lower_for(kernel, target).map_err(CompileFailure::Kernel)?;
+    let compiled = child
+        .compile(target, &lowered.module, executable)
+        .map_err(CompileFailure::Child)?;
+    Ok((kernel, compiled))
 }
 
 /// The generations `--tpu` names.
@@ -162,15 +219,6 @@ fn check_out(path: &Path, single: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// A failure as shown: for a compiler error, the user's source location
-/// first, then the Mosaic op, then the compiler's whole message.
-fn failure_text(e: &KernelCompileError) -> String {
-    match e {
-        KernelCompileError::Tpu(TpuError::Compile { diagnostic, .. }) => diagnostic.to_string(),
-        other => other.to_string(),
-    }
-}
-
 fn indent(text: &str) -> String {
     text.lines().collect::<Vec<_>>().join("\n                ")
 }
@@ -179,21 +227,31 @@ fn indent(text: &str) -> String {
 /// calling a Tessera artifact, say) compiled with libtpu for each target.
 fn compile_module(path: &str, targets: &[Target]) -> Result<(), Failure> {
     let text = read_module(path)?;
-    let tpu = TpuCompiler::load().map_err(|e| Failure::Run(e.to_string()))?;
-    let mut failed = 0usize;
+    let child = crate::estimate::child_compiler()?;
+    let (mut failed, mut aborted) = (0usize, 0usize);
     for &t in targets {
-        match tpu.compile(t, &text) {
+        if let Err(m) = check_module_tensors(&text, t) {
+            return Err(usage(format!("--module {path}: {m}")));
+        }
+        match child.compile(t, &text, false) {
             Ok(c) => println!(
                 "  {:<4} ok      {:>6.2} s  code {:>9}",
                 t.name(),
                 c.compile_time.as_secs_f64(),
-                human_bytes(c.code_bytes.max(0) as u64)
+                human_bytes(c.memory.generated_code_bytes.max(0) as u64)
             ),
             Err(e) => {
                 failed += 1;
+                aborted += usize::from(matches!(e, ChildError::CompilerAborted { .. }));
                 println!("  {:<4} FAILED  {e}", t.name());
             }
         }
+    }
+    if aborted > 0 {
+        return Err(Failure::CompilerAborted(format!(
+            "{path}: libtpu aborted {aborted} of {} compiles (see above)",
+            targets.len()
+        )));
     }
     if failed > 0 {
         return Err(Failure::Run(format!(
@@ -231,4 +289,57 @@ pub(crate) fn read_module(path: &str) -> Result<String, Failure> {
         .and_then(|f| f.take(MAX_MODULE_BYTES + 1).read_to_string(&mut text))
         .map_err(|e| usage(format!("--module {path}: {e}")))?;
     Ok(text)
+}
+
+/// Refuses a module with a tensor type larger than `target`'s HBM (libtpu
+/// aborts on some, `tensor<4000000000x4000000000xf32>` among them, and
+/// nothing that large can run). Reads every `tensor<DxDx..xT>` in the text;
+/// dynamic dims (`?`) and unknown element types are left to libtpu.
+pub(crate) fn check_module_tensors(text: &str, target: Target) -> Result<(), String> {
+    let hbm = target.hbm_bytes();
+    let mut rest = text;
+    while let Some(i) = rest.find("tensor<") {
+        rest = &rest[i + "tensor<".len()..];
+        let Some(end) = rest.find('>') else { break };
+        let ty = &rest[..end];
+        let parts: Vec<&str> = ty.split('x').collect();
+        let Some((elem, dims)) = parts.split_last() else {
+            continue;
+        };
+        let Some(bits) = element_bits(elem.trim()) else {
+            continue;
+        };
+        let mut elems: u128 = 1;
+        let mut known = true;
+        for d in dims {
+            match d.trim().parse::<u128>() {
+                Ok(n) => elems = elems.saturating_mul(n),
+                Err(_) => known = false,
+            }
+        }
+        let bytes = elems.saturating_mul(bits).div_ceil(8);
+        if known && bytes > u128::from(hbm) {
+            return Err(format!(
+                "`tensor<{ty}>` is {} bytes, more than the {} of HBM one {} chip has; shrink it (libtpu would abort on it)",
+                bytes,
+                human_bytes(hbm),
+                target.name()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Bits of one element of a StableHLO element type, if known.
+fn element_bits(t: &str) -> Option<u128> {
+    Some(match t {
+        "f64" | "i64" | "ui64" | "complex<f32>" => 64,
+        "f32" | "i32" | "ui32" => 32,
+        "f16" | "bf16" | "i16" | "ui16" => 16,
+        "i8" | "ui8" => 8,
+        "i1" => 8,
+        t if t.starts_with("f8") => 8,
+        t if t.starts_with("i4") || t.starts_with("ui4") => 4,
+        _ => return None,
+    })
 }

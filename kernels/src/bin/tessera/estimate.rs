@@ -4,10 +4,8 @@
 
 use kernel_ir::Target;
 use kernels::tooling::cost::cost;
-use kernels::tooling::estimate::{
-    KernelEstimate, KernelEstimateError, estimate_kernel, module_json,
-};
-use runtime::tpu::estimate::{ChildCompiler, EstimateError};
+use kernels::tooling::estimate::{KernelChildError, KernelEstimate, estimate_kernel, module_json};
+use runtime::tpu::child::{ChildCompiler, ChildError};
 
 use crate::args::Args;
 use crate::compile::parse_targets;
@@ -24,7 +22,7 @@ pub fn child_compiler() -> Result<ChildCompiler, Failure> {
 
 /// `tessera tpu-child TARGET MODULE REPORT` (started by the estimate).
 pub fn tpu_child(args: &[String]) -> std::process::ExitCode {
-    std::process::ExitCode::from(runtime::tpu::estimate::serve_child(args) as u8)
+    std::process::ExitCode::from(runtime::tpu::child::serve_child(args) as u8)
 }
 
 /// `tessera estimate KERNEL|PRESET|kernels|presets|all --tpu G,.. [--config ..] [--shape ..] [--json] [--no-trace]`,
@@ -89,10 +87,8 @@ pub fn estimate(args: &[String]) -> Result<(), Failure> {
                 Err(e) => {
                     // A profiler abort is a known blind spot (no estimate
                     // for that program), not a failure of the command.
-                    let aborted = matches!(
-                        e,
-                        KernelEstimateError::Estimate(EstimateError::Aborted { .. })
-                    );
+                    let aborted =
+                        matches!(e, KernelChildError::Estimate(ChildError::Aborted { .. }));
                     if aborted {
                         no_estimate += 1;
                     } else {
@@ -183,6 +179,8 @@ fn estimate_module(
     let mut rows = Vec::new();
     let mut failed = 0usize;
     for &t in targets {
+        crate::compile::check_module_tensors(&text, t)
+            .map_err(|m| usage(format!("--module {path}: {m}")))?;
         match child.estimate(t, &text) {
             Ok(m) => {
                 if json {

@@ -1,6 +1,8 @@
 //! `tessera lower` and `tessera list`.
 
 use kernels::library::{self, Config};
+use kernels::tooling::atomic_dir::StagedDir;
+use kernels::tooling::export::{self, Provenance};
 
 use crate::args::Args;
 use crate::kernel_args::kernel_for_lower;
@@ -121,8 +123,24 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
                 a.pairs("config").map_err(usage)?,
             ),
         };
+    let cfg = library::Config::parse(entry, &config).map_err(|e| usage(e.to_string()))?;
+    let prov = Provenance {
+        entry: entry.name.to_string(),
+        config: cfg
+            .values()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
     let Some(spec) = a.one("bucket").map_err(usage)? else {
-        return export_one(dir, &kernel, entry.name, &config);
+        let (files, with_vjp) = artifact(&kernel, entry.name, &config, &prov)?;
+        publish(dir, &files)?;
+        println!(
+            "wrote {} (module.mlir, manifest.json{}): {} for platforms cpu and tpu",
+            dir.display(),
+            if with_vjp { ", vjp/" } else { "" },
+            kernel.name
+        );
+        return Ok(());
     };
     let bad = || {
         usage(format!(
@@ -161,8 +179,10 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
             first.0, first.1
         ))
     })?;
-    let cfg = library::Config::parse(entry, &config).map_err(|e| usage(e.to_string()))?;
-    let mut dirs = Vec::new();
+    // Every bucket is built before anything is written: one that fails
+    // leaves the earlier family as it was.
+    let mut files = Vec::new();
+    let mut buckets = Vec::new();
     for &n in &sizes {
         let shapes: Vec<(&str, Vec<usize>)> = base
             .iter()
@@ -179,61 +199,66 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
             .build_with_shapes(&cfg, &shapes)
             .map_err(|e| Failure::Run(format!("bucket {n}: {e}")))?;
         let sub = format!("{axis}_{n}");
-        export_one(&dir.join(&sub), &k, entry.name, &config)?;
-        dirs.push(sub);
+        let (bucket, _) = artifact(&k, entry.name, &config, &prov).map_err(|e| match e {
+            Failure::Run(m) | Failure::Usage(m) | Failure::CompilerAborted(m) => {
+                Failure::Run(format!("bucket {n}: {m}"))
+            }
+        })?;
+        let man = bucket
+            .iter()
+            .find(|(p, _)| p == "manifest.json")
+            .map(|(_, b)| b.clone())
+            .unwrap_or_default();
+        files.extend(bucket.into_iter().map(|(p, b)| (format!("{sub}/{p}"), b)));
+        buckets.push((n, sub, man));
     }
-    let list = |v: Vec<String>| v.join(", ");
-    let family = format!(
-        "{{\"kernel\": \"{}\", \"axis\": {axis}, \"sizes\": [{}], \"dirs\": [{}]}}\n",
-        kernel.name,
-        list(sizes.iter().map(usize::to_string).collect()),
-        list(dirs.iter().map(|d| format!("\"{d}\"")).collect())
-    );
-    kernels::tooling::atomic_file::write(&dir.join("buckets.json"), family.as_bytes())
-        .map_err(Failure::Run)?;
+    let index = export::family_index(&kernel.name, &prov, axis, &buckets);
+    files.push(("buckets.json".into(), index.into_bytes()));
+    publish(dir, &files)?;
     println!(
-        "wrote {} (buckets.json): {} buckets of axis {axis}",
+        "wrote {} (buckets.json and {} artifacts): {} buckets of axis {axis} of {}",
         dir.display(),
-        sizes.len()
+        sizes.len(),
+        sizes.len(),
+        kernel.name
     );
     Ok(())
 }
 
-/// One artifact (and its VJP) into `dir`.
-fn export_one(
-    dir: &std::path::Path,
+/// The files of one artifact (and its VJP, which the second value says
+/// it has), in memory.
+fn artifact(
     kernel: &kernel_ir::VerifiedKernel,
     entry: &str,
     config: &[(String, String)],
-) -> Result<(), Failure> {
-    let mut art = kernels::tooling::export::export(kernel).map_err(Failure::Run)?;
-    let vjp = kernels::tooling::export::vjp_for(entry, kernel, config).map_err(Failure::Run)?;
-    if vjp.is_some() {
-        art.manifest =
-            art.manifest
-                .replacen("  \"platforms\"", "  \"vjp\": \"vjp\",\n  \"platforms\"", 1);
-    }
-    let write = |d: &std::path::Path, art: &kernels::tooling::export::Artifact| {
-        std::fs::create_dir_all(d)
-            .map_err(|e| Failure::Run(format!("cannot create {}: {e}", d.display())))?;
-        for (file, text) in [
-            ("module.mlir", &art.module),
-            ("manifest.json", &art.manifest),
-        ] {
-            kernels::tooling::atomic_file::write(&d.join(file), text.as_bytes())
-                .map_err(Failure::Run)?;
+    prov: &Provenance,
+) -> Result<(Vec<(String, Vec<u8>)>, bool), Failure> {
+    let art = export::export(kernel).map_err(Failure::Run)?;
+    let vjp = export::vjp_for(entry, kernel, config).map_err(Failure::Run)?;
+    Ok((
+        export::artifact_files(&art, vjp.as_ref(), prov),
+        vjp.is_some(),
+    ))
+}
+
+/// Writes `files` as the directory `dir`, all or nothing: staged beside
+/// it and put in place with one rename (an earlier export there is
+/// replaced whole; any other non-empty directory is refused).
+fn publish(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), Failure> {
+    let staged = StagedDir::new(dir, export::is_export_dir).map_err(|e| {
+        if e.contains("not an earlier version") {
+            usage(format!(
+                "--out {} exists and is not an earlier Tessera export (it has no manifest.json or buckets.json); name a new or empty directory (an export replaces its directory whole)",
+                dir.display()
+            ))
+        } else if e.contains("exists and is not") {
+            usage(format!("--out {e}"))
+        } else {
+            Failure::Run(e)
         }
-        Ok::<(), Failure>(())
-    };
-    write(dir, &art)?;
-    if let Some(v) = &vjp {
-        write(&dir.join("vjp"), v)?;
+    })?;
+    for (rel, bytes) in files {
+        staged.write(rel, bytes).map_err(Failure::Run)?;
     }
-    println!(
-        "wrote {} (module.mlir, manifest.json{}): {} for platforms cpu and tpu",
-        dir.display(),
-        if vjp.is_some() { ", vjp/" } else { "" },
-        kernel.name
-    );
-    Ok(())
+    staged.publish().map_err(Failure::Run)
 }

@@ -353,7 +353,13 @@ pub enum Failure {
     Usage(String),
     /// The work itself failed: exit status 1.
     Run(String),
+    /// libtpu ended a compile's child process (an abort, or killed for
+    /// memory): exit status 3, distinct from a compile error.
+    CompilerAborted(String),
 }
+
+/// Exit status when libtpu aborted a compile (its child process).
+const EXIT_COMPILER_ABORTED: u8 = 3;
 
 /// A usage error.
 pub fn usage(m: String) -> Failure {
@@ -500,6 +506,10 @@ fn run(args: &[String]) -> ExitCode {
         Err(Failure::Run(m)) => {
             eprintln!("tessera {cmd}: {}", one_line(&m));
             ExitCode::FAILURE
+        }
+        Err(Failure::CompilerAborted(m)) => {
+            eprintln!("tessera {cmd}: {}", one_line(&m));
+            ExitCode::from(EXIT_COMPILER_ABORTED)
         }
     }
 }

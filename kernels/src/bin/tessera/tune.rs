@@ -172,7 +172,7 @@ pub fn tune(args: &[String]) -> Result<(), Failure> {
                 match estimate_kernel(child, &kernel, &c, t) {
                     Ok(e) if e.verdict.work_in_doubt() => Score::Unranked(e.verdict.reasons()),
                     Ok(e) => Score::Tpu(Box::new(e)),
-                    Err(kernels::tooling::estimate::KernelEstimateError::Lower(
+                    Err(kernels::tooling::estimate::KernelChildError::Lower(
                         runtime::tpu::KernelCompileError::Verify { .. },
                     )) => {
                         rejected += 1;

@@ -397,9 +397,20 @@ fn load_one(dir: &Path, manifest: &Path) -> Result<Checkpoint, String> {
 /// The newest valid checkpoint in `dir` (none if there is none), and a
 /// line for each newer one skipped, saying why.
 pub fn latest(dir: &Path) -> Result<(Option<Checkpoint>, Vec<String>), String> {
+    latest_accepted(dir, |_| Ok(()))
+}
+
+/// The newest checkpoint in `dir` that is valid and that `accept` takes
+/// (the caller's model: its tensor names, shapes, finite values), and a
+/// line for each newer one skipped, saying why: a checkpoint whose
+/// checksums hold but that does not fit falls back to the previous one.
+pub fn latest_accepted(
+    dir: &Path,
+    accept: impl Fn(&Checkpoint) -> Result<(), String>,
+) -> Result<(Option<Checkpoint>, Vec<String>), String> {
     let mut skipped = Vec::new();
     for (_, manifest) in manifests(dir)? {
-        match load_one(dir, &manifest) {
+        match load_one(dir, &manifest).and_then(|ck| accept(&ck).map(|()| ck)) {
             Ok(ck) => return Ok((Some(ck), skipped)),
             Err(why) => skipped.push(format!("skipping checkpoint {}: {why}", manifest.display())),
         }

@@ -212,7 +212,35 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
         }
     }
     if let (true, Some(dir)) = (opts.resume, &opts.checkpoint_dir) {
-        let (ck, skip) = checkpoint::latest(dir)?;
+        // A checkpoint that does not fit this model (a tensor missing, of
+        // another shape, not finite) is skipped for the previous one.
+        let fits = |ck: &checkpoint::Checkpoint| -> Result<(), String> {
+            let wanted = shapes.iter().map(|(n, s)| (n.as_str(), s)).chain(
+                state_names
+                    .iter()
+                    .zip(shapes.iter().cycle())
+                    .map(|(n, (_, s))| (n.as_str(), s)),
+            );
+            for (n, shape) in wanted {
+                let t = ck
+                    .tensors
+                    .iter()
+                    .find(|(k, _)| k == n)
+                    .map(|(_, a)| a)
+                    .ok_or_else(|| format!("it has no tensor `{n}` (a different model?)"))?;
+                if t.shape() != shape.as_slice() {
+                    return Err(format!(
+                        "its tensor `{n}` is {:?}, the model's {shape:?}",
+                        t.shape()
+                    ));
+                }
+                if t.data().iter().any(|x| !x.is_finite()) {
+                    return Err(format!("its tensor `{n}` has NaN or infinite values"));
+                }
+            }
+            Ok(())
+        };
+        let (ck, skip) = checkpoint::latest_accepted(dir, fits)?;
         for s in &skip {
             eprintln!("{s}");
         }
@@ -228,27 +256,16 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
                     dir.display()
                 ));
             }
+            // Every name is there (`fits` took the checkpoint).
             let find = |n: &str| -> Result<Array, String> {
                 ck.tensors
                     .iter()
                     .find(|(k, _)| k == n)
                     .map(|(_, a)| a.clone())
-                    .ok_or_else(|| {
-                        format!(
-                            "checkpoint step {} has no tensor `{n}` (a different model?)",
-                            ck.step
-                        )
-                    })
+                    .ok_or_else(|| format!("checkpoint step {} has no tensor `{n}`", ck.step))
             };
-            for ((n, a), (_, shape)) in init.iter_mut().zip(&shapes) {
-                let t = find(n)?;
-                if t.shape() != shape.as_slice() {
-                    return Err(format!(
-                        "checkpoint tensor `{n}` is {:?}, the model's {shape:?}",
-                        t.shape()
-                    ));
-                }
-                *a = t;
+            for (n, a) in init.iter_mut() {
+                *a = find(n)?;
             }
             let state: Vec<Array> = state_names
                 .iter()
