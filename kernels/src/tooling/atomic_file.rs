@@ -42,6 +42,27 @@ impl Staged {
                 path.display()
             ));
         }
+        Staged::stage(path, bytes)
+    }
+
+    /// As [`Staged::new`], for a name the caller owns in a directory it
+    /// holds (a checkpoint's file in a locked checkpoint directory): any
+    /// entry there but a directory is replaced, a FIFO or a link left in
+    /// its place included (the rename replaces the entry, never what a
+    /// link points to).
+    pub fn new_own(path: &Path, bytes: &[u8]) -> Result<Staged, String> {
+        if let Ok(meta) = std::fs::symlink_metadata(path)
+            && meta.is_dir()
+        {
+            return Err(format!(
+                "{} is a directory; remove it (the name is a checkpoint's file)",
+                path.display()
+            ));
+        }
+        Staged::stage(path, bytes)
+    }
+
+    fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, String> {
         let temp = temp_path(path);
         let staged = Staged {
             temp: temp.clone(),
@@ -76,6 +97,12 @@ impl Drop for Staged {
 /// Writes `bytes` to `path` all or nothing.
 pub fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
     Staged::new(path, bytes)?.commit()
+}
+
+/// Writes `bytes` to `path` all or nothing, replacing any entry but a
+/// directory there (see [`Staged::new_own`]).
+pub fn write_own(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    Staged::new_own(path, bytes)?.commit()
 }
 
 /// Writes several files all or nothing: every one is staged first, and only

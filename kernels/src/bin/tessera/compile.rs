@@ -43,6 +43,8 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
     }
     let child = crate::estimate::child_compiler()?;
     let (mut ok, mut failed, mut aborted) = (0usize, 0usize, 0usize);
+    // A directory's executables, published together at the end.
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     for (kname, kernel) in &kernels {
         let budget = kernel.vmem_budget();
         println!(
@@ -66,20 +68,22 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
                         human_bytes(m.temp_bytes.max(0) as u64),
                         human_bytes(m.peak_bytes.max(0) as u64),
                     );
-                    if let Some(path) = &out {
-                        let file = if single {
-                            path.clone()
-                        } else {
-                            path.join(format!("{kname}.{}.tpu-executable", t.name()))
-                        };
-                        let bytes = c.executable.unwrap_or_default();
-                        kernels::tooling::atomic_file::write(&file, &bytes)
-                            .map_err(Failure::Run)?;
-                        println!(
-                            "        wrote {} ({})",
-                            file.display(),
-                            human_bytes(bytes.len() as u64)
-                        );
+                    match &out {
+                        Some(path) if single => {
+                            let bytes = c.executable.unwrap_or_default();
+                            kernels::tooling::atomic_file::write(path, &bytes)
+                                .map_err(Failure::Run)?;
+                            println!(
+                                "        wrote {} ({})",
+                                path.display(),
+                                human_bytes(bytes.len() as u64)
+                            );
+                        }
+                        Some(_) => files.push((
+                            format!("{kname}.{}.{EXECUTABLE_SUFFIX}", t.name()),
+                            c.executable.unwrap_or_default(),
+                        )),
+                        None => {}
                     }
                 }
                 Err(e) => {
@@ -98,6 +102,16 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
             targets.len(),
             runtime::tpu::LIBTPU_VERSION
         );
+    }
+    if let Some(dir) = out.as_ref().filter(|_| !single) {
+        if failed > 0 {
+            println!(
+                "nothing written to {}: not every compile passed",
+                dir.display()
+            );
+        } else {
+            publish_executables(dir, &files)?;
+        }
     }
     if aborted > 0 {
         return Err(Failure::CompilerAborted(format!(
@@ -213,9 +227,50 @@ fn check_out(path: &Path, single: bool) -> Result<(), String> {
                 path.display()
             ));
         }
-        std::fs::create_dir_all(path)
-            .map_err(|e| format!("--out {}: cannot create it: {e}", path.display()))?;
+        // Checked now, written at the end (whole).
+        if path.is_dir() && !is_executables_dir(path) {
+            return Err(format!(
+                "--out {} holds files other than executables; name a new or empty directory, or an earlier `tessera compile --out` one (it is replaced whole)",
+                path.display()
+            ));
+        }
     }
+    Ok(())
+}
+
+/// How each executable in a `--out` directory is named:
+/// `KERNEL.GENERATION.tpu-executable`.
+const EXECUTABLE_SUFFIX: &str = "tpu-executable";
+
+/// Whether `dir` holds only executables (an earlier `--out` directory).
+fn is_executables_dir(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().all(|e| {
+            e.file_type().is_ok_and(|t| t.is_file())
+                && e.file_name()
+                    .to_string_lossy()
+                    .ends_with(&format!(".{EXECUTABLE_SUFFIX}"))
+        })
+    })
+}
+
+/// The executables as the directory `dir`, all or nothing (staged beside
+/// it, one rename or exchange).
+fn publish_executables(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), Failure> {
+    let staged = kernels::tooling::atomic_dir::StagedDir::new(dir, is_executables_dir)
+        .map_err(|e| Failure::Run(format!("--out {e}")))?;
+    let mut total = 0u64;
+    for (name, bytes) in files {
+        staged.write(name, bytes).map_err(Failure::Run)?;
+        total += bytes.len() as u64;
+    }
+    staged.publish().map_err(Failure::Run)?;
+    println!(
+        "wrote {} ({} executables, {})",
+        dir.display(),
+        files.len(),
+        human_bytes(total)
+    );
     Ok(())
 }
 

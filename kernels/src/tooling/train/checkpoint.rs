@@ -184,7 +184,7 @@ pub fn save(dir: &Path, ck: &Checkpoint) -> Result<PathBuf, String> {
     let bytes = encode_safetensors(&ck.tensors)?;
     let name = stem(ck.step);
     let tensors = dir.join(format!("{name}.safetensors"));
-    atomic_file::write(&tensors, &bytes)?;
+    atomic_file::write_own(&tensors, &bytes)?;
     sync_dir(dir)?;
     let mut manifest = serde_json::json!({
         "format": FORMAT,
@@ -204,7 +204,7 @@ pub fn save(dir: &Path, ck: &Checkpoint) -> Result<PathBuf, String> {
     let own = manifest_digest(&manifest);
     manifest["manifest_sha256"] = serde_json::Value::String(own);
     let path = dir.join(format!("{name}.json"));
-    atomic_file::write(&path, format!("{manifest:#}\n").as_bytes())?;
+    atomic_file::write_own(&path, format!("{manifest:#}\n").as_bytes())?;
     sync_dir(dir)?;
     prune(dir)?;
     Ok(path)
