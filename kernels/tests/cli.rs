@@ -787,3 +787,110 @@ fn bucket_takes_the_first_array_input_and_refuses_repeated_sizes() {
         assert!(!target.exists(), "{cmd:?} wrote something");
     }
 }
+
+#[test]
+fn a_module_tensor_larger_than_hbm_is_refused_before_libtpu() {
+    let d = dir("huge-module");
+    let m = d.join("huge.mlir");
+    let ty = "tensor<4000000000x4000000000xf32>";
+    std::fs::write(
+        &m,
+        format!("module {{\n  func.func public @main(%a: {ty}) -> {ty} {{\n    return %a : {ty}\n  }}\n}}\n"),
+    )
+    .unwrap();
+    for cmd in ["compile", "estimate"] {
+        let o = tessera(&[cmd, "--module", m.to_str().unwrap(), "--tpu", "v5e"]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {e}");
+        assert!(
+            e.lines().count() == 1 && e.contains(ty) && e.contains("HBM"),
+            "{cmd}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_libtpu_abort_is_one_line_with_its_own_exit_status() {
+    // libtpu cannot get the memory it maps under a 1 GB address-space
+    // limit and aborts (signal 6) inside the compile's child process; the
+    // CLI itself fits and reports it.
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"));
+    c.args(["compile", "matmul", "--tpu", "v5e"]);
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only setrlimit between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            let l = libc::rlimit {
+                rlim_cur: 1_000_000_000,
+                rlim_max: 1_000_000_000,
+            };
+            libc::setrlimit(libc::RLIMIT_AS, &l);
+            Ok(())
+        });
+    }
+    let o = c.output().unwrap();
+    let (e, out) = (stderr(&o), stdout(&o));
+    assert_eq!(o.status.code(), Some(3), "{e}\n{out}");
+    assert!(
+        e.lines().count() == 1 && e.contains("libtpu aborted"),
+        "{e}"
+    );
+    assert!(
+        out.contains("libtpu aborted the compile for v5e (signal"),
+        "{out}"
+    );
+}
+
+#[test]
+fn exports_replace_only_earlier_exports_and_a_failed_bucket_changes_nothing() {
+    let d = dir("export-whole");
+    let fam = d.join("fam");
+    let o = tessera(&[
+        "export",
+        "flash_attention",
+        "--config",
+        "causal=true",
+        "--bucket",
+        "2=128,256",
+        "--out",
+        fam.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let read = |p: &std::path::Path| std::fs::read(p).unwrap();
+    let before = read(&fam.join("buckets.json"));
+    let bucket = read(&fam.join("2_128/manifest.json"));
+    // A sequence past the i32 index range: that bucket fails to build,
+    // after the first one built.
+    let o = tessera(&[
+        "export",
+        "flash_attention",
+        "--bucket",
+        "2=128,4000000000",
+        "--out",
+        fam.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("bucket 4000000000"), "{}", stderr(&o));
+    assert_eq!(read(&fam.join("buckets.json")), before);
+    assert_eq!(read(&fam.join("2_128/manifest.json")), bucket);
+    // A directory that is not an earlier export is never replaced.
+    let mine = d.join("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    std::fs::write(mine.join("notes.txt"), b"mine").unwrap();
+    let o = tessera(&["export", "rms_norm", "--out", mine.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not an earlier Tessera export"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(read(&mine.join("notes.txt")), b"mine");
+    // The manifest says what it was made from.
+    let m: serde_json::Value =
+        serde_json::from_slice(&read(&fam.join("2_256/manifest.json"))).unwrap();
+    assert_eq!(m["entry"], "flash_attention");
+    assert_eq!(m["config"]["causal"], "true");
+    assert_eq!(m["tessera_version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(m["files"].as_object().unwrap().len(), 3, "{m}");
+    assert!(std::fs::read_dir(&d).unwrap().count() == 2, "staging left");
+}

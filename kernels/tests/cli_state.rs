@@ -70,9 +70,17 @@ const EXPORTS: &[(&str, &[&str])] = &[
 /// (the rule `kernels/python/tessera_jax.py` applies). An error says what
 /// does not match.
 fn whole_export(dir: &Path) -> Result<String, String> {
+    // Only a regular file is read: a damaged index may be a link to
+    // /dev/zero.
     let (index, text) = ["manifest.json", "buckets.json"]
         .iter()
-        .find_map(|f| std::fs::read(dir.join(f)).ok().map(|b| (f.to_string(), b)))
+        .find_map(|f| {
+            let p = dir.join(f);
+            let regular = std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file());
+            regular
+                .then(|| std::fs::read(&p).ok().map(|b| (f.to_string(), b)))
+                .flatten()
+        })
         .ok_or_else(|| format!("{}: no index", dir.display()))?;
     let v: serde_json::Value =
         serde_json::from_slice(&text).map_err(|e| format!("{}/{index}: {e}", dir.display()))?;
@@ -112,7 +120,7 @@ fn whole_export(dir: &Path) -> Result<String, String> {
         whole_export(&dir.join(&sub))?;
         let m: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join(&sub).join("manifest.json")).unwrap())
-                .unwrap();
+                .map_err(|e| format!("{sub}: {e}"))?;
         if m["config"] != v["config"] {
             return Err(format!("{sub}: another config than {index}"));
         }
@@ -603,6 +611,9 @@ fn generated_kills_writers_full_disks_and_damage_leave_a_whole_state() {
                     }
                     if only.is_some_and(|o| o != n) {
                         continue;
+                    }
+                    if n > 0 && n % 250 == 0 {
+                        eprintln!("{n} of {cases} cases started");
                     }
                     match case(n, seed, &t, &scratch) {
                         Ok(kind) => {

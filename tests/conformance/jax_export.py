@@ -165,12 +165,132 @@ def main():
             lines.append(f"- {case}: max |o - jnp reference| {e_fwd:.1e}; jax.grad against JAX's autodiff, max error / max |grad|: {', '.join(f'{e:.1e}' for e in errs)}: {'ok' if ok else 'FAILED'}")
             if not ok:
                 failures.append(case)
+    lines += ["", "## Valid lengths out of range (not checked by the artifact)", ""]
+    failures += kv_len_out_of_range(tessera, out, lines)
+    lines += ["", "## Whole or refused", ""]
+    failures += whole_or_refused(tessera, out, lines)
     if failures:
         lines += ["", "## Failures", ""] + [f"- {f}" for f in failures]
     report = "\n".join(lines) + "\n"
     (out / "report.md").write_text(report)
     print(report)
     sys.exit(1 if failures else 0)
+
+
+def kv_len_out_of_range(tessera, out, lines):
+    """The documented answer of an artifact given a valid length outside
+    [0, s]: clamped into it (below 0: every row dead, o 0 and lse -inf)."""
+    d = out / "kv_len"
+    subprocess.run([str(tessera), "export", "flash_attention_kv_len", "--out", str(d)], check=True, capture_output=True)
+    exp = tessera_jax.load(d)
+    rng = np.random.default_rng(3)
+    q, k, v = (jnp.asarray(rng.standard_normal(a.shape), a.dtype) for a in exp.in_avals[1:])
+    s = q.shape[2]
+    failures = []
+    for length in (-3, 0, s // 2, s + 44, 10**6):
+        o, lse = jax.jit(exp.call)(jnp.asarray([length], jnp.int32), q, k, v)
+        n = max(0, min(length, s))
+        if n == 0:
+            ok = not np.asarray(o).any() and np.isneginf(np.asarray(lse)).all()
+        else:
+            qq, kk, vv = (np.asarray(x, np.float64) for x in (q, k, v))
+            sc = qq @ kk[:, :, :n].transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+            p = np.exp(sc - sc.max(-1, keepdims=True))
+            ro = (p / p.sum(-1, keepdims=True)) @ vv[:, :, :n]
+            ok = float(np.abs(np.asarray(o, np.float64) - ro).max()) <= TOL["float32"]
+        lines.append(f"- kv_len {length} (s {s}): acts as {n}: {'ok' if ok else 'FAILED'}")
+        if not ok:
+            failures.append(f"kv_len {length}")
+    return failures
+
+
+def whole_or_refused(tessera, out, lines):
+    """The loader takes a whole export and refuses a mixed or changed one:
+    a causal forward beside a non-causal VJP (what a killed re-export left
+    before exports were published whole), a changed module, a missing VJP
+    file, a family with a bucket of another export; and a re-export killed
+    at random points always leaves one that loads, with the right grad."""
+    import random
+    import shutil
+    import time
+    failures = []
+    causal, plain = out / "whole_causal", out / "whole_plain"
+    for d, cfg in ((causal, ["--config", "causal=true"]), (plain, [])):
+        subprocess.run([str(tessera), "export", "flash_attention", *cfg, "--out", str(d)], check=True, capture_output=True)
+
+    def refused(what, d, load=tessera_jax.load):
+        try:
+            load(d)
+        except tessera_jax.ArtifactError as e:
+            lines.append(f"- {what}: refused ({str(e).split(': ', 1)[-1][:90]}): ok")
+            return
+        lines.append(f"- {what}: loaded: FAILED")
+        failures.append(what)
+
+    mixed = out / "whole_mixed"
+    shutil.copytree(causal, mixed)
+    shutil.rmtree(mixed / "vjp")
+    shutil.copytree(plain / "vjp", mixed / "vjp")
+    refused("a causal forward with a non-causal VJP", mixed)
+    changed = out / "whole_changed"
+    shutil.copytree(causal, changed)
+    with open(changed / "module.mlir", "a") as f:
+        f.write("// edited\n")
+    refused("a module changed after export", changed)
+    missing = out / "whole_missing"
+    shutil.copytree(causal, missing)
+    (missing / "vjp" / "module.mlir").unlink()
+    refused("a VJP module missing", missing)
+    fam_a, fam_b = out / "whole_fam_a", out / "whole_fam_b"
+    for d, cfg in ((fam_a, ["--config", "causal=true"]), (fam_b, [])):
+        subprocess.run([str(tessera), "export", "flash_attention", *cfg, "--bucket", "2=128,256", "--out", str(d)], check=True, capture_output=True)
+    shutil.rmtree(fam_a / "2_256")
+    shutil.copytree(fam_b / "2_256", fam_a / "2_256")
+    refused("a family with a bucket of another export", fam_a, tessera_jax.load_family)
+
+    # Re-exports killed at random points over a causal export: each leaves
+    # the old export or the new one, whole; the grad of whichever loads
+    # matches that export's own config.
+    target = out / "whole_killed"
+    rng = random.Random(27)
+    kinds = {"causal": 0, "plain": 0}
+    bad = 0
+    for i in range(40):
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(causal, target)
+        p = subprocess.Popen([str(tessera), "export", "flash_attention", "--out", str(target)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.0, 0.2))
+        p.kill()
+        p.wait()
+        try:
+            exp = tessera_jax.load(target)
+        except tessera_jax.ArtifactError:
+            bad += 1
+            continue
+        is_causal = tessera_jax.manifest(target)["config"]["causal"] == "true"
+        kinds["causal" if is_causal else "plain"] += 1
+        if i % 8 == 0:
+            q, k, v = (jnp.asarray(np.random.default_rng(i + j).standard_normal(a.shape), a.dtype)
+                       for j, a in enumerate(exp.in_avals))
+            def loss_of(f):
+                return lambda q: f(q, k, v)[0].sum()
+            window = None if is_causal else "full"
+            def ref(q, k, v):
+                if window == "full":
+                    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(q.shape[-1])
+                    return (jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, -1), v), None)
+                return jax_reference(q, k, v, None)
+            g = jax.grad(loss_of(exp.call))(q)
+            gr = jax.grad(loss_of(ref))(q)
+            err = float(jnp.abs(g - gr).max() / jnp.abs(gr).max())
+            if err > 1e-4:
+                bad += 1
+    ok = bad == 0
+    lines.append(f"- 40 re-exports killed at 0-0.2 s: {kinds['causal']} left the old export, {kinds['plain']} the new, {bad} mixed or refused: {'ok' if ok else 'FAILED'}")
+    if not ok:
+        failures.append("killed re-exports")
+    return failures
 
 
 if __name__ == "__main__":
