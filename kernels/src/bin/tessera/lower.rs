@@ -225,6 +225,9 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Files of a directory in memory: (relative path, bytes).
+type Files = Vec<(String, Vec<u8>)>;
+
 /// The files of one artifact (and its VJP, which the second value says
 /// it has), in memory.
 fn artifact(
@@ -232,7 +235,7 @@ fn artifact(
     entry: &str,
     config: &[(String, String)],
     prov: &Provenance,
-) -> Result<(Vec<(String, Vec<u8>)>, bool), Failure> {
+) -> Result<(Files, bool), Failure> {
     let art = export::export(kernel).map_err(Failure::Run)?;
     let vjp = export::vjp_for(entry, kernel, config).map_err(Failure::Run)?;
     Ok((

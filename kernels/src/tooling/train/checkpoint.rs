@@ -420,24 +420,34 @@ pub fn latest_accepted(
 
 /// Saves checkpoints on a background thread. At most one save waits
 /// behind the one being written (a slower disk makes [`Writer::save`]
-/// wait rather than queue without bound); [`Writer::finish`] waits for
-/// all and reports the first failure.
+/// wait rather than queue without bound); a failed save (a full or
+/// read-only disk) is returned by the next [`Writer::save`], so the run
+/// stops at its next checkpoint, not after every step; [`Writer::finish`]
+/// waits for all and reports the first failure.
 pub struct Writer {
     tx: Option<mpsc::SyncSender<Checkpoint>>,
     thread: Option<JoinHandle<Result<(), String>>>,
+    failed: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Writer {
     /// A writer into `dir`.
     pub fn new(dir: PathBuf) -> Writer {
         let (tx, rx) = mpsc::sync_channel::<Checkpoint>(1);
+        let failed = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let seen = failed.clone();
         let thread = std::thread::spawn(move || {
             let mut first_err = Ok(());
             for ck in rx {
-                if let Err(e) = save(&dir, &ck)
-                    && first_err.is_ok()
-                {
-                    first_err = Err(format!("saving step {}: {e}", ck.step));
+                if first_err.is_err() {
+                    continue; // after a failure nothing more is saved
+                }
+                if let Err(e) = save(&dir, &ck) {
+                    let e = format!("saving step {}: {e}", ck.step);
+                    if let Ok(mut f) = seen.lock() {
+                        *f = Some(e.clone());
+                    }
+                    first_err = Err(e);
                 }
             }
             first_err
@@ -445,11 +455,16 @@ impl Writer {
         Writer {
             tx: Some(tx),
             thread: Some(thread),
+            failed,
         }
     }
 
-    /// Queues `ck`; returns as soon as it is queued.
+    /// Queues `ck`; returns as soon as it is queued, or the failure of an
+    /// earlier save.
     pub fn save(&self, ck: Checkpoint) -> Result<(), String> {
+        if let Some(e) = self.failed.lock().ok().and_then(|f| f.clone()) {
+            return Err(e);
+        }
         self.tx
             .as_ref()
             .ok_or("the checkpoint writer is closed")?
@@ -602,6 +617,21 @@ mod tests {
         let w = Writer::new(blocker.join("sub"));
         w.save(ck(1)).unwrap();
         assert!(w.finish().unwrap_err().contains("saving step 1"));
+        // The next save returns it, so a run stops at its next checkpoint
+        // rather than after its last step.
+        let w = Writer::new(blocker.join("sub"));
+        w.save(ck(1)).unwrap();
+        let t0 = std::time::Instant::now();
+        let e = loop {
+            match w.save(ck(2)) {
+                Err(e) => break e,
+                Ok(()) => {
+                    assert!(t0.elapsed().as_secs() < 20, "no failure came back");
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+        };
+        assert!(e.contains("saving step 1"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 
