@@ -894,3 +894,30 @@ fn exports_replace_only_earlier_exports_and_a_failed_bucket_changes_nothing() {
     assert_eq!(m["files"].as_object().unwrap().len(), 3, "{m}");
     assert!(std::fs::read_dir(&d).unwrap().count() == 2, "staging left");
 }
+
+#[test]
+fn jit_compiles_leave_no_perf_dumps_behind() {
+    // MLIR's engine writes a jitdump per process under the temp dir; the
+    // engine removes it, so nothing accumulates in /tmp.
+    let tmp = dir("jitdump");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["train", "--steps", "1", "--quiet"])
+        .env("TMPDIR", &tmp)
+        .env_remove("JITDUMPDIR")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut dumps = Vec::new();
+    let mut stack = vec![tmp.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name().to_string_lossy().ends_with(".dump") {
+                dumps.push(e.path());
+            }
+        }
+    }
+    assert!(dumps.is_empty(), "{dumps:?}");
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -107,6 +107,17 @@ impl Engine {
         }
         melior::utility::register_all_llvm_translations(&m.ctx);
         m.clear_diagnostics();
+        // One engine is created at a time, so the jitdump cleanup after it
+        // never races another engine's listener opening its file.
+        let _creating = ENGINE_CREATION
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let engine = Engine::create(m, module, entry);
+        remove_jitdumps();
+        engine
+    }
+
+    fn create(m: &Mlir, module: &Module, entry: &str) -> Result<Engine, LoweringError> {
         // SAFETY: the module is a valid, verified LLVM-dialect module; no
         // shared libraries are passed.
         let raw = unsafe {
@@ -151,6 +162,37 @@ impl Engine {
     pub unsafe fn call(&self, args: &mut [*mut c_void]) {
         // SAFETY: upheld by the caller.
         unsafe { (self.entry)(args.as_mut_ptr()) }
+    }
+}
+
+/// Held while an engine is created (see [`remove_jitdumps`]).
+static ENGINE_CREATION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// MLIR's C API creates every engine with LLVM's perf listener on (the
+/// option is not exposed), which writes a jitdump of the generated code to
+/// `$JITDUMPDIR` (else the temp dir) `/.debug/jit/llvm-IR-jit-*/jit-PID.dump`
+/// and never removes it: every process that JIT-compiles a kernel would
+/// leave tens of KB in /tmp forever. This process's dumps are unlinked
+/// right after creation (the listener keeps writing to the open, unlinked
+/// file, freed when the engine goes) and their folders removed.
+fn remove_jitdumps() {
+    let base = std::env::var_os("JITDUMPDIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let jit = base.join(".debug").join("jit");
+    let Ok(entries) = std::fs::read_dir(&jit) else {
+        return;
+    };
+    let ours = format!("jit-{}.dump", std::process::id());
+    for e in entries.flatten() {
+        if !e.file_name().to_string_lossy().starts_with("llvm-IR-jit-") {
+            continue;
+        }
+        let dump = e.path().join(&ours);
+        if std::fs::remove_file(&dump).is_ok() {
+            // Only if empty: another process's files are never touched.
+            let _ = std::fs::remove_dir(e.path());
+        }
     }
 }
 
