@@ -32,7 +32,7 @@ pub use custom_call::{
     HOST_CALL_TARGET, TpuCustomCall, Transpose, host_custom_call, tpu_custom_call,
 };
 pub use decomposed::decomposed;
-pub use embed::private_function;
+pub use embed::{private_function, private_functions};
 pub use host::{HostKernel, HostOptions, host_module};
 pub use kernel_module::MOSAIC_VERSION;
 pub use mlir::literal_text;

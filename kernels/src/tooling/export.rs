@@ -15,6 +15,8 @@ use std::fmt::Write;
 
 use kernel_ir::{DType, VerifiedKernel};
 
+use crate::library::{Config, Entry};
+
 /// An exported kernel: the module and what its manifest says of its
 /// calling convention.
 #[derive(Clone, Debug, PartialEq)]
@@ -234,6 +236,9 @@ fn manifest(
     s
 }
 
+/// A kernel's arguments and outputs as (name, shape, dtype).
+type Signature = Vec<(String, Vec<usize>, DType)>;
+
 /// Exports `kernel` (see the module docs).
 pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
     let err = |e: lowering::LoweringError| e.to_string();
@@ -241,16 +246,31 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
     let tpu = lowering::tpu_custom_call(kernel).map_err(err)?.module;
     let cpu = lowering::private_function(&cpu, "tessera_cpu").map_err(err)?;
     let tpu = lowering::private_function(&tpu, "tessera_tpu").map_err(err)?;
-    let ins: Vec<(String, String)> = kernel
+    let ins: Signature = kernel
         .arguments()
-        .map(|a| (a.name.to_string(), tensor(a.shape, a.dtype)))
+        .map(|a| (a.name.to_string(), a.shape.to_vec(), a.dtype))
         .collect();
-    let outs: Vec<(String, String)> = kernel
+    let outs: Signature = kernel
         .outputs()
-        .map(|o| (o.name.clone(), tensor(&o.shape, o.dtype)))
+        .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
         .collect();
-    let in_types: Vec<&str> = ins.iter().map(|(_, t)| t.as_str()).collect();
-    let out_types: Vec<&str> = outs.iter().map(|(_, t)| t.as_str()).collect();
+    multi_platform(&kernel.name, &ins, &outs, &cpu, &tpu)
+}
+
+/// The artifact of a program given as its two branches, each a private
+/// function (`@tessera_cpu`, `@tessera_tpu`, with any functions they call)
+/// taking `ins` and returning `outs`: `@main` takes the platform index
+/// first and branches with `stablehlo.case`.
+fn multi_platform(
+    name: &str,
+    ins: &Signature,
+    outs: &Signature,
+    cpu: &str,
+    tpu: &str,
+) -> Result<Artifact, String> {
+    let err = |e: lowering::LoweringError| e.to_string();
+    let in_types: Vec<String> = ins.iter().map(|(_, s, d)| tensor(s, *d)).collect();
+    let out_types: Vec<String> = outs.iter().map(|(_, s, d)| tensor(s, *d)).collect();
     let args: Vec<String> = (1..=ins.len()).map(|i| format!("%arg{i}")).collect();
     let sig = format!("({}) -> ({})", in_types.join(", "), out_types.join(", "));
     let n = outs.len();
@@ -271,14 +291,15 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
             format!("{v}:{n}")
         }
     };
-    let params: Vec<String> = ins
+    let params: Vec<String> = in_types
         .iter()
         .enumerate()
-        .map(|(i, (_, t))| format!("%arg{}: {t}", i + 1))
+        .map(|(i, t)| format!("%arg{}: {t}", i + 1))
         .collect();
     let out_attrs: Vec<String> = outs
         .iter()
-        .map(|(name, t)| format!("{t} {{jax.result_info = {}}}", json_str(name)))
+        .zip(&out_types)
+        .map(|((name, _, _), t)| format!("{t} {{jax.result_info = {}}}", json_str(name)))
         .collect();
     let branch = |f: &str, v: &str| {
         format!(
@@ -292,8 +313,7 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
     let mut m = String::new();
     let _ = writeln!(
         m,
-        "module @tessera_{} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{",
-        kernel.name
+        "module @tessera_{name} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{"
     );
     let _ = writeln!(
         m,
@@ -309,7 +329,7 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
     let _ = writeln!(m, "    }}) : (tensor<i32>) -> ({})", out_types.join(", "));
     let _ = writeln!(m, "    return {} : {}", results("%0"), out_types.join(", "));
     m += "  }\n";
-    for f in [&cpu, &tpu] {
+    for f in [cpu, tpu] {
         for line in f.lines() {
             let _ = writeln!(m, "  {line}");
         }
@@ -317,377 +337,104 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
     m += "}\n";
     // Checked by MLIR: it parses (and its @main can be embedded again).
     lowering::private_function(&m, "main").map_err(err)?;
-
-    let inputs: Vec<String> = kernel
-        .arguments()
-        .map(|a| manifest_entry(a.name, a.shape, a.dtype))
-        .collect();
-    let outputs: Vec<String> = kernel
-        .outputs()
-        .map(|o| manifest_entry(&o.name, &o.shape, o.dtype))
-        .collect();
+    let entries = |sig: &Signature| -> Vec<String> {
+        sig.iter()
+            .map(|(n, s, d)| manifest_entry(n, s, *d))
+            .collect()
+    };
     Ok(Artifact {
         module: m,
-        kernel: kernel.name.clone(),
-        inputs,
-        outputs,
+        kernel: name.to_string(),
+        inputs: entries(ins),
+        outputs: entries(outs),
     })
 }
 
-/// The VJP of a flash-attention artifact, from Tessera's backward kernels:
-/// A kernel's arguments and outputs as (name, shape, dtype).
-type Signature = Vec<(String, Vec<usize>, DType)>;
-
-fn signature(k: &VerifiedKernel) -> (Signature, Signature) {
-    let args = k
+/// The VJP artifact of `entry` built as `forward` with `cfg`, in
+/// jax.export's VJP convention (the primals and the outputs' cotangents
+/// in, the inputs' cotangents out), or `None` when the entry declares no
+/// backward or an input is not floating point (its cotangent would be
+/// jax's float0, which the convention cannot carry here).
+///
+/// It is the backward `grad` runs: the forward call is recorded on a CPU
+/// graph runtime through [`Entry::call`], [`runtime::graph::vjp`] records
+/// the entry's backward, and the program from the inputs and cotangents to
+/// the gradients is exported twice, kernel calls decomposed (the CPU
+/// branch) and as `tpu_custom_call`s (the TPU branch). A kernel's backward
+/// is written once, in its entry.
+pub fn vjp_for(
+    entry: &Entry,
+    cfg: &Config,
+    forward: &VerifiedKernel,
+) -> Result<Option<Artifact>, String> {
+    use runtime::graph::{KernelForm, Runtime, Tensor};
+    if entry.backward.is_none() {
+        return Ok(None);
+    }
+    let ins: Signature = forward
         .arguments()
         .map(|a| (a.name.to_string(), a.shape.to_vec(), a.dtype))
         .collect();
-    let outs = k
+    if ins.iter().any(|(_, _, d)| !d.is_float()) {
+        return Ok(None);
+    }
+    let fail = |what: &str| {
+        let what = what.to_string();
+        move |e: runtime::graph::RuntimeError| format!("the VJP of `{}`: {what}: {e}", forward.name)
+    };
+    let rt = Runtime::cpu().map_err(fail("starting the CPU runtime"))?;
+    let primals: Vec<Tensor> = ins
+        .iter()
+        .map(|(_, s, d)| {
+            rt.tensor(&kernel_ir::Array::zeros(*d, s.clone()))
+                .and_then(|t| t.requires_grad())
+        })
+        .collect::<Result<_, _>>()
+        .map_err(fail("its inputs"))?;
+    let primal_refs: Vec<&Tensor> = primals.iter().collect();
+    let outputs = entry
+        .call(&rt, cfg, &primal_refs)
+        .map_err(fail("recording the forward"))?;
+    let outs: Signature = forward
         .outputs()
         .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
         .collect();
-    (args, outs)
-}
-
-/// `vjp(q, k, v, ct_o, ct_lse) -> (dq, dk, dv)` in jax.export's VJP
-/// convention (the primals, then the outputs' cotangents; the inputs'
-/// cotangents out). It recomputes `o, lse` with the forward kernel, then
-/// `delta = rowsum(ct_o ⊙ o) − ct_lse` (the logsumexp cotangent enters
-/// the softmax gradient exactly where delta does), then dq and dk/dv.
-/// `config` is the forward's (`--config` pairs or a preset's); each
-/// backward entry takes the keys it has.
-pub fn flash_attention_vjp(
-    forward: &VerifiedKernel,
-    config: &[(String, String)],
-) -> Result<Artifact, String> {
-    use crate::library::{Config, find};
-    let (args, outs) = signature(forward);
-    let [(_, qs, qd), (_, ks, kd), (_, vs, vd)] = args.as_slice() else {
-        return Err("the VJP exports flash attention with inputs q, k, v".into());
-    };
-    let [(_, os, od), (_, ls, ld)] = outs.as_slice() else {
-        return Err("the VJP exports flash attention with outputs o, lse".into());
-    };
-    let build = |entry: &str, shapes: Vec<(&str, Vec<usize>)>| -> Result<VerifiedKernel, String> {
-        let e = find(entry).ok_or_else(|| format!("no library entry {entry}"))?;
-        let pairs: Vec<(String, String)> = config
-            .iter()
-            .filter(|(k, _)| e.params.iter().any(|p| p.name == k))
-            .cloned()
-            .collect();
-        let c = Config::parse(e, &pairs).map_err(|err| err.to_string())?;
-        e.build_with_shapes(&c, &shapes)
-            .map_err(|err| err.to_string())
-    };
-    let delta = build(
-        "attention_delta",
-        vec![("o", os.clone()), ("d_o", os.clone())],
-    )?;
-    let grads = |entry| {
-        build(
-            entry,
-            vec![
-                ("q", qs.clone()),
-                ("k", ks.clone()),
-                ("v", vs.clone()),
-                ("d_o", os.clone()),
-                ("lse", ls.clone()),
-                ("delta", ls.clone()),
-            ],
-        )
-    };
-    let (dq, dkv) = (grads("flash_attention_dq")?, grads("flash_attention_dkv")?);
-    let err = |e: lowering::LoweringError| e.to_string();
-    let mut functions = String::new();
-    for (sym, k) in [
-        ("fwd", forward),
-        ("delta", &delta),
-        ("dq", &dq),
-        ("dkv", &dkv),
-    ] {
-        for (p, text) in [
-            ("cpu", lowering::decomposed(k).map_err(err)?),
-            ("tpu", lowering::tpu_custom_call(k).map_err(err)?.module),
-        ] {
-            let f = lowering::private_function(&text, &format!("{sym}_{p}")).map_err(err)?;
-            for line in f.lines() {
-                let _ = writeln!(functions, "  {line}");
-            }
-        }
-    }
-    let (tq, tk, tv) = (tensor(qs, *qd), tensor(ks, *kd), tensor(vs, *vd));
-    let (to, tl) = (tensor(os, *od), tensor(ls, *ld));
-    let branch = |p: &str| {
-        format!(
-            "      %f_{p}:2 = func.call @fwd_{p}(%arg1, %arg2, %arg3) : ({tq}, {tk}, {tv}) -> ({to}, {tl})\n\
-             \x20     %d_{p} = func.call @delta_{p}(%f_{p}#0, %arg4) : ({to}, {to}) -> ({tl})\n\
-             \x20     %e_{p} = \"stablehlo.subtract\"(%d_{p}, %arg5) : ({tl}, {tl}) -> {tl}\n\
-             \x20     %q_{p} = func.call @dq_{p}(%arg1, %arg2, %arg3, %arg4, %f_{p}#1, %e_{p}) : ({tq}, {tk}, {tv}, {to}, {tl}, {tl}) -> ({tq})\n\
-             \x20     %kv_{p}:2 = func.call @dkv_{p}(%arg1, %arg2, %arg3, %arg4, %f_{p}#1, %e_{p}) : ({tq}, {tk}, {tv}, {to}, {tl}, {tl}) -> ({tk}, {tv})\n\
-             \x20     \"stablehlo.return\"(%q_{p}, %kv_{p}#0, %kv_{p}#1) : ({tq}, {tk}, {tv}) -> ()\n"
-        )
-    };
-    let mut m = String::new();
-    let _ = writeln!(
-        m,
-        "module @tessera_{}_vjp attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{",
-        forward.name
-    );
-    let _ = writeln!(
-        m,
-        "  func.func public @main(%arg0: tensor<i32> {{jax.global_constant = \"_platform_index\"}}, %arg1: {tq}, %arg2: {tk}, %arg3: {tv}, %arg4: {to}, %arg5: {tl}) -> ({tq}, {tk}, {tv}) {{"
-    );
-    let _ = writeln!(m, "    %0:3 = \"stablehlo.case\"(%arg0) ({{");
-    m += &branch("cpu");
-    m += "    }, {\n";
-    m += &branch("tpu");
-    let _ = writeln!(m, "    }}) : (tensor<i32>) -> ({tq}, {tk}, {tv})");
-    let _ = writeln!(m, "    return %0#0, %0#1, %0#2 : {tq}, {tk}, {tv}");
-    m += "  }\n";
-    m += &functions;
-    m += "}\n";
-    lowering::private_function(&m, "main").map_err(err)?;
-    let inputs = [
-        manifest_entry("q", qs, *qd),
-        manifest_entry("k", ks, *kd),
-        manifest_entry("v", vs, *vd),
-        manifest_entry("ct_o", os, *od),
-        manifest_entry("ct_lse", ls, *ld),
-    ];
-    let outputs = [
-        manifest_entry("dq", qs, *qd),
-        manifest_entry("dk", ks, *kd),
-        manifest_entry("dv", vs, *vd),
-    ];
-    Ok(Artifact {
-        module: m,
-        kernel: format!("{}_vjp", forward.name),
-        inputs: inputs.to_vec(),
-        outputs: outputs.to_vec(),
-    })
-}
-
-/// The VJP of a one-output forward kernel from its backward kernel
-/// (the norms: `rms_norm` with `rms_norm_bwd`, `layer_norm` with
-/// `layer_norm_bwd`), matched by name: the backward's `dy` is the output's
-/// cotangent, its other inputs are primals of the same name, and its
-/// output `d<name>` is the cotangent of primal `<name>`, reshaped and
-/// converted to that primal's shape and dtype (`dgamma: f32[1, n]` for a
-/// `gamma: bf16[n]`).
-pub fn backward_vjp(
-    forward: &VerifiedKernel,
-    backward: &VerifiedKernel,
-) -> Result<Artifact, String> {
-    let err = |e: lowering::LoweringError| e.to_string();
-    let (prim, outs) = signature(forward);
-    let [(_, os, od)] = outs.as_slice() else {
-        return Err(format!(
-            "`{}` has {} outputs; this VJP takes one",
-            forward.name,
-            outs.len()
-        ));
-    };
-    let t_ct = tensor(os, *od);
-    // The backward's arguments as values of @main.
-    let mut bargs = Vec::new();
-    let mut btypes = Vec::new();
-    for a in backward.arguments() {
-        let v = if a.name == "dy" {
-            format!("%arg{}", prim.len() + 1)
-        } else {
-            let i = prim.iter().position(|p| p.0 == a.name).ok_or_else(|| {
-                format!(
-                    "`{}` takes `{}`, which `{}` has not",
-                    backward.name, a.name, forward.name
-                )
-            })?;
-            format!("%arg{}", i + 1)
-        };
-        bargs.push(v);
-        btypes.push(tensor(a.shape, a.dtype));
-    }
-    let bouts: Vec<(String, Vec<usize>, DType)> = backward
-        .outputs()
-        .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
-        .collect();
-    let bout_types: Vec<String> = bouts.iter().map(|(_, s, d)| tensor(s, *d)).collect();
-    let prim_types: Vec<String> = prim.iter().map(|(_, s, d)| tensor(s, *d)).collect();
-    let branch = |p: &str| -> Result<String, String> {
-        let n = bouts.len();
-        let mut b = format!(
-            "      %b_{p}{} = func.call @bwd_{p}({}) : ({}) -> ({})\n",
-            if n > 1 {
-                format!(":{n}")
-            } else {
-                String::new()
-            },
-            bargs.join(", "),
-            btypes.join(", "),
-            bout_types.join(", ")
-        );
-        let mut rets = Vec::new();
-        for (i, (name, shape, dtype)) in prim.iter().enumerate() {
-            let j = bouts
-                .iter()
-                .position(|o| o.0 == format!("d{name}"))
-                .ok_or_else(|| format!("`{}` has no output d{name}", backward.name))?;
-            let mut v = if n > 1 {
-                format!("%b_{p}#{j}")
-            } else {
-                format!("%b_{p}")
-            };
-            let (bs, bd) = (&bouts[j].1, bouts[j].2);
-            if bs != shape {
-                let r = format!("%r{i}_{p}");
-                b += &format!(
-                    "      {r} = \"stablehlo.reshape\"({v}) : ({}) -> {}\n",
-                    tensor(bs, bd),
-                    tensor(shape, bd)
-                );
-                v = r;
-            }
-            if bd != *dtype {
-                let c = format!("%c{i}_{p}");
-                b += &format!(
-                    "      {c} = \"stablehlo.convert\"({v}) : ({}) -> {}\n",
-                    tensor(shape, bd),
-                    tensor(shape, *dtype)
-                );
-                v = c;
-            }
-            rets.push(v);
-        }
-        b += &format!(
-            "      \"stablehlo.return\"({}) : ({}) -> ()\n",
-            rets.join(", "),
-            prim_types.join(", ")
-        );
-        Ok(b)
-    };
-    let mut m = String::new();
-    let _ = writeln!(
-        m,
-        "module @tessera_{}_vjp attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{",
-        forward.name
-    );
-    let params: Vec<String> = prim_types
+    let cts: Vec<Tensor> = outs
         .iter()
-        .enumerate()
-        .map(|(i, t)| format!("%arg{}: {t}", i + 1))
-        .chain(std::iter::once(format!("%arg{}: {t_ct}", prim.len() + 1)))
-        .collect();
-    let np = prim.len();
-    let _ = writeln!(
-        m,
-        "  func.func public @main(%arg0: tensor<i32> {{jax.global_constant = \"_platform_index\"}}, {}) -> ({}) {{",
-        params.join(", "),
-        prim_types.join(", ")
+        .map(|(_, s, d)| rt.tensor(&kernel_ir::Array::zeros(*d, s.clone())))
+        .collect::<Result<_, _>>()
+        .map_err(fail("the cotangents"))?;
+    let out_refs: Vec<&Tensor> = outputs.iter().collect();
+    let ct_refs: Vec<&Tensor> = cts.iter().collect();
+    let grads = runtime::graph::vjp(&out_refs, &ct_refs, &primal_refs)
+        .map_err(fail("recording the backward"))?;
+    let params: Vec<&Tensor> = primal_refs.iter().chain(&ct_refs).copied().collect();
+    let grad_refs: Vec<&Tensor> = grads.iter().collect();
+    let branch = |form: KernelForm, name: &str| -> Result<String, String> {
+        let text = rt
+            .export_as(&params, &grad_refs, form)
+            .map_err(fail("exporting the program"))?;
+        lowering::private_functions(&text, name).map_err(|e| e.to_string())
+    };
+    let cpu = branch(KernelForm::Decomposed, "tessera_cpu")?;
+    let tpu = branch(KernelForm::TpuCustomCall, "tessera_tpu")?;
+    let mut vjp_ins = ins.clone();
+    vjp_ins.extend(
+        outs.iter()
+            .map(|(n, s, d)| (format!("ct_{n}"), s.clone(), *d)),
     );
-    let bind = if np > 1 {
-        format!("%0:{np}")
-    } else {
-        "%0".into()
-    };
-    let _ = writeln!(m, "    {bind} = \"stablehlo.case\"(%arg0) ({{");
-    m += &branch("cpu")?;
-    m += "    }, {\n";
-    m += &branch("tpu")?;
-    let _ = writeln!(m, "    }}) : (tensor<i32>) -> ({})", prim_types.join(", "));
-    let res: Vec<String> = if np > 1 {
-        (0..np).map(|i| format!("%0#{i}")).collect()
-    } else {
-        vec!["%0".into()]
-    };
-    let _ = writeln!(
-        m,
-        "    return {} : {}",
-        res.join(", "),
-        prim_types.join(", ")
-    );
-    m += "  }\n";
-    for (p, text) in [
-        ("cpu", lowering::decomposed(backward).map_err(err)?),
-        (
-            "tpu",
-            lowering::tpu_custom_call(backward).map_err(err)?.module,
-        ),
-    ] {
-        let f = lowering::private_function(&text, &format!("bwd_{p}")).map_err(err)?;
-        for line in f.lines() {
-            let _ = writeln!(m, "  {line}");
-        }
-    }
-    m += "}\n";
-    lowering::private_function(&m, "main").map_err(err)?;
-    let mut inputs: Vec<String> = prim
+    let vjp_outs: Signature = ins
         .iter()
-        .map(|(n, s, d)| manifest_entry(n, s, *d))
+        .map(|(n, s, d)| (format!("d{n}"), s.clone(), *d))
         .collect();
-    inputs.push(manifest_entry(&format!("ct_{}", outs[0].0), os, *od));
-    let outputs: Vec<String> = prim
-        .iter()
-        .map(|(n, s, d)| manifest_entry(&format!("d{n}"), s, *d))
-        .collect();
-    Ok(Artifact {
-        module: m,
-        kernel: format!("{}_vjp", forward.name),
-        inputs,
-        outputs,
-    })
-}
-
-/// The kernels whose artifacts carry a VJP: the library entry and the
-/// backward entries it is built from.
-pub const WITH_VJP: [(&str, &str); 3] = [
-    (
-        "flash_attention",
-        "attention_delta, flash_attention_dq, flash_attention_dkv",
-    ),
-    ("rms_norm", "rms_norm_bwd"),
-    ("layer_norm", "layer_norm_bwd"),
-];
-
-/// The VJP artifact of library entry `entry` built as `forward` with
-/// `config`, if it has backward kernels ([`WITH_VJP`]).
-pub fn vjp_for(
-    entry: &str,
-    forward: &VerifiedKernel,
-    config: &[(String, String)],
-) -> Result<Option<Artifact>, String> {
-    let backward = match entry {
-        "flash_attention" => return flash_attention_vjp(forward, config).map(Some),
-        "rms_norm" => "rms_norm_bwd",
-        "layer_norm" => "layer_norm_bwd",
-        _ => return Ok(None),
-    };
-    let e = crate::library::find(backward).ok_or_else(|| format!("no library entry {backward}"))?;
-    let pairs: Vec<(String, String)> = config
-        .iter()
-        .filter(|(k, _)| e.params.iter().any(|p| p.name == k))
-        .cloned()
-        .collect();
-    let c = crate::library::Config::parse(e, &pairs).map_err(|err| err.to_string())?;
-    let out_shape = forward
-        .outputs()
-        .next()
-        .map(|o| o.shape.clone())
-        .unwrap_or_default();
-    let mut shapes: Vec<(&str, Vec<usize>)> = forward
-        .arguments()
-        .map(|a| (a.name, a.shape.to_vec()))
-        .collect();
-    shapes.push(("dy", out_shape));
-    let takes: Vec<&str> = (e.inputs)(&c)
-        .map_err(|err| err.to_string())?
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
-    shapes.retain(|(n, _)| takes.contains(n));
-    let bwd = e
-        .build_with_shapes(&c, &shapes)
-        .map_err(|err| err.to_string())?;
-    backward_vjp(forward, &bwd).map(Some)
+    multi_platform(
+        &format!("{}_vjp", forward.name),
+        &vjp_ins,
+        &vjp_outs,
+        &cpu,
+        &tpu,
+    )
+    .map(Some)
 }
 
 #[cfg(test)]
@@ -721,31 +468,42 @@ mod tests {
         );
     }
 
-    /// The VJP takes the primals and both cotangents, recomputes the
-    /// forward and runs the three backward kernels on each platform; the
-    /// lse cotangent enters through delta.
+    /// The VJP is the entry's own backward (what `grad` runs), exported:
+    /// the primals and both cotangents in, the forward recomputed and the
+    /// three backward kernels on each platform, the lse cotangent entering
+    /// through delta. Entries without a backward, or with integer inputs,
+    /// have none.
     #[test]
-    fn the_flash_attention_vjp_chains_the_backward_kernels() {
+    fn the_vjp_is_the_entry_backward_on_both_platforms() {
         let p = crate::library::preset("flash_attention_causal_bf16").unwrap();
-        let config: Vec<(String, String)> = p
-            .preset
-            .config
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let art = flash_attention_vjp(&p.build().unwrap(), &config).unwrap();
-        for f in ["fwd", "delta", "dq", "dkv"] {
-            for plat in PLATFORMS {
-                let sym = format!("func.func private @{f}_{plat}");
+        let cfg = Config::of_preset(p.entry, p.preset).unwrap();
+        let art = vjp_for(p.entry, &cfg, &p.build().unwrap())
+            .unwrap()
+            .unwrap();
+        for plat in PLATFORMS {
+            for i in 0..4 {
+                let sym = format!("func.func private @tessera_{plat}_kernel_{i}(");
                 assert!(art.module.contains(&sym), "{sym}");
             }
         }
-        for plat in PLATFORMS {
-            let sub = format!("%e_{plat} = \"stablehlo.subtract\"(%d_{plat}, %arg5)");
-            assert!(art.module.contains(&sub), "{sub}");
+        assert_eq!(art.module.matches("@tpu_custom_call").count(), 4);
+        assert!(art.module.matches("stablehlo.subtract").count() >= 2);
+        let man = art.manifest(&[]);
+        for name in ["\"ct_o\"", "\"ct_lse\"", "\"dq\"", "\"dk\"", "\"dv\""] {
+            assert!(man.contains(name), "{name}");
         }
-        for name in ["\"ct_o\"", "\"ct_lse\"", "\"dk\"", "\"dv\""] {
-            assert!(art.manifest(&[]).contains(name), "{name}");
-        }
+        let e = crate::library::find("matmul").unwrap();
+        let k = e
+            .build_at_default_shapes(&Config::parse(e, &[]).unwrap())
+            .unwrap();
+        assert!(
+            vjp_for(e, &Config::parse(e, &[]).unwrap(), &k)
+                .unwrap()
+                .is_none()
+        );
+        let e = crate::library::find("flash_attention_kv_len").unwrap();
+        let c = Config::parse(e, &[]).unwrap();
+        let k = e.build_at_default_shapes(&c).unwrap();
+        assert!(vjp_for(e, &c, &k).unwrap().is_none(), "an int input");
     }
 }

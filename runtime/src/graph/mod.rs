@@ -44,6 +44,19 @@ use std::time::Duration;
 use kernel_ir::{Array, DType, VerifiedKernel};
 
 pub use autodiff::{KernelVjp, VjpCall, grad, no_grad, vjp};
+
+/// How [`Runtime::export_as`] lowers the kernel calls of a program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelForm {
+    /// As this runtime runs them (on CPU, host custom calls registered in
+    /// this process: the program runs here only).
+    Platform,
+    /// Decomposed StableHLO: plain XLA, runs on any PJRT CPU client.
+    Decomposed,
+    /// `stablehlo.custom_call @tpu_custom_call` with the Mosaic body: the
+    /// TPU branch of an artifact.
+    TpuCustomCall,
+}
 pub use bucket::Buckets;
 pub use optim::{AdamW, Sgd};
 pub use tensor::Tensor;
@@ -610,6 +623,20 @@ impl Runtime {
     /// ```
     #[track_caller]
     pub fn export(&self, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<String, RuntimeError> {
+        self.export_as(inputs, outputs, KernelForm::Platform)
+    }
+
+    /// [`Runtime::export`] with kernel calls lowered as `form` says: a
+    /// program for another platform than this runtime's (an exported
+    /// artifact's CPU and TPU branches), with nothing registered in this
+    /// process.
+    #[track_caller]
+    pub fn export_as(
+        &self,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        form: KernelForm,
+    ) -> Result<String, RuntimeError> {
         let loc = std::panic::Location::caller().to_string();
         // Materialized inputs are parameters; the walk stops at them.
         self.sync(inputs)?;
@@ -617,7 +644,18 @@ impl Runtime {
         let outs: Vec<Arc<Node>> = outputs.iter().map(|t| t.node.clone()).collect();
         let platform = self.inner.client.platform().to_string();
         let kernel_text = |k: &kernel_ir::VerifiedKernel, name: &str| {
-            exec::kernel_function(&self.inner, &platform, k, name)
+            let fail = |e: lowering::LoweringError| {
+                RuntimeError::failed(format!("kernel `{}`", k.name), e)
+            };
+            match form {
+                KernelForm::Platform => exec::kernel_function(&self.inner, &platform, k, name),
+                KernelForm::Decomposed => lowering::decomposed(k)
+                    .and_then(|m| lowering::private_function(&m, name))
+                    .map_err(fail),
+                KernelForm::TpuCustomCall => lowering::tpu_custom_call(k)
+                    .and_then(|c| lowering::private_function(&c.module, name))
+                    .map_err(fail),
+            }
         };
         let program = lower::lower_with(&outs, &ins, true, self.inner.devices, &kernel_text)?;
         if program.params.len() != ins.len() {

@@ -132,7 +132,7 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
             .collect(),
     };
     let Some(spec) = a.one("bucket").map_err(usage)? else {
-        let (files, with_vjp) = artifact(&kernel, entry.name, &config, &prov)?;
+        let (files, with_vjp) = artifact(&kernel, entry, &cfg, &prov)?;
         publish(dir, &files)?;
         println!(
             "wrote {} (module.mlir, manifest.json{}): {} for platforms cpu and tpu",
@@ -199,7 +199,7 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
             .build_with_shapes(&cfg, &shapes)
             .map_err(|e| Failure::Run(format!("bucket {n}: {e}")))?;
         let sub = format!("{axis}_{n}");
-        let (bucket, _) = artifact(&k, entry.name, &config, &prov).map_err(|e| match e {
+        let (bucket, _) = artifact(&k, entry, &cfg, &prov).map_err(|e| match e {
             Failure::Run(m) | Failure::Usage(m) | Failure::CompilerAborted(m) => {
                 Failure::Run(format!("bucket {n}: {m}"))
             }
@@ -232,12 +232,12 @@ type Files = Vec<(String, Vec<u8>)>;
 /// it has), in memory.
 fn artifact(
     kernel: &kernel_ir::VerifiedKernel,
-    entry: &str,
-    config: &[(String, String)],
+    entry: &library::Entry,
+    cfg: &Config,
     prov: &Provenance,
 ) -> Result<(Files, bool), Failure> {
     let art = export::export(kernel).map_err(Failure::Run)?;
-    let vjp = export::vjp_for(entry, kernel, config).map_err(Failure::Run)?;
+    let vjp = export::vjp_for(entry, cfg, kernel).map_err(Failure::Run)?;
     Ok((
         export::artifact_files(&art, vjp.as_ref(), prov),
         vjp.is_some(),
