@@ -74,8 +74,8 @@ pub use array::{Array, ArrayError, SplitMix64};
 pub use budget::{VmemBudget, VmemItem, human_bytes};
 pub use builder::{
     AsyncCopy, Bound, Carry, Idx, IntoIndexExprs, IntoIndices, IntoOperand, KernelBuilder, Ref,
-    Scope, Sem, SemArray, Start, Tile, View, async_copy, constant, dot, dot_general, ds, for_range,
-    for_range_step, if_else, iota, num_programs, program_id, scoped, select, when,
+    Scope, Sem, SemArray, Start, Tile, View, constant, dot, dot_general, ds, for_range,
+    for_range_step, if_else, iota, make_async_copy, num_programs, program_id, scoped, select, when,
 };
 pub use dma::{BufferView, DmaCopy, SemRef, SemaphoreArray, SemaphoreKind};
 pub use dtype::fp8::{self, f8e4m3fn, f8e5m2};
@@ -131,8 +131,8 @@ pub mod prelude {
     };
     pub use crate::{
         Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, Ref, SemArray,
-        Target, Tile, async_copy, bf16, constant, dot, dot_general, ds, f8e4m3fn, f8e5m2, f16,
-        for_range, for_range_step, if_else, interpret, iota, kernel_fn, num_programs, program_id,
-        scoped, select, tpu_kernel, when,
+        Target, Tile, bf16, constant, dot, dot_general, ds, f8e4m3fn, f8e5m2, f16, for_range,
+        for_range_step, if_else, interpret, iota, kernel_fn, make_async_copy, num_programs,
+        program_id, scoped, select, tpu_kernel, when,
     };
 }

@@ -39,7 +39,7 @@ const BUILTINS: &[&str] = &[
     "iota",
     "constant",
     "ds",
-    "async_copy",
+    "make_async_copy",
 ];
 
 /// Path roots whose functions are ordinary Rust, run while building.

@@ -51,7 +51,7 @@ fn race_at(r: Result<Vec<Array>, KernelError>, line: u32, words: &[&str]) {
 fn a_correct_copy_gives_the_answer() {
     let k = kernel(Arbitrary, |x, o, buf, sems| {
         let i = program_id(0);
-        let c = async_copy(
+        let c = make_async_copy(
             x.slice((i, .., ..)),
             buf.slice((i % 2, .., ..)),
             sems.at(i % 2),
@@ -84,7 +84,7 @@ fn reading_a_destination_before_the_wait_is_caught() {
     let mut line = 0;
     let k = kernel(Arbitrary, |x, o, buf, sems| {
         let i = program_id(0);
-        let c = async_copy(x.slice((i, .., ..)), buf.slice((0, .., ..)), sems.at(0));
+        let c = make_async_copy(x.slice((i, .., ..)), buf.slice((0, .., ..)), sems.at(0));
         c.start();
         line = line!() + 1;
         let early = buf.load((0, .., ..));
@@ -103,7 +103,7 @@ fn overwriting_a_source_before_the_wait_is_caught() {
     let mut line = 0;
     let k = kernel(Arbitrary, |_, o, buf, sems| {
         buf.store((1, .., ..), 1.0);
-        let c = async_copy(buf.slice((1, .., ..)), buf.slice((0, .., ..)), sems.at(0));
+        let c = make_async_copy(buf.slice((1, .., ..)), buf.slice((0, .., ..)), sems.at(0));
         c.start();
         line = line!() + 1;
         buf.store((1, .., ..), 2.0);
@@ -122,7 +122,7 @@ fn waiting_a_copy_never_started_is_caught() {
     let mut line = 0;
     let k = kernel(Arbitrary, |x, o, buf, sems| {
         let i = program_id(0);
-        let c = async_copy(x.slice((i, .., ..)), buf.slice((0, .., ..)), sems.at(0));
+        let c = make_async_copy(x.slice((i, .., ..)), buf.slice((0, .., ..)), sems.at(0));
         line = line!() + 1;
         c.wait();
         o.store(.., buf.load((0, .., ..)));
@@ -139,9 +139,9 @@ fn starting_a_copy_into_a_buffer_with_one_in_flight_is_caught() {
     let mut line = 0;
     let k = kernel(Arbitrary, |x, o, buf, sems| {
         let i = program_id(0);
-        let a = async_copy(x.slice((i, .., ..)), buf.slice((0, .., ..)), sems.at(0));
+        let a = make_async_copy(x.slice((i, .., ..)), buf.slice((0, .., ..)), sems.at(0));
         a.start();
-        let b = async_copy(
+        let b = make_async_copy(
             x.slice(((i + 1) % 4, .., ..)),
             buf.slice((0, .., ..)),
             sems.at(1),
@@ -167,7 +167,7 @@ fn a_kernel_ending_with_a_copy_in_flight_is_caught() {
         o.store(.., 0.0);
         // Prefetches the next block but the last step's prefetch (of
         // block 0 again) is never waited.
-        let c = async_copy(
+        let c = make_async_copy(
             x.slice(((i + 1) % 4, .., ..)),
             buf.slice((i % 2, .., ..)),
             sems.at(i % 2),
@@ -175,7 +175,7 @@ fn a_kernel_ending_with_a_copy_in_flight_is_caught() {
         line = line!() + 1;
         c.start();
         when(i.gt(0), || {
-            async_copy(
+            make_async_copy(
                 x.slice((i, .., ..)),
                 buf.slice(((i + 1) % 2, .., ..)),
                 sems.at((i + 1) % 2),
@@ -197,12 +197,12 @@ fn a_copy_in_flight_across_a_parallel_step_is_caught() {
         let i = program_id(0);
         o.store(.., 0.0);
         when(i.eq(0), || {
-            let c = async_copy(x.slice((1, .., ..)), buf.slice((1, .., ..)), sems.at(1));
+            let c = make_async_copy(x.slice((1, .., ..)), buf.slice((1, .., ..)), sems.at(1));
             line = line!() + 1;
             c.start();
         });
         when(i.eq(1), || {
-            async_copy(x.slice((1, .., ..)), buf.slice((1, .., ..)), sems.at(1)).wait();
+            make_async_copy(x.slice((1, .., ..)), buf.slice((1, .., ..)), sems.at(1)).wait();
         });
     });
     race_at(
@@ -217,9 +217,9 @@ fn a_wait_of_the_wrong_size_is_caught() {
     let mut line = 0;
     let k = kernel(Arbitrary, |x, o, buf, sems| {
         let i = program_id(0);
-        async_copy(x.slice((i, .., ..)), buf.slice((0, .., ..)), sems.at(0)).start();
+        make_async_copy(x.slice((i, .., ..)), buf.slice((0, .., ..)), sems.at(0)).start();
         line = line!() + 1;
-        async_copy(x.slice((i, 0..4, ..)), buf.slice((0, 0..4, ..)), sems.at(0)).wait();
+        make_async_copy(x.slice((i, 0..4, ..)), buf.slice((0, 0..4, ..)), sems.at(0)).wait();
         o.store(.., 0.0);
     });
     race_at(
@@ -236,7 +236,7 @@ fn an_out_of_bounds_window_is_caught_at_the_copy() {
         let mut l = 0;
         let k = kernel(Arbitrary, |x, o, buf, sems| {
             let i = program_id(0);
-            let c = async_copy(x.slice((i + 1, .., ..)), buf.slice((0, .., ..)), sems.at(0));
+            let c = make_async_copy(x.slice((i + 1, .., ..)), buf.slice((0, .., ..)), sems.at(0));
             l = line!() + 1;
             c.start();
             c.wait();
@@ -263,8 +263,8 @@ fn a_random_completion_order_finds_a_shared_semaphore_bug() {
     let mut line = 0;
     let k = kernel(Arbitrary, |x, o, buf, sems| {
         let i = program_id(0);
-        let a = async_copy(x.slice((i, .., ..)), buf.slice((0, .., ..)), sems.at(0));
-        let b = async_copy(
+        let a = make_async_copy(x.slice((i, .., ..)), buf.slice((0, .., ..)), sems.at(0));
+        let b = make_async_copy(
             x.slice(((i + 1) % 4, .., ..)),
             buf.slice((1, .., ..)),
             sems.at(0),
@@ -357,7 +357,7 @@ fn a_scope_ending_with_its_copy_in_flight_is_caught() {
         scoped(|s| {
             let tmp = s.vmem("tmp", F32, [8, 128]);
             let sem = s.dma_semaphores("sem", []);
-            async_copy(x.slice((i, .., ..)), tmp, sem.at(())).start();
+            make_async_copy(x.slice((i, .., ..)), tmp, sem.at(())).start();
             o.store(.., 0.0);
         });
     });
@@ -397,33 +397,33 @@ fn the_verifier_rejects_ill_formed_copies_at_their_line() {
             "both sides must have the same shape",
             |_, x, _, buf, dma, _| {
                 let l = line!() + 1;
-                async_copy(x.slice((0, 0..4, ..)), buf.slice((0, .., ..)), dma.at(0)).start();
+                make_async_copy(x.slice((0, 0..4, ..)), buf.slice((0, .., ..)), dma.at(0)).start();
                 l
             },
         ),
         ("converts nothing", |k, x, _, _, dma, _| {
             let b16 = k.scratch("b16", BF16, [8, 128]);
             let l = line!() + 1;
-            async_copy(x.slice((0, .., ..)), b16, dma.at(0)).start();
+            make_async_copy(x.slice((0, .., ..)), b16, dma.at(0)).start();
             l
         }),
         ("read-only", |k, x, _, buf, dma, _| {
             let y = k.input("y", F32, [8, 128]);
             let l = line!() + 1;
-            async_copy(buf.slice((0, .., ..)), y, dma.at(0)).start();
+            make_async_copy(buf.slice((0, .., ..)), y, dma.at(0)).start();
             let _ = x;
             l
         }),
         ("are outside 0..4", |_, x, _, buf, dma, _| {
             let l = line!() + 1;
-            async_copy(x.slice((4, .., ..)), buf.slice((0, .., ..)), dma.at(0)).start();
+            make_async_copy(x.slice((4, .., ..)), buf.slice((0, .., ..)), dma.at(0)).start();
             l
         }),
         (
             "is a semaphore array, which a copy cannot use",
             |_, x, _, buf, _, reg| {
                 let l = line!() + 1;
-                async_copy(x.slice((0, .., ..)), buf.slice((0, .., ..)), reg.at(0)).start();
+                make_async_copy(x.slice((0, .., ..)), buf.slice((0, .., ..)), reg.at(0)).start();
                 l
             },
         ),
@@ -439,7 +439,7 @@ fn the_verifier_rejects_ill_formed_copies_at_their_line() {
             "index 2 in dim 0 is outside 0..2",
             |_, x, _, buf, dma, _| {
                 let l = line!() + 1;
-                async_copy(x.slice((0, .., ..)), buf.slice((0, .., ..)), dma.at(2)).start();
+                make_async_copy(x.slice((0, .., ..)), buf.slice((0, .., ..)), dma.at(2)).start();
                 l
             },
         ),

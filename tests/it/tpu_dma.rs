@@ -30,7 +30,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
         cases.push(case(&format!("{d} full tile"), d, |k, x, o| {
             let b = k.scratch("b", d, [sub, 128]);
             let s = k.dma_semaphores("s", []);
-            let c = async_copy(x.slice((0..sub, 0..128)), b, s.at(()));
+            let c = make_async_copy(x.slice((0..sub, 0..128)), b, s.at(()));
             c.start();
             c.wait();
             o.store((0..8, ..), b.load((0..8, ..)));
@@ -39,7 +39,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
             let b = k.scratch("b", d, [sub, 128]);
             let s = k.dma_semaphores("s", []);
             b.store(.., constant(0.0, d, [sub, 128]));
-            let c = async_copy(x.slice((0..3, 0..128)), b.slice((0..3, ..)), s.at(()));
+            let c = make_async_copy(x.slice((0..3, 0..128)), b.slice((0..3, ..)), s.at(()));
             c.start();
             c.wait();
             o.store((0..8, ..), b.load((0..8, ..)));
@@ -48,7 +48,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
             let b = k.scratch("b", d, [sub, 128]);
             let s = k.dma_semaphores("s", []);
             b.store(.., constant(0.0, d, [sub, 128]));
-            let c = async_copy(x.slice((3..6, 0..128)), b.slice((3..6, ..)), s.at(()));
+            let c = make_async_copy(x.slice((3..6, 0..128)), b.slice((3..6, ..)), s.at(()));
             c.start();
             c.wait();
             o.store((0..8, ..), b.load((0..8, ..)));
@@ -57,7 +57,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
             let b = k.scratch("b", d, [sub, 128]);
             let s = k.dma_semaphores("s", []);
             b.store(.., constant(0.0, d, [sub, 128]));
-            let c = async_copy(x.slice((0..sub, 0..64)), b.slice((.., 0..64)), s.at(()));
+            let c = make_async_copy(x.slice((0..sub, 0..64)), b.slice((.., 0..64)), s.at(()));
             c.start();
             c.wait();
             o.store((0..8, ..), b.load((0..8, ..)));
@@ -66,7 +66,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
             let b = k.scratch("b", d, [sub, 128]);
             let s = k.dma_semaphores("s", []);
             b.store(.., constant(0.0, d, [sub, 128]));
-            let c = async_copy(x.slice((0..sub, 64..128)), b.slice((.., 64..128)), s.at(()));
+            let c = make_async_copy(x.slice((0..sub, 64..128)), b.slice((.., 64..128)), s.at(()));
             c.start();
             c.wait();
             o.store((0..8, ..), b.load((0..8, ..)));
@@ -75,7 +75,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
             let b = k.scratch("b", d, [sub, 128]);
             let s = k.dma_semaphores("s", []);
             let i = program_id(0) + 3;
-            let c = async_copy(x.slice((ds(i, sub), 0..128)), b, s.at(()));
+            let c = make_async_copy(x.slice((ds(i, sub), 0..128)), b, s.at(()));
             c.start();
             c.wait();
             o.store((0..8, ..), b.load((0..8, ..)));
@@ -84,7 +84,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
             scoped(|sc| {
                 let b = sc.vmem("b", d, [3, 100]);
                 let s = sc.dma_semaphores("s", []);
-                let c = async_copy(x.slice((0..3, 0..100)), b, s.at(()));
+                let c = make_async_copy(x.slice((0..3, 0..100)), b, s.at(()));
                 c.start();
                 c.wait();
                 o.store((0..3, 0..100), b.load(..));
@@ -97,7 +97,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
             let b = k.scratch("b", d, [sub, 128]);
             let s = k.dma_semaphores("s", []);
             b.store(.., constant(1.0, d, [sub, 128]));
-            let c = async_copy(
+            let c = make_async_copy(
                 b,
                 h.slice((ds(program_id(0) * sub as i32, sub), ..)),
                 s.at(()),
@@ -113,7 +113,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
             let p = k.input("p", d, [4, 16, 64]).space(MemorySpace::Any);
             let b = k.scratch("b", d, [16, 64]);
             let s = k.dma_semaphores("s", []);
-            let c = async_copy(p.slice((1, .., ..)), b, s.at(()));
+            let c = make_async_copy(p.slice((1, .., ..)), b, s.at(()));
             c.start();
             c.wait();
             o.store((0..8, 0..64), b.load((0..8, ..)));
@@ -126,7 +126,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
                 let b = k.scratch("b", d, [sub, 128]);
                 let s = k.dma_semaphores("s", []);
                 let i = program_id(0) * sub as i32;
-                let c = async_copy(x.slice((ds(i, sub), 0..128)), b, s.at(()));
+                let c = make_async_copy(x.slice((ds(i, sub), 0..128)), b, s.at(()));
                 c.start();
                 c.wait();
                 o.store((0..8, ..), b.load((0..8, ..)));
@@ -140,7 +140,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
                 let s = k.dma_semaphores("s", []);
                 let i = program_id(0) * 8;
                 b.store(.., constant(0.0, d, [sub, 128]));
-                let c = async_copy(x.slice((ds(i, 8), 0..128)), b.slice((0..8, ..)), s.at(()));
+                let c = make_async_copy(x.slice((ds(i, 8), 0..128)), b.slice((0..8, ..)), s.at(()));
                 c.start();
                 c.wait();
                 o.store((0..8, ..), b.load((0..8, ..)));
@@ -154,7 +154,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
                 let b = k.scratch("b", d, [sub, 128]);
                 let s = k.dma_semaphores("s", []);
                 b.store(.., constant(0.0, d, [sub, 128]));
-                let c = async_copy(p.slice((1, 0..sub, ..)), b, s.at(()));
+                let c = make_async_copy(p.slice((1, 0..sub, ..)), b, s.at(()));
                 c.start();
                 c.wait();
                 o.store((0..8, ..), b.load((0..8, ..)));
@@ -164,7 +164,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
             let p = k.input("p", I32, [4, 16]).space(MemorySpace::Any);
             let b = k.scratch("b", I32, [16]).space(MemorySpace::Smem);
             let s = k.dma_semaphores("s", []);
-            let c = async_copy(p.slice((2, ..)), b, s.at(()));
+            let c = make_async_copy(p.slice((2, ..)), b, s.at(()));
             c.start();
             c.wait();
             let v = b.load([3]);
@@ -175,7 +175,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
         let b = k.scratch("b", BF16, [16, 128]);
         let s = k.dma_semaphores("s", []);
         b.store(.., constant(0.0, BF16, [16, 128]));
-        let c = async_copy(x.slice((8..16, 0..128)), b.slice((8..16, ..)), s.at(()));
+        let c = make_async_copy(x.slice((8..16, 0..128)), b.slice((8..16, ..)), s.at(()));
         c.start();
         c.wait();
         o.store(.., b.load((0..8, ..)));
@@ -184,7 +184,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
         let b = k.scratch("b", BF16, [16, 128]);
         let s = k.dma_semaphores("s", []);
         b.store(.., constant(0.0, BF16, [16, 128]));
-        let c = async_copy(x.slice((4..12, 0..128)), b.slice((4..12, ..)), s.at(()));
+        let c = make_async_copy(x.slice((4..12, 0..128)), b.slice((4..12, ..)), s.at(()));
         c.start();
         c.wait();
         o.store(.., b.load((0..8, ..)));
@@ -205,7 +205,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
                     let b = k.scratch("b", d, [32, 128]);
                     let s = k.dma_semaphores("s", []);
                     b.store(.., constant(0i32, I32, [32, 128]).convert(d));
-                    let c = async_copy(
+                    let c = make_async_copy(
                         x.slice((st..st + len, 0..128)),
                         b.slice((st..st + len, ..)),
                         s.at(()),
@@ -228,7 +228,7 @@ fn copies_compile_exactly_where_the_dma_window_rule_accepts_them() {
                 let b = sc.smem("b", I32, [16]);
                 let dma = sc.dma_semaphores("dma", [2]);
                 let count = sc.semaphores("count", [2]);
-                let c = async_copy(p.slice((1, ..)), b, dma.at(1));
+                let c = make_async_copy(p.slice((1, ..)), b, dma.at(1));
                 c.start();
                 c.wait();
                 count.at(1).signal(b.load([3]));

@@ -11,7 +11,7 @@
 //! let buf = k.scratch("buf", F32, [8, 128]);
 //! let sem = k.dma_semaphores("sem", [1]);
 //! let i = program_id(0);
-//! let copy = async_copy(x.slice((ds(i * 8, 8), ..)), buf, sem.at(0));
+//! let copy = make_async_copy(x.slice((ds(i * 8, 8), ..)), buf, sem.at(0));
 //! copy.start();
 //! copy.wait();
 //! o.store(.., buf.load(..) * 2.0);
@@ -255,8 +255,12 @@ impl Ref {
 }
 
 /// An asynchronous copy from `src` to `dst` that signals `sem` (a DMA
-/// semaphore); nothing happens until [`AsyncCopy::start`].
-pub fn async_copy(src: impl Into<View>, dst: impl Into<View>, sem: Sem) -> AsyncCopy {
+/// semaphore); nothing happens until [`AsyncCopy::start`]. Named as
+/// Pallas's `make_async_copy`, which also builds an unstarted copy; there
+/// is deliberately no `async_copy` (Pallas's starts the copy at once), so
+/// a port that calls it fails to compile instead of never starting its
+/// copy.
+pub fn make_async_copy(src: impl Into<View>, dst: impl Into<View>, sem: Sem) -> AsyncCopy {
     AsyncCopy {
         src: src.into(),
         dst: dst.into(),

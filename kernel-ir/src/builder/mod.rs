@@ -27,7 +27,7 @@ mod state;
 mod tile;
 
 pub use control::{Bound, Carry, for_range, for_range_step, if_else, when};
-pub use dma::{AsyncCopy, Scope, Sem, SemArray, View, async_copy, scoped};
+pub use dma::{AsyncCopy, Scope, Sem, SemArray, View, make_async_copy, scoped};
 pub use index::{Idx, IntoIndices, Start, ds};
 pub use refs::{IntoIndexExprs, Ref};
 pub use tile::{

@@ -50,18 +50,18 @@ pub fn double_buffered_rows<T: Element>(
     let i = program_id(0);
     let slot = i % 2;
     if i == 0 {
-        async_copy(x.slice((0, 0..r, ..)), buf.slice((0, .., ..)), sems.at(0)).start();
+        make_async_copy(x.slice((0, 0..r, ..)), buf.slice((0, .., ..)), sems.at(0)).start();
     }
     if i + 1 < num_programs(0) {
         let next = (i + 1) % 2;
-        async_copy(x.slice((i + 1, 0..r, ..)), buf.slice((next, .., ..)), sems.at(next)).start();
+        make_async_copy(x.slice((i + 1, 0..r, ..)), buf.slice((next, .., ..)), sems.at(next)).start();
     }
-    async_copy(x.slice((i, 0..r, ..)), buf.slice((slot, .., ..)), sems.at(slot)).wait();
+    make_async_copy(x.slice((i, 0..r, ..)), buf.slice((slot, .., ..)), sems.at(slot)).wait();
     counter.at(0).signal(1);
     let one = counter.at(0).read();
     counter.at(0).wait(1);
     scoped(|#[shape(r, c)] bottom: Vmem<T>, sem: DmaSemaphores| {
-        let copy = async_copy(x.slice((i, r..2 * r, ..)), bottom, sem.at(()));
+        let copy = make_async_copy(x.slice((i, r..2 * r, ..)), bottom, sem.at(()));
         copy.start();
         copy.wait();
         let top = buf.load((slot, .., ..));

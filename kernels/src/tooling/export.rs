@@ -486,7 +486,12 @@ mod tests {
                 assert!(art.module.contains(&sym), "{sym}");
             }
         }
-        assert_eq!(art.module.matches("@tpu_custom_call").count(), 4);
+        assert_eq!(
+            art.module
+                .matches("call_target_name = \"tpu_custom_call\"")
+                .count(),
+            4
+        );
         assert!(art.module.matches("stablehlo.subtract").count() >= 2);
         let man = art.manifest(&[]);
         for name in ["\"ct_o\"", "\"ct_lse\"", "\"dq\"", "\"dk\"", "\"dv\""] {

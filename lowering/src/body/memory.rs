@@ -19,7 +19,7 @@ impl<'c> BodyEmitter<'_, 'c> {
             return Err(self.unsupported(
                 op,
                 &format!(
-                    "operand `{}` is in memory space `any` (HBM), which a TPU kernel reaches only by DMA: copy the part you need into VMEM scratch with `async_copy(..).start()` and `.wait()`, or give it a block spec so it arrives in VMEM",
+                    "operand `{}` is in memory space `any` (HBM), which a TPU kernel reaches only by DMA: copy the part you need into VMEM scratch with `make_async_copy(..).start()` and `.wait()`, or give it a block spec so it arrives in VMEM",
                     self.k.operands[i].name
                 ),
             ));

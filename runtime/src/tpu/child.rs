@@ -201,7 +201,10 @@ impl ChildCompiler {
     pub fn estimate(&self, target: Target, module: &str) -> Result<ModuleEstimate, ChildError> {
         let start = Instant::now();
         let (dir, _) = self.run(target, module, Mode::Profile)?;
-        let ops = read_profile(&dir.path.join("profile"))?;
+        let ops = read_profile(&dir.path.join("profile")).map_err(|source| ChildError::Io {
+            what: "reading libtpu's profile".into(),
+            source,
+        })?;
         if ops.is_empty() {
             return Err(ChildError::NoProfile { target });
         }

@@ -42,8 +42,6 @@ use std::time::Duration;
 
 use kernel_ir::Target;
 
-use super::child::ChildError;
-
 /// The flag that turns the static profiler on (a folder follows `=`).
 pub const PROFILE_FLAG: &str = "--xla_jf_dump_static_llo_profile_to";
 
@@ -121,8 +119,10 @@ impl ModuleEstimate {
 /// Reads every `*_static_llo_profile.textproto` in `dir`, with the
 /// `vmatmul` count of the op's `*_bundles.txt` beside it. Ops sorted by
 /// name.
-pub fn read_profile(dir: &Path) -> Result<Vec<OpEstimate>, ChildError> {
-    let io = |what: String| move |source| ChildError::Io { what, source };
+pub fn read_profile(dir: &Path) -> std::io::Result<Vec<OpEstimate>> {
+    let io = |what: String| {
+        move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{what}: {e}"))
+    };
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -58,8 +58,8 @@ pub(super) fn block_copies(
     #[unroll]
     for j in 0..ppb {
         let page = block_tables.load((bi, blk * ppb + j));
-        let kc = async_copy(k_pages.slice((hk, page, .., ..)), kbuf.slice((slot, j, .., ..)), sems.at((0, slot)));
-        let vc = async_copy(v_pages.slice((hk, page, .., ..)), vbuf.slice((slot, j, .., ..)), sems.at((1, slot)));
+        let kc = make_async_copy(k_pages.slice((hk, page, .., ..)), kbuf.slice((slot, j, .., ..)), sems.at((0, slot)));
+        let vc = make_async_copy(v_pages.slice((hk, page, .., ..)), vbuf.slice((slot, j, .., ..)), sems.at((1, slot)));
         if wait {
             kc.wait();
             vc.wait();
