@@ -63,6 +63,7 @@ mod interp;
 mod kernel;
 mod layout;
 mod loc;
+pub mod memo;
 mod ops;
 mod printer;
 mod spec;

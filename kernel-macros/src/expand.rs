@@ -413,6 +413,7 @@ fn module(
         .collect();
     let (impl_generics, ty_generics, where_clause) = func.sig.generics.split_for_impl();
     let turbofish = ty_generics.as_turbofish();
+    let type_params: Vec<&Ident> = func.sig.generics.type_params().map(|t| &t.ident).collect();
     let stmts = &body.stmts;
 
     let kernel_body = if stub {
@@ -531,9 +532,21 @@ fn module(
                 #kernel_body
             }
 
-            /// Builds and verifies the kernel for a config and shape symbols.
+            /// Builds and verifies the kernel for a config and shape symbols,
+            /// once per process ([`kernel_ir::memo`]): a second call with the
+            /// same arguments returns the same kernel.
             pub fn build #impl_generics (#(#config_params,)* dims: Dims) -> ::core::result::Result<::kernel_ir::VerifiedKernel, ::kernel_ir::KernelErrors> #where_clause {
-                kernel #turbofish (#(#config_names,)* dims)?.verify()
+                let __tessera_key = ::std::format!(
+                    "{}::{}<{}>{:?}",
+                    ::core::module_path!(),
+                    #name_str,
+                    {
+                        let __types: &[&str] = &[#(::core::any::type_name::<#type_params>()),*];
+                        __types.join(",")
+                    },
+                    [#(&#config_names as &dyn ::core::fmt::Debug,)* &dims as &dyn ::core::fmt::Debug],
+                );
+                ::kernel_ir::memo::verified(__tessera_key, move || kernel #turbofish (#(#config_names,)* dims)?.verify())
             }
         }
     }

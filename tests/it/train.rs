@@ -27,6 +27,9 @@ fn the_copy_task_is_learned_below_the_threshold_with_one_compile() {
     // every later one is a hit.
     assert!(s.compiles <= 1, "{s:?}");
     assert_eq!(s.compiles + s.cache_hits, opts.steps, "{s:?}");
+    // Steps 2..n record the same kernel calls as step 1 and build or
+    // verify none of them again.
+    assert_eq!(s.later_kernel_builds, (0, 0), "{s:?}");
 }
 
 fn dir(name: &str) -> PathBuf {

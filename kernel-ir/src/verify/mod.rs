@@ -29,6 +29,7 @@ mod tiling;
 pub(crate) use grid_walk::block_in_bounds;
 
 use std::ops::Deref;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{ErrorKind, KernelError, KernelErrors};
 use crate::{Kernel, VmemBudget};
@@ -36,26 +37,50 @@ use crate::{Kernel, VmemBudget};
 /// A kernel that passed every check of the verifier. The only way to get
 /// one is [`Kernel::verify`], so code that takes a `VerifiedKernel` can rely
 /// on well-formed shapes, types and index maps.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Shared, not copied: a clone is a reference count (kernel calls in a
+/// graph hold their kernel), and the printed form is made once
+/// ([`VerifiedKernel::text`], what digests and cache keys are taken of).
+#[derive(Clone, Debug)]
 pub struct VerifiedKernel {
-    kernel: Kernel,
+    kernel: Arc<Kernel>,
+    text: Arc<OnceLock<String>>,
+}
+
+impl PartialEq for VerifiedKernel {
+    fn eq(&self, other: &VerifiedKernel) -> bool {
+        Arc::ptr_eq(&self.kernel, &other.kernel) || self.kernel == other.kernel
+    }
 }
 
 impl VerifiedKernel {
+    fn new(kernel: Kernel) -> VerifiedKernel {
+        VerifiedKernel {
+            kernel: Arc::new(kernel),
+            text: Arc::default(),
+        }
+    }
+
     /// The kernel.
     pub fn kernel(&self) -> &Kernel {
         &self.kernel
     }
 
-    /// Gives the kernel back (for editing and re-verifying).
+    /// Gives the kernel back (for editing and re-verifying); a copy when
+    /// it is shared.
     pub fn into_kernel(self) -> Kernel {
-        self.kernel
+        Arc::unwrap_or_clone(self.kernel)
+    }
+
+    /// The kernel's printed form, made on first use and kept.
+    pub fn text(&self) -> &str {
+        self.text.get_or_init(|| self.kernel.to_string())
     }
 
     /// A kernel that a semantics-preserving pass made from a verified one
     /// (the pass's own tests check it against the interpreter).
     pub(crate) fn trusted(kernel: Kernel) -> VerifiedKernel {
-        VerifiedKernel { kernel }
+        VerifiedKernel::new(kernel)
     }
 
     /// The VMEM budget (which fits, or the kernel would not verify).
@@ -75,9 +100,10 @@ impl Kernel {
     /// Runs every check; returns the kernel as a [`VerifiedKernel`] or all
     /// the errors found.
     pub fn verify(self) -> Result<VerifiedKernel, KernelErrors> {
+        crate::memo::count_verification();
         let errors = self.check();
         if errors.is_empty() {
-            Ok(VerifiedKernel { kernel: self })
+            Ok(VerifiedKernel::new(self))
         } else {
             Err(KernelErrors(errors))
         }
@@ -92,7 +118,7 @@ impl Kernel {
     pub fn verify_without_mosaic_rules(self) -> Result<VerifiedKernel, KernelErrors> {
         let errors = self.check_passes(false);
         if errors.is_empty() {
-            Ok(VerifiedKernel { kernel: self })
+            Ok(VerifiedKernel::new(self))
         } else {
             Err(KernelErrors(errors))
         }

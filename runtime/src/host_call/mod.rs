@@ -58,7 +58,7 @@ fn registry() -> &'static RwLock<HashMap<String, Arc<HostKernel>>> {
 /// cached executable that calls it stays valid).
 pub fn kernel_key(kernel: &VerifiedKernel) -> String {
     use sha2::Digest;
-    let digest = sha2::Sha256::digest(kernel.to_string().as_bytes());
+    let digest = sha2::Sha256::digest(kernel.text().as_bytes());
     let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     format!("{}-{hex}", kernel.name)
 }

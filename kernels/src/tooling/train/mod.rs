@@ -97,6 +97,9 @@ pub struct TrainSummary {
     pub tokens_per_s: f64,
     /// Programs compiled by this run.
     pub compiles: u64,
+    /// Kernels built, and verified, after the first step of this run
+    /// (zero: later steps reuse the first step's kernels).
+    pub later_kernel_builds: (u64, u64),
     /// Compile-cache hits of this run.
     pub cache_hits: u64,
     /// Whether SIGTERM stopped it.
@@ -316,6 +319,13 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
     let mut stopped = false;
     let tty = unsafe { libc::isatty(2) } == 1;
     let started_at = step;
+    let mut after_first = (0, 0);
+    let counts = || {
+        (
+            kernel_ir::memo::builds_on_this_thread(),
+            kernel_ir::memo::verifications_on_this_thread(),
+        )
+    };
     while step < opts.steps {
         let t0 = Instant::now();
         step += 1;
@@ -343,6 +353,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
         let dt = t0.elapsed();
         if step == started_at + 1 {
             first_step_time = dt;
+            after_first = counts();
         } else {
             later += dt;
         }
@@ -429,6 +440,12 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
         first_step_time,
         tokens_per_s: tokens / step_time.as_secs_f64().max(1e-9),
         compiles: after.compiles - before.compiles,
+        later_kernel_builds: if step > started_at {
+            let now = counts();
+            (now.0 - after_first.0, now.1 - after_first.1)
+        } else {
+            (0, 0)
+        },
         cache_hits: (after.hits_memory + after.hits_disk + after.hits_remote)
             - (before.hits_memory + before.hits_disk + before.hits_remote),
         stopped_by_signal: stopped,
