@@ -1,13 +1,20 @@
 //! Asynchronous copies and semaphores: the data movement a kernel does by
 //! hand (Pallas's `make_async_copy`, `SemaphoreType`, `run_scoped`).
 //!
-//! A copy is described by a [`DmaCopy`]: a source and a destination view
+//! A copy is described by a [`CopyDescriptor`]: a source and a destination view
 //! (a buffer with one [`Index`] per dim, as loads and stores take) and the
 //! DMA semaphore the copy signals. `dma_start` enqueues it; `dma_wait`
 //! with a descriptor of the same size blocks until that many bytes have
 //! arrived on the semaphore. The descriptor is plain data, rebuilt for the
 //! wait, so a copy started in one grid step can be waited in the next
 //! (the double-buffering pattern of paged attention).
+//!
+//! These are the IR's records: [`SemaphoreDecl`] (an array the kernel
+//! declares), [`SemaphoreSlot`] (one semaphore of it), [`BufferSlice`] (one
+//! side of a copy) and [`CopyDescriptor`]. The builder's handles a kernel
+//! author holds have the Pallas-like names: `SemArray`, `Sem`, `View`,
+//! `AsyncCopy` (from `make_async_copy`); each resolves to one of the records
+//! when an op is recorded.
 
 use std::fmt;
 
@@ -36,7 +43,7 @@ impl fmt::Display for SemaphoreKind {
 /// An array of semaphores: scratch that starts at zero and must be back at
 /// zero when the kernel (or its scope) ends.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SemaphoreArray {
+pub struct SemaphoreDecl {
     /// Name, unique within the kernel.
     pub name: String,
     /// DMA or regular.
@@ -50,16 +57,16 @@ pub struct SemaphoreArray {
     pub loc: Option<Loc>,
 }
 
-/// One semaphore of a [`SemaphoreArray`].
+/// One semaphore of a [`SemaphoreDecl`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct SemRef {
+pub struct SemaphoreSlot {
     /// Index into [`crate::Kernel::semaphores`].
     pub array: usize,
     /// One index per dim of the array.
     pub at: Vec<IndexValue>,
 }
 
-impl SemRef {
+impl SemaphoreSlot {
     /// Dynamic values it reads.
     pub fn operands(&self) -> impl Iterator<Item = ValueId> + '_ {
         self.at.iter().filter_map(|i| match i {
@@ -71,14 +78,14 @@ impl SemRef {
 
 /// A view of a buffer: what one side of a copy moves.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct BufferView {
+pub struct BufferSlice {
     /// The buffer.
     pub buffer: BufferRef,
     /// One index per buffer dim; points drop their dim.
     pub indices: Vec<Index>,
 }
 
-impl BufferView {
+impl BufferSlice {
     /// The shape of the view: the lengths of its slices.
     pub fn shape(&self) -> Vec<usize> {
         self.indices
@@ -106,16 +113,16 @@ impl BufferView {
 /// An asynchronous copy: source, destination and the DMA semaphore that
 /// counts its bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct DmaCopy {
+pub struct CopyDescriptor {
     /// What is read.
-    pub src: BufferView,
+    pub src: BufferSlice,
     /// What is written.
-    pub dst: BufferView,
+    pub dst: BufferSlice,
     /// The DMA semaphore signalled as bytes arrive.
-    pub sem: SemRef,
+    pub sem: SemaphoreSlot,
 }
 
-impl DmaCopy {
+impl CopyDescriptor {
     /// Dynamic values it reads (source indices, destination indices,
     /// semaphore index).
     pub fn operands(&self) -> Vec<ValueId> {

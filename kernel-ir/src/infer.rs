@@ -7,8 +7,8 @@
 use crate::error::ErrorKind;
 use crate::ops::ShapeDisplay;
 use crate::{
-    BinaryOp, BufferRef, DType, DotDims, Index, IndexValue, Kernel, OpKind, ReduceOp, Role, SemRef,
-    SemaphoreKind, TileType, UnaryOp, ValueId,
+    BinaryOp, BufferRef, DType, DotDims, Index, IndexValue, Kernel, OpKind, ReduceOp, Role,
+    SemaphoreKind, SemaphoreSlot, TileType, UnaryOp, ValueId,
 };
 
 /// Looks up the type of a value that is in scope.
@@ -440,7 +440,7 @@ pub(crate) fn result_types(
 fn check_sem(
     sig: &Kernel,
     op: &'static str,
-    sem: &SemRef,
+    sem: &SemaphoreSlot,
     want: SemaphoreKind,
     ty: &TypeOf<'_>,
 ) -> Result<(), ErrorKind> {
@@ -492,7 +492,7 @@ fn check_sem(
 fn check_copy(
     sig: &Kernel,
     op: &'static str,
-    c: &crate::DmaCopy,
+    c: &crate::CopyDescriptor,
     ty: &TypeOf<'_>,
 ) -> Result<(), ErrorKind> {
     let bad = |detail: String| ErrorKind::Dma { op, detail };

@@ -28,7 +28,7 @@ pub struct Kernel {
     /// Scratch buffers (those marked `scoped` belong to a `scope` op).
     pub scratch: Vec<Scratch>,
     /// Semaphore arrays (those marked `scoped` belong to a `scope` op).
-    pub semaphores: Vec<crate::SemaphoreArray>,
+    pub semaphores: Vec<crate::SemaphoreDecl>,
     /// What each grid step does.
     pub body: Body,
 }

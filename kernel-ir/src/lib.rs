@@ -78,7 +78,7 @@ pub use builder::{
     Scope, Sem, SemArray, Start, Tile, View, constant, dot, dot_general, ds, for_range,
     for_range_step, if_else, iota, make_async_copy, num_programs, program_id, scoped, select, when,
 };
-pub use dma::{BufferView, DmaCopy, SemRef, SemaphoreArray, SemaphoreKind};
+pub use dma::{BufferSlice, CopyDescriptor, SemaphoreDecl, SemaphoreKind, SemaphoreSlot};
 pub use dtype::fp8::{self, f8e4m3fn, f8e5m2};
 pub use dtype::{DType, Element, ParseDTypeError};
 pub use error::{ErrorKind, KernelError, KernelErrors};

@@ -579,14 +579,14 @@ pub enum OpKind {
         else_region: Region,
     },
     /// Starts an asynchronous copy (Pallas's `copy.start()`).
-    DmaStart(crate::DmaCopy),
+    DmaStart(crate::CopyDescriptor),
     /// Waits until the bytes of a copy like this one (same semaphore, same
     /// size) have arrived (Pallas's `copy.wait()`).
-    DmaWait(crate::DmaCopy),
+    DmaWait(crate::CopyDescriptor),
     /// Adds `amount` to a regular semaphore.
     SemSignal {
         /// The semaphore.
-        sem: crate::SemRef,
+        sem: crate::SemaphoreSlot,
         /// What to add (≥ 0).
         amount: IndexValue,
     },
@@ -594,14 +594,14 @@ pub enum OpKind {
     /// subtracts it.
     SemWait {
         /// The semaphore.
-        sem: crate::SemRef,
+        sem: crate::SemaphoreSlot,
         /// What to take (≥ 0).
         amount: IndexValue,
     },
     /// The value of a regular semaphore (i32 scalar).
     SemRead {
         /// The semaphore.
-        sem: crate::SemRef,
+        sem: crate::SemaphoreSlot,
     },
     /// Allocates the scoped scratch buffers and semaphores listed for the
     /// body, which runs once (Pallas's `run_scoped`).

@@ -147,11 +147,11 @@ impl Printer<'_> {
         format!("[{}]", parts.join(", "))
     }
 
-    fn view(&self, v: &crate::BufferView) -> String {
+    fn view(&self, v: &crate::BufferSlice) -> String {
         format!("{}{}", self.buffer(v.buffer), self.indices(&v.indices))
     }
 
-    fn sem(&self, s: &crate::SemRef) -> String {
+    fn sem(&self, s: &crate::SemaphoreSlot) -> String {
         let name = self
             .k
             .semaphores
@@ -161,7 +161,7 @@ impl Printer<'_> {
         format!("@{name}[{}]", at.join(", "))
     }
 
-    fn copy(&self, c: &crate::DmaCopy) -> String {
+    fn copy(&self, c: &crate::CopyDescriptor) -> String {
         format!(
             "{} -> {} sem {}",
             self.view(&c.src),

@@ -14,7 +14,7 @@
 use crate::verify::VerifiedKernel;
 use crate::{
     BinaryOp, BufferRef, CompareOp, DType, Index, IndexValue, Kernel, Literal, MemorySpace, Op,
-    OpKind, Region, Scratch, SemRef, SemaphoreKind, TileType, ValueId,
+    OpKind, Region, Scratch, SemaphoreKind, SemaphoreSlot, TileType, ValueId,
 };
 
 impl VerifiedKernel {
@@ -119,7 +119,7 @@ impl Pass<'_> {
     }
 
     /// The counter of a regular semaphore: its scratch buffer and indices.
-    fn counter(&self, s: &SemRef) -> (BufferRef, Vec<Index>) {
+    fn counter(&self, s: &SemaphoreSlot) -> (BufferRef, Vec<Index>) {
         let buffer = BufferRef::Scratch(self.counter[s.array].unwrap_or(usize::MAX));
         let indices = if s.at.is_empty() {
             vec![Index::Point(IndexValue::Static(0))]
@@ -217,7 +217,7 @@ impl Pass<'_> {
     fn count(
         &mut self,
         out: &mut Vec<Op>,
-        sem: &SemRef,
+        sem: &SemaphoreSlot,
         amount: IndexValue,
         op: BinaryOp,
         loc: &Loc,

@@ -29,8 +29,8 @@ use super::tile::Tile;
 use super::{KernelBuilder, control};
 use crate::error::ErrorKind;
 use crate::{
-    BufferView, DType, DmaCopy, IndexValue, Loc, MemorySpace, OpKind, Region, Scratch, SemRef,
-    SemaphoreArray, SemaphoreKind,
+    BufferSlice, CopyDescriptor, DType, IndexValue, Loc, MemorySpace, OpKind, Region, Scratch,
+    SemaphoreDecl, SemaphoreKind, SemaphoreSlot,
 };
 
 /// An array of semaphores of the kernel being built. `Copy`.
@@ -101,7 +101,7 @@ fn push_semaphores(
     scoped: bool,
     loc: Loc,
 ) -> usize {
-    st.sig.semaphores.push(SemaphoreArray {
+    st.sig.semaphores.push(SemaphoreDecl {
         name,
         kind,
         shape,
@@ -193,19 +193,19 @@ fn start_value(st: &mut State, s: Start, loc: &Loc) -> Option<IndexValue> {
 }
 
 impl Sem {
-    fn resolve(&self, st: &mut State, loc: &Loc) -> Option<SemRef> {
+    fn resolve(&self, st: &mut State, loc: &Loc) -> Option<SemaphoreSlot> {
         let at = self
             .at
             .iter()
             .map(|s| start_value(st, *s, loc))
             .collect::<Option<Vec<_>>>()?;
-        Some(SemRef {
+        Some(SemaphoreSlot {
             array: self.array,
             at,
         })
     }
 
-    fn counter_op(&self, amount: Start, loc: Loc, make: fn(SemRef, IndexValue) -> OpKind) {
+    fn counter_op(&self, amount: Start, loc: Loc, make: fn(SemaphoreSlot, IndexValue) -> OpKind) {
         state::with(self.builder, |st| {
             let sem = self.resolve(st, &loc)?;
             let amount = start_value(st, amount, &loc)?;
@@ -269,11 +269,11 @@ pub fn make_async_copy(src: impl Into<View>, dst: impl Into<View>, sem: Sem) -> 
 }
 
 impl AsyncCopy {
-    fn record(&self, loc: Loc, make: fn(DmaCopy) -> OpKind) {
+    fn record(&self, loc: Loc, make: fn(CopyDescriptor) -> OpKind) {
         state::with(self.sem.builder, |st| {
-            let mut view = |v: &View| -> Option<BufferView> {
+            let mut view = |v: &View| -> Option<BufferSlice> {
                 let b = v.buffer.buffer();
-                Some(BufferView {
+                Some(BufferSlice {
                     buffer: b,
                     indices: resolve(st, b, v.indices.clone(), &loc)?,
                 })
@@ -281,7 +281,7 @@ impl AsyncCopy {
             let src = view(&self.src)?;
             let dst = view(&self.dst)?;
             let sem = self.sem.resolve(st, &loc)?;
-            st.push_op(make(DmaCopy { src, dst, sem }), loc);
+            st.push_op(make(CopyDescriptor { src, dst, sem }), loc);
             Some(())
         });
     }

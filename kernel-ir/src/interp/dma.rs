@@ -17,7 +17,9 @@ use super::UNWRITTEN;
 use super::eval::{Machine, R, Ranges, Val};
 use crate::array::SplitMix64;
 use crate::error::{ErrorKind, KernelError};
-use crate::{BufferRef, BufferView, DmaCopy, IndexValue, Loc, Region, SemRef, SemaphoreKind};
+use crate::{
+    BufferRef, BufferSlice, CopyDescriptor, IndexValue, Loc, Region, SemaphoreKind, SemaphoreSlot,
+};
 
 /// Copies in flight and semaphore values of one run.
 pub(crate) struct DmaState {
@@ -152,7 +154,12 @@ impl Machine<'_> {
     }
 
     /// The semaphore a reference names, checked in bounds.
-    fn sem_slot(&self, s: &SemRef, op: &'static str, loc: &Option<Loc>) -> R<(usize, usize)> {
+    fn sem_slot(
+        &self,
+        s: &SemaphoreSlot,
+        op: &'static str,
+        loc: &Option<Loc>,
+    ) -> R<(usize, usize)> {
         let a = &self.k.semaphores[s.array];
         let mut flat = 0usize;
         for (d, (i, &n)) in s.at.iter().zip(&a.shape).enumerate() {
@@ -179,7 +186,7 @@ impl Machine<'_> {
     fn resolve(
         &self,
         op: &'static str,
-        v: &BufferView,
+        v: &BufferSlice,
         loc: &Option<Loc>,
     ) -> R<(Ranges, Vec<i64>, Vec<usize>)> {
         let (ranges, shape) = self.ranges(op, v.buffer, &v.indices, loc)?;
@@ -187,7 +194,7 @@ impl Machine<'_> {
         Ok((ranges, offset, shape))
     }
 
-    pub(super) fn dma_start(&mut self, c: &DmaCopy, loc: &Option<Loc>) -> R<()> {
+    pub(super) fn dma_start(&mut self, c: &CopyDescriptor, loc: &Option<Loc>) -> R<()> {
         let op = "dma_start";
         let (sr, so, shape) = self.resolve(op, &c.src, loc)?;
         let (dr, doff, _) = self.resolve(op, &c.dst, loc)?;
@@ -240,7 +247,7 @@ impl Machine<'_> {
         Ok(())
     }
 
-    pub(super) fn dma_wait(&mut self, c: &DmaCopy, loc: &Option<Loc>) -> R<()> {
+    pub(super) fn dma_wait(&mut self, c: &CopyDescriptor, loc: &Option<Loc>) -> R<()> {
         let op = "dma_wait";
         let (sr, so, _) = self.resolve(op, &c.src, loc)?;
         let (dr, doff, _) = self.resolve(op, &c.dst, loc)?;
@@ -302,12 +309,17 @@ impl Machine<'_> {
         Ok(())
     }
 
-    fn regular(&self, s: &SemRef, op: &'static str, loc: &Option<Loc>) -> R<(usize, usize)> {
+    fn regular(&self, s: &SemaphoreSlot, op: &'static str, loc: &Option<Loc>) -> R<(usize, usize)> {
         debug_assert_eq!(self.k.semaphores[s.array].kind, SemaphoreKind::Regular);
         self.sem_slot(s, op, loc)
     }
 
-    pub(super) fn sem_signal(&mut self, s: &SemRef, n: &IndexValue, loc: &Option<Loc>) -> R<()> {
+    pub(super) fn sem_signal(
+        &mut self,
+        s: &SemaphoreSlot,
+        n: &IndexValue,
+        loc: &Option<Loc>,
+    ) -> R<()> {
         let slot = self.regular(s, "sem_signal", loc)?;
         let n = self.index_value(n, "a semaphore amount", loc)?;
         if n < 0 {
@@ -326,7 +338,12 @@ impl Machine<'_> {
         Ok(())
     }
 
-    pub(super) fn sem_wait(&mut self, s: &SemRef, n: &IndexValue, loc: &Option<Loc>) -> R<()> {
+    pub(super) fn sem_wait(
+        &mut self,
+        s: &SemaphoreSlot,
+        n: &IndexValue,
+        loc: &Option<Loc>,
+    ) -> R<()> {
         let slot = self.regular(s, "sem_wait", loc)?;
         let n = self.index_value(n, "a semaphore amount", loc)?;
         let v = self.dma.sems[slot.0][slot.1];
@@ -344,7 +361,7 @@ impl Machine<'_> {
         Ok(())
     }
 
-    pub(super) fn sem_read(&self, s: &SemRef, loc: &Option<Loc>) -> R<Val> {
+    pub(super) fn sem_read(&self, s: &SemaphoreSlot, loc: &Option<Loc>) -> R<Val> {
         let slot = self.regular(s, "sem_read", loc)?;
         let v = self.dma.sems[slot.0][slot.1];
         Ok(Val::clean(crate::DType::I32, vec![], vec![v as f64]))

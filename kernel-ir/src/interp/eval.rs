@@ -365,7 +365,7 @@ impl Machine<'_> {
             }
             OpKind::DmaStart(c) => {
                 self.dma_start(c, loc)?;
-                let hbm = |v: &crate::BufferView| match v.buffer {
+                let hbm = |v: &crate::BufferSlice| match v.buffer {
                     crate::BufferRef::Operand(i) => self
                         .k
                         .operands

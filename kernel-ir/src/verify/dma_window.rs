@@ -22,7 +22,7 @@ use std::collections::HashMap;
 
 use crate::error::{ErrorKind, KernelError};
 use crate::{
-    BinaryOp, BufferView, Index, IndexValue, Kernel, Literal, MemorySpace, OpKind, ValueId,
+    BinaryOp, BufferSlice, Index, IndexValue, Kernel, Literal, MemorySpace, OpKind, ValueId,
 };
 
 pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
@@ -93,7 +93,7 @@ fn dim(i: &Index) -> (&IndexValue, usize) {
     }
 }
 
-fn in_smem(k: &Kernel, v: &BufferView) -> bool {
+fn in_smem(k: &Kernel, v: &BufferSlice) -> bool {
     let space = match v.buffer {
         crate::BufferRef::Operand(i) => k.operands.get(i).map(|o| o.space),
         crate::BufferRef::Scratch(i) => k.scratch.get(i).map(|s| s.space),
@@ -102,7 +102,11 @@ fn in_smem(k: &Kernel, v: &BufferView) -> bool {
     space == Some(MemorySpace::Smem)
 }
 
-fn window_error(k: &Kernel, defs: &HashMap<ValueId, &OpKind>, v: &BufferView) -> Option<ErrorKind> {
+fn window_error(
+    k: &Kernel,
+    defs: &HashMap<ValueId, &OpKind>,
+    v: &BufferSlice,
+) -> Option<ErrorKind> {
     let (name, dtype, shape) = k.buffer(v.buffer)?;
     let r = shape.len();
     if r == 0 || v.indices.len() != r {

@@ -73,7 +73,7 @@ impl Checker<'_> {
         }
     }
 
-    fn sem(&mut self, op: &crate::Op, s: &crate::SemRef) {
+    fn sem(&mut self, op: &crate::Op, s: &crate::SemaphoreSlot) {
         if let Some(a) = self.k.semaphores.get(s.array)
             && a.scoped
             && !self.open.1[s.array]

@@ -16,7 +16,9 @@
 
 use melior::ir::{Block, Type};
 
-use kernel_ir::{BufferRef, BufferView, DmaCopy, Index, MemorySpace, Op, Region, SemRef};
+use kernel_ir::{
+    BufferRef, BufferSlice, CopyDescriptor, Index, MemorySpace, Op, Region, SemaphoreSlot,
+};
 
 use super::BodyEmitter;
 use crate::LoweringError;
@@ -103,7 +105,7 @@ impl<'c> BodyEmitter<'_, 'c> {
         )
     }
 
-    fn view(&self, block: &Block<'c>, v: &BufferView, write: bool) -> Result<Raw, LoweringError> {
+    fn view(&self, block: &Block<'c>, v: &BufferSlice, write: bool) -> Result<Raw, LoweringError> {
         let (shape, dtype, space) = self.buffer_memref(v.buffer);
         let space = memory_space(self.ir, space, self.flavor)?;
         let mem = memory_dtype(self.flavor, dtype);
@@ -113,7 +115,7 @@ impl<'c> BodyEmitter<'_, 'c> {
         })
     }
 
-    fn semaphore(&self, block: &Block<'c>, s: &SemRef) -> Result<Raw, LoweringError> {
+    fn semaphore(&self, block: &Block<'c>, s: &SemaphoreSlot) -> Result<Raw, LoweringError> {
         let a = &self.k.semaphores[s.array];
         let base = self.semaphore_base(s.array);
         let indices: Vec<Index> = s.at.iter().map(|i| Index::Point(*i)).collect();
@@ -126,7 +128,7 @@ impl<'c> BodyEmitter<'_, 'c> {
         &mut self,
         block: &Block<'c>,
         op: &Op,
-        c: &DmaCopy,
+        c: &CopyDescriptor,
         start: bool,
     ) -> Result<(), LoweringError> {
         self.mosaic_only(op)?;
@@ -169,7 +171,7 @@ impl<'c> BodyEmitter<'_, 'c> {
         &mut self,
         block: &Block<'c>,
         op: &Op,
-        sem: &SemRef,
+        sem: &SemaphoreSlot,
         amount: Option<&kernel_ir::IndexValue>,
         signal: bool,
     ) -> Result<Option<Raw>, LoweringError> {
