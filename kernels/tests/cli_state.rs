@@ -220,6 +220,66 @@ fn civil_failure(o: &Output, what: &str) -> Result<(), String> {
     }
 }
 
+/// Damages the regular file `f` one of five ways; says which.
+fn damage(r: &mut Rng, f: &Path) -> &'static str {
+    let bytes = std::fs::read(f).unwrap();
+    match r.below(5) {
+        0 => {
+            let mut b = bytes;
+            let i = r.below(b.len() as u64) as usize;
+            b[i] ^= 1 + r.below(255) as u8;
+            std::fs::write(f, b).unwrap();
+            "a flipped byte"
+        }
+        1 => {
+            std::fs::write(f, &bytes[..r.below(bytes.len() as u64) as usize]).unwrap();
+            "truncated"
+        }
+        2 => {
+            std::fs::remove_file(f).unwrap();
+            "removed"
+        }
+        3 => {
+            std::fs::remove_file(f).unwrap();
+            let c = std::ffi::CString::new(f.to_str().unwrap()).unwrap();
+            // SAFETY: a valid NUL-terminated path.
+            unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+            "a FIFO in its place"
+        }
+        _ => {
+            std::fs::remove_file(f).unwrap();
+            std::os::unix::fs::symlink("/dev/zero", f).unwrap();
+            "a link to /dev/zero in its place"
+        }
+    }
+}
+
+/// What an export that ran to its end must leave: when it passed, the
+/// whole new export (`want`, its index digest); when it failed, one civil
+/// line and `target` exactly as it was (`before`), no staging folder left.
+fn new_or_unchanged(
+    o: &Output,
+    target: &Path,
+    want: &str,
+    before: &BTreeMap<String, String>,
+    desc: String,
+) -> Result<String, String> {
+    if o.status.success() {
+        return match whole_export(target) {
+            Ok(dg) if dg == want => Ok(desc),
+            got => Err(format!("{desc}: passed but left {got:?}")),
+        };
+    }
+    civil_failure(o, &desc)?;
+    let left = staging_left(target);
+    if tree(target) != *before || !left.is_empty() {
+        return Err(format!(
+            "{desc}: failed and changed the old state, or left {left:?}"
+        ));
+    }
+    Ok(desc)
+}
+
 /// The good exports, made once: their index digests, and a copy to start
 /// cases from.
 struct Templates {
@@ -348,23 +408,7 @@ fn case(n: usize, seed: u64, t: &Templates, scratch: &Path) -> Result<String, St
             "export {} with files limited to {limit} bytes over {old:?}",
             EXPORTS[new].0
         );
-        if o.status.success() {
-            // It fitted: then it is the whole new export.
-            match whole_export(&target) {
-                Ok(dg) if dg == t.digests[new] => Ok(desc),
-                got => Err(format!("{desc}: passed but left {got:?}")),
-            }
-        } else {
-            civil_failure(&o, &desc)?;
-            let left = staging_left(&target);
-            if tree(&target) != before || !left.is_empty() {
-                Err(format!(
-                    "{desc}: the old state changed or staging left {left:?}"
-                ))
-            } else {
-                Ok(desc)
-            }
-        }
+        new_or_unchanged(&o, &target, &t.digests[new], &before, desc)
     } else if k < 80 {
         // A damaged earlier export: the next export replaces it whole, or
         // (its index gone) refuses it, leaving it as it was.
@@ -373,40 +417,14 @@ fn case(n: usize, seed: u64, t: &Templates, scratch: &Path) -> Result<String, St
         }
         let files: Vec<String> = tree(&target).into_keys().collect();
         let f = target.join(r.pick(&files));
-        let how = r.below(4);
-        match how {
-            0 => {
-                let mut b = std::fs::read(&f).unwrap();
-                let i = r.below(b.len() as u64) as usize;
-                b[i] ^= 1 + r.below(255) as u8;
-                std::fs::write(&f, b).unwrap();
-            }
-            1 => std::fs::write(&f, b"").unwrap(),
-            2 => std::fs::remove_file(&f).unwrap(),
-            _ => {
-                std::fs::remove_file(&f).unwrap();
-                std::os::unix::fs::symlink("/dev/zero", &f).unwrap();
-            }
-        }
+        let how = damage(&mut r, &f);
         let desc = format!("export over {} damaged ({how})", f.display());
-        if whole_export(&target).is_ok() && how != 0 {
+        if whole_export(&target).is_ok() && how != "a flipped byte" {
             return Err(format!("{desc}: the damage was not seen"));
         }
         let before = tree(&target);
         let o = run(EXPORTS[new].1, Some(&target))?;
-        if o.status.success() {
-            match whole_export(&target) {
-                Ok(dg) if dg == t.digests[new] => Ok(desc),
-                got => Err(format!("{desc}: left {got:?}")),
-            }
-        } else {
-            civil_failure(&o, &desc)?;
-            if tree(&target) == before {
-                Ok(desc)
-            } else {
-                Err(format!("{desc}: refused but changed it"))
-            }
-        }
+        new_or_unchanged(&o, &target, &t.digests[new], &before, desc)
     } else if k < 86 {
         // `--out` naming what is not the command's to replace.
         let fifo = d.join("fifo");
@@ -534,29 +552,7 @@ fn train_case(r: &mut Rng, d: &Path) -> Result<String, String> {
             .filter(|f| f.contains("0006"))
             .collect();
         let f = ck.join(r.pick(&files));
-        let how = r.below(4);
-        match how {
-            0 => {
-                let mut b = std::fs::read(&f).unwrap();
-                let i = r.below(b.len() as u64) as usize;
-                b[i] ^= 1 + r.below(255) as u8;
-                std::fs::write(&f, b).unwrap();
-            }
-            1 => {
-                let b = std::fs::read(&f).unwrap();
-                std::fs::write(&f, &b[..r.below(b.len() as u64) as usize]).unwrap();
-            }
-            2 => {
-                std::fs::remove_file(&f).unwrap();
-                let c = std::ffi::CString::new(f.to_str().unwrap()).unwrap();
-                // SAFETY: a valid NUL-terminated path.
-                unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
-            }
-            _ => {
-                std::fs::remove_file(&f).unwrap();
-                std::os::unix::fs::symlink("/dev/zero", &f).unwrap();
-            }
-        }
+        let how = damage(r, &f);
         desc = format!("train resumed over {} damaged ({how})", f.display());
         kind = "train over a damaged checkpoint";
     }

@@ -19,13 +19,7 @@ pub fn private_function(module: &str, name: &str) -> Result<String, LoweringErro
     })?;
     let mut op = parsed.body().first_operation_mut();
     while let Some(mut o) = op {
-        let is_main = o
-            .attribute("sym_name")
-            .ok()
-            .is_some_and(|a| a.to_string() == "\"main\"");
-        if is_main {
-            o.set_attribute("sym_name", ir.str_attr(name));
-            o.set_attribute("sym_visibility", ir.str_attr("private"));
+        if rename_main(&mut o, &ir, name) {
             return Ok(o.to_string());
         }
         op = o.next_in_block_mut();
@@ -61,14 +55,7 @@ pub fn private_functions(module: &str, name: &str) -> Result<String, LoweringErr
     let mut op = parsed.body().first_operation_mut();
     while let Some(mut o) = op {
         if o.attribute("sym_name").is_ok() {
-            let is_main = o
-                .attribute("sym_name")
-                .ok()
-                .is_some_and(|a| a.to_string() == "\"main\"");
-            if is_main {
-                o.set_attribute("sym_name", ir.str_attr(name));
-                o.set_attribute("sym_visibility", ir.str_attr("private"));
-            }
+            rename_main(&mut o, &ir, name);
             let mut text = o.to_string();
             // Symbol references are `@X` followed by a delimiter; the
             // names are the module's own, so a textual rename is exact.
@@ -81,6 +68,23 @@ pub fn private_functions(module: &str, name: &str) -> Result<String, LoweringErr
         op = o.next_in_block_mut();
     }
     Ok(out)
+}
+
+/// If `o` is `@main`: renames it `@name` and makes it private.
+fn rename_main<'c>(
+    o: &mut melior::ir::operation::OperationRefMut<'c, '_>,
+    ir: &Ir<'c>,
+    name: &str,
+) -> bool {
+    let is_main = o
+        .attribute("sym_name")
+        .ok()
+        .is_some_and(|a| a.to_string() == "\"main\"");
+    if is_main {
+        o.set_attribute("sym_name", ir.str_attr(name));
+        o.set_attribute("sym_visibility", ir.str_attr("private"));
+    }
+    is_main
 }
 
 /// `text` with every reference `@from` (not a longer name) as `@to`.
