@@ -13,6 +13,63 @@
 //!    which any PJRT back end runs.
 //!
 //! Only [`kernel_ir::VerifiedKernel`]s are lowered.
+//!
+//! # Decisions
+//!
+//! * **A body with semaphores is serialized as MLIR text**, not bytecode: its
+//!   memref element types (`!tpu.dma_semaphore`) belong to the tpu dialect,
+//!   which this MLIR lacks, so they are opaque types here, and bytecode would
+//!   carry them as opaque types the TPU compiler does not read back as
+//!   semaphores; text is re-parsed by the consumer's dialects (libtpu and
+//!   jaxlib both take a text body, with locations). Other bodies stay
+//!   bytecode.
+//! * **Kernel function arguments** (`convention::ArgLayout`): grid indices (i32), scalar prefetch, the
+//!   call's inputs (in, in-out), its outputs (out, in-out), scratch. An in-out
+//!   operand appears twice, as Pallas passes it: loads read the input window,
+//!   stores write the output window.
+//! * **Upstream flavor**: memory spaces are integers (1 = vmem, 2 = smem, none =
+//!   any) so that the module is valid upstream MLIR and round-trips through
+//!   `mlir-opt-22`; non-row-major windows are strided memrefs (accessed with
+//!   `vector.transfer_read/write`); `align` is the `llvm.align` argument
+//!   attribute; `dot` is `vector.contract` on widened inputs; iota is
+//!   `vector.step` + broadcast.
+//! * **Mosaic flavor**: `#tpu.memory_space<..>` and the other `#tpu` attributes
+//!   are parsed as opaque attributes (the tpu dialect is not in upstream MLIR);
+//!   memref types are built with the unchecked constructor because MLIR's type
+//!   verifier rejects opaque memory spaces, and it verifies types only when it
+//!   parses them. In bytecode, opaque attributes are written as text, which
+//!   jaxlib re-parses into real tpu attributes (checked by the conformance
+//!   script). The serialized body renames every op `stable_mosaic.<op>`, the
+//!   form Mosaic's deserializer requires, at `stable_mosaic.version = 15` (jax
+//!   0.11.2's). `dot` is `tpu.matmul`, iota `tpu.iota`, stores
+//!   `tpu.vector_store`.
+//! * **Layout hints on TPU**: a hinted operand is transposed explicitly into its
+//!   physical order by `stablehlo.transpose` before the call (outputs back after
+//!   it); the kernel's window for it is in physical order and loads/stores
+//!   transpose in registers; a transpose that undoes another is folded, so a
+//!   col-major K feeds `tpu.matmul` directly. `operand_layouts` are then
+//!   row-major and XLA adds no hidden copies. `TpuCustomCall::transposes`
+//!   counts them and their bytes.
+//! * **backend_config** follows Pallas' key order; the cost estimate counts
+//!   flops/transcendentals over the grid (run-time loop bounds count one trip,
+//!   both branches count) and bytes per block transfer (a block is fetched when
+//!   its index changes); `scoped_memory_configs` always states the effective
+//!   VMEM limit.
+//! * **Decomposed**: arrays are padded to whole blocks, the grid is one while
+//!   loop over all steps, outputs and scratch are loop-carried, a step's windows
+//!   are `dynamic_slice`s and output windows are written back with
+//!   `dynamic_update_slice`; kernel loops/branches thread the buffers they
+//!   write. Generic-form StableHLO (plus `chlo.erf`), which PJRT plugins accept.
+//! * **What Mosaic takes** (found with libtpu): stores are `tpu.vector_store`
+//!   of a vector at the window's full rank (unit dims for points); floor
+//!   division and the divisor-signed remainder in index maps are built from
+//!   `divsi`/`remsi` (no `floordivsi` legalizes; tested exact for every sign
+//!   by JIT-compiling the expansion); bool buffers are i32 in memory
+//!   (`DType::tpu_memory_dtype`; the wrapper converts at the call, loads
+//!   compare with 0, stores widen), bool selects and comparisons are bitwise;
+//!   float `!=` is `not(oeq)` (no unordered predicates); rank-1 iotas are rows
+//!   of a 2-D `tpu.iota`; bf16 reductions and bf16 sin/cos run in f32 and round
+//!   once (which is also what the reference does).
 
 mod body;
 mod convention;

@@ -24,6 +24,11 @@
 //!
 //! Arithmetic is exact in f64 and rounded to the result dtype after every
 //! op, so results are those of a correctly rounded implementation.
+//!
+//! A copy reads its source at `dma_start` and writes its destination when a
+//! `dma_wait` retires it; each race or hang is a `[dma-race]` error at the
+//! offending op's line. A wait retires the copy it describes (else the
+//! oldest of its size on the semaphore).
 
 mod dma;
 mod eval;

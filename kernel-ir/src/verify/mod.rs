@@ -16,6 +16,33 @@
 //!
 //! A kernel that passes is a [`VerifiedKernel`]; only those are interpreted
 //! and lowered.
+//!
+//! In order; a signature error stops the rest:
+//! `signature` (names, shapes, block ranks, index-map references, layout
+//! permutations, alignment values, memory spaces) → `body` (scoping, types,
+//! including copies: same shape and dtype on both sides, a writable
+//! destination, semaphores of the right kind and in bounds) → `scope` (scoped
+//! buffers and semaphores used only in their scope) →
+//! `tiling` (VMEM blocks: physical minor dim a multiple of 128 lanes or full,
+//! second-minor a multiple of 8·packing rows or full; rank 1: full, ×1024 or a
+//! power of two ≥ 128·packing) → `grid_walk` (index maps without prefetch
+//! evaluated over the grid, or its corners beyond 65 536 steps: blocks in
+//! bounds, block starts aligned) → VMEM budget → `carry` (scratch, or a VMEM
+//! output block, read before it is written in a step carries state; that is legal only if it is reset under
+//! `program_id(d) == 0` for dims `d` inner to every parallel dim). `mosaic`
+//! runs after `body` (when the types are sound): what the TPU compiler rejects
+//! on every generation beyond tiling, each rule found by compiling with libtpu
+//! and tagged `[tpu-<rule>]` (f16, i8 arithmetic, narrow masked stores, bf16
+//! `%`, dot operand and accumulator types, outer-product dots on v6e/v7x,
+//! vectors in SMEM, bool and rank-1
+//! vectors through loops and branches, packed rank-1 selects, `core_parallel`
+//! and buffering limits; and `dma_window`, the copy windows a TPU DMA moves,
+//! checked against a matrix of copies in `tests/it/tpu_dma.rs`). The module
+//! docs list them with the compiler's words; `tests/it/tpu_compile.rs` shows,
+//! per rule, that the error points at the offending line and that libtpu
+//! rejects the kernel when the rule is skipped
+//! (`Kernel::verify_without_mosaic_rules`, hidden, for that test only). Where a
+//! lowering can avoid a limit it does, instead of a rule.
 
 mod body;
 mod carry;

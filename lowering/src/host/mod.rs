@@ -23,6 +23,84 @@
 //! let outputs = native.run(&[x])?;
 //! # Ok(()) }
 //! ```
+//!
+//! fp8 on the host (`host/emit/fp8.rs`): LLVM has no fp8 types, so an fp8
+//! value is its bit pattern in memory (one byte, what XLA's buffers hold) and
+//! an f16 in registers (every value of both formats is one); loads decode,
+//! stores and conversions to fp8 encode straight from f32 (nearest even,
+//! subnormals, NaN/∞ overflow), so rounding never passes through f16.
+//!
+//! `HostKernel::compile` builds the *host flavor* of the kernel module, lowers
+//! it to the LLVM dialect and JIT-compiles it with MLIR's ExecutionEngine;
+//! `run`/`run_bytes`/`run_raw` execute the grid. `host_module` prints the host
+//! flavor. Three modules: `emit/` (the body: `mod` the emitter and op
+//! dispatch, `lazy` lazy expressions and chunk loops, `math` elementwise math
+//! and the polynomial `exp`, `reduce`, `dot` the micro-kernel, `control`
+//! loops and conditionals), `jit` (pipeline, LLVM-only check, engine),
+//! `driver` (storage, descriptors, threads).
+//!
+//! **The JIT compiles a CPU-shaped module, not target 1.** Target 1
+//! computes on whole-block vectors (`vector<128x128xf32>`), which LLVM unrolls
+//! into tens of thousands of register ops (minutes to compile, spills at run
+//! time). The host flavor keeps target 1's signature shape (grid indices,
+//! prefetch, windows, scratch) plus a workspace buffer, and lowers the body for
+//! a CPU:
+//!
+//! * a tile is a *lazy expression* (elementwise ops, broadcasts, transposes,
+//!   unit-dim reshapes, iota, loads of windows) evaluated chunk by chunk
+//!   (`vector<16 x T>` along the last dim) where it is consumed, so elementwise
+//!   chains fuse into one loop nest; a value used twice, a reduction result, a
+//!   matmul result or a loop-carried tile lives in a workspace buffer
+//!   (`memref.view` at a static offset);
+//! * before a buffer is stored to, lazy values that read it and are still
+//!   needed are computed ("frozen") first, so laziness never changes results;
+//!   a store whose value reads the target only at the same site, through
+//!   elementwise ops (`acc = acc · α + pv`), runs in place (each chunk is read
+//!   before it is overwritten) instead of through a temporary; one op between
+//!   a buffer and a constant (`s · scale`) is recomputed at each use rather
+//!   than stored;
+//! * a transpose of a window is a window with its index map permuted (still
+//!   vector loads along whichever dim has unit stride);
+//! * `dot` lays its operands out as BLAS libraries do: the rhs is *packed*
+//!   into `[batch, n / NR, k, NR]` panels (one k step reads one contiguous run;
+//!   a k × NR panel stays in L1 while the lhs row tiles sweep it), through
+//!   16 × 16 in-register transposes (`vector.shuffle`) when the rhs is
+//!   contiguous along k (`kᵀ`, `qᵀ`); the lhs is read in place when it is a
+//!   window or buffer of the accumulator type (its elements are scalar loads
+//!   broadcast to the lanes, so its stride does not matter), else computed
+//!   into a `[batch, m, k]` buffer. The micro-kernel keeps 12 rows × 32 lanes
+//!   of accumulators (24 of the 32 vector registers; a tail of 8/4/2/1-row
+//!   tiles covers the rest), `vector.fma` with broadcast lhs, k unrolled by 4,
+//!   row tiles inside column panels so a panel is reused while it is in L1;
+//!   half-float accumulation and arithmetic run in f32 and round once per op,
+//!   as the interpreter does;
+//! * `exp` is a range-reduced polynomial (LLVM would call libm per lane);
+//!   other transcendentals go to libm through `convert-math-to-libm`;
+//! * dynamic slice starts are clamped into the buffer (as `dynamic_slice`
+//!   does): the interpreter reports them, native code must never touch memory
+//!   outside a window; bools are bytes in memory (LLVM packs `vector<N x i1>`).
+//!
+//! The pipeline (`jit::PIPELINE`) is upstream passes only; after it every op
+//! must be in the LLVM dialect (`jit::non_llvm_ops`), checked before the engine
+//! sees the module, because the engine crashes instead of failing on leftovers.
+//!
+//! Driver invariants: each operand runs from *row-major storage*: its dims
+//! padded to whole blocks (an unpadded operand is the caller's buffer itself,
+//! no copy). Layout hints are the TPU's business: honouring a column-major K
+//! here cost a transpose of the whole array per run (a fifth of causal
+//! attention's time at S = 2048), while the packer reads either order at full
+//! speed. Its window is a memref descriptor (block offset, block shape,
+//! storage strides) in logical dim order, so the last dim always has unit
+//! stride and vector loads apply; block
+//! indices come from `Kernel::block_index` (the interpreter's function) and are
+//! bounds-checked before any call. Grid points sharing their `parallel`
+//! indices form a group that runs in order on one thread with that thread's
+//! scratch and workspace; groups are taken from an atomic counter by
+//! `HostOptions::threads` threads, the calling thread one of them. Scratch and
+//! workspace start zeroed each run; they are kept between runs (a bounded
+//! `BufferPool`, twice the thread count) and cleared, instead of fresh
+//! allocations whose page faults cost 4% of a 6 ms matmul. `HostKernel` is
+//! `Send + Sync`.
 
 mod driver;
 mod emit;

@@ -24,6 +24,84 @@
 //! let host = y.to_host()?;                   // compiled, cached, run
 //! # Ok(()) }
 //! ```
+//!
+//! # Invariants
+//!
+//! * **A node is deferred, ready or failed**, and handles share it
+//!   (`Arc<Node>`): materializing replaces its state in place, dropping its
+//!   inputs, so a synced graph frees its history. Dropping a long unsynced
+//!   chain is iterative (no stack overflow).
+//! * **Recording checks everything** (shapes, dtypes, axes, bucket
+//!   compatibility) and errors carry the caller's `file:line:col`
+//!   (`#[track_caller]`); nothing runs until a sync. `RuntimeOptions::eager`
+//!   syncs after every op (the op-by-op baseline).
+//! * **A sync materializes on the syncing thread**, holding the runtime's
+//!   materialization lock (a hand-off to a worker thread cost more than the
+//!   runtime's whole own share of a small program's dispatch, ~20 µs
+//!   measured in `cargo bench -p runtime` from the trace): the requested nodes, every pending collective
+//!   (collectives are never pruned), and every deferred node of the same
+//!   subgraph that a handle still points at (detected from `Arc` counts), so
+//!   nothing is computed twice; dead nodes are never computed. Failures (an
+//!   ancestor's stored error, lowering, compile, execution) are stored in all
+//!   of those nodes as `RuntimeError::Failed { what, cause, recorded_at }`:
+//!   the cause stays typed (`Cause::Pjrt`, `Lowering`, `Kernel`, `Plugin`),
+//!   and `recorded_at` is set once, by the first node that stores it.
+//! * **The module text is the canonical form**: nodes are numbered in a
+//!   deterministic topological order, materialized inputs and constants other
+//!   than 0/±1 are parameters, kernels are private functions (`func.call`,
+//!   inlined by XLA) lowered per platform (cpu: the FFI host call; tpu:
+//!   `tpu_custom_call`; else decomposed; `RuntimeOptions::kernels =
+//!   KernelLowering::Decomposed` forces the portable form everywhere). The cache key is the SHA-256 of that
+//!   text, the compile options, the plugin's platform, platform version and C
+//!   API version, and Tessera's version. A program needs no MLIR on a cache
+//!   hit except for kernels, whose function text is memoized.
+//! * **Buckets** pad a dynamic dim to the next of ≤ 8 sizes; the valid length
+//!   is an `i32[1]` parameter: reductions, means, softmax and contractions over
+//!   the padded dim mask it; kernels receive it as a scalar-prefetch operand
+//!   (`Tensor::valid_length`). Reshapes may not mix a padded dim into others;
+//!   slices and concatenations along it are refused; `to_host` crops to valid
+//!   lengths.
+//! * **Reverse mode is more graph.** A tensor marked `requires_grad` is a
+//!   leaf; a node recorded from a tracked input keeps `Tape::Op { op,
+//!   inputs }` (kept after materialization, unlike `State`), untracked nodes
+//!   keep nothing, so inference and optimizer updates still free their
+//!   history. `vjp` walks the tape in reverse topological order (a unit is
+//!   one node or every output of one kernel call, processed after all its
+//!   users; ready units in creation order, so the recorded backward, and the
+//!   module text, is deterministic) and records each rule with tracking off
+//!   (no gradients of gradients). A kernel call differentiates only through
+//!   the `KernelVjp` it was recorded with; without one, `grad` fails naming
+//!   the kernel. A kernel output's tape holds the call's later outputs, so
+//!   values a backward reads (flash attention's lse) live as long as the
+//!   first output, without a reference cycle (the call holds its outputs
+//!   weakly). Reductions and softmax give padding zero cotangent, so valid
+//!   gradients do not depend on it. The materializer counts tape references
+//!   as internal, so tracked intermediates are not made outputs.
+//! * **Tracing costs one atomic load when off.** Every span point
+//!   (`record`, `sync`, `materialize`, `lower`, `cache lookup` with its tier,
+//!   `compile`, `kernel jit`, `h2d`, `d2h`, `execute`, `bucket`, `collective`,
+//!   `subgraph`) asks `Tracer::span`, which returns `None` unless tracing is
+//!   on. Spans are guards, so on one thread they nest by construction; a
+//!   trace keeps at most `MAX_SPANS` (then counts the dropped). The summary
+//!   is computed from the spans alone and must equal `Stats` over the same
+//!   run (`tests/it/trace.rs`).
+//! * **A seen structure skips lowering.** `plan::shape_of` fingerprints
+//!   everything the module text depends on (per node: op and attributes,
+//!   shape, dtype, padding, input positions; leaves by shape and dtype; a
+//!   structural constant by value, any other as a parameter; a kernel by
+//!   its printed-IR key and call identity; devices and platform); on a hit
+//!   the leaves and scalars are bound to the cached executable in the order
+//!   `lower` gave the parameters, so equal fingerprints run equal modules.
+//!   The memo holds at most 4096 structures (then it is cleared).
+//! * **An optimizer step has one structure**: state tensors are uploaded
+//!   zeros at the start and per-step scalars (learning rate, bias
+//!   corrections) uploaded rank-0 tensors, so step 1's module is step n's and
+//!   the compile cache hits from step 2 on.
+//! * **Disk entries are written under the key's lock**: a process that finds
+//!   no valid entry compiles while holding it, so concurrent processes compile
+//!   each program once; a truncated or corrupt entry (bad header, length or
+//!   checksum, or one the plugin cannot load) is removed and recompiled and
+//!   counted in `Stats::corrupt_entries`.
 
 mod autodiff;
 mod bucket;
