@@ -74,9 +74,10 @@ mod verify;
 pub use array::{Array, ArrayError, SplitMix64};
 pub use budget::{VmemBudget, VmemItem, human_bytes};
 pub use builder::{
-    AsyncCopy, Bound, Carry, Idx, IntoIndexExprs, IntoIndices, IntoOperand, KernelBuilder, Ref,
-    Scope, Sem, SemArray, Start, Tile, View, constant, dot, dot_general, ds, for_range,
-    for_range_step, if_else, iota, make_async_copy, num_programs, program_id, scoped, select, when,
+    AsyncCopy, Bound, Carry, Idx, IntoIndexExprs, IntoIndices, IntoOperand, KernelBuilder,
+    OptionalLoad, Ref, Scope, Sem, SemArray, Start, Tile, View, constant, dot, dot_general, ds,
+    for_range, for_range_step, if_else, iota, make_async_copy, num_programs, program_id, scoped,
+    select, when,
 };
 pub use dma::{BufferSlice, CopyDescriptor, SemaphoreDecl, SemaphoreKind, SemaphoreSlot};
 pub use dtype::fp8::{self, f8e4m3fn, f8e5m2};
@@ -131,9 +132,9 @@ pub mod prelude {
         DmaSemaphores, In, InOut, Out, Prefetch, Scratch, Semaphores, Smem, Vmem,
     };
     pub use crate::{
-        Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, Ref, SemArray,
-        Target, Tile, bf16, constant, dot, dot_general, ds, f8e4m3fn, f8e5m2, f16, for_range,
-        for_range_step, if_else, interpret, iota, kernel_fn, make_async_copy, num_programs,
-        program_id, scoped, select, tpu_kernel, when,
+        Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, OptionalLoad, Ref,
+        SemArray, Target, Tile, bf16, constant, dot, dot_general, ds, f8e4m3fn, f8e5m2, f16,
+        for_range, for_range_step, if_else, interpret, iota, kernel_fn, make_async_copy,
+        num_programs, program_id, scoped, select, tpu_kernel, when,
     };
 }

@@ -372,3 +372,19 @@ pub(super) fn resolve(
     }
     Some(out)
 }
+
+/// Loads from an optional operand (`#[present(..)]`): `kv_len.load([0])`
+/// is the loaded tile when the operand is there and `None` when it is not,
+/// one call where a body would otherwise fork on `if let`.
+pub trait OptionalLoad {
+    /// [`Ref::load`] of the operand, if present.
+    fn load(self, indices: impl IntoIndices) -> Option<Tile>;
+}
+
+impl OptionalLoad for Option<Ref> {
+    #[track_caller]
+    fn load(self, indices: impl IntoIndices) -> Option<Tile> {
+        let loc = Loc::caller();
+        self.map(|r| r.load_impl(indices.into_indices(), None, loc))
+    }
+}

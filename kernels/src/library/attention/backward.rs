@@ -217,11 +217,7 @@ pub fn flash_attention_dq<T: Element>(
     #[shape(cfg.block_q, d)] acc: Scratch<f32>,
 ) {
     let (qi, ki) = (program_id(2), program_id(3));
-    let len = if let Some(t) = kv_len {
-        Some(t.load([0]))
-    } else {
-        None
-    };
+    let len = kv_len.load([0]);
     if ki == 0 {
         acc.store(.., 0.0);
     }
@@ -327,11 +323,7 @@ pub fn flash_attention_dkv<T: Element>(
     #[shape(cfg.block_k, d)] dv_acc: Scratch<f32>,
 ) {
     let (ki, g, qj) = (program_id(2), program_id(3), program_id(4));
-    let len = if let Some(t) = kv_len {
-        Some(t.load([0]))
-    } else {
-        None
-    };
+    let len = kv_len.load([0]);
     if g == 0 && qj == 0 {
         dk_acc.store(.., 0.0);
         dv_acc.store(.., 0.0);

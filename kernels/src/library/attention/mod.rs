@@ -409,11 +409,7 @@ pub fn flash_attention<T: Element>(
     #[shape(cfg.block_q, d)] acc: Scratch<f32>,
 ) {
     let (qi, ki) = (program_id(2), program_id(3));
-    let len = if let Some(t) = kv_len {
-        Some(t.load([0]))
-    } else {
-        None
-    };
+    let len = kv_len.load([0]);
     if ki == 0 {
         online_softmax_init(m, l, acc);
     }
