@@ -124,6 +124,13 @@ pub use kernel_macros::tpu_kernel;
 /// ```
 pub use kernel_macros::kernel_fn;
 
+/// Number of blocks of `block` needed to cover `n` (a block of 0 counts
+/// as 1, so a grid size is never a division by zero): the grid dim of an
+/// axis tiled by `block`, last block partial.
+pub fn cdiv(n: usize, block: usize) -> usize {
+    n.div_ceil(block.max(1))
+}
+
 /// Everything a kernel author needs, in one import.
 pub mod prelude {
     pub use crate::DType::{BF16, Bool, F8E4M3FN, F8E5M2, F16, F32, I8, I32};
@@ -133,7 +140,7 @@ pub mod prelude {
     };
     pub use crate::{
         Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, OptionalLoad, Ref,
-        SemArray, Target, Tile, bf16, constant, dot, dot_general, ds, f8e4m3fn, f8e5m2, f16,
+        SemArray, Target, Tile, bf16, cdiv, constant, dot, dot_general, ds, f8e4m3fn, f8e5m2, f16,
         for_range, for_range_step, if_else, interpret, iota, kernel_fn, make_async_copy,
         num_programs, program_id, scoped, select, tpu_kernel, when,
     };

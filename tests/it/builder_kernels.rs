@@ -3,7 +3,7 @@
 
 use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
-use kernels::foundation::{AddConfig, LayerNormConfig, MatmulConfig, SoftmaxConfig, cdiv};
+use kernels::foundation::{AddConfig, LayerNormConfig, MatmulConfig, SoftmaxConfig};
 
 /// Tiled elementwise `o = x + y` over a 2-D grid of blocks. Partial last
 /// blocks are allowed: their padding is computed and dropped.

@@ -66,7 +66,7 @@ pub(crate) fn activate(y: Tile, act: Activation) -> Tile {
 /// `o = act(x·w + bias) [+ residual]`; the kernel takes `residual` when
 /// `with_residual` (and is then called `matmul_bias_act_residual`).
 #[tpu_kernel(
-    grid = (crate::foundation::cdiv(m, bm), crate::foundation::cdiv(n, bn), crate::foundation::cdiv(k, bk)),
+    grid = (kernel_ir::cdiv(m, bm), kernel_ir::cdiv(n, bn), kernel_ir::cdiv(k, bk)),
     semantics = (parallel, parallel, arbitrary),
     name = if with_residual { "matmul_bias_act_residual" } else { "matmul_bias_act" }
 )]

@@ -16,11 +16,6 @@ use crate::library::entry::{
 use crate::library::reference;
 use crate::library::tolerance::Tolerance;
 
-/// Number of blocks of `block` needed to cover `n`.
-pub fn cdiv(n: usize, block: usize) -> usize {
-    n.div_ceil(block.max(1))
-}
-
 pub(crate) fn unsupported(what: &str, dtype: DType) -> KernelErrors {
     KernelErrors::from(KernelError::from(ErrorKind::Builder(format!(
         "{what} is instantiated for float types (f32, bf16), not {dtype}"
@@ -68,7 +63,7 @@ pub struct AddConfig {
 /// Tiled elementwise `o = x + y` over a 2-D grid of blocks. Partial last
 /// blocks are allowed: their padding is computed and dropped.
 #[tpu_kernel(
-    grid = (crate::foundation::cdiv(rows, block_rows), crate::foundation::cdiv(cols, block_cols)),
+    grid = (kernel_ir::cdiv(rows, block_rows), kernel_ir::cdiv(cols, block_cols)),
     semantics = (parallel, parallel)
 )]
 pub fn add<T: Element>(
@@ -123,7 +118,7 @@ pub struct MatmulConfig {
 /// every step (the last write is what reaches HBM). A ragged k tail is
 /// masked so padding never enters the sum.
 #[tpu_kernel(
-    grid = (crate::foundation::cdiv(m, bm), crate::foundation::cdiv(n, bn), crate::foundation::cdiv(k, bk)),
+    grid = (kernel_ir::cdiv(m, bm), kernel_ir::cdiv(n, bn), kernel_ir::cdiv(k, bk)),
     semantics = (parallel, parallel, arbitrary)
 )]
 pub fn matmul<T: Element, O: Element>(
@@ -246,7 +241,7 @@ pub struct SoftmaxConfig {
 
 /// Numerically stable softmax of each row, one block of whole rows per
 /// grid step, computed in f32.
-#[tpu_kernel(grid = (crate::foundation::cdiv(rows, block_rows),), semantics = (parallel,))]
+#[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (parallel,))]
 pub fn softmax<T: Element>(
     block_rows: usize,
     #[shape(rows, cols)]
@@ -287,7 +282,7 @@ pub struct LayerNormConfig {
 
 /// Layer norm over the last dim: `(x − mean) / sqrt(var + eps) · gamma +
 /// beta`, with rank-1 gamma and beta broadcast over the rows of a block.
-#[tpu_kernel(grid = (crate::foundation::cdiv(rows, block_rows),), semantics = (parallel,))]
+#[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (parallel,))]
 pub fn layer_norm<T: Element>(
     block_rows: usize,
     eps: f32,

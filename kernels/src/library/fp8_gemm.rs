@@ -24,7 +24,7 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use crate::epilogue::{Activation, activate};
-use crate::foundation::{cdiv, k_block_operands};
+use crate::foundation::k_block_operands;
 use crate::library::entry::{
     Config, Entry, EntryError, ParamKind, Preset, dims, matmul_tolerance, no_check, param,
 };

@@ -28,7 +28,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use crate::foundation::{cdiv, with_float};
+use crate::foundation::with_float;
 use crate::library::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, dims, matmul_tolerance, param,
 };

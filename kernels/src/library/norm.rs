@@ -55,7 +55,7 @@ fn rms_rstd(v: Tile, cols: usize, eps: f32) -> Tile {
 }
 
 /// RMS norm: `x / sqrt(mean(x²) + eps) · gamma`.
-#[tpu_kernel(grid = (crate::foundation::cdiv(rows, block_rows),), semantics = (parallel,))]
+#[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (parallel,))]
 pub fn rms_norm<T: Element>(
     block_rows: usize,
     eps: f32,
@@ -85,7 +85,7 @@ pub fn rms_norm(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
 
 /// RMS norm backward: `dx = r · (dy·γ − x̂ · mean(dy·γ·x̂))` with `r` the
 /// row's reciprocal RMS and `x̂ = x·r`; `dgamma = Σ_rows dy·x̂`.
-#[tpu_kernel(grid = (crate::foundation::cdiv(rows, block_rows),), semantics = (arbitrary,))]
+#[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (arbitrary,))]
 pub fn rms_norm_bwd<T: Element>(
     block_rows: usize,
     eps: f32,
@@ -136,7 +136,7 @@ pub fn rms_norm_bwd(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
 /// Layer norm backward: with `x̂ = (x − mean)·r`,
 /// `dx = r · (dy·γ − mean(dy·γ) − x̂ · mean(dy·γ·x̂))`,
 /// `dgamma = Σ_rows dy·x̂`, `dbeta = Σ_rows dy`.
-#[tpu_kernel(grid = (crate::foundation::cdiv(rows, block_rows),), semantics = (arbitrary,))]
+#[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (arbitrary,))]
 pub fn layer_norm_bwd<T: Element>(
     block_rows: usize,
     eps: f32,

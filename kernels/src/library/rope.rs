@@ -15,7 +15,7 @@ use crate::library::reference;
 use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 /// RoPE over `x: [b, h, s, d]` (`d` even), `block_s` positions per step.
-#[tpu_kernel(grid = (b, h, crate::foundation::cdiv(s, block_s)), semantics = (parallel, parallel, parallel))]
+#[tpu_kernel(grid = (b, h, kernel_ir::cdiv(s, block_s)), semantics = (parallel, parallel, parallel))]
 pub fn rope<T: Element>(
     block_s: usize,
     #[shape(b, h, s, d)]

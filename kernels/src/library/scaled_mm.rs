@@ -21,7 +21,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use crate::foundation::cdiv;
+use kernel_ir::cdiv;
 use crate::library::entry::{Config, Entry, EntryError, ParamKind, Preset, dims, no_check, param};
 use crate::library::tolerance::Tolerance;
 

@@ -35,7 +35,7 @@ pub struct SwigluConfig {
 
 /// Fused SwiGLU.
 #[tpu_kernel(
-    grid = (crate::foundation::cdiv(m, bm), crate::foundation::cdiv(n, bn), crate::foundation::cdiv(k, bk)),
+    grid = (kernel_ir::cdiv(m, bm), kernel_ir::cdiv(n, bn), kernel_ir::cdiv(k, bk)),
     semantics = (parallel, parallel, arbitrary)
 )]
 pub fn swiglu<T: Element>(

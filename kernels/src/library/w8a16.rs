@@ -16,7 +16,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use crate::foundation::{cdiv, k_block_operands, with_float};
+use crate::foundation::{k_block_operands, with_float};
 use crate::library::entry::{
     DTYPE, Entry, EntryError, ParamKind, Preset, dims, matmul_tolerance, no_check, param,
 };

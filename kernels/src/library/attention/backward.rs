@@ -28,7 +28,7 @@ use crate::library::tolerance::Tolerance;
 use super::{AttnConfig, kv_block, mask_scores, raw_scores, visible_keys};
 
 /// `delta = rowsum(dO ∘ O)` in f32, `[b, h, sq, 1]`.
-#[tpu_kernel(grid = (b, h, crate::foundation::cdiv(sq, bq)), semantics = (parallel, parallel, parallel))]
+#[tpu_kernel(grid = (b, h, kernel_ir::cdiv(sq, bq)), semantics = (parallel, parallel, parallel))]
 pub fn attention_delta<T: Element>(
     bq: usize,
     #[shape(b, h, sq, d)]
@@ -182,7 +182,7 @@ fn dkv_step(
 
 /// `dq` of flash attention: `[b, h, sq, d]`.
 #[tpu_kernel(
-    grid = (b, h, crate::foundation::cdiv(sq, cfg.block_q), crate::foundation::cdiv(skv, cfg.block_k)),
+    grid = (b, h, kernel_ir::cdiv(sq, cfg.block_q), kernel_ir::cdiv(skv, cfg.block_k)),
     semantics = (parallel, parallel, parallel, arbitrary),
     name = if with_len { "flash_attention_dq_kv_len" } else { "flash_attention_dq" }
 )]
@@ -284,7 +284,7 @@ pub(crate) fn q_block(
 /// `dk` and `dv` of flash attention: `[b, hkv, skv, d]` each, summed over
 /// the query heads that share each kv head.
 #[tpu_kernel(
-    grid = (b, hkv, crate::foundation::cdiv(skv, cfg.block_k), crate::attention::group(h, hkv), crate::foundation::cdiv(sq, cfg.block_q)),
+    grid = (b, hkv, kernel_ir::cdiv(skv, cfg.block_k), crate::attention::group(h, hkv), kernel_ir::cdiv(sq, cfg.block_q)),
     semantics = (parallel, parallel, parallel, arbitrary, arbitrary),
     name = if with_len { "flash_attention_dkv_kv_len" } else { "flash_attention_dkv" }
 )]
@@ -295,7 +295,7 @@ pub fn flash_attention_dkv<T: Element>(
     #[shape(1)]
     kv_len: Option<Prefetch>,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
+    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q)), 0))]
     q: In<T>,
     #[shape(b, hkv, skv, d)]
     #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
@@ -305,13 +305,13 @@ pub fn flash_attention_dkv<T: Element>(
     #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
     v: In<T>,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
+    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q)), 0))]
     d_o: In<T>,
     #[shape(b, h, sq, 1)]
-    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
+    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q)), 0))]
     lse: In<f32>,
     #[shape(b, h, sq, 1)]
-    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, crate::foundation::cdiv(sq, cfg.block_q)), 0))]
+    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q)), 0))]
     delta: In<f32>,
     #[shape(b, hkv, skv, d)]
     #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]

@@ -227,7 +227,7 @@ pub(crate) fn kv_block(
     skv: usize,
 ) -> IndexExpr {
     cfg.key_blocks(i, sq, kv_len)
-        .clamp(j, crate::foundation::cdiv(skv, cfg.block_k))
+        .clamp(j, kernel_ir::cdiv(skv, cfg.block_k))
 }
 
 /// The online-softmax step: new running max and sum, rescaled accumulator.
@@ -378,7 +378,7 @@ fn no_visible_key(m_row: Tile) -> Tile {
 /// k and v have `hkv` heads. With `with_len`, the kernel takes the valid
 /// key count as scalar prefetch `kv_len` (see [`flash_attention_kv_len()`]).
 #[tpu_kernel(
-    grid = (b, h, crate::foundation::cdiv(sq, cfg.block_q), crate::foundation::cdiv(skv, cfg.block_k)),
+    grid = (b, h, kernel_ir::cdiv(sq, cfg.block_q), kernel_ir::cdiv(skv, cfg.block_k)),
     semantics = (parallel, parallel, parallel, arbitrary),
     name = if with_len { "flash_attention_kv_len" } else { "flash_attention" }
 )]

@@ -27,7 +27,7 @@ use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use super::decode_dma::block_copies;
 use super::{MASK_VALUE, normalized, online_softmax_init, online_update};
-use crate::foundation::{cdiv, with_float};
+use crate::foundation::with_float;
 use crate::library::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, param, refs,
 };
