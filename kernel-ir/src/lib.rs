@@ -124,6 +124,19 @@ pub use kernel_macros::tpu_kernel;
 /// ```
 pub use kernel_macros::kernel_fn;
 
+/// The lowercase hex SHA-256 of `bytes`: the one digest kernel identities
+/// ([`VerifiedKernel::digest`]), exported artifacts and checkpoints record.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    use std::fmt::Write;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
 /// Number of blocks of `block` needed to cover `n` (a block of 0 counts
 /// as 1, so a grid size is never a division by zero): the grid dim of an
 /// axis tiled by `block`, last block partial.

@@ -94,4 +94,13 @@ mod tests {
         assert_eq!(b.name, "b");
         assert_eq!(builds_on_this_thread() - before, 3);
     }
+
+    #[test]
+    fn a_kernel_digest_is_its_printed_form_s() {
+        let (a, a2, b) = (tiny("a"), tiny("a"), tiny("b"));
+        assert_eq!(a.digest(), a2.digest(), "built twice, printed alike");
+        assert_ne!(a.digest(), b.digest());
+        assert_eq!(a.digest(), crate::sha256_hex(a.to_string().as_bytes()));
+        assert_eq!(a.digest().len(), 64);
+    }
 }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kernels::tooling::export::sha256_hex;
+use kernel_ir::sha256_hex;
 
 const TESSERA: &str = env!("CARGO_BIN_EXE_tessera");
 

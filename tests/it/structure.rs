@@ -1,7 +1,8 @@
 //! The module structure stays one-way: within each crate, no two top-level
-//! modules reach each other through `crate::` paths (directly or around a
-//! longer circle), so each module can be read, tested and replaced with
-//! only what it imports. Read from the sources, comments and test modules
+//! modules reach each other (directly or around a longer circle), and below
+//! the top level only the listed circles stay, so each module can be read,
+//! tested and replaced with only what it imports. Read from the `crate::`,
+//! `super::` and `self::` paths of the sources, comments and test modules
 //! left out.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,49 +25,16 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Top-level module of each file, and the top-level modules it names.
+/// The top-level modules of [`submodule_graph`]: each module counted as
+/// the top-level one it sits in, edges inside one top-level module dropped.
 fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
-    let tops: BTreeSet<String> = files
-        .iter()
-        .filter_map(|p| {
-            let rel = p.strip_prefix(src).ok()?;
-            let first = rel.components().next()?.as_os_str().to_str()?.to_string();
-            let name = first.trim_end_matches(".rs").to_string();
-            (name != "lib" && name != "main").then_some(name)
-        })
-        .collect();
+    let top = |m: &str| m.split("::").next().unwrap_or("").to_string();
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for p in &files {
-        let rel = p.strip_prefix(src).unwrap();
-        let first = rel
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_str()
-            .unwrap();
-        let me = first.trim_end_matches(".rs").to_string();
-        if !tops.contains(&me) {
-            continue;
-        }
-        let text = std::fs::read_to_string(p).unwrap();
-        let code = text.split("#[cfg(test)]").next().unwrap_or("");
-        for line in code.lines() {
-            let line = line.trim_start();
-            if line.starts_with("//") {
-                continue;
-            }
-            for (i, _) in line.match_indices("crate::") {
-                let rest = &line[i + "crate::".len()..];
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                if name != me && tops.contains(&name) {
-                    graph.entry(me.clone()).or_default().insert(name);
-                }
+    for (from, tos) in submodule_graph(src) {
+        for to in tos {
+            let (a, b) = (top(&from), top(&to));
+            if a != b {
+                graph.entry(a).or_default().insert(b);
             }
         }
     }

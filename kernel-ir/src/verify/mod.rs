@@ -66,12 +66,12 @@ use crate::{Kernel, VmemBudget};
 /// on well-formed shapes, types and index maps.
 ///
 /// Shared, not copied: a clone is a reference count (kernel calls in a
-/// graph hold their kernel), and the printed form is made once
-/// ([`VerifiedKernel::text`], what digests and cache keys are taken of).
+/// graph hold their kernel), and its identity is computed once
+/// ([`VerifiedKernel::digest`], what registry and cache keys are made of).
 #[derive(Clone, Debug)]
 pub struct VerifiedKernel {
     kernel: Arc<Kernel>,
-    text: Arc<OnceLock<String>>,
+    digest: Arc<OnceLock<String>>,
 }
 
 impl PartialEq for VerifiedKernel {
@@ -84,7 +84,7 @@ impl VerifiedKernel {
     fn new(kernel: Kernel) -> VerifiedKernel {
         VerifiedKernel {
             kernel: Arc::new(kernel),
-            text: Arc::default(),
+            digest: Arc::default(),
         }
     }
 
@@ -99,9 +99,12 @@ impl VerifiedKernel {
         Arc::unwrap_or_clone(self.kernel)
     }
 
-    /// The kernel's printed form, made on first use and kept.
-    pub fn text(&self) -> &str {
-        self.text.get_or_init(|| self.kernel.to_string())
+    /// The SHA-256 of the kernel's printed form (lowercase hex), computed
+    /// on first use and kept: two kernels print alike exactly when they
+    /// are the same kernel, in every process.
+    pub fn digest(&self) -> &str {
+        self.digest
+            .get_or_init(|| crate::sha256_hex(self.kernel.to_string().as_bytes()))
     }
 
     /// A kernel that a semantics-preserving pass made from a verified one

@@ -16,7 +16,7 @@
 //! staged.write("module.mlir", b"module {}")?;
 //! staged.write("vjp/module.mlir", b"module {}")?;
 //! staged.publish()?;
-//! # Ok::<(), String>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::io::Write;
@@ -76,17 +76,49 @@ fn remove_stale(target: &Path) {
     }
 }
 
+/// Why a directory could not be staged or published.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StageError {
+    /// The target exists and is not a directory.
+    NotADirectory(PathBuf),
+    /// The target is a non-empty directory the caller's predicate does not
+    /// take for an earlier version of what is written.
+    NotAnEarlierVersion(PathBuf),
+    /// Reading or writing failed (the message names the path).
+    Io(String),
+}
+
+impl std::fmt::Display for StageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StageError::NotADirectory(p) => write!(
+                f,
+                "{} exists and is not a directory; name a new directory or an earlier one to replace",
+                p.display()
+            ),
+            StageError::NotAnEarlierVersion(p) => write!(
+                f,
+                "{} exists and is not an earlier version of what is written; name a new directory (it is replaced whole)",
+                p.display()
+            ),
+            StageError::Io(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for StageError {}
+
 impl StagedDir {
     /// A staging folder for `target`. `target` must not exist, or be a
     /// directory that is empty or that `replaceable` accepts (an earlier
     /// version of what is written; anything else is refused, so `--out
     /// $HOME` can never swap a home directory away).
-    pub fn new(target: &Path, replaceable: fn(&Path) -> bool) -> Result<StagedDir, String> {
+    pub fn new(target: &Path, replaceable: fn(&Path) -> bool) -> Result<StagedDir, StageError> {
         check_replaceable(target, replaceable)?;
         let parent = parent_of(target);
         if !parent.is_dir() {
             std::fs::create_dir_all(parent)
-                .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+                .map_err(|e| StageError::Io(format!("cannot create {}: {e}", parent.display())))?;
         }
         remove_stale(target);
         use std::sync::atomic::{AtomicU64, Ordering};
@@ -108,13 +140,18 @@ impl StagedDir {
                     });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(format!("cannot write {}: {e}", target.display())),
+                Err(e) => {
+                    return Err(StageError::Io(format!(
+                        "cannot write {}: {e}",
+                        target.display()
+                    )));
+                }
             }
         }
-        Err(format!(
+        Err(StageError::Io(format!(
             "cannot write {}: no free staging name",
             target.display()
-        ))
+        )))
     }
 
     /// The staging folder (where the files are until published).
@@ -137,8 +174,10 @@ impl StagedDir {
 
     /// Puts the folder in place of the target: a rename where there is
     /// none, else an atomic exchange with it and the old version removed.
-    pub fn publish(mut self) -> Result<(), String> {
-        let fail = |e: std::io::Error| format!("cannot write {}: {e}", self.target.display());
+    pub fn publish(mut self) -> Result<(), StageError> {
+        let fail = |e: std::io::Error| {
+            StageError::Io(format!("cannot write {}: {e}", self.target.display()))
+        };
         sync_tree(&self.staging).map_err(fail)?;
         // Two writers may race: whichever publishes second exchanges with
         // the first's whole directory, so the result is one of them.
@@ -185,27 +224,21 @@ impl Drop for StagedDir {
     }
 }
 
-fn check_replaceable(target: &Path, replaceable: fn(&Path) -> bool) -> Result<(), String> {
+fn check_replaceable(target: &Path, replaceable: fn(&Path) -> bool) -> Result<(), StageError> {
     let Ok(meta) = std::fs::symlink_metadata(target) else {
         return Ok(());
     };
     if !meta.is_dir() {
-        return Err(format!(
-            "{} exists and is not a directory; name a new directory or an earlier one to replace",
-            target.display()
-        ));
+        return Err(StageError::NotADirectory(target.to_path_buf()));
     }
     let empty = std::fs::read_dir(target)
-        .map_err(|e| format!("cannot read {}: {e}", target.display()))?
+        .map_err(|e| StageError::Io(format!("cannot read {}: {e}", target.display())))?
         .next()
         .is_none();
     if empty || replaceable(target) {
         Ok(())
     } else {
-        Err(format!(
-            "{} exists and is not an earlier version of what is written; name a new directory (it is replaced whole)",
-            target.display()
-        ))
+        Err(StageError::NotAnEarlierVersion(target.to_path_buf()))
     }
 }
 
@@ -318,10 +351,11 @@ mod tests {
         std::fs::create_dir_all(&t).unwrap();
         std::fs::write(t.join("notes.txt"), b"mine").unwrap();
         let e = StagedDir::new(&t, has_marker).unwrap_err();
-        assert!(e.contains("not an earlier version"), "{e}");
+        assert_eq!(e, StageError::NotAnEarlierVersion(t.clone()));
+        assert!(e.to_string().contains("not an earlier version"), "{e}");
         std::fs::write(d.join("file"), b"x").unwrap();
         let e = StagedDir::new(&d.join("file"), has_marker).unwrap_err();
-        assert!(e.contains("not a directory"), "{e}");
+        assert_eq!(e, StageError::NotADirectory(d.join("file")));
         assert_eq!(std::fs::read(t.join("notes.txt")).unwrap(), b"mine");
         // An empty directory is taken.
         std::fs::create_dir_all(d.join("empty")).unwrap();

@@ -13,7 +13,7 @@
 
 use std::fmt::Write;
 
-use kernel_ir::{DType, VerifiedKernel};
+use kernel_ir::{DType, VerifiedKernel, sha256_hex};
 
 use crate::library::{Config, Entry};
 
@@ -54,17 +54,6 @@ pub struct Provenance {
     pub entry: String,
     /// Its whole config, defaults included (key, value).
     pub config: Vec<(String, String)>,
-}
-
-/// The lowercase hex SHA-256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .fold(String::with_capacity(64), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 fn json_object(pairs: &[(String, String)]) -> String {

@@ -57,10 +57,7 @@ fn registry() -> &'static RwLock<HashMap<String, Arc<HostKernel>>> {
 /// compiled once per process, and the key is the same in every process (a
 /// cached executable that calls it stays valid).
 pub fn kernel_key(kernel: &VerifiedKernel) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(kernel.text().as_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{hex}", kernel.name)
+    format!("{}-{}", kernel.name, &kernel.digest()[..16])
 }
 
 /// Compiles `kernel` for the host (once per process) and registers it for

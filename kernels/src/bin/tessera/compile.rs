@@ -264,7 +264,9 @@ fn publish_executables(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), Fa
         staged.write(name, bytes).map_err(Failure::Run)?;
         total += bytes.len() as u64;
     }
-    staged.publish().map_err(Failure::Run)?;
+    staged
+        .publish()
+        .map_err(|e| Failure::Run(format!("--out {e}")))?;
     println!(
         "wrote {} ({} executables, {})",
         dir.display(),

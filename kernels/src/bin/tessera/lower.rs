@@ -1,7 +1,7 @@
 //! `tessera lower` and `tessera list`.
 
 use kernels::library::{self, Config};
-use kernels::tooling::atomic_dir::StagedDir;
+use kernels::tooling::atomic_dir::{StageError, StagedDir};
 use kernels::tooling::export::{self, Provenance};
 
 use crate::args::Args;
@@ -132,7 +132,7 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
             .collect(),
     };
     let Some(spec) = a.one("bucket").map_err(usage)? else {
-        let (files, with_vjp) = artifact(&kernel, entry, &cfg, &prov)?;
+        let (files, with_vjp) = artifact(&kernel, entry, &cfg, &prov).map_err(Failure::Run)?;
         publish(dir, &files)?;
         println!(
             "wrote {} (module.mlir, manifest.json{}): {} for platforms cpu and tpu",
@@ -199,11 +199,8 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
             .build_with_shapes(&cfg, &shapes)
             .map_err(|e| Failure::Run(format!("bucket {n}: {e}")))?;
         let sub = format!("{axis}_{n}");
-        let (bucket, _) = artifact(&k, entry, &cfg, &prov).map_err(|e| match e {
-            Failure::Run(m) | Failure::Usage(m) | Failure::CompilerAborted(m) => {
-                Failure::Run(format!("bucket {n}: {m}"))
-            }
-        })?;
+        let (bucket, _) = artifact(&k, entry, &cfg, &prov)
+            .map_err(|e| Failure::Run(format!("bucket {n}: {e}")))?;
         let man = bucket
             .iter()
             .find(|(p, _)| p == "manifest.json")
@@ -216,9 +213,8 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
     files.push(("buckets.json".into(), index.into_bytes()));
     publish(dir, &files)?;
     println!(
-        "wrote {} (buckets.json and {} artifacts): {} buckets of axis {axis} of {}",
+        "wrote {} (buckets.json): {} buckets of axis {axis} of {}",
         dir.display(),
-        sizes.len(),
         sizes.len(),
         kernel.name
     );
@@ -235,9 +231,9 @@ fn artifact(
     entry: &library::Entry,
     cfg: &Config,
     prov: &Provenance,
-) -> Result<(Files, bool), Failure> {
-    let art = export::export(kernel).map_err(Failure::Run)?;
-    let vjp = export::vjp_for(entry, cfg, kernel).map_err(Failure::Run)?;
+) -> Result<(Files, bool), String> {
+    let art = export::export(kernel)?;
+    let vjp = export::vjp_for(entry, cfg, kernel)?;
     Ok((
         export::artifact_files(&art, vjp.as_ref(), prov),
         vjp.is_some(),
@@ -248,20 +244,17 @@ fn artifact(
 /// it and put in place with one rename (an earlier export there is
 /// replaced whole; any other non-empty directory is refused).
 fn publish(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), Failure> {
-    let staged = StagedDir::new(dir, export::is_export_dir).map_err(|e| {
-        if e.contains("not an earlier version") {
-            usage(format!(
-                "--out {} exists and is not an earlier Tessera export (it has no manifest.json or buckets.json); name a new or empty directory (an export replaces its directory whole)",
-                dir.display()
-            ))
-        } else if e.contains("exists and is not") {
-            usage(format!("--out {e}"))
-        } else {
-            Failure::Run(e)
-        }
-    })?;
+    let fail = |e: StageError| match e {
+        StageError::NotAnEarlierVersion(_) => usage(format!(
+            "--out {} exists and is not an earlier Tessera export (it has no manifest.json or buckets.json); name a new or empty directory (an export replaces its directory whole)",
+            dir.display()
+        )),
+        StageError::NotADirectory(_) => usage(format!("--out {e}")),
+        StageError::Io(m) => Failure::Run(m),
+    };
+    let staged = StagedDir::new(dir, export::is_export_dir).map_err(fail)?;
     for (rel, bytes) in files {
         staged.write(rel, bytes).map_err(Failure::Run)?;
     }
-    staged.publish().map_err(Failure::Run)
+    staged.publish().map_err(fail)
 }

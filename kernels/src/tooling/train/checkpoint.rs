@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
+use kernel_ir::sha256_hex;
 use kernel_ir::{Array, DType};
-use sha2::{Digest, Sha256};
 
 use crate::tooling::atomic_file;
 
@@ -161,13 +161,6 @@ pub fn decode_safetensors(bytes: &[u8]) -> Result<Vec<(String, Array)>, String> 
         out.push((name.clone(), a));
     }
     Ok(out)
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// Syncs a directory, so renames in it survive a crash.
