@@ -65,6 +65,7 @@ mod layout;
 mod loc;
 pub mod memo;
 mod ops;
+mod parse;
 mod printer;
 mod spec;
 mod synchronous;
@@ -96,6 +97,7 @@ pub use ops::{
     BinaryOp, Body, BufferRef, CompareOp, DotDims, Index, IndexValue, Literal, Op, OpKind,
     ReduceOp, Region, ShapeDisplay, TileType, UnaryOp, ValueId,
 };
+pub use parse::{ParseError, parse, parse_file};
 pub use spec::{
     BlockSpec, DimSemantics, Grid, GridDim, MemorySpace, Operand, Role, ScalarPrefetch, Scratch,
 };
@@ -144,6 +146,49 @@ pub fn cdiv(n: usize, block: usize) -> usize {
     n.div_ceil(block.max(1))
 }
 
+/// The error of a kernel builder instantiated for a dtype it has no
+/// instance for: `what` names the builder (and which operand, where it
+/// matters).
+pub fn unsupported_dtype(what: &str, dtype: DType) -> KernelErrors {
+    KernelErrors::from(KernelError::from(ErrorKind::Builder(format!(
+        "{what} is instantiated for the float types f32, bf16 and f16, not {dtype}"
+    ))))
+}
+
+/// Runs `$body` with the type alias `$t` set to the Rust type of a float
+/// dtype (`f32`, [`bf16`], [`f16`]), or is `Err(`[`unsupported_dtype`]`)`
+/// for any other: the one dispatch from a runtime dtype to a generic
+/// kernel's element type.
+///
+/// ```
+/// use kernel_ir::prelude::*;
+/// fn size(dtype: DType) -> Result<usize, kernel_ir::KernelErrors> {
+///     with_float!("size", dtype, T => Ok(std::mem::size_of::<T>()))
+/// }
+/// assert_eq!(size(BF16).unwrap(), 2);
+/// assert!(size(I32).unwrap_err().to_string().contains("not i32"));
+/// ```
+#[macro_export]
+macro_rules! with_float {
+    ($what:expr, $dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $t = $crate::bf16;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $t = $crate::f16;
+                $body
+            }
+            other => Err($crate::unsupported_dtype($what, other)),
+        }
+    };
+}
+
 /// Everything a kernel author needs, in one import.
 pub mod prelude {
     pub use crate::DType::{BF16, Bool, F8E4M3FN, F8E5M2, F16, F32, I8, I32};
@@ -155,6 +200,6 @@ pub mod prelude {
         Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, OptionalLoad, Ref,
         SemArray, Target, Tile, bf16, cdiv, constant, dot, dot_general, ds, f8e4m3fn, f8e5m2, f16,
         for_range, for_range_step, if_else, interpret, iota, kernel_fn, make_async_copy,
-        num_programs, program_id, scoped, select, tpu_kernel, when,
+        num_programs, program_id, scoped, select, tpu_kernel, when, with_float,
     };
 }

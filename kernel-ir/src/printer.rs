@@ -89,6 +89,9 @@ impl Printer<'_> {
                     ShapeDisplay(&o.block.shape),
                     map.join(", ")
                 );
+                if let Some(n) = o.block.buffers {
+                    let _ = write!(self.out, " buffers {n}");
+                }
             }
             let _ = writeln!(self.out, " {}", o.layout);
         }

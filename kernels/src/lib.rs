@@ -1,43 +1,113 @@
-//! Tessera's kernels, each with its reference op, and the tools around them.
+//! Tessera's kernel library: each kernel with its reference op, in its own
+//! module, and an [`Entry`] (config parameters, default shapes, f64
+//! reference, tolerances, presets) that every tool and test reads.
 //!
-//! Two module trees:
+//! This crate knows no tool: the comparisons, benchmarks, export and
+//! training loop are the `tooling` crate (`kernels/tooling`), the command
+//! is the `tessera` crate (`kernels/cli`). Cargo keeps it that way: neither
+//! is a dependency here.
 //!
-//! * [`library`]: the kernels. Each module holds `#[tpu_kernel]`s, a
-//!   builder function from a typed config, and an [`library::Entry`]
-//!   (config parameters, default shapes, f64 reference, tolerances,
-//!   presets) that every tool and test reads. The library modules are
-//!   re-exported here ([`attention`], [`norm`], ...).
-//!   - [`attention`]: flash attention forward (GQA/MQA, causal, sliding
-//!     window, soft-cap, valid kv length, logsumexp), [`attention::backward`]
-//!     (delta, dq, dk/dv), [`attention::decode`] (paged KV cache),
-//!     [`attention::decode_dma`] (the same with hand-made, double-buffered
-//!     page copies), [`attention::ragged`] (ragged paged attention over
-//!     mixed prefill/decode batches);
-//!   - [`norm`]: RMS norm forward and backward, layer norm backward
-//!     (forward in [`foundation`]);
-//!   - [`epilogue`]: matmul with a fused bias + gelu/silu (+ residual)
-//!     epilogue; [`rope`]: rotary embeddings; [`swiglu`]: fused SwiGLU;
-//!   - [`foundation`]: tiled elementwise add, tiled matmul with an f32
-//!     accumulator in scratch, row softmax, layer norm;
-//!   - [`library::moe`]: grouped matmul for mixture-of-experts layers;
-//!   - [`library::dma`]: every manual-DMA construct in one small kernel;
-//!   - [`library::fp8_gemm`] (the CUTLASS FP8 GEMM), [`library::scaled_mm`]
-//!     (block-scaled FP8), [`library::w8a16`] (int8 weight-only);
-//!   - [`reference`]: the plain f64 host math the entries compare with.
-//! * [`tooling`]: what runs the library: [`tooling::paths`] (one kernel on
-//!   every CPU path against its reference), [`tooling::check`] (error
-//!   statistics), [`tooling::bench`] (benchmarks against XLA baselines),
-//!   [`tooling::transformer`] (a transformer block on the graph runtime),
-//!   [`tooling::npy`], [`tooling::diff`], [`tooling::numerics`] (the FP8
-//!   GEMM's error by accumulation scheme), [`tooling::atomic_file`]; and the
-//!   `tessera` command (`src/bin/tessera`).
+//! * [`attention`]: flash attention forward (GQA/MQA, causal, sliding
+//!   window, soft-cap, valid kv length, logsumexp), [`attention::backward`]
+//!   (delta, dq, dk/dv), [`attention::decode`] (paged KV cache),
+//!   [`attention::decode_dma`] (the same with hand-made, double-buffered
+//!   page copies), [`attention::ragged`] (ragged paged attention over
+//!   mixed prefill/decode batches);
+//! * [`norm`]: RMS norm forward and backward, layer norm backward
+//!   (forward in [`foundation`]);
+//! * [`epilogue`]: matmul with a fused bias + gelu/silu (+ residual)
+//!   epilogue; [`rope`]: rotary embeddings; [`swiglu`]: fused SwiGLU;
+//! * [`foundation`]: tiled elementwise add, tiled matmul with an f32
+//!   accumulator in scratch, row softmax, layer norm;
+//! * [`moe`]: grouped matmul for mixture-of-experts layers;
+//! * [`dma`]: every manual-DMA construct in one small kernel;
+//! * [`fp8_gemm`] (the CUTLASS FP8 GEMM), [`scaled_mm`] (block-scaled
+//!   FP8), [`w8a16`] (int8 weight-only);
+//! * [`reference`]: the plain f64 host math the entries compare with.
 //!
-//! [`guide`]: porting from Triton and CUTLASS.
+//! [`ENTRIES`] lists them all, in a fixed order; adding a kernel is its
+//! module (the `#[tpu_kernel]`, a builder function, an `Entry` const) plus
+//! its line in the `library!` list below. [`guide`]: porting from Triton
+//! and CUTLASS.
 
-pub mod library;
-pub mod tooling;
+pub mod check;
+pub mod entry;
+pub mod reference;
+pub mod tolerance;
 
-pub use library::{attention, epilogue, foundation, norm, reference, rope, swiglu};
+pub use entry::{Config, Entry, EntryError, Param, ParamKind, Preset};
+
+/// Declares the kernel modules and lists their entries in [`ENTRIES`].
+macro_rules! library {
+    ($($module:ident: [$($entry:ident),* $(,)?];)*) => {
+        $(pub mod $module;)*
+
+        /// Every kernel of the library, in a fixed order: what `tessera
+        /// list` prints and every tool and test walks.
+        pub const ENTRIES: &[&Entry] = &[$($(&$module::$entry,)*)*];
+    };
+}
+
+library! {
+    foundation: [ADD, MATMUL, SOFTMAX, LAYER_NORM];
+    attention: [FLASH_ATTENTION, FLASH_ATTENTION_KV_LEN, ATTENTION_DELTA, FLASH_ATTENTION_DQ, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DQ_KV_LEN, FLASH_ATTENTION_DKV_KV_LEN, PAGED_DECODE_ATTENTION, PAGED_DECODE_ATTENTION_DMA, PAGED_DECODE_ATTENTION_FP8, RAGGED_PAGED_ATTENTION];
+    norm: [RMS_NORM, RMS_NORM_BWD, LAYER_NORM_BWD];
+    epilogue: [MATMUL_EPILOGUE];
+    rope: [ROPE];
+    swiglu: [SWIGLU];
+    moe: [GROUPED_MATMUL];
+    dma: [DOUBLE_BUFFERED_ROWS];
+    fp8_gemm: [FP8_GEMM];
+    scaled_mm: [SCALED_MM];
+    w8a16: [W8A16_MATMUL];
+}
+
+/// The entry called `name`.
+pub fn find(name: &str) -> Option<&'static Entry> {
+    ENTRIES.iter().copied().find(|e| e.name == name)
+}
+
+/// A preset with its entry.
+#[derive(Clone, Copy)]
+pub struct PresetOf {
+    /// The kernel.
+    pub entry: &'static Entry,
+    /// The instance.
+    pub preset: &'static Preset,
+}
+
+impl PresetOf {
+    /// Its name.
+    pub fn name(&self) -> &'static str {
+        self.preset.name
+    }
+
+    /// Its config.
+    pub fn config(&self) -> Result<Config, EntryError> {
+        Config::of_preset(self.entry, self.preset)
+    }
+
+    /// Builds and verifies it.
+    pub fn build(&self) -> Result<kernel_ir::VerifiedKernel, EntryError> {
+        self.entry
+            .build_with_shapes(&self.config()?, self.preset.shapes)
+    }
+}
+
+/// Every preset, entry by entry.
+pub fn presets() -> impl Iterator<Item = PresetOf> {
+    ENTRIES.iter().flat_map(|&entry| {
+        entry
+            .presets
+            .iter()
+            .map(move |preset| PresetOf { entry, preset })
+    })
+}
+
+/// The preset called `name`.
+pub fn preset(name: &str) -> Option<PresetOf> {
+    presets().find(|p| p.name() == name)
+}
 
 /// Guides for kernel authors.
 pub mod guide {
@@ -53,5 +123,115 @@ pub mod guide {
     /// depth and accumulation scheme, and the command that measures it.
     pub mod numerics {
         #![doc = include_str!("../doc/numerics.md")]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names `tessera list` prints (the kernel's arguments) are the
+    /// names `--input` and `--shape` take (the entry's shapes).
+    #[test]
+    fn input_names_are_the_kernels_argument_names() {
+        for e in ENTRIES {
+            let cfg = Config::parse(e, &[]).unwrap();
+            let shapes = e.default_shapes(&cfg).unwrap();
+            let k = e.build_at_default_shapes(&cfg).unwrap();
+            let names: Vec<&str> = shapes.iter().map(|(n, _)| *n).collect();
+            let args: Vec<&str> = k.arguments().map(|a| a.name).collect();
+            assert_eq!(names, args, "{}", e.name);
+        }
+    }
+
+    /// Names are unique across kernels and presets (a preset named like a
+    /// kernel could not be reached by name: `lower`, `compile`, `cost` and
+    /// `estimate` look kernels up first, and `compile all --out` wrote both
+    /// to one file), every preset builds, and every preset's override names
+    /// a parameter or an input of its kernel.
+    #[test]
+    fn presets_build_and_names_are_unique() {
+        let mut names = std::collections::HashSet::new();
+        for e in ENTRIES {
+            assert!(names.insert(e.name), "two kernels are called {}", e.name);
+        }
+        let mut presets_seen = std::collections::HashSet::new();
+        for p in presets() {
+            assert!(
+                presets_seen.insert(p.name()),
+                "two presets are called {}",
+                p.name()
+            );
+            assert!(
+                find(p.name()).is_none(),
+                "preset {} has a kernel's name, so it cannot be reached by name",
+                p.name()
+            );
+            p.build().unwrap_or_else(|e| panic!("{}: {e}", p.name()));
+        }
+        // The 20 presets the library started with; more are welcome.
+        assert!(presets_seen.len() >= 20, "{}", presets_seen.len());
+    }
+
+    /// Values of the wrong kind are refused when parsed, with the kind.
+    #[test]
+    fn config_values_are_checked_by_kind() {
+        let e = find("flash_attention").unwrap();
+        let bad = |k: &str, v: &str| {
+            Config::parse(e, &[(k.into(), v.into())])
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(bad("block_q", "0").contains("a positive integer"));
+        assert!(bad("causal", "yes").contains("true or false"));
+        assert!(bad("dtype", "i32").contains("f32, bf16 or f16"));
+        assert!(bad("window", "-3").contains("none or a positive integer"));
+        assert!(bad("softcap", "0").contains("none or a positive number"));
+        assert!(bad("sm_scale", "nan").contains("auto or a number"));
+        assert!(bad("nope", "1").contains("its keys are: dtype, causal"));
+        let e = find("matmul_epilogue").unwrap();
+        assert!(
+            Config::parse(e, &[("activation".into(), "relu".into())])
+                .unwrap_err()
+                .to_string()
+                .contains("none, gelu, silu")
+        );
+    }
+
+    /// A zero-size dim in any input of any kernel is an error from the
+    /// build (the verifier's `[zero-size]` or a shape error), never a
+    /// panic: every path runs only verified kernels, so this is the one
+    /// answer on all of them.
+    #[test]
+    fn zero_size_dims_are_errors_for_every_kernel() {
+        let mut tried = 0;
+        for e in ENTRIES {
+            let cfg = Config::parse(e, &[]).unwrap();
+            let shapes: Vec<Vec<usize>> = e
+                .default_shapes(&cfg)
+                .unwrap()
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect();
+            for i in 0..shapes.len() {
+                for d in 0..shapes[i].len() {
+                    let mut s = shapes.clone();
+                    s[i][d] = 0;
+                    tried += 1;
+                    // Either the build refuses it, or the kernel built
+                    // from the other inputs takes another shape there (an
+                    // argument error when it is called with this one).
+                    match e.build(&cfg, &s) {
+                        Err(_) => {}
+                        Ok(k) => {
+                            let want: Vec<Vec<usize>> =
+                                k.arguments().map(|a| a.shape.to_vec()).collect();
+                            assert_ne!(want[i], s[i], "{} input {i} dim {d}", e.name);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(tried > 40, "{tried}");
     }
 }

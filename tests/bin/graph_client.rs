@@ -8,9 +8,9 @@
 use std::process::ExitCode;
 
 use kernel_ir::{Array, DType};
-use kernels::tooling::check::{ErrorStats, Tolerance};
-use kernels::tooling::transformer::{BlockWeights, block_forward, block_reference};
+use kernels::check::{ErrorStats, Tolerance};
 use runtime::graph::{Buckets, Runtime, RuntimeOptions};
+use tooling::transformer::{BlockWeights, block_forward, block_reference};
 
 fn list(s: &str) -> Result<Vec<usize>, String> {
     s.split(',')

@@ -3,5 +3,5 @@
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    std::process::exit(kernels::tooling::train::cli(&args));
+    std::process::exit(tooling::train::cli(&args));
 }

@@ -4,8 +4,8 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{InterpOptions, interpret_with};
 use kernels::attention::{AttnConfig, flash_attention};
+use kernels::check::{ErrorStats, Tolerance};
 use kernels::reference;
-use kernels::tooling::check::{ErrorStats, Tolerance};
 use proptest::prelude::*;
 
 struct Case {

@@ -1,10 +1,10 @@
 //! Helpers shared by the test modules.
 
 use kernel_ir::{Array, KernelErrors, VerifiedKernel};
-use kernels::tooling::check::Tolerance;
-use kernels::tooling::paths::run_paths;
+use kernels::check::Tolerance;
 use proptest::prelude::*;
 use runtime::backend::Backend;
+use tooling::paths::run_paths;
 
 /// Fails unless every backend (interpreter, native JIT, PJRT decomposed,
 /// PJRT FFI call) ran `kernel` on `args` and matched every output's

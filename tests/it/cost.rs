@@ -5,16 +5,16 @@
 //! computed blocks only.
 
 use kernel_ir::prelude::*;
-use kernels::library::{Config, find};
 use kernels::reference::AttnSpec;
-use kernels::tooling::cost::cost;
+use kernels::{Config, find};
+use tooling::cost::cost;
 
 fn entry_cost(
     name: &str,
     cfg: &[(&str, &str)],
     shapes: &[(&str, Vec<usize>)],
     fix: impl Fn(&mut Vec<Array>),
-) -> kernels::tooling::cost::Cost {
+) -> tooling::cost::Cost {
     let e = find(name).unwrap();
     let pairs: Vec<(String, String)> = cfg
         .iter()
@@ -27,7 +27,7 @@ fn entry_cost(
     cost(&k, &inputs).unwrap()
 }
 
-fn bytes_of(c: &kernels::tooling::cost::Cost, name: &str, dir: &str) -> u64 {
+fn bytes_of(c: &tooling::cost::Cost, name: &str, dir: &str) -> u64 {
     c.operands
         .iter()
         .filter(|o| o.name == name && o.direction == dir)

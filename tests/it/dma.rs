@@ -513,9 +513,9 @@ fn a_count_carried_along_an_arbitrary_dim_runs_on_every_path() {
     });
     let k = k.build().unwrap();
     let want: Vec<f64> = (0..32 * 128).map(|e| (e / (8 * 128) + 1) as f64).collect();
-    let tol = [kernels::tooling::check::Tolerance { abs: 0.0, rel: 0.0 }];
+    let tol = [kernels::check::Tolerance { abs: 0.0, rel: 0.0 }];
     let reports =
-        kernels::tooling::paths::run_paths(&k, &[], &runtime::backend::Backend::ALL, &[want], &tol);
+        tooling::paths::run_paths(&k, &[], &runtime::backend::Backend::ALL, &[want], &tol);
     assert_eq!(reports.len(), 4);
     for r in reports {
         assert!(r.passes(), "{r}");

@@ -4,7 +4,7 @@
 
 use kernel_ir::prelude::*;
 use kernel_ir::{ErrorKind, OpKind};
-use kernels::tooling::check::{ErrorStats, Tolerance};
+use kernels::check::{ErrorStats, Tolerance};
 
 fn count_ops(k: &kernel_ir::Kernel, f: impl Fn(&OpKind) -> bool) -> usize {
     let mut n = 0;

@@ -98,7 +98,7 @@ fn operand_locations_point_at_the_kernel_source() {
     })
     .unwrap();
     let x = k.operands[0].loc.as_ref().unwrap();
-    assert!(x.file.ends_with("kernels/src/library/foundation.rs"), "{x}");
+    assert!(x.file.ends_with("kernels/src/foundation.rs"), "{x}");
     let mut ops_in_source = true;
     k.body.walk(&mut |op| {
         ops_in_source &= op

@@ -2,9 +2,9 @@
 
 use kernel_ir::prelude::*;
 use kernel_ir::{InterpOptions, interpret_with};
+use kernels::check::{ErrorStats, Tolerance};
 use kernels::foundation::*;
 use kernels::reference;
-use kernels::tooling::check::{ErrorStats, Tolerance};
 use proptest::prelude::*;
 
 fn assert_close(out: &Array, want: &[f64], tol: Tolerance) {

@@ -105,7 +105,7 @@ fn fp8_dots_match_the_f64_product_on_every_path() {
         };
         let aa = Array::new(d, [16, 32], small(16 * 32, 1)).unwrap();
         let ba = Array::new(d, [32, 128], small(32 * 128, 2)).unwrap();
-        let want = kernels::library::reference::matmul(&aa, &ba);
+        let want = kernels::reference::matmul(&aa, &ba);
         for backend in Backend::ALL {
             let out = run(backend, &kernel, &[aa.clone(), ba.clone()]).unwrap();
             assert_eq!(out[0].data(), &want[..], "{backend} {d}");

@@ -683,8 +683,8 @@ fn gradient_misuse_is_an_error_naming_the_fix() {
     let g = grad(&d, &[&p]).unwrap().remove(0).to_host().unwrap();
     assert_eq!(g.data(), x.to_host().unwrap().data());
     // A kernel without a declared backward: an error naming it.
-    let k = kernels::library::find("rms_norm").unwrap();
-    let cfg = kernels::library::Config::parse(k, &[]).unwrap();
+    let k = kernels::find("rms_norm").unwrap();
+    let cfg = kernels::Config::parse(k, &[]).unwrap();
     let kernel = k
         .build_with_shapes(&cfg, &[("x", vec![2usize, 128]), ("gamma", vec![128])])
         .unwrap();

@@ -5,7 +5,7 @@
 
 use crate::common::{fresh_runtime, within};
 use kernel_ir::prelude::*;
-use kernels::library::{Config, find};
+use kernels::{Config, find};
 use proptest::prelude::*;
 use runtime::graph::{Tensor, vjp};
 
@@ -162,8 +162,8 @@ proptest! {
 /// the gradients of valid positions (the host never sees it).
 #[test]
 fn transformer_block_gradients_match_the_f64_host_gradient() {
-    use kernels::tooling::transformer::{BlockWeights, block_forward, block_reference};
     use runtime::graph::{Buckets, grad};
+    use tooling::transformer::{BlockWeights, block_forward, block_reference};
     let rt = fresh_runtime();
     let (s, d) = (12, 32);
     let buckets = Buckets::new([16]).unwrap();
@@ -248,8 +248,8 @@ fn transformer_block_gradients_match_the_f64_host_gradient() {
 /// lengths in a seen bucket reuse its program (forward and backward).
 #[test]
 fn gradients_compile_once_per_bucket() {
-    use kernels::tooling::transformer::{BlockWeights, block_forward};
     use runtime::graph::{Buckets, grad};
+    use tooling::transformer::{BlockWeights, block_forward};
     let rt = fresh_runtime();
     let buckets = Buckets::new([16, 32]).unwrap();
     let w = BlockWeights::random(32, 2, 5);

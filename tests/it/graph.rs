@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex};
 
 use kernel_ir::VerifiedKernel;
 use kernel_ir::prelude::*;
-use kernels::tooling::check::{ErrorStats, Tolerance};
-use kernels::tooling::transformer::{BlockWeights, block_forward, block_reference};
+use kernels::check::{ErrorStats, Tolerance};
 use runtime::cache::RemoteCache;
 use runtime::graph::{Buckets, Runtime, RuntimeError, RuntimeOptions};
+use tooling::transformer::{BlockWeights, block_forward, block_reference};
 
 /// A fresh, empty cache directory for one test.
 fn fresh_dir(name: &str) -> PathBuf {
@@ -606,9 +606,9 @@ fn fp8_tensors_cast_and_multiply() {
         let xt = rt.tensor(&x).unwrap().cast(F32).unwrap();
         let wt = rt.tensor(&w).unwrap().cast(F32).unwrap();
         let got = xt.matmul(&wt).unwrap().to_host().unwrap();
-        let want = kernels::library::reference::matmul(&x, &w);
-        let tol = kernels::tooling::check::Tolerance::matmul(32, F32);
-        let r = kernels::tooling::check::ErrorStats::between(&got, &want, tol);
+        let want = kernels::reference::matmul(&x, &w);
+        let tol = kernels::check::Tolerance::matmul(32, F32);
+        let r = kernels::check::ErrorStats::between(&got, &want, tol);
         assert!(r.passes(), "{d}: {r}");
     }
 }

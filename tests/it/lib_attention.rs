@@ -5,8 +5,8 @@
 
 use kernel_ir::prelude::*;
 use kernels::attention::{AttnConfig, flash_attention, flash_attention_kv_len};
+use kernels::check::Tolerance;
 use kernels::reference::{self, AttnSpec};
-use kernels::tooling::check::Tolerance;
 use proptest::prelude::*;
 
 use crate::common::all_paths;
@@ -411,7 +411,7 @@ proptest! {
         let k = paged_decode_attention_dma(&cfg, dtype, dims).unwrap();
         let shuffled = kernel_ir::InterpOptions { dma_seed: Some(seed), ..Default::default() };
         let out = kernel_ir::interpret_with(&k, &args, &shuffled).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let r = kernels::tooling::check::ErrorStats::between(&out[0], &want, out_tol(dtype));
+        let r = kernels::check::ErrorStats::between(&out[0], &want, out_tol(dtype));
         prop_assert!(r.passes(), "random completion order: {r}");
         all_paths(Ok(k), &args, vec![want], &[out_tol(dtype)])?;
     }
@@ -424,8 +424,8 @@ proptest! {
 /// `dynamic_slice` does, so they never read outside it).
 #[test]
 fn an_out_of_range_page_in_a_manual_copy_is_refused() {
-    let e = kernels::library::find("paged_decode_attention_dma").unwrap();
-    let cfg = kernels::library::Config::parse(e, &[]).unwrap();
+    let e = kernels::find("paged_decode_attention_dma").unwrap();
+    let cfg = kernels::Config::parse(e, &[]).unwrap();
     let k = e.build_at_default_shapes(&cfg).unwrap();
     let mut args = e.sample_inputs(&cfg, &k, 5);
     e.check_inputs(&cfg, &k, &args).unwrap();

@@ -4,10 +4,10 @@
 //! on random shapes and values spread over each format's range.
 
 use kernel_ir::prelude::*;
+use kernels::check::Tolerance;
 use kernels::epilogue::Activation;
-use kernels::library::fp8_gemm::{Fp8GemmConfig, Scaling, fp8_gemm};
-use kernels::library::{scaled_mm, w8a16};
-use kernels::tooling::check::Tolerance;
+use kernels::fp8_gemm::{Fp8GemmConfig, Scaling, fp8_gemm};
+use kernels::{scaled_mm, w8a16};
 use proptest::prelude::*;
 
 use crate::common::all_paths;
@@ -45,7 +45,7 @@ proptest! {
             args.push(Array::random(out, [m, n], seed + 5, -1.0, 1.0));
         }
         let name = ["none", "gelu", "silu"][act];
-        let want = kernels::library::fp8_gemm::reference(&args[0], &args[1], &args[2], &args[3], &args[4], name, args.get(5));
+        let want = kernels::fp8_gemm::reference(&args[0], &args[1], &args[2], &args[3], &args[4], name, args.get(5));
         all_paths(fp8_gemm(&cfg), &args, vec![want], &[Tolerance::matmul(k, out)])?;
     }
 

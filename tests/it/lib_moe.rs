@@ -4,8 +4,8 @@
 //! schedule check that keeps a wrong schedule from leaving rows unwritten.
 
 use kernel_ir::prelude::*;
-use kernels::library::moe::{GroupedMatmulConfig, group_metadata, grouped_matmul, reference};
-use kernels::tooling::check::Tolerance;
+use kernels::check::Tolerance;
+use kernels::moe::{GroupedMatmulConfig, group_metadata, grouped_matmul, reference};
 use proptest::prelude::*;
 
 use crate::common::all_paths;
@@ -57,8 +57,8 @@ proptest! {
 /// rise from 0 to m.
 #[test]
 fn a_wrong_schedule_is_an_input_error() {
-    let e = kernels::library::find("grouped_matmul").unwrap();
-    let cfg = kernels::library::Config::parse(e, &[]).unwrap();
+    let e = kernels::find("grouped_matmul").unwrap();
+    let cfg = kernels::Config::parse(e, &[]).unwrap();
     let k = e.build_at_default_shapes(&cfg).unwrap();
     let good = e.sample_inputs(&cfg, &k, 3);
     e.check_inputs(&cfg, &k, &good).unwrap();

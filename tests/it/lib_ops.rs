@@ -4,11 +4,11 @@
 //! legal tiles; the norm gradients are checked against finite differences.
 
 use kernel_ir::prelude::*;
+use kernels::check::Tolerance;
 use kernels::epilogue::{Activation, EpilogueConfig, matmul_epilogue};
 use kernels::norm::{NormConfig, layer_norm_bwd, rms_norm, rms_norm_bwd};
 use kernels::reference;
 use kernels::swiglu::{SwigluConfig, swiglu};
-use kernels::tooling::check::Tolerance;
 use proptest::prelude::*;
 
 use crate::common::all_paths;

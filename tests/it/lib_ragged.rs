@@ -7,7 +7,7 @@ use kernel_ir::prelude::*;
 use kernels::attention::ragged::{
     RaggedConfig, ragged_metadata, ragged_paged_attention, reference, visits,
 };
-use kernels::tooling::check::{ErrorStats, Tolerance};
+use kernels::check::{ErrorStats, Tolerance};
 use proptest::prelude::*;
 
 use crate::common::all_paths;
@@ -119,8 +119,8 @@ fn the_reference_attends_causally_within_each_sequence() {
 /// pages outside the pool are refused before anything runs.
 #[test]
 fn bad_batches_are_input_errors() {
-    let e = kernels::library::find("ragged_paged_attention").unwrap();
-    let cfg = kernels::library::Config::parse(e, &[]).unwrap();
+    let e = kernels::find("ragged_paged_attention").unwrap();
+    let cfg = kernels::Config::parse(e, &[]).unwrap();
     let k = e.build_at_default_shapes(&cfg).unwrap();
     let good = e.sample_inputs(&cfg, &k, 9);
     e.check_inputs(&cfg, &k, &good).unwrap();

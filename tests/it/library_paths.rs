@@ -3,13 +3,13 @@
 //! f64 reference, with the inputs, reference and tolerances its entry
 //! declares: what a new kernel gets tested on by adding its entry.
 
-use kernels::library::{Config, ENTRIES, presets};
-use kernels::tooling::paths::run_paths;
+use kernels::{Config, ENTRIES, presets};
 use runtime::backend::Backend;
+use tooling::paths::run_paths;
 
 fn check(
     name: &str,
-    e: &kernels::library::Entry,
+    e: &kernels::Entry,
     cfg: &Config,
     k: &kernel_ir::VerifiedKernel,
 ) -> Vec<String> {

@@ -40,7 +40,7 @@ pub(crate) fn scatter_rows(
 /// The kernels every target is checked on, by snapshot name: the presets
 /// of the library and the test kernels.
 pub(crate) fn catalog() -> Vec<(&'static str, VerifiedKernel)> {
-    let mut all: Vec<(&'static str, VerifiedKernel)> = kernels::library::presets()
+    let mut all: Vec<(&'static str, VerifiedKernel)> = kernels::presets()
         .map(|p| (p.name(), p.build().unwrap()))
         .collect();
     all.extend([

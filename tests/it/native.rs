@@ -4,12 +4,12 @@
 
 use kernel_ir::prelude::*;
 use kernel_ir::{ErrorKind, VerifiedKernel};
+use kernels::check::Tolerance;
 use kernels::foundation::*;
-use kernels::tooling::check::Tolerance;
-use kernels::tooling::paths::run_paths;
 use lowering::{HostKernel, HostOptions, LoweringError};
 use runtime::backend::{Backend, cpu_client};
 use runtime::pjrt::CompileOptions;
+use tooling::paths::run_paths;
 
 fn small_add() -> VerifiedKernel {
     add(&AddConfig {

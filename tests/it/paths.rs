@@ -4,9 +4,9 @@
 
 use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
+use kernels::check::Tolerance;
 use kernels::foundation::*;
 use kernels::reference;
-use kernels::tooling::check::Tolerance;
 use proptest::prelude::*;
 
 use crate::builder_kernels;

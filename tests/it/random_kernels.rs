@@ -7,11 +7,11 @@
 
 use kernel_ir::prelude::*;
 use kernel_ir::{Kernel, SplitMix64};
-use kernels::tooling::check::{ErrorStats, Tolerance};
-use kernels::tooling::paths::run_paths;
+use kernels::check::{ErrorStats, Tolerance};
 use proptest::prelude::*;
 use runtime::backend::Backend;
 use tests::mutation::{mutate, seed_kernels};
+use tooling::paths::run_paths;
 
 use crate::grad::{H, h_dot};
 

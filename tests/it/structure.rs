@@ -74,12 +74,14 @@ fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 }
 
 /// The crates whose sources are scanned.
-const CRATES: [&str; 5] = [
+const CRATES: [&str; 7] = [
     "kernel-macros",
     "kernel-ir",
     "lowering",
     "runtime",
     "kernels",
+    "kernels/tooling",
+    "kernels/cli",
 ];
 
 #[test]
@@ -224,9 +226,9 @@ const KNOWN_CIRCLES: &[(&str, &str, &str, &str)] = &[
         "a kernel call node carries the backward its caller declared (`KernelVjp`, defined with the rest of autodiff), which autodiff's walk over the nodes calls",
     ),
     (
-        "kernels",
-        "tooling::bench::measure",
-        "tooling::bench::torch",
+        "kernels/tooling",
+        "bench::measure",
+        "bench::torch",
         "measure runs each method's measurement and hands the PyTorch one to torch.rs, which answers in measure's child-result format and run cap",
     ),
 ];
@@ -253,4 +255,41 @@ fn no_submodules_import_each_other_in_a_circle_but_the_listed_ones() {
         );
     }
     assert!(edges > 60, "the scan found only {edges} imports");
+}
+
+/// The library knows no tool: the kernel crate's dependencies name
+/// neither the tooling crate nor the command (Cargo then refuses any
+/// `use tooling::` in the library), and the tooling crate does not name
+/// the command.
+#[test]
+fn the_library_depends_on_no_tool() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let deps = |krate: &str| -> Vec<String> {
+        let text = std::fs::read_to_string(root.join(krate).join("Cargo.toml")).unwrap();
+        let mut in_deps = false;
+        let mut names = Vec::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.starts_with('[') {
+                in_deps = line == "[dependencies]";
+            } else if in_deps && let Some((name, _)) = line.split_once(['=', '.']) {
+                names.push(name.trim().to_string());
+            }
+        }
+        names
+    };
+    let library = deps("kernels");
+    assert!(library.contains(&"kernel-ir".to_string()), "{library:?}");
+    for tool in ["tooling", "tessera"] {
+        assert!(
+            !library.contains(&tool.to_string()),
+            "kernels depends on {tool}"
+        );
+    }
+    let tooling = deps("kernels/tooling");
+    assert!(tooling.contains(&"kernels".to_string()), "{tooling:?}");
+    assert!(
+        !tooling.contains(&"tessera".to_string()),
+        "tooling depends on the command"
+    );
 }

@@ -609,7 +609,7 @@ fn tessera_vmem_budget_covers_what_libtpu_allocates() {
     })
     .unwrap();
     kernels.push(("matmul bf16 512^3 blocks".into(), mm));
-    let preset = kernels::library::preset("flash_attention_f32").unwrap();
+    let preset = kernels::preset("flash_attention_f32").unwrap();
     kernels.push(("flash_attention_f32".into(), preset.build().unwrap()));
     let mut report = Vec::new();
     for (name, kernel) in kernels {
@@ -648,7 +648,7 @@ fn tessera_vmem_budget_covers_what_libtpu_allocates() {
 /// libtpu for every generation.
 #[test]
 fn every_library_kernel_and_preset_compiles_for_every_generation() {
-    use kernels::library::{Config, ENTRIES, presets};
+    use kernels::{Config, ENTRIES, presets};
     let tpu = tpu();
     let mut kernels: Vec<(String, kernel_ir::VerifiedKernel)> = Vec::new();
     for p in presets() {

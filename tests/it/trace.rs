@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use kernels::tooling::profile::{kernel, transformer};
 use runtime::graph::Trace;
+use tooling::profile::{kernel, transformer};
 
 /// Every track's spans either nest or follow each other.
 fn check_nesting(t: &Trace) {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kernels::tooling::train::{LOSS_THRESHOLD, TrainOptions, train};
+use tooling::train::{LOSS_THRESHOLD, TrainOptions, train};
 
 #[test]
 fn the_copy_task_is_learned_below_the_threshold_with_one_compile() {
@@ -305,7 +305,7 @@ fn one_run_per_checkpoint_directory_checked_before_step_one() {
 
 #[test]
 fn a_checkpoint_that_does_not_fit_the_model_falls_back_to_the_previous_one() {
-    use kernels::tooling::train::checkpoint;
+    use tooling::train::checkpoint;
     let d = dir("wrong-shape");
     let (ckpt, log) = (d.join("ck"), d.join("log"));
     let (code, text) = finish(worker_with(&ckpt, &log, &["--steps", "10", "--no-resume"]));

@@ -651,7 +651,7 @@ impl Runtime {
     /// [`Runtime::call`], and [`grad`] differentiates through it with
     /// `vjp` (a kernel recorded with plain `call` is an error there, naming
     /// the kernel). The library's entries pass their own backward this
-    /// way (`kernels::library::Entry::call`).
+    /// way (`kernels::Entry::call`).
     #[track_caller]
     pub fn call_with_vjp(
         &self,

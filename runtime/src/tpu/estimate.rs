@@ -23,7 +23,7 @@
 //! known blind spots (work steered by scalar-prefetch data is dropped,
 //! concurrent DMAs do not share HBM bandwidth) are why callers check it
 //! against the kernel's executed dots and its roofline before they rank
-//! by it (`kernels::tooling::estimate`).
+//! by it (`tooling::estimate`).
 //!
 //! ```no_run
 //! use kernel_ir::Target;

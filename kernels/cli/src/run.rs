@@ -1,0 +1,173 @@
+//! `tessera run` and `tessera diff`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use kernel_ir::{Array, VerifiedKernel};
+use kernels::Config;
+use runtime::backend::{Backend, Prepared};
+
+use crate::args::Args;
+use crate::kernel_args::{choose, kernel_and_inputs};
+use crate::{Failure, usage};
+
+/// A back end by name (`pjrt` is the portable decomposed StableHLO).
+pub fn backend(name: &str) -> Result<Backend, String> {
+    match name {
+        "pjrt" => Ok(Backend::Decomposed),
+        other => other.parse::<Backend>().map_err(|_| {
+            format!("unknown backend `{other}`; use interp, jit, pjrt (pjrt-decomposed), pjrt-ffi or all")
+        }),
+    }
+}
+
+/// Elements the interpreter handles per second here, roughly (it computes
+/// exactly in f64 and checks every access).
+const INTERP_ELEMENTS_PER_SECOND: f64 = 2e7;
+
+fn run_on(b: Backend, k: &VerifiedKernel, inputs: &[Array]) -> Result<Vec<Array>, Failure> {
+    if b == Backend::Interpreter {
+        // The reference interpreter is slow on big shapes: say so up front
+        // (one note, on stderr) rather than sit silent for minutes.
+        let per_step: usize = k
+            .operands
+            .iter()
+            .map(|o| o.block.shape.iter().product::<usize>())
+            .sum();
+        let work = k.grid.steps() as f64 * per_step as f64 * 8.0;
+        let secs = work / INTERP_ELEMENTS_PER_SECOND;
+        if secs > 10.0 {
+            eprintln!(
+                "note: the interpreter runs {} grid steps here, about {:.0} s; --backend jit is the fast path",
+                k.grid.steps(),
+                secs
+            );
+        }
+    }
+    Prepared::new(b, k)
+        .and_then(|p| p.run(inputs))
+        .map_err(|e| Failure::Run(format!("{b}: {e}")))
+}
+
+/// `tessera run KERNEL --input NAME=FILE.npy... [--config k=v]... [--backend B] --out DIR`.
+pub fn run(args: &[String]) -> Result<(), Failure> {
+    let a = Args::parse("run", args, &["input", "config", "backend", "out"], &[]).map_err(usage)?;
+    let c = choose(a.kernel("run").map_err(usage)?, &a).map_err(usage)?;
+    let out = a
+        .one("out")
+        .map_err(usage)?
+        .ok_or_else(|| usage("give --out DIR, where the output .npy files go".into()))?;
+    let which = a.one("backend").map_err(usage)?.unwrap_or("jit");
+    let backends: Vec<Backend> = if which == "all" {
+        Backend::ALL.to_vec()
+    } else {
+        vec![backend(which).map_err(usage)?]
+    };
+    // The output folder is checked before any work: a file in the way or
+    // a folder that cannot be made is a usage error now, not after a run.
+    let out = Path::new(out);
+    if out.exists() && !out.is_dir() {
+        return Err(usage(format!(
+            "--out {} is a file; give a folder for the output .npy files",
+            out.display()
+        )));
+    }
+    let (kernel, inputs) = kernel_and_inputs(&c, &a).map_err(usage)?;
+    let mut files = Vec::new();
+    let mut report = Vec::new();
+    for b in &backends {
+        let t = Instant::now();
+        let outs = run_on(*b, &kernel, &inputs)?;
+        let dir: PathBuf = if backends.len() > 1 {
+            out.join(b.name())
+        } else {
+            out.to_path_buf()
+        };
+        for (o, arr) in kernel.outputs().zip(&outs) {
+            let path = dir.join(format!("{}.npy", o.name));
+            report.push(format!(
+                "{:<16} wrote {} ({}{:?})",
+                b.name(),
+                path.display(),
+                arr.dtype(),
+                arr.shape()
+            ));
+            files.push((path, tooling::npy::encode(arr)));
+        }
+        report.push(format!(
+            "{:<16} {:.1} ms including compile",
+            b.name(),
+            t.elapsed().as_secs_f64() * 1e3
+        ));
+    }
+    // All or nothing: only when every back end succeeded is anything
+    // written, and then every file is staged before any is renamed in.
+    for (path, _) in &files {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
+        }
+    }
+    tooling::atomic_file::write_all(&files).map_err(Failure::Run)?;
+    for line in report {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// One side of a diff: a back end's outputs or the f64 reference.
+fn side(
+    name: &str,
+    kernel: &VerifiedKernel,
+    c: &crate::kernel_args::Chosen,
+    config: &Config,
+    inputs: &[Array],
+) -> Result<Vec<Vec<f64>>, Failure> {
+    if name == "reference" {
+        return c
+            .entry
+            .reference(config, inputs)
+            .map_err(|e| Failure::Run(e.to_string()));
+    }
+    let b = backend(name).map_err(usage)?;
+    Ok(run_on(b, kernel, inputs)?
+        .into_iter()
+        .map(|a| a.data().to_vec())
+        .collect())
+}
+
+/// `tessera diff KERNEL --input ... [--config k=v]... --backends A,B`.
+pub fn diff(args: &[String]) -> Result<(), Failure> {
+    let a =
+        Args::parse("diff", args, &["input", "config", "backends", "first"], &[]).map_err(usage)?;
+    let c = choose(a.kernel("diff").map_err(usage)?, &a).map_err(usage)?;
+    let pair = a.one("backends").map_err(usage)?.ok_or_else(|| {
+        usage("give --backends A,B (two of interp, jit, pjrt, pjrt-ffi, reference)".into())
+    })?;
+    let names: Vec<&str> = pair.split(',').map(str::trim).collect();
+    let [x, y] = names.as_slice() else {
+        return Err(usage(format!(
+            "--backends takes two names joined by a comma, got `{pair}`"
+        )));
+    };
+    for n in [x, y] {
+        if *n != "reference" {
+            backend(n).map_err(usage)?;
+        }
+    }
+    let first: usize = match a.one("first").map_err(usage)? {
+        Some(v) => v
+            .parse()
+            .map_err(|_| usage(format!("--first takes a count, got `{v}`")))?,
+        None => 10,
+    };
+    let (kernel, inputs) = kernel_and_inputs(&c, &a).map_err(usage)?;
+    let left = side(x, &kernel, &c, &c.config, &inputs)?;
+    let right = side(y, &kernel, &c, &c.config, &inputs)?;
+    for ((o, l), r) in kernel.outputs().zip(&left).zip(&right) {
+        println!("output `{}` {}{:?}: {x} vs {y}", o.name, o.dtype, o.shape);
+        let d = tooling::diff::compare(&o.name, o.dtype, &o.shape, l, r, first);
+        print!("{d}");
+    }
+    Ok(())
+}

@@ -1,0 +1,641 @@
+//! Flash attention backward (FlashAttention-2 style), from the forward's
+//! logsumexp and `delta = rowsum(dO ∘ O)`:
+//!
+//! * [`attention_delta()`]: `delta` per query row;
+//! * [`flash_attention_dq()`]: grid (batch, head, q block, k block); for each
+//!   q block, `dq = scale · Σ_k dS·K` accumulated over k blocks;
+//! * [`flash_attention_dkv()`]: grid (batch, kv head, k block, group head,
+//!   q block); for each k block, `dV = Σ Pᵀ·dO` and `dK = scale · Σ dSᵀ·Q`
+//!   accumulated over the query heads sharing the kv head (GQA) and all q
+//!   blocks.
+//!
+//! with `P = exp(S − lse)` recomputed from the scores and
+//! `dS = P ∘ (dO·Vᵀ − delta)` (times `1 − tanh²` under a soft-cap). Blocks
+//! the mask hides entirely are skipped, as in the forward pass; the padding
+//! of ragged last blocks is zeroed before it can reach a product.
+
+use kernel_ir::prelude::*;
+use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
+
+use crate::entry::{
+    Config, DTYPE, Entry, EntryError, ParamKind, Preset, Shapes, arg, in_range, no_check, param,
+    refs,
+    uniform_inputs,
+};
+use crate::reference;
+use crate::tolerance::Tolerance;
+
+use super::{AttnConfig, kv_block, mask_scores, raw_scores, visible_keys};
+
+/// `delta = rowsum(dO ∘ O)` in f32, `[b, h, sq, 1]`.
+#[tpu_kernel(grid = (b, h, kernel_ir::cdiv(sq, bq)), semantics = (parallel, parallel, parallel))]
+pub fn attention_delta<T: Element>(
+    bq: usize,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, bq, d], |bi, hi, i| (bi, hi, i, 0))]
+    o: In<T>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, bq, d], |bi, hi, i| (bi, hi, i, 0))]
+    d_o: In<T>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, bq, 1], |bi, hi, i| (bi, hi, i, 0))]
+    delta: Out<f32>,
+) {
+    let prod = o.load((0, 0, .., ..)).cast::<f32>() * d_o.load((0, 0, .., ..)).cast::<f32>();
+    delta.store((0, 0, .., ..), prod.sum_keep(1));
+}
+
+/// [`attention_delta()`] for a dtype.
+pub fn attention_delta(
+    block_q: usize,
+    dtype: DType,
+    dims: attention_delta::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    match dtype {
+        DType::BF16 => attention_delta::build::<bf16>(block_q, dims),
+        DType::F16 => attention_delta::build::<f16>(block_q, dims),
+        DType::F32 => attention_delta::build::<f32>(block_q, dims),
+        other => Err(kernel_ir::unsupported_dtype("attention_delta", other)),
+    }
+}
+
+/// `P` and `dS` of one (q block, k block): probabilities recomputed from
+/// the scores and the saved logsumexp (zero where masked or padded), and
+/// the score gradient. `vb` has its padding rows zeroed by the caller.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+fn probs_and_dscores(
+    cfg: &AttnConfig,
+    sq: usize,
+    skv: usize,
+    q: Ref,
+    k: Ref,
+    lse: Tile,
+    delta: Tile,
+    dob: Tile,
+    vb: Tile,
+    qi: Tile,
+    ki: Tile,
+    kv_len: Option<Tile>,
+) -> (Tile, Tile) {
+    let (bq, bk) = (cfg.block_q, cfg.block_k);
+    let raw = raw_scores(cfg, q, k);
+    let s = mask_scores(cfg, raw, qi, ki);
+    let p = (s - lse).exp();
+    let dp = dot(dob, vb.t());
+    let mut ds = p * (dp - delta);
+    if let Some(cap) = cfg.softcap {
+        let t = raw * (1.0 / cap);
+        ds *= 1.0 - t * t;
+    }
+    if cfg.masked() || kv_len.is_some() || !skv.is_multiple_of(bk) || !sq.is_multiple_of(bq) {
+        // Exactly zero where hidden or padded (padding may hold anything,
+        // and 0 · garbage is garbage), and past a valid kv length.
+        let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
+        let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
+        let mut keep = visible_keys(cfg, qi, ki) && k_pos < skv as i32 && q_pos < sq as i32;
+        if let Some(len) = kv_len {
+            keep = keep && k_pos < len;
+        }
+        (select(keep, p, 0.0), select(keep, ds, 0.0))
+    } else {
+        (p, ds)
+    }
+}
+
+/// Rows `≥ limit` of a block starting at `start · rows` set to 0.
+#[kernel_fn]
+fn zero_tail(x: Tile, start: Tile, rows: usize, limit: usize) -> Tile {
+    if limit.is_multiple_of(rows) {
+        x
+    } else {
+        let row = iota(I32, x.shape(), 0) + start * rows;
+        select(row < limit as i32, x, 0.0)
+    }
+}
+
+/// One (q block, k block) step of `dq`.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+fn dq_step(
+    cfg: &AttnConfig,
+    sq: usize,
+    skv: usize,
+    q: Ref,
+    k: Ref,
+    v: Ref,
+    d_o: Ref,
+    lse: Ref,
+    delta: Ref,
+    acc: Ref,
+    qi: Tile,
+    ki: Tile,
+    kv_len: Option<Tile>,
+) {
+    let vb = zero_tail(v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
+    let kb = zero_tail(k.load((0, 0, .., ..)), ki, cfg.block_k, skv);
+    let dob = d_o.load((0, 0, .., ..));
+    let lse_b = lse.load((0, 0, .., ..));
+    let delta_b = delta.load((0, 0, .., ..));
+    let (_p, ds) = probs_and_dscores(
+        cfg, sq, skv, q, k, lse_b, delta_b, dob, vb, qi, ki, kv_len,
+    );
+    acc.store(
+        ..,
+        acc.load(..) + dot(ds.convert(kb.dtype()), kb) * cfg.sm_scale,
+    );
+}
+
+/// One (k block, q block) step of `dk` and `dv`.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+fn dkv_step(
+    cfg: &AttnConfig,
+    sq: usize,
+    skv: usize,
+    q: Ref,
+    k: Ref,
+    v: Ref,
+    d_o: Ref,
+    lse: Ref,
+    delta: Ref,
+    dk_acc: Ref,
+    dv_acc: Ref,
+    qj: Tile,
+    ki: Tile,
+    kv_len: Option<Tile>,
+) {
+    let vb = zero_tail(v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
+    let qb = zero_tail(q.load((0, 0, .., ..)), qj, cfg.block_q, sq);
+    let dob = zero_tail(d_o.load((0, 0, .., ..)), qj, cfg.block_q, sq);
+    let lse_b = lse.load((0, 0, .., ..));
+    let delta_b = delta.load((0, 0, .., ..));
+    let (p, ds) = probs_and_dscores(
+        cfg, sq, skv, q, k, lse_b, delta_b, dob, vb, qj, ki, kv_len,
+    );
+    dv_acc.store(.., dv_acc.load(..) + dot(p.convert(dob.dtype()).t(), dob));
+    dk_acc.store(
+        ..,
+        dk_acc.load(..) + dot(ds.convert(qb.dtype()).t(), qb) * cfg.sm_scale,
+    );
+}
+
+/// `dq` of flash attention: `[b, h, sq, d]`.
+#[tpu_kernel(
+    grid = (b, h, kernel_ir::cdiv(sq, cfg.block_q), kernel_ir::cdiv(skv, cfg.block_k)),
+    semantics = (parallel, parallel, parallel, arbitrary),
+    name = if with_len { "flash_attention_dq_kv_len" } else { "flash_attention_dq" }
+)]
+pub fn flash_attention_dq<T: Element>(
+    cfg: &AttnConfig,
+    with_len: bool,
+    #[present(with_len)]
+    #[shape(1)]
+    kv_len: Option<Prefetch>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    q: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv), 0))]
+    #[col_major]
+    k: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv), 0))]
+    v: In<T>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    d_o: In<T>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, cfg.block_q, 1], |bi, hi, i, _| (bi, hi, i, 0))]
+    lse: In<f32>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, cfg.block_q, 1], |bi, hi, i, _| (bi, hi, i, 0))]
+    delta: In<f32>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    dq: Out<T>,
+    #[shape(cfg.block_q, d)] acc: Scratch<f32>,
+) {
+    let (qi, ki) = (program_id(2), program_id(3));
+    let len = kv_len.load([0]);
+    if ki == 0 {
+        acc.store(.., 0.0);
+    }
+    if let Some(live) = cfg.key_blocks(qi, sq, len).contains(ki) {
+        if live {
+            dq_step(cfg, sq, skv, q, k, v, d_o, lse, delta, acc, qi, ki, len);
+        }
+    } else {
+        dq_step(cfg, sq, skv, q, k, v, d_o, lse, delta, acc, qi, ki, len);
+    }
+    if ki == num_programs(3) - 1 {
+        dq.store((0, 0, .., ..), acc.load(..).cast::<T>());
+    }
+}
+
+/// [`flash_attention_dq()`] for a config, dtype and shapes.
+pub fn flash_attention_dq(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention_dq::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    dq_kernel(cfg, false, dtype, dims)
+}
+
+/// The dq kernel of [`crate::attention::flash_attention_kv_len()`]: keys at
+/// or past the scalar-prefetched `kv_len[0]` are masked (and k blocks
+/// past it skipped) as in that forward. Arguments: `kv_len`, then those
+/// of [`flash_attention_dq()`].
+pub fn flash_attention_dq_kv_len(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention_dq::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    dq_kernel(cfg, true, dtype, dims)
+}
+
+fn dq_kernel(
+    cfg: &AttnConfig,
+    with_len: bool,
+    dtype: DType,
+    dims: flash_attention_dq::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    super::check_heads(dims.h, dims.hkv)?;
+    match dtype {
+        DType::BF16 => flash_attention_dq::build::<bf16>(cfg, with_len, dims),
+        DType::F16 => flash_attention_dq::build::<f16>(cfg, with_len, dims),
+        DType::F32 => flash_attention_dq::build::<f32>(cfg, with_len, dims),
+        other => Err(kernel_ir::unsupported_dtype("flash_attention_dq", other)),
+    }
+}
+
+/// The q block grid step (k block `i`, q block `j`) of `nq` fetches: its
+/// own when it has work, else the nearest that has
+/// ([`AttnConfig::query_blocks`] decides both), so a skipped step fetches nothing new.
+pub(crate) fn q_block(
+    cfg: &AttnConfig,
+    (i, skv): (IndexExpr, usize),
+    j: IndexExpr,
+    nq: usize,
+) -> IndexExpr {
+    cfg.query_blocks(i, skv).clamp(j, nq)
+}
+
+/// `dk` and `dv` of flash attention: `[b, hkv, skv, d]` each, summed over
+/// the query heads that share each kv head.
+#[tpu_kernel(
+    grid = (b, hkv, kernel_ir::cdiv(skv, cfg.block_k), crate::attention::group(h, hkv), kernel_ir::cdiv(sq, cfg.block_q)),
+    semantics = (parallel, parallel, parallel, arbitrary, arbitrary),
+    name = if with_len { "flash_attention_dkv_kv_len" } else { "flash_attention_dkv" }
+)]
+pub fn flash_attention_dkv<T: Element>(
+    cfg: &AttnConfig,
+    with_len: bool,
+    #[present(with_len)]
+    #[shape(1)]
+    kv_len: Option<Prefetch>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q)), 0))]
+    q: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
+    #[col_major]
+    k: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
+    v: In<T>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q)), 0))]
+    d_o: In<T>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q)), 0))]
+    lse: In<f32>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q)), 0))]
+    delta: In<f32>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
+    dk: Out<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
+    dv: Out<T>,
+    #[shape(cfg.block_k, d)] dk_acc: Scratch<f32>,
+    #[shape(cfg.block_k, d)] dv_acc: Scratch<f32>,
+) {
+    let (ki, g, qj) = (program_id(2), program_id(3), program_id(4));
+    let len = kv_len.load([0]);
+    if g == 0 && qj == 0 {
+        dk_acc.store(.., 0.0);
+        dv_acc.store(.., 0.0);
+    }
+    if let Some(live) = cfg.query_blocks(ki, skv).contains(qj) {
+        if live {
+            dkv_step(
+                cfg, sq, skv, q, k, v, d_o, lse, delta, dk_acc, dv_acc, qj, ki, len,
+            );
+        }
+    } else {
+        dkv_step(
+            cfg, sq, skv, q, k, v, d_o, lse, delta, dk_acc, dv_acc, qj, ki, len,
+        );
+    }
+    if g == num_programs(3) - 1 && qj == num_programs(4) - 1 {
+        dk.store((0, 0, .., ..), dk_acc.load(..).cast::<T>());
+        dv.store((0, 0, .., ..), dv_acc.load(..).cast::<T>());
+    }
+}
+
+/// [`flash_attention_dkv()`] for a config, dtype and shapes.
+pub fn flash_attention_dkv(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention_dkv::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    dkv_kernel(cfg, false, dtype, dims)
+}
+
+/// The dk/dv kernel of [`crate::attention::flash_attention_kv_len()`]:
+/// keys at or past `kv_len[0]` get zero gradients. Arguments: `kv_len`,
+/// then those of [`flash_attention_dkv()`].
+pub fn flash_attention_dkv_kv_len(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention_dkv::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    dkv_kernel(cfg, true, dtype, dims)
+}
+
+fn dkv_kernel(
+    cfg: &AttnConfig,
+    with_len: bool,
+    dtype: DType,
+    dims: flash_attention_dkv::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    super::check_heads(dims.h, dims.hkv)?;
+    match dtype {
+        DType::BF16 => flash_attention_dkv::build::<bf16>(cfg, with_len, dims),
+        DType::F16 => flash_attention_dkv::build::<f16>(cfg, with_len, dims),
+        DType::F32 => flash_attention_dkv::build::<f32>(cfg, with_len, dims),
+        other => Err(kernel_ir::unsupported_dtype("flash_attention_dkv", other)),
+    }
+}
+
+/// q, k, v, dO, lse, delta: the inputs of the dq and dk/dv kernels.
+fn backward_shapes(_: &Config) -> Result<Shapes, EntryError> {
+    let mut v = super::qkv();
+    v.extend([
+        ("d_o", vec![1, 2, 256, 64]),
+        ("lse", vec![1, 2, 256, 1]),
+        ("delta", vec![1, 2, 256, 1]),
+    ]);
+    Ok(v)
+}
+
+/// Random q, k, v, dO, and the lse and delta the forward would have
+/// saved for them (the backward is defined only for those).
+fn backward_inputs(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
+    let mut v = uniform_inputs(c, k, seed);
+    let d = v[0].shape()[3];
+    let Ok(spec) = super::attn_spec(c, d) else {
+        return v;
+    };
+    let (o, lse) = reference::attention_full(&v[0], &v[1], &v[2], &spec);
+    let o = Array::new(v[0].dtype(), v[0].shape().to_vec(), o).unwrap_or_else(|_| v[0].clone());
+    let delta = reference::attention_delta(o.data(), &v[3]);
+    let rows = v[4].shape().to_vec();
+    if let (Ok(l), Ok(dl)) = (
+        Array::new(DType::F32, rows.clone(), lse),
+        Array::new(DType::F32, rows, delta),
+    ) {
+        v[4] = l;
+        v[5] = dl;
+    }
+    v
+}
+
+fn grad_tolerance(c: &Config, k: &VerifiedKernel) -> Vec<Tolerance> {
+    let d = c.dtype("dtype").unwrap_or(DType::F32);
+    k.outputs().map(|_| Tolerance::attention_grad(d)).collect()
+}
+
+/// The GQA dq/dk/dv presets' shapes.
+const GQA_BACKWARD_SHAPES: &[(&str, &[usize])] = &[
+    ("q", &[1, 4, 200, 64]),
+    ("k", &[1, 2, 200, 64]),
+    ("v", &[1, 2, 200, 64]),
+    ("d_o", &[1, 4, 200, 64]),
+    ("lse", &[1, 4, 200, 1]),
+    ("delta", &[1, 4, 200, 1]),
+];
+
+/// [`attention_delta()`] in the library.
+pub const ATTENTION_DELTA: Entry = Entry {
+    name: "attention_delta",
+    backward: None,
+    about: "flash attention backward: delta = rowsum(dO * O)",
+    params: &[
+        DTYPE,
+        param("block_q", ParamKind::Positive, "64", "query rows per block"),
+    ],
+    inputs: |_| {
+        Ok(vec![
+            ("o", vec![1, 2, 256, 64]),
+            ("d_o", vec![1, 2, 256, 64]),
+        ])
+    },
+    build: |c, s| {
+        let dims = attention_delta::Dims::from_shapes(&refs(s))?;
+        Ok(attention_delta(
+            c.usize("block_q")?.min(dims.sq),
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |_, a| Ok(vec![reference::attention_delta(a[0].data(), &a[1])]),
+    check: no_check,
+    tolerance: |_, _| vec![Tolerance { abs: 1e-4, rel: 1e-4 }],
+    sample: uniform_inputs,
+    presets: &[Preset {
+        name: "attention_delta_bf16",
+        about: "flash attention backward, delta = rowsum(dO * O), bf16[1, 4, 200, 64]",
+        config: &[("dtype", "bf16")],
+        shapes: &[("o", &[1, 4, 200, 64]), ("d_o", &[1, 4, 200, 64])],
+    }],
+};
+
+/// [`flash_attention_dq()`] in the library.
+pub const FLASH_ATTENTION_DQ: Entry = Entry {
+    name: "flash_attention_dq",
+    backward: None,
+    about: "flash attention backward: dq from q, k, v, dO, lse, delta",
+    params: super::ATTN_PARAMS,
+    inputs: backward_shapes,
+    build: |c, s| {
+        let dims = flash_attention_dq::Dims::from_shapes(&refs(s))?;
+        Ok(flash_attention_dq(
+            &super::attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = super::attn_spec(c, a[0].shape()[3])?;
+        Ok(vec![
+            reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &spec).0,
+        ])
+    },
+    check: super::check_scores,
+    tolerance: grad_tolerance,
+    sample: backward_inputs,
+    presets: &[Preset {
+        name: "flash_attention_dq_gqa_window",
+        about: "flash attention backward, dq, GQA 4/2 heads, causal, window, soft-cap",
+        config: super::GQA_WINDOW,
+        shapes: GQA_BACKWARD_SHAPES,
+    }],
+};
+
+/// [`flash_attention_dkv()`] in the library.
+pub const FLASH_ATTENTION_DKV: Entry = Entry {
+    name: "flash_attention_dkv",
+    backward: None,
+    about: "flash attention backward: dk and dv (summed over GQA groups)",
+    params: super::ATTN_PARAMS,
+    inputs: backward_shapes,
+    build: |c, s| {
+        let dims = flash_attention_dkv::Dims::from_shapes(&refs(s))?;
+        Ok(flash_attention_dkv(
+            &super::attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = super::attn_spec(c, a[0].shape()[3])?;
+        let (_, dk, dv) = reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &spec);
+        Ok(vec![dk, dv])
+    },
+    check: super::check_scores,
+    tolerance: grad_tolerance,
+    sample: backward_inputs,
+    presets: &[Preset {
+        name: "flash_attention_dkv_gqa",
+        about: "flash attention backward, dk and dv summed over the 2 query heads of each kv head",
+        config: super::GQA_WINDOW,
+        shapes: GQA_BACKWARD_SHAPES,
+    }],
+};
+
+/// `kv_len`, then the dq/dk/dv inputs.
+fn backward_shapes_kv_len(c: &Config) -> Result<Shapes, EntryError> {
+    let mut v = vec![("kv_len", vec![1])];
+    v.extend(backward_shapes(c)?);
+    Ok(v)
+}
+
+/// [`backward_inputs`] with a random valid length in `1..=skv` first, and
+/// lse and delta from the forward that masks keys past it.
+fn backward_inputs_kv_len(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
+    let mut v = uniform_inputs(c, k, seed);
+    let skv = v[2].shape()[2];
+    let len = 1 + kernel_ir::SplitMix64(seed).below(skv.max(1));
+    v[0] = Array::new(DType::I32, [1], vec![len as f64]).unwrap_or_else(|_| v[0].clone());
+    let d = v[1].shape()[3];
+    let Ok(spec) = super::attn_spec(c, d) else {
+        return v;
+    };
+    let spec = reference::AttnSpec {
+        kv_len: Some(len),
+        ..spec
+    };
+    let (o, lse) = reference::attention_full(&v[1], &v[2], &v[3], &spec);
+    let o = Array::new(v[1].dtype(), v[1].shape().to_vec(), o).unwrap_or_else(|_| v[1].clone());
+    let delta = reference::attention_delta(o.data(), &v[4]);
+    let rows = v[5].shape().to_vec();
+    if let (Ok(l), Ok(dl)) = (
+        Array::new(DType::F32, rows.clone(), lse),
+        Array::new(DType::F32, rows, delta),
+    ) {
+        v[5] = l;
+        v[6] = dl;
+    }
+    v
+}
+
+/// The attention spec of a kv_len backward entry's inputs.
+fn spec_kv_len(c: &Config, a: &[Array]) -> Result<reference::AttnSpec, EntryError> {
+    Ok(reference::AttnSpec {
+        kv_len: Some(a[0].data()[0].max(0.0) as usize),
+        ..super::attn_spec(c, a[1].shape()[3])?
+    })
+}
+
+/// `kv_len` in `0..=skv`, and the scores in range.
+fn check_kv_len(c: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> {
+    let skv = arg(k, a, "k").map_or(0, |k| k.shape()[2]) as f64;
+    in_range(arg(k, a, "kv_len"), "kv_len", 0.0, skv, "the keys that exist")?;
+    super::check_scores(c, k, a)
+}
+
+/// [`flash_attention_dq_kv_len()`] in the library.
+pub const FLASH_ATTENTION_DQ_KV_LEN: Entry = Entry {
+    name: "flash_attention_dq_kv_len",
+    backward: None,
+    about: "flash attention backward over keys padded to a bucket: dq; kv_len[0] valid keys",
+    params: super::ATTN_PARAMS,
+    inputs: backward_shapes_kv_len,
+    build: |c, s| {
+        let dims = flash_attention_dq::Dims::from_shapes(&refs(&s[1..]))?;
+        Ok(flash_attention_dq_kv_len(
+            &super::attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = spec_kv_len(c, a)?;
+        Ok(vec![
+            reference::attention_backward(&a[1], &a[2], &a[3], &a[4], &spec).0,
+        ])
+    },
+    check: check_kv_len,
+    tolerance: grad_tolerance,
+    sample: backward_inputs_kv_len,
+    presets: &[Preset {
+        name: "flash_attention_dq_kv_len_causal",
+        about: "flash attention backward, dq, causal, over a bucket of 256 keys with a valid length",
+        config: &[("causal", "true"), ("sm_scale", "0.125")],
+        shapes: &[],
+    }],
+};
+
+/// [`flash_attention_dkv_kv_len()`] in the library.
+pub const FLASH_ATTENTION_DKV_KV_LEN: Entry = Entry {
+    name: "flash_attention_dkv_kv_len",
+    backward: None,
+    about: "flash attention backward over keys padded to a bucket: dk and dv; kv_len[0] valid keys",
+    params: super::ATTN_PARAMS,
+    inputs: backward_shapes_kv_len,
+    build: |c, s| {
+        let dims = flash_attention_dkv::Dims::from_shapes(&refs(&s[1..]))?;
+        Ok(flash_attention_dkv_kv_len(
+            &super::attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = spec_kv_len(c, a)?;
+        let (_, dk, dv) = reference::attention_backward(&a[1], &a[2], &a[3], &a[4], &spec);
+        Ok(vec![dk, dv])
+    },
+    check: check_kv_len,
+    tolerance: grad_tolerance,
+    sample: backward_inputs_kv_len,
+    presets: &[Preset {
+        name: "flash_attention_dkv_kv_len_bucket",
+        about: "flash attention backward, dk and dv, over a bucket of 256 keys with a valid length",
+        config: &[("sm_scale", "0.125")],
+        shapes: &[],
+    }],
+};

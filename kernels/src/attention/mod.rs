@@ -1,0 +1,696 @@
+//! Flash attention: forward (with logsumexp), backward, and paged decode.
+//!
+//! The forward grid walks (batch, head, q block, k block); the k dim is
+//! `arbitrary` and carries an online softmax in scratch: the running row
+//! max `m`, the running denominator `l` and the unnormalized output `acc`.
+//! Each k block rescales what was accumulated by `exp(m_prev − m_new)`.
+//! Blocks that the causal mask or the sliding window hide entirely are
+//! skipped (not computed), and their K/V index maps are clamped to a block
+//! the q block does need, so a skipped step fetches nothing new.
+//!
+//! * GQA/MQA: `h` query heads share `hkv` key/value heads (`hkv` divides
+//!   `h`); query head `i` reads kv head `i / (h / hkv)`.
+//! * `window`: query `i` sees keys `j` with `i − j < window` (and `j ≤ i`
+//!   when causal; `|i − j| < window` otherwise).
+//! * `softcap`: scores become `cap · tanh(s / cap)` (Gemma-style).
+//! * [`flash_attention_kv_len()`]: keys at or past a scalar-prefetched valid
+//!   length are masked (for bucketed sequences).
+//! * Sequence lengths need not be multiples of the blocks: the last q block
+//!   computes padding rows that are dropped, the last k block's padding is
+//!   masked.
+//! * Both return the output and the row logsumexp `lse = m + log l`
+//!   (`[b, h, sq, 1]`, f32), which the backward kernels ([`backward`]) use.
+//! * A query row that sees no key at all (every key hidden by the causal
+//!   mask, the window or the valid length) has an empty softmax: `o = 0`
+//!   and `lse = −∞`, on every path and in the reference.
+//! * Scores must stay in f32 range: when `|q|·|k|·d·sm_scale` overflows,
+//!   the scores are ±∞ and the row's output is NaN (the f64 reference
+//!   overflows only much later); `tessera run` refuses such inputs.
+//!
+//! K is given a column-major hint: each head's `[s, d]` matrix is stored as
+//! kᵀ, the layout the MXU wants for `q·kᵀ`, so its block's lane dim is the
+//! key dim.
+//!
+//! # Two rules found with libtpu
+//!
+//! * **Body conditions on grid indices never divide.** A `BlockRange` bound is
+//!   kept as a `Quotient` (numerator and divisor): the index map divides
+//!   (`clamp`), the body's `contains` multiplies (`j·b + b − 1 ≥ f`,
+//!   `j·b + b ≤ e`). libtpu's static profiler cannot evaluate a division of
+//!   grid indices and ran none of the work under such an `if` (the causal
+//!   forward's trace had 0 of its 1,152 MXU passes); multiplied, it follows
+//!   every branch.
+//! * **Online-softmax state is lane-replicated and read back as a lane max.**
+//!   `m` and `l` are `[rows, 128]` scratch holding each row's value in every
+//!   lane (Pallas's layout); `online_update` reads them as `load(..)
+//!   .max_keep(1)`, not a `[rows, 1]` column load. The lane reduction leaves
+//!   Mosaic a value already replicated across lanes, so broadcasting it over
+//!   scores and accumulator is free; a column load is broadcast by one lane
+//!   permute per vreg, which libtpu's estimate put at 2.4× the whole step at
+//!   512 × 512 blocks on v6e (28.2k → 11.6k cycles; 125k → 100k at 128 × 128).
+//!   The finalize step keeps its column loads (once per q block, measured
+//!   cheaper than the reduction there).
+
+pub mod backward;
+pub mod band;
+pub mod decode;
+pub mod decode_dma;
+pub mod decode_fp8;
+pub mod ragged;
+mod vjp;
+
+use band::Band;
+
+use kernel_ir::prelude::*;
+use kernel_ir::{Array, Element, KernelErrors, Target, VerifiedKernel};
+
+use crate::entry::{
+    Config, DTYPE, Entry, EntryError, Param, ParamKind, Preset, Shapes, arg, in_range, param, refs,
+    uniform_inputs,
+};
+use crate::reference;
+use crate::tolerance::Tolerance;
+
+/// Config of [`flash_attention()`] and the backward kernels.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttnConfig {
+    /// Query `i` attends to keys `j ≤ i` only.
+    pub causal: bool,
+    /// Scale of the scores, usually `1/√d`.
+    pub sm_scale: f32,
+    /// Query rows per block.
+    pub block_q: usize,
+    /// Keys per block.
+    pub block_k: usize,
+    /// Sliding window: keys more than `window − 1` positions away are hidden.
+    pub window: Option<usize>,
+    /// Logit soft-cap: `s ← cap · tanh(s / cap)`.
+    pub softcap: Option<f32>,
+}
+
+impl AttnConfig {
+    /// Plain attention (`1/√d` scale, no window, no soft-cap) with the
+    /// target's default blocks ([`AttnConfig::default_block`]) for these
+    /// sequence lengths, each clamped to the sequence length.
+    pub fn for_target(target: Target, causal: bool, d: usize, sq: usize, skv: usize) -> AttnConfig {
+        let b = AttnConfig::default_block(target);
+        AttnConfig {
+            causal,
+            sm_scale: 1.0 / (d as f32).sqrt(),
+            block_q: b.min(sq),
+            block_k: b.min(skv),
+            window: None,
+            softcap: None,
+        }
+    }
+
+    /// The default query and key block of a generation, from `tessera
+    /// tune flash_attention --tpu G` (b = 1, h = 2, s = 2048, d = 128, bf16,
+    /// blocks 128/256/512, libtpu 0.0.48.1): 512 × 512 won on v5e (39.3 µs
+    /// against 75.5 at 256 × 256 and 215 at 128 × 128) and on v6e (25.4
+    /// µs; 65.4 and 220), causal on v6e too. v5p and v7x have no published
+    /// clock, so their estimates rank by cycles only and were not tuned:
+    /// there the MXU width (128 on v5p, 256 on v7x).
+    pub fn default_block(target: Target) -> usize {
+        match target {
+            Target::V5e | Target::V6e => 512,
+            Target::V5p | Target::V7x => target.mxu_width(),
+        }
+    }
+
+    /// Whether any key can be hidden from a query (mask needed).
+    fn masked(&self) -> bool {
+        !Band::of(self).is_full()
+    }
+
+    /// The k blocks q block `qi` (of `sq` queries) sees, by the mask and
+    /// a valid length: the body skips the others, the K/V index maps clamp
+    /// to these.
+    pub(crate) fn key_blocks<E: kernel_ir::IntExpr>(
+        &self,
+        qi: E,
+        sq: usize,
+        kv_len: Option<E>,
+    ) -> band::BlockRange<E> {
+        Band::of(self).key_blocks(qi, (self.block_q, sq), self.block_k, kv_len)
+    }
+
+    /// The q blocks that see k block `ki` (of `skv` keys): the dk/dv
+    /// kernel's view.
+    pub(crate) fn query_blocks<E: kernel_ir::IntExpr>(
+        &self,
+        ki: E,
+        skv: usize,
+    ) -> band::BlockRange<E> {
+        Band::of(self).query_blocks(ki, self.block_q, (self.block_k, skv))
+    }
+}
+
+/// Query heads per kv head (`h / hkv`), for index maps and grids; never a
+/// division by zero (a zero `hkv` is the verifier's zero-size error, and
+/// the constructors check the head counts first with [`check_heads`]).
+pub(crate) fn group(h: usize, hkv: usize) -> usize {
+    h / hkv.max(1)
+}
+
+/// The head counts GQA needs: `hkv ≥ 1` kv heads, each shared by the same
+/// number of query heads (`h` a multiple of `hkv`).
+pub(crate) fn check_heads(h: usize, hkv: usize) -> Result<(), KernelErrors> {
+    if hkv >= 1 && h >= hkv && h.is_multiple_of(hkv) {
+        return Ok(());
+    }
+    Err(KernelErrors::from(kernel_ir::KernelError::from(
+        kernel_ir::ErrorKind::Builder(format!(
+            "grouped-query attention needs the query heads to be a multiple of the kv heads: \
+             got h = {h} query heads and hkv = {hkv} kv heads; use hkv = 1 (MQA), hkv = h (MHA) or a divisor of h"
+        )),
+    )))
+}
+
+/// Added to masked scores: far below any real score, yet finite so that a
+/// row never computes `−∞ − (−∞)`.
+pub const MASK_VALUE: f32 = -1e30;
+
+/// Scaled (and soft-capped) scores of one (q block, k block) with the
+/// causal and window masks applied.
+#[kernel_fn]
+fn block_scores(cfg: &AttnConfig, q: Ref, k: Ref, qi: Tile, ki: Tile) -> Tile {
+    let s = raw_scores(cfg, q, k);
+    mask_scores(cfg, s, qi, ki)
+}
+
+/// `scale · q·kᵀ`, soft-capped, unmasked.
+#[kernel_fn]
+fn raw_scores(cfg: &AttnConfig, q: Ref, k: Ref) -> Tile {
+    // The MXU multiplies in the input dtype and accumulates in f32.
+    let mut s = dot(q.load((0, 0, .., ..)), k.load((0, 0, .., ..)).t()) * cfg.sm_scale;
+    if let Some(cap) = cfg.softcap {
+        s = (s * (1.0 / cap)).tanh() * cap;
+    }
+    s
+}
+
+/// Scores hidden by the causal mask or the window set to [`MASK_VALUE`].
+#[kernel_fn]
+fn mask_scores(cfg: &AttnConfig, s: Tile, qi: Tile, ki: Tile) -> Tile {
+    if cfg.masked() {
+        select(visible_keys(cfg, qi, ki), s, MASK_VALUE)
+    } else {
+        s
+    }
+}
+
+/// `[block_q, block_k]` bools: which keys the causal mask and the window
+/// leave visible to which queries (all, when neither applies). Computed
+/// from positions only, so padding cannot poison it.
+#[kernel_fn]
+fn visible_keys(cfg: &AttnConfig, qi: Tile, ki: Tile) -> Tile {
+    let (bq, bk) = (cfg.block_q, cfg.block_k);
+    let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
+    let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
+    if let Some(v) = Band::of(cfg).visible(q_pos, k_pos) {
+        v
+    } else {
+        k_pos >= 0
+    }
+}
+
+/// The K/V block grid step (q block `i`, k block `j`) fetches: the step's
+/// own block when it has work, else the nearest block of `i` that has, so
+/// a skipped step fetches nothing new ([`AttnConfig::key_blocks`] decides
+/// both).
+pub(crate) fn kv_block(
+    cfg: &AttnConfig,
+    (i, sq): (IndexExpr, usize),
+    j: IndexExpr,
+    kv_len: Option<IndexExpr>,
+    skv: usize,
+) -> IndexExpr {
+    cfg.key_blocks(i, sq, kv_len)
+        .clamp(j, kernel_ir::cdiv(skv, cfg.block_k))
+}
+
+/// The online-softmax step: new running max and sum, rescaled accumulator.
+#[kernel_fn]
+fn online_softmax_update(cfg: &AttnConfig, m: Ref, l: Ref, acc: Ref, s: Tile, vb: Tile) {
+    online_update(cfg.block_q, m, l, acc, s, vb);
+}
+
+/// The online-softmax step for `rows` query rows.
+#[kernel_fn]
+fn online_update(rows: usize, m: Ref, l: Ref, acc: Ref, s: Tile, vb: Tile) {
+    // `m` and `l` hold each row's value in all 128 lanes. Reading them back
+    // as a lane max (not a `[rows, 1]` column load) gives Mosaic a value
+    // already replicated across lanes, so broadcasting it over the
+    // `[rows, bk]` scores and the `[rows, d]` accumulator is free: a
+    // column load is broadcast by a lane permute per vreg, which libtpu's
+    // schedule estimate put at 2.4x the whole step's cycles at 512 x 512
+    // blocks on v6e (ARCHITECTURE.md, the kernels' invariants).
+    let m_prev = m.load(..).max_keep(1);
+    let l_prev = l.load(..).max_keep(1);
+    let m_new = m_prev.max(s.max_keep(1));
+    let p = (s - m_new).exp();
+    let alpha = (m_prev - m_new).exp();
+    acc.store(.., acc.load(..) * alpha + dot(p.convert(vb.dtype()), vb));
+    m.store(.., m_new.broadcast_to([rows, 128]));
+    l.store(
+        ..,
+        (l_prev * alpha + p.sum_keep(1)).broadcast_to([rows, 128]),
+    );
+}
+
+/// One (q block, k block) step of the forward pass: scores, masks (the
+/// causal/window masks, a valid kv length, the padding of a ragged last k
+/// block), online-softmax update.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+fn attend_step(
+    cfg: &AttnConfig,
+    skv: usize,
+    q: Ref,
+    k: Ref,
+    v: Ref,
+    m: Ref,
+    l: Ref,
+    acc: Ref,
+    qi: Tile,
+    ki: Tile,
+    kv_len: Option<Tile>,
+) {
+    let (bq, bk) = (cfg.block_q, cfg.block_k);
+    let mut vb = v.load((0, 0, .., ..));
+    let mut s = block_scores(cfg, q, k, qi, ki);
+    if kv_len.is_some() || !skv.is_multiple_of(bk) {
+        let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
+        if let Some(len) = kv_len {
+            s = select(k_pos < len, s, MASK_VALUE);
+        }
+        if !skv.is_multiple_of(bk) {
+            // The last k block runs past the array: its padding must not
+            // reach the scores or (as 0 · garbage) the output.
+            s = select(k_pos < skv as i32, s, MASK_VALUE);
+            let row = iota(I32, vb.shape(), 0) + ki * bk;
+            vb = select(row < skv as i32, vb, 0.0);
+        }
+    }
+    online_softmax_update(cfg, m, l, acc, s, vb);
+}
+
+/// [`attend_step`], without the causal/window element mask when the whole
+/// block is inside the band (every block left of the diagonal): the mask
+/// is a compare and select per score, and a masked score tile is used
+/// twice (max, exp), so it is also a materialized copy on the CPU.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+fn attend_block(
+    cfg: &AttnConfig,
+    skv: usize,
+    q: Ref,
+    k: Ref,
+    v: Ref,
+    m: Ref,
+    l: Ref,
+    acc: Ref,
+    qi: Tile,
+    ki: Tile,
+    kv_len: Option<Tile>,
+) {
+    if let Some(inside) = Band::of(cfg).block_inside(qi, ki, cfg.block_q, cfg.block_k) {
+        let unmasked = AttnConfig {
+            causal: false,
+            window: None,
+            ..cfg.clone()
+        };
+        if inside {
+            attend_step(&unmasked, skv, q, k, v, m, l, acc, qi, ki, kv_len);
+        } else {
+            attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, kv_len);
+        }
+    } else {
+        attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, kv_len);
+    }
+}
+
+/// First step: reset the running state. Last step: normalize, write the
+/// output and the logsumexp.
+#[kernel_fn]
+fn online_softmax_init(m: Ref, l: Ref, acc: Ref) {
+    m.store(.., f32::NEG_INFINITY);
+    l.store(.., 0.0);
+    acc.store(.., 0.0);
+}
+
+/// Writes `o = acc / l` and `lse = m + log l`; rows that saw no visible
+/// key (see [`no_visible_key`]) get `o = 0` and `lse = −∞`.
+#[kernel_fn]
+fn online_softmax_finish(m: Ref, l: Ref, acc: Ref, o: Ref, lse: Ref) {
+    let (out, lse_row) = normalized(m, l, acc);
+    o.store((0, 0, .., ..), out.convert(o.dtype()));
+    lse.store((0, 0, .., ..), lse_row);
+}
+
+/// `acc / l` and `m + log l` of the online softmax, with the rows that saw
+/// no visible key set to 0 and −∞.
+///
+/// A row sees no key when every key is masked (causal with a short K, a
+/// window, a valid length of 0): its running max is still −∞ (no block
+/// was computed) or [`MASK_VALUE`] (only masked scores were), which no
+/// real score reaches. Its softmax is empty: the output is 0 (the sum over
+/// no keys) and the logsumexp −∞ (the log of an empty sum), as in the f64
+/// reference, on every path; the backward passes give it zero gradients.
+#[kernel_fn]
+fn normalized(m: Ref, l: Ref, acc: Ref) -> (Tile, Tile) {
+    let m_row = m.load((.., 0..1));
+    let dead = no_visible_key(m_row);
+    let l_row = select(dead, 1.0, l.load((.., 0..1)));
+    let alive = select(dead, 0.0, 1.0);
+    let out = acc.load(..) / l_row * alive;
+    (out, select(dead, f32::NEG_INFINITY, m_row + l_row.log()))
+}
+
+/// Whether rows with running max `m_row` have seen no visible key.
+#[kernel_fn]
+fn no_visible_key(m_row: Tile) -> Tile {
+    m_row < MASK_VALUE * 0.5
+}
+
+/// Flash attention forward over `[batch, heads, seq, head_dim]` arrays;
+/// k and v have `hkv` heads. With `with_len`, the kernel takes the valid
+/// key count as scalar prefetch `kv_len` (see [`flash_attention_kv_len()`]).
+#[tpu_kernel(
+    grid = (b, h, kernel_ir::cdiv(sq, cfg.block_q), kernel_ir::cdiv(skv, cfg.block_k)),
+    semantics = (parallel, parallel, parallel, arbitrary),
+    name = if with_len { "flash_attention_kv_len" } else { "flash_attention" }
+)]
+pub fn flash_attention<T: Element>(
+    cfg: &AttnConfig,
+    with_len: bool,
+    #[present(with_len)]
+    #[shape(1)]
+    kv_len: Option<Prefetch>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    q: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv), 0))]
+    #[col_major]
+    k: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv), 0))]
+    v: In<T>,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    o: Out<T>,
+    #[shape(b, h, sq, 1)]
+    #[block([1, 1, cfg.block_q, 1], |bi, hi, i, _| (bi, hi, i, 0))]
+    lse: Out<f32>,
+    #[shape(cfg.block_q, 128)] m: Scratch<f32>,
+    #[shape(cfg.block_q, 128)] l: Scratch<f32>,
+    #[shape(cfg.block_q, d)] acc: Scratch<f32>,
+) {
+    let (qi, ki) = (program_id(2), program_id(3));
+    let len = kv_len.load([0]);
+    if ki == 0 {
+        online_softmax_init(m, l, acc);
+    }
+    if let Some(live) = cfg.key_blocks(qi, sq, len).contains(ki) {
+        if live {
+            attend_block(cfg, skv, q, k, v, m, l, acc, qi, ki, len);
+        }
+    } else {
+        attend_block(cfg, skv, q, k, v, m, l, acc, qi, ki, len);
+    }
+    if ki == num_programs(3) - 1 {
+        online_softmax_finish(m, l, acc, o, lse);
+    }
+}
+
+/// The flash-attention kernel for a config, dtype and shapes. Outputs:
+/// `o: T[b, h, sq, d]` and `lse: f32[b, h, sq, 1]`.
+pub fn flash_attention(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    forward("flash_attention", cfg, false, dtype, dims)
+}
+
+/// Flash attention over keys padded to a bucket: keys at or past
+/// `kv_len[0]` are masked out, and k blocks that start past it are skipped
+/// and fetch nothing new (the graph runtime passes the valid length of a
+/// bucketed sequence as this scalar-prefetch operand). Queries past it
+/// compute finite values, which the caller ignores. Arguments: `kv_len`,
+/// then those of [`flash_attention()`]; outputs as it.
+pub fn flash_attention_kv_len(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    forward("flash_attention_kv_len", cfg, true, dtype, dims)
+}
+
+fn forward(
+    name: &str,
+    cfg: &AttnConfig,
+    with_len: bool,
+    dtype: DType,
+    dims: flash_attention::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    check_heads(dims.h, dims.hkv)?;
+    match dtype {
+        DType::BF16 => flash_attention::build::<bf16>(cfg, with_len, dims),
+        DType::F16 => flash_attention::build::<f16>(cfg, with_len, dims),
+        DType::F32 => flash_attention::build::<f32>(cfg, with_len, dims),
+        other => Err(kernel_ir::unsupported_dtype(name, other)),
+    }
+}
+
+/// The config parameters of the attention kernels.
+const ATTN_PARAMS: &[Param] = &[
+    DTYPE,
+    param(
+        "causal",
+        ParamKind::Bool,
+        "false",
+        "query i sees keys j <= i only",
+    ),
+    param(
+        "block_q",
+        ParamKind::Positive,
+        "64",
+        "query rows per block (clamped to the sequence)",
+    ),
+    param(
+        "block_k",
+        ParamKind::Positive,
+        "128",
+        "keys per block (clamped to the sequence)",
+    ),
+    param(
+        "sm_scale",
+        ParamKind::Scale,
+        "auto",
+        "score scale; auto = 1/sqrt(head_dim)",
+    ),
+    param(
+        "window",
+        ParamKind::OptPositive,
+        "none",
+        "sliding window: keys more than window-1 away are hidden",
+    ),
+    param(
+        "softcap",
+        ParamKind::OptPositiveNumber,
+        "none",
+        "logit soft-cap: s = cap * tanh(s / cap)",
+    ),
+];
+
+/// The [`AttnConfig`] of a library config for these sequence lengths.
+pub(crate) fn attn_config(
+    c: &Config,
+    sq: usize,
+    skv: usize,
+    d: usize,
+) -> Result<AttnConfig, EntryError> {
+    Ok(AttnConfig {
+        causal: c.bool("causal")?,
+        sm_scale: c.scale("sm_scale", d)?,
+        block_q: c.usize("block_q")?.min(sq),
+        block_k: c.usize("block_k")?.min(skv),
+        window: c.opt_usize("window")?,
+        softcap: c.opt_f32("softcap")?,
+    })
+}
+
+/// The reference's view of a library config.
+pub(crate) fn attn_spec(c: &Config, d: usize) -> Result<reference::AttnSpec, EntryError> {
+    Ok(reference::AttnSpec {
+        causal: c.bool("causal")?,
+        scale: c.scale("sm_scale", d)? as f64,
+        window: c.opt_usize("window")?,
+        softcap: c.opt_f32("softcap")?.map(f64::from),
+        kv_len: None,
+    })
+}
+
+/// `[b, h, s, d]` q, `[b, hkv, s, d]` k and v: the attention defaults.
+pub(crate) fn qkv() -> Shapes {
+    vec![
+        ("q", vec![1, 2, 256, 64]),
+        ("k", vec![1, 2, 256, 64]),
+        ("v", vec![1, 2, 256, 64]),
+    ]
+}
+
+/// Scores that stay in f32 range: `max|q| · max|k| · d · sm_scale` finite
+/// (else the kernels compute ±∞ and NaN where the f64 reference does not).
+pub(crate) fn check_scores(
+    c: &Config,
+    k: &VerifiedKernel,
+    inputs: &[Array],
+) -> Result<(), EntryError> {
+    let (Some(q), Some(kk)) = (arg(k, inputs, "q"), arg(k, inputs, "k")) else {
+        return Ok(());
+    };
+    let d = *q.shape().last().unwrap_or(&1);
+    let scale = if c.is_declared("sm_scale") {
+        c.scale("sm_scale", d)? as f64
+    } else {
+        1.0 / (d as f64).sqrt()
+    };
+    let max = |a: &Array| a.data().iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let bound = max(q) * max(kk) * d as f64 * scale.abs();
+    if !bound.is_finite() || bound > f32::MAX as f64 / 4.0 {
+        return Err(EntryError::Input(format!(
+            "the attention scores can overflow f32: max|q| x max|k| x d x sm_scale = {bound:.3e} (f32 holds up to 3.4e38); scale q or k down"
+        )));
+    }
+    Ok(())
+}
+
+/// The output's and the logsumexp's tolerances.
+fn forward_tolerance(c: &Config, _: &VerifiedKernel) -> Vec<Tolerance> {
+    let d = c.dtype("dtype").unwrap_or(DType::F32);
+    vec![Tolerance::attention(d), Tolerance::logsumexp(d)]
+}
+
+/// The GQA presets' config: causal, sliding window 96, soft-cap 30.
+pub(crate) const GQA_WINDOW: &[(&str, &str)] = &[
+    ("dtype", "bf16"),
+    ("causal", "true"),
+    ("sm_scale", "0.125"),
+    ("window", "96"),
+    ("softcap", "30"),
+];
+
+/// 4 query heads on 2 kv heads, 200 positions of 64.
+pub(crate) const GQA_SHAPES: &[(&str, &[usize])] = &[
+    ("q", &[1, 4, 200, 64]),
+    ("k", &[1, 2, 200, 64]),
+    ("v", &[1, 2, 200, 64]),
+];
+
+/// [`flash_attention()`] in the library.
+pub const FLASH_ATTENTION: Entry = Entry {
+    name: "flash_attention",
+    backward: Some(|c, call| vjp::backward(c, call, false)),
+    about: "flash attention forward (GQA, causal, window, soft-cap): outputs o and lse",
+    params: ATTN_PARAMS,
+    inputs: |_| Ok(qkv()),
+    build: |c, s| {
+        let dims = flash_attention::Dims::from_shapes(&refs(s))?;
+        Ok(flash_attention(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let d = a[0].shape()[3];
+        let (o, lse) = reference::attention_full(&a[0], &a[1], &a[2], &attn_spec(c, d)?);
+        Ok(vec![o, lse])
+    },
+    check: check_scores,
+    tolerance: forward_tolerance,
+    sample: uniform_inputs,
+    presets: &[
+        Preset {
+            name: "flash_attention_causal_bf16",
+            about: "flash attention forward, causal, bf16[1, 2, 256, 64], K col-major",
+            config: &[("dtype", "bf16"), ("causal", "true"), ("sm_scale", "0.125")],
+            shapes: &[],
+        },
+        Preset {
+            name: "flash_attention_f32",
+            about: "flash attention forward, f32, 128 queries over 256 keys",
+            config: &[("block_q", "32"), ("sm_scale", "0.125")],
+            shapes: &[("q", &[1, 2, 128, 64])],
+        },
+        Preset {
+            name: "flash_attention_gqa_window_bf16",
+            about: "flash attention forward, bf16, 4 query heads on 2 kv heads, causal, window 96, soft-cap 30, ragged 200 keys",
+            config: GQA_WINDOW,
+            shapes: GQA_SHAPES,
+        },
+    ],
+};
+
+/// [`flash_attention_kv_len()`] in the library.
+pub const FLASH_ATTENTION_KV_LEN: Entry = Entry {
+    name: "flash_attention_kv_len",
+    backward: Some(|c, call| vjp::backward(c, call, true)),
+    about: "flash attention forward over keys padded to a bucket; kv_len[0] valid keys",
+    params: ATTN_PARAMS,
+    inputs: |_| {
+        let mut v = vec![("kv_len", vec![1])];
+        v.extend(qkv());
+        Ok(v)
+    },
+    build: |c, s| {
+        let dims = flash_attention::Dims::from_shapes(&refs(&s[1..]))?;
+        Ok(flash_attention_kv_len(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let d = a[1].shape()[3];
+        let spec = reference::AttnSpec {
+            kv_len: Some(a[0].data()[0].max(0.0) as usize),
+            ..attn_spec(c, d)?
+        };
+        let (o, lse) = reference::attention_full(&a[1], &a[2], &a[3], &spec);
+        Ok(vec![o, lse])
+    },
+    check: |c, k, a| {
+        let skv = arg(k, a, "k").map_or(0, |k| k.shape()[2]) as f64;
+        in_range(arg(k, a, "kv_len"), "kv_len", 0.0, skv, "the keys that exist")?;
+        check_scores(c, k, a)
+    },
+    tolerance: forward_tolerance,
+    sample: |c, k, seed| {
+        let mut v = uniform_inputs(c, k, seed);
+        let skv = v[2].shape()[2];
+        // Some keys valid, at least one, not all.
+        let len = 1 + kernel_ir::SplitMix64(seed).below(skv.max(1));
+        v[0] = Array::new(DType::I32, [1], vec![len as f64]).unwrap_or_else(|_| v[0].clone());
+        v
+    },
+    presets: &[Preset {
+        name: "flash_attention_kv_len_bucket",
+        about: "flash attention forward over a bucket of 256 keys, valid length as scalar prefetch",
+        config: &[("causal", "true"), ("sm_scale", "0.125")],
+        shapes: &[],
+    }],
+};
+
+pub use backward::{
+    ATTENTION_DELTA, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DKV_KV_LEN, FLASH_ATTENTION_DQ,
+    FLASH_ATTENTION_DQ_KV_LEN,
+};
+pub use decode::PAGED_DECODE_ATTENTION;
+pub use decode_dma::PAGED_DECODE_ATTENTION_DMA;
+pub use decode_fp8::PAGED_DECODE_ATTENTION_FP8;
+pub use ragged::RAGGED_PAGED_ATTENTION;

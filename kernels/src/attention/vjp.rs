@@ -1,0 +1,90 @@
+//! The backward flash attention declares in its entries: the forward saved
+//! `o` and the logsumexp; the backward runs [`attention_delta()`], then
+//! the dq and dk/dv kernels. A cotangent on the logsumexp (a loss that
+//! reads it) enters as `delta − ct_lse`, since `∂lse/∂s = p`.
+
+use kernel_ir::DType;
+use runtime::graph::{RuntimeError, Tensor, VjpCall};
+
+use super::backward::{
+    attention_delta, flash_attention_dkv, flash_attention_dkv_kv_len, flash_attention_dq,
+    flash_attention_dq_kv_len,
+};
+use crate::entry::{Config, backward_error, refs};
+
+/// The backward of `flash_attention` (`with_len` false: inputs q, k, v) or
+/// `flash_attention_kv_len` (inputs kv_len, q, k, v).
+pub(crate) fn backward(
+    c: &Config,
+    call: &VjpCall<'_>,
+    with_len: bool,
+) -> Result<Vec<Option<Tensor>>, RuntimeError> {
+    let name = call.kernel.name.as_str();
+    let err = |e| backward_error(name, e);
+    let ins = call.inputs;
+    let off = usize::from(with_len);
+    let (q, k, v) = (&ins[off], &ins[off + 1], &ins[off + 2]);
+    let rt = q.runtime();
+    // The saved o and lse, or the forward again when the program dropped
+    // them (a loss on lse alone).
+    let (o, lse) = match (call.outputs.first(), call.outputs.get(1)) {
+        (Some(Some(o)), Some(Some(l))) => (o.clone(), l.clone()),
+        _ => {
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            let mut r = rt.call(call.kernel, &refs)?;
+            let lse = r.remove(1);
+            (r.remove(0), lse)
+        }
+    };
+    let d_o = call.cotangent(0)?;
+    let (sq, skv, d) = (q.shape()[2], k.shape()[2], q.shape()[3]);
+    let cfg = super::attn_config(c, sq, skv, d).map_err(err)?;
+    let dtype = q.dtype();
+    let delta_k = attention_delta(
+        cfg.block_q,
+        dtype,
+        attention_delta::Dims::from_shapes(&[o.shape(), d_o.shape()])
+            .map_err(|e| err(e.into()))?,
+    )
+    .map_err(|e| err(e.into()))?;
+    let mut delta = rt.call(&delta_k, &[&o, &d_o])?.remove(0);
+    if let Some(Some(ct_lse)) = call.cotangents.get(1) {
+        delta = delta.sub(ct_lse)?;
+    }
+    let shapes: Vec<Vec<usize>> = [q, k, v, &d_o, &lse, &delta]
+        .iter()
+        .map(|t| t.shape().to_vec())
+        .collect();
+    let dq_dims = flash_attention_dq::Dims::from_shapes(&refs(&shapes))
+        .map_err(|e| err(e.into()))?;
+    let dkv_dims = flash_attention_dkv::Dims::from_shapes(&refs(&shapes))
+        .map_err(|e| err(e.into()))?;
+    let (dq_k, dkv_k) = if with_len {
+        (
+            flash_attention_dq_kv_len(&cfg, dtype, dq_dims),
+            flash_attention_dkv_kv_len(&cfg, dtype, dkv_dims),
+        )
+    } else {
+        (
+            flash_attention_dq(&cfg, dtype, dq_dims),
+            flash_attention_dkv(&cfg, dtype, dkv_dims),
+        )
+    };
+    let (dq_k, dkv_k) = (dq_k.map_err(|e| err(e.into()))?, dkv_k.map_err(|e| err(e.into()))?);
+    let mut args: Vec<&Tensor> = Vec::new();
+    if with_len {
+        args.push(&ins[0]);
+    }
+    args.extend([q, k, v, &d_o, &lse, &delta]);
+    let dq = rt.call(&dq_k, &args)?.remove(0);
+    let mut dkv = rt.call(&dkv_k, &args)?;
+    let dv = dkv.remove(1);
+    let dk = dkv.remove(0);
+    debug_assert!(lse.dtype() == DType::F32);
+    let mut out = Vec::new();
+    if with_len {
+        out.push(None);
+    }
+    out.extend([Some(dq), Some(dk), Some(dv)]);
+    Ok(out)
+}

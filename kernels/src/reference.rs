@@ -1,0 +1,442 @@
+//! Reference ops: plain host code in f64, written for clarity, not speed.
+//!
+//! Inputs are [`Array`]s (whose values the kernel also sees); outputs are
+//! row-major f64 vectors, compared against kernel outputs with
+//! [`crate::check::ErrorStats`].
+
+use kernel_ir::Array;
+
+/// `x + y`.
+pub fn add(x: &Array, y: &Array) -> Vec<f64> {
+    x.data().iter().zip(y.data()).map(|(a, b)| a + b).collect()
+}
+
+/// `x[m, k] · y[k, n]`.
+pub fn matmul(x: &Array, y: &Array) -> Vec<f64> {
+    let (m, k) = (x.shape()[0], x.shape()[1]);
+    matmul_rows(x.data(), y.data(), m, k, y.shape()[1])
+}
+
+/// `a[m, k] · b[k, n]` over row-major slices.
+pub fn matmul_rows(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut out = vec![0.0; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            let av = a[i * k + p];
+            for j in 0..n {
+                out[i * n + j] += av * b[p * n + j];
+            }
+        }
+    }
+    out
+}
+
+/// Softmax of one row and its logsumexp.
+pub fn softmax_lse(s: &[f64]) -> (Vec<f64>, f64) {
+    let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
+    let total: f64 = e.iter().sum();
+    (e.into_iter().map(|v| v / total).collect(), m + total.ln())
+}
+
+/// Softmax of each row of a `[rows, cols]` array.
+pub fn softmax_rows(x: &Array) -> Vec<f64> {
+    let cols = *x.shape().last().unwrap_or(&1);
+    x.data()
+        .chunks(cols.max(1))
+        .flat_map(|row| softmax_lse(row).0)
+        .collect()
+}
+
+/// Layer norm of each row: `(x − mean) / sqrt(var + eps) · gamma + beta`.
+pub fn layer_norm(x: &Array, gamma: &Array, beta: &Array, eps: f64) -> Vec<f64> {
+    let cols = *x.shape().last().unwrap_or(&1);
+    let (g, b) = (gamma.data(), beta.data());
+    x.data()
+        .chunks(cols.max(1))
+        .flat_map(|row| {
+            let n = row.len() as f64;
+            let mean = row.iter().sum::<f64>() / n;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+            let inv = 1.0 / (var + eps).sqrt();
+            row.iter()
+                .enumerate()
+                .map(move |(j, v)| (v - mean) * inv * g[j] + b[j])
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// What [`attention_full`] computes: the options of
+/// [`crate::attention::AttnConfig`] plus a valid key length.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttnSpec {
+    /// Key `j` visible to query `i` only when `j ≤ i`.
+    pub causal: bool,
+    /// Score scale.
+    pub scale: f64,
+    /// Keys more than `window − 1` positions away are hidden.
+    pub window: Option<usize>,
+    /// Scores become `cap · tanh(s / cap)`.
+    pub softcap: Option<f64>,
+    /// Only the first `kv_len` keys exist.
+    pub kv_len: Option<usize>,
+}
+
+impl AttnSpec {
+    /// Plain attention with `scale`, causal or not.
+    pub fn new(causal: bool, scale: f64) -> AttnSpec {
+        AttnSpec {
+            causal,
+            scale,
+            window: None,
+            softcap: None,
+            kv_len: None,
+        }
+    }
+
+    /// Whether key `j` is visible to query `i`.
+    pub fn visible(&self, i: usize, j: usize) -> bool {
+        let (i, j) = (i as i64, j as i64);
+        (!self.causal || j <= i)
+            && self.window.is_none_or(|w| {
+                let w = w as i64;
+                if self.causal {
+                    i - j < w
+                } else {
+                    (i - j).abs() < w
+                }
+            })
+            && self.kv_len.is_none_or(|n| j < n as i64)
+    }
+
+    /// A scaled score after the soft-cap (if any).
+    fn cap(&self, s: f64) -> f64 {
+        match self.softcap {
+            Some(c) => c * (s / c).tanh(),
+            None => s,
+        }
+    }
+}
+
+/// Attention over `[b, h, sq, d]` queries and `[b, hkv, skv, d]` keys and
+/// values (query head `i` uses kv head `i / (h / hkv)`): returns the output
+/// `[b, h, sq, d]` and the row logsumexp `[b, h, sq, 1]` of the scores. A
+/// row with no visible key gets output 0 and logsumexp −∞.
+pub fn attention_full(q: &Array, k: &Array, v: &Array, spec: &AttnSpec) -> (Vec<f64>, Vec<f64>) {
+    let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
+    let mut out = vec![0.0; b * h * sq * d];
+    let mut lse = vec![f64::NEG_INFINITY; b * h * sq];
+    for_each_query_row(q, k, spec, |r| {
+        out[r.q_at..r.q_at + d].copy_from_slice(&r.output(v.data(), d));
+        lse[r.row] = r.lse;
+    });
+    (out, lse)
+}
+
+/// One query row that sees at least one key, as the attention references
+/// visit it.
+struct QueryRow {
+    /// Index of the row in `[b, h, sq]`.
+    row: usize,
+    /// Offset of the row in q (and in o, dO, dq).
+    q_at: usize,
+    /// Offset of its kv head in k and v (and dk, dv).
+    kv_at: usize,
+    /// The keys it sees, ascending.
+    keys: Vec<usize>,
+    /// `q·k · scale` per visible key, before the soft-cap.
+    scaled: Vec<f64>,
+    /// Softmax of the capped scores.
+    probs: Vec<f64>,
+    /// Logsumexp of the capped scores.
+    lse: f64,
+}
+
+impl QueryRow {
+    /// The row's output `Σ_j p_j · v_j` from v's data.
+    fn output(&self, vd: &[f64], d: usize) -> Vec<f64> {
+        (0..d)
+            .map(|t| {
+                self.keys
+                    .iter()
+                    .zip(&self.probs)
+                    .map(|(&j, p)| p * vd[self.kv_at + j * d + t])
+                    .sum()
+            })
+            .collect()
+    }
+}
+
+/// Calls `visit` for every query row of `q: [b, h, sq, d]` against
+/// `k: [b, hkv, skv, d]` that sees at least one key under `spec`.
+fn for_each_query_row(q: &Array, k: &Array, spec: &AttnSpec, mut visit: impl FnMut(QueryRow)) {
+    let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
+    let (hkv, skv) = (k.shape()[1], k.shape()[2]);
+    let group = h / hkv.max(1);
+    let (qd, kd) = (q.data(), k.data());
+    for bi in 0..b {
+        for hi in 0..h {
+            let kv_at = (bi * hkv + hi / group) * skv * d;
+            for i in 0..sq {
+                let keys: Vec<usize> = (0..skv).filter(|&j| spec.visible(i, j)).collect();
+                if keys.is_empty() {
+                    continue;
+                }
+                let row = (bi * h + hi) * sq + i;
+                let q_at = row * d;
+                let scaled: Vec<f64> = keys
+                    .iter()
+                    .map(|&j| {
+                        (0..d)
+                            .map(|t| qd[q_at + t] * kd[kv_at + j * d + t])
+                            .sum::<f64>()
+                            * spec.scale
+                    })
+                    .collect();
+                let capped: Vec<f64> = scaled.iter().map(|&z| spec.cap(z)).collect();
+                let (probs, lse) = softmax_lse(&capped);
+                visit(QueryRow {
+                    row,
+                    q_at,
+                    kv_at,
+                    keys,
+                    scaled,
+                    probs,
+                    lse,
+                });
+            }
+        }
+    }
+}
+
+/// Attention over `[b, h, s, d]` arrays: `softmax(q·kᵀ·scale)·v`, causal
+/// meaning key `j` is visible to query `i` only when `j ≤ i`.
+pub fn attention(q: &Array, k: &Array, v: &Array, causal: bool, scale: f64) -> Vec<f64> {
+    attention_full(q, k, v, &AttnSpec::new(causal, scale)).0
+}
+
+/// [`attention`] over only the first `kv_len` keys (`1 ≤ kv_len`).
+pub fn attention_kv_len(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    causal: bool,
+    scale: f64,
+    kv_len: usize,
+) -> Vec<f64> {
+    let spec = AttnSpec {
+        kv_len: Some(kv_len),
+        ..AttnSpec::new(causal, scale)
+    };
+    attention_full(q, k, v, &spec).0
+}
+
+/// Gradients of [`attention_full`]'s output with respect to `q`, `k` and
+/// `v`, given the output gradient `d_o` (`[b, h, sq, d]`): returns
+/// `(dq, dk, dv)` in the shapes of `q`, `k`, `v` (kv-head gradients summed
+/// over the query heads that share them).
+pub fn attention_backward(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    d_o: &Array,
+    spec: &AttnSpec,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let d = q.shape()[3];
+    let (qd, kd, vd, gd) = (q.data(), k.data(), v.data(), d_o.data());
+    let mut dq = vec![0.0; qd.len()];
+    let mut dk = vec![0.0; kd.len()];
+    let mut dv = vec![0.0; vd.len()];
+    for_each_query_row(q, k, spec, |r| {
+        let (qa, ka, p) = (r.q_at, r.kv_at, &r.probs);
+        let g = &gd[qa..qa + d];
+        let delta: f64 = g.iter().zip(r.output(vd, d)).map(|(a, b)| a * b).sum();
+        for (n, &j) in r.keys.iter().enumerate() {
+            let dp: f64 = (0..d).map(|t| g[t] * vd[ka + j * d + t]).sum();
+            let mut dz = p[n] * (dp - delta);
+            if let Some(c) = spec.softcap {
+                let t = (r.scaled[n] / c).tanh();
+                dz *= 1.0 - t * t;
+            }
+            for t in 0..d {
+                dq[qa + t] += spec.scale * dz * kd[ka + j * d + t];
+                dk[ka + j * d + t] += spec.scale * dz * qd[qa + t];
+                dv[ka + j * d + t] += p[n] * g[t];
+            }
+        }
+    });
+    (dq, dk, dv)
+}
+
+/// `rowsum(dO ∘ O)` over `[b, h, sq, d]` arrays, `[b, h, sq, 1]`.
+pub fn attention_delta(o: &[f64], d_o: &Array) -> Vec<f64> {
+    let d = *d_o.shape().last().unwrap_or(&1);
+    o.chunks(d)
+        .zip(d_o.data().chunks(d))
+        .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
+        .collect()
+}
+
+/// Decode attention over a paged KV cache: `q: [b, hkv, g, d]` (one token,
+/// `g` query heads per kv head), `k_pages, v_pages: [hkv, pages, page, d]`;
+/// sequence `i` has `lengths[i]` tokens stored in pool pages
+/// `tables[i][0], tables[i][1], …`. Returns `[b, hkv, g, d]`.
+pub fn paged_decode_attention(
+    q: &Array,
+    k_pages: &Array,
+    v_pages: &Array,
+    lengths: &[usize],
+    tables: &[Vec<usize>],
+    scale: f64,
+) -> Vec<f64> {
+    let [b, hkv, g, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
+    let (pages, page) = (k_pages.shape()[1], k_pages.shape()[2]);
+    let (qd, kd, vd) = (q.data(), k_pages.data(), v_pages.data());
+    let mut out = vec![0.0; qd.len()];
+    for bi in 0..b {
+        for hk in 0..hkv {
+            // Offsets of this sequence's tokens in the pools.
+            let slots: Vec<usize> = (0..lengths[bi])
+                .map(|t| ((hk * pages + tables[bi][t / page]) * page + t % page) * d)
+                .collect();
+            for gi in 0..g {
+                let qo = ((bi * hkv + hk) * g + gi) * d;
+                let s: Vec<f64> = slots
+                    .iter()
+                    .map(|&o| (0..d).map(|t| qd[qo + t] * kd[o + t]).sum::<f64>() * scale)
+                    .collect();
+                let (p, _) = softmax_lse(&s);
+                for t in 0..d {
+                    out[qo + t] = slots.iter().zip(&p).map(|(&o, w)| w * vd[o + t]).sum();
+                }
+            }
+        }
+    }
+    out
+}
+
+/// RMS norm of each row of `x: [rows, cols]`: `x / sqrt(mean(x²) + eps) · γ`.
+pub fn rms_norm(x: &Array, gamma: &Array, eps: f64) -> Vec<f64> {
+    let cols = x.shape()[1];
+    x.data()
+        .chunks(cols)
+        .flat_map(|row| {
+            let r = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / cols as f64 + eps).sqrt();
+            row.iter()
+                .zip(gamma.data())
+                .map(move |(v, g)| v * r * g)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Gradients of [`rms_norm`] given `dy`: `(dx, dgamma)`.
+pub fn rms_norm_bwd(x: &Array, gamma: &Array, dy: &Array, eps: f64) -> (Vec<f64>, Vec<f64>) {
+    let cols = x.shape()[1];
+    let g = gamma.data();
+    let mut dx = Vec::with_capacity(x.len());
+    let mut dgamma = vec![0.0; cols];
+    for (row, dyr) in x.data().chunks(cols).zip(dy.data().chunks(cols)) {
+        let r = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / cols as f64 + eps).sqrt();
+        let xhat: Vec<f64> = row.iter().map(|v| v * r).collect();
+        let dyg: Vec<f64> = dyr.iter().zip(g).map(|(a, b)| a * b).collect();
+        let mean_dot = dyg.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / cols as f64;
+        for j in 0..cols {
+            dx.push(r * (dyg[j] - xhat[j] * mean_dot));
+            dgamma[j] += dyr[j] * xhat[j];
+        }
+    }
+    (dx, dgamma)
+}
+
+/// Gradients of [`layer_norm`] given `dy`: `(dx, dgamma, dbeta)`.
+pub fn layer_norm_bwd(
+    x: &Array,
+    gamma: &Array,
+    dy: &Array,
+    eps: f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let cols = x.shape()[1];
+    let n = cols as f64;
+    let g = gamma.data();
+    let mut dx = Vec::with_capacity(x.len());
+    let (mut dgamma, mut dbeta) = (vec![0.0; cols], vec![0.0; cols]);
+    for (row, dyr) in x.data().chunks(cols).zip(dy.data().chunks(cols)) {
+        let mean = row.iter().sum::<f64>() / n;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        let r = 1.0 / (var + eps).sqrt();
+        let xhat: Vec<f64> = row.iter().map(|v| (v - mean) * r).collect();
+        let dyg: Vec<f64> = dyr.iter().zip(g).map(|(a, b)| a * b).collect();
+        let mean_dyg = dyg.iter().sum::<f64>() / n;
+        let mean_dot = dyg.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / n;
+        for j in 0..cols {
+            dx.push(r * (dyg[j] - mean_dyg - xhat[j] * mean_dot));
+            dgamma[j] += dyr[j] * xhat[j];
+            dbeta[j] += dyr[j];
+        }
+    }
+    (dx, dgamma, dbeta)
+}
+
+/// `act(x·w + bias) [+ residual]` for `x: [m, k]`, `w: [k, n]`,
+/// `bias: [1, n]`; `act` is `"gelu"` (exact), `"silu"` or identity.
+pub fn matmul_epilogue(
+    x: &Array,
+    w: &Array,
+    bias: &Array,
+    act: &str,
+    residual: Option<&Array>,
+) -> Vec<f64> {
+    epilogue(matmul(x, w), w.shape()[1], bias, act, residual)
+}
+
+/// `act(y + bias) [+ residual]` over a row-major `y` with `n` columns
+/// (the tail of [`matmul_epilogue`], shared by GEMMs whose product is
+/// formed differently, e.g. scaled FP8).
+pub fn epilogue(
+    y: Vec<f64>,
+    n: usize,
+    bias: &Array,
+    act: &str,
+    residual: Option<&Array>,
+) -> Vec<f64> {
+    y.into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let y = v + bias.data()[i % n];
+            let a = match act {
+                "gelu" => 0.5 * y * (1.0 + libm::erf(y / std::f64::consts::SQRT_2)),
+                "silu" => y / (1.0 + (-y).exp()),
+                _ => y,
+            };
+            a + residual.map_or(0.0, |r| r.data()[i])
+        })
+        .collect()
+}
+
+/// Rotary embedding of `x: [b, h, s, d]` with `[s, d/2]` tables.
+pub fn rope(x: &Array, cos: &Array, sin: &Array) -> Vec<f64> {
+    let [s, d] = [x.shape()[2], x.shape()[3]];
+    let half = d / 2;
+    let mut out = vec![0.0; x.len()];
+    for (r, row) in x.data().chunks(d).enumerate() {
+        let p = r % s;
+        for i in 0..half {
+            let (c, sn) = (cos.data()[p * half + i], sin.data()[p * half + i]);
+            let (a, b) = (row[i], row[i + half]);
+            out[r * d + i] = a * c - b * sn;
+            out[r * d + i + half] = b * c + a * sn;
+        }
+    }
+    out
+}
+
+/// `silu(x·w_gate) ∘ (x·w_up)`.
+pub fn swiglu(x: &Array, w_gate: &Array, w_up: &Array) -> Vec<f64> {
+    matmul(x, w_gate)
+        .into_iter()
+        .zip(matmul(x, w_up))
+        .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+        .collect()
+}

@@ -1,0 +1,352 @@
+//! Benchmarks of the CPU paths, each next to its baseline measured in the
+//! same run.
+//!
+//! | workload | methods | baseline |
+//! |---|---|---|
+//! | matmul 1024³ f32 | native JIT of [`kernels::foundation::matmul()`] | XLA's `dot_general` on the same PJRT plugin |
+//! | attention forward, B=1 H=8 D=128, S=1024…8192, causal or not | native JIT and decomposed StableHLO of [`kernels::attention::flash_attention()`] | XLA's unfused `softmax(QKᵀ)V` graph |
+//!
+//! Every (workload, method) runs in its own child process (the benchmark
+//! binary re-executed with [`CHILD_FLAG`]), so that one measurement's
+//! allocations cannot hide another's peak. Time is the median of repeated
+//! runs after one warm-up; *peak memory* is how far the process's resident
+//! set grows above where it stood just before the first run (inputs already
+//! resident), read from `/proc/self/status` after resetting the high-water
+//! mark — one method for every path, native or XLA.
+
+use std::fmt;
+
+use kernel_ir::{Array, DType, VerifiedKernel};
+use lowering::HostKernel;
+
+use kernel_ir::KernelErrors;
+use kernels::attention::{AttnConfig, flash_attention};
+use kernels::foundation::{MatmulConfig, matmul};
+
+mod baseline;
+mod measure;
+mod report;
+mod torch;
+
+use baseline::baseline;
+pub use measure::{Measurement, child_main, measure, measure_isolated};
+pub use report::{suite, svg_chart, table, to_json};
+pub use torch::torch_python;
+
+/// The argument that makes a benchmark binary measure one case and exit.
+pub const CHILD_FLAG: &str = "--tessera-bench-child";
+
+/// What is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// `n × n × n` f32 matmul.
+    Matmul {
+        /// The size.
+        n: usize,
+    },
+    /// Attention forward, B = 1, H = 8, D = 128, f32.
+    Attention {
+        /// Sequence length (queries and keys).
+        s: usize,
+        /// Causal mask.
+        causal: bool,
+    },
+    /// Attention backward (dq, dk, dv from q, k, v, dO and the forward's
+    /// output and logsumexp), same shapes.
+    AttentionBwd {
+        /// Sequence length.
+        s: usize,
+        /// Causal mask.
+        causal: bool,
+    },
+}
+
+/// One kernel of a workload and which arrays of the workload's pool it
+/// reads (its outputs are appended to the pool).
+pub struct Stage {
+    /// The kernel.
+    pub kernel: VerifiedKernel,
+    /// Indices into the pool.
+    pub inputs: Vec<usize>,
+}
+
+/// Heads of the attention benchmark.
+pub const HEADS: usize = 8;
+/// Head dim of the attention benchmark.
+pub const HEAD_DIM: usize = 128;
+
+impl Workload {
+    /// Floating-point operations (multiply-adds count two); a causal
+    /// attention counts the half it needs.
+    pub fn flops(self) -> f64 {
+        match self {
+            Workload::Matmul { n } => 2.0 * (n as f64).powi(3),
+            Workload::Attention { s, causal } => {
+                let full = 4.0 * HEADS as f64 * (s as f64).powi(2) * HEAD_DIM as f64;
+                if causal { full / 2.0 } else { full }
+            }
+            // Five products instead of two (recomputed scores, dP, dq, dk,
+            // dv).
+            Workload::AttentionBwd { s, causal } => 2.5 * Workload::Attention { s, causal }.flops(),
+        }
+    }
+
+    fn args(self) -> String {
+        match self {
+            Workload::Matmul { n } => format!("matmul {n}"),
+            Workload::Attention { s, causal } => format!("attention {s} {causal}"),
+            Workload::AttentionBwd { s, causal } => format!("attention-bwd {s} {causal}"),
+        }
+    }
+
+    fn parse(words: &[String]) -> Option<Workload> {
+        match words {
+            [w, n] if w == "matmul" => Some(Workload::Matmul { n: n.parse().ok()? }),
+            [w, s, c] if w == "attention" => Some(Workload::Attention {
+                s: s.parse().ok()?,
+                causal: c.parse().ok()?,
+            }),
+            [w, s, c] if w == "attention-bwd" => Some(Workload::AttentionBwd {
+                s: s.parse().ok()?,
+                causal: c.parse().ok()?,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The arrays the workload starts from: its inputs, and for the
+    /// backward pass the forward's output and logsumexp (computed here by
+    /// the native forward kernel, outside any timing).
+    fn pool(self) -> Result<Vec<Array>, String> {
+        let attn = |s: usize| -> Vec<Array> {
+            (0..3)
+                .map(|i| Array::random(DType::F32, [1, HEADS, s, HEAD_DIM], 10 + i, -1.0, 1.0))
+                .collect()
+        };
+        Ok(match self {
+            Workload::Matmul { n } => vec![
+                Array::random(DType::F32, [n, n], 1, -1.0, 1.0),
+                Array::random(DType::F32, [n, n], 2, -1.0, 1.0),
+            ],
+            Workload::Attention { s, .. } => attn(s),
+            Workload::AttentionBwd { s, causal } => {
+                let mut pool = attn(s);
+                pool.push(Array::random(
+                    DType::F32,
+                    [1, HEADS, s, HEAD_DIM],
+                    20,
+                    -1.0,
+                    1.0,
+                ));
+                let fwd =
+                    HostKernel::compile(&Workload::Attention { s, causal }.kernel(Method::Jit)?)
+                        .map_err(|e| e.to_string())?;
+                let outs = fwd.run(&pool[..3]).map_err(|e| e.to_string())?;
+                pool.extend(outs); // o, lse
+                pool
+            }
+        })
+    }
+
+    /// The pool arrays the XLA baseline takes.
+    fn baseline_inputs(self) -> Vec<usize> {
+        match self {
+            Workload::Matmul { .. } => vec![0, 1],
+            Workload::Attention { .. } => vec![0, 1, 2],
+            Workload::AttentionBwd { .. } => vec![0, 1, 2, 3],
+        }
+    }
+
+    /// The Tessera kernels of this workload for method `m`, in order.
+    pub fn stages(self, m: Method) -> Result<Vec<Stage>, String> {
+        let err = |e: KernelErrors| e.to_string();
+        Ok(match self {
+            Workload::AttentionBwd { s, causal } => {
+                let b = attention_block(m, s);
+                let cfg = AttnConfig {
+                    causal,
+                    sm_scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+                    block_q: b,
+                    block_k: b,
+                    window: None,
+                    softcap: None,
+                };
+                use kernels::attention::backward as bw;
+                let (h, d) = (HEADS, HEAD_DIM);
+                // Pool: q k v dO o lse, then delta.
+                vec![
+                    Stage {
+                        kernel: bw::attention_delta(
+                            b,
+                            DType::F32,
+                            bw::attention_delta::Dims { b: 1, h, sq: s, d },
+                        )
+                        .map_err(err)?,
+                        inputs: vec![4, 3],
+                    },
+                    Stage {
+                        kernel: bw::flash_attention_dq(
+                            &cfg,
+                            DType::F32,
+                            bw::flash_attention_dq::Dims {
+                                b: 1,
+                                h,
+                                hkv: h,
+                                sq: s,
+                                skv: s,
+                                d,
+                            },
+                        )
+                        .map_err(err)?,
+                        inputs: vec![0, 1, 2, 3, 5, 6],
+                    },
+                    Stage {
+                        kernel: bw::flash_attention_dkv(
+                            &cfg,
+                            DType::F32,
+                            bw::flash_attention_dkv::Dims {
+                                b: 1,
+                                h,
+                                hkv: h,
+                                sq: s,
+                                skv: s,
+                                d,
+                            },
+                        )
+                        .map_err(err)?,
+                        inputs: vec![0, 1, 2, 3, 5, 6],
+                    },
+                ]
+            }
+            w => {
+                let kernel = w.kernel(m)?;
+                let n = kernel.inputs().count();
+                vec![Stage {
+                    kernel,
+                    inputs: (0..n).collect(),
+                }]
+            }
+        })
+    }
+
+    /// The Tessera kernel of this workload, configured for method `m`.
+    pub fn kernel(self, m: Method) -> Result<VerifiedKernel, String> {
+        match self {
+            // 256³ blocks: each block of the inputs is read from beyond L2
+            // half as often as with 128-row blocks (4% faster here).
+            Workload::Matmul { n } => matmul(&MatmulConfig {
+                m: n,
+                n,
+                k: n,
+                bm: 256.min(n),
+                bn: 256.min(n),
+                bk: 256.min(n),
+                dtype: DType::F32,
+                out_dtype: DType::F32,
+            }),
+            Workload::AttentionBwd { .. } => {
+                return Err("the backward pass is several kernels; see `stages`".into());
+            }
+            Workload::Attention { s, causal } => flash_attention(
+                &AttnConfig {
+                    causal,
+                    sm_scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+                    block_q: attention_block(m, s),
+                    block_k: attention_block(m, s),
+                    window: None,
+                    softcap: None,
+                },
+                DType::F32,
+                kernels::attention::flash_attention::Dims {
+                    b: 1,
+                    h: HEADS,
+                    sq: s,
+                    skv: s,
+                    d: HEAD_DIM,
+                    hkv: HEADS,
+                },
+            ),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// The unfused baseline XLA compiles: the workload written with the
+    /// graph runtime's ops and exported as the StableHLO it would run.
+    pub fn baseline_module(self) -> Result<String, String> {
+        baseline(self).map_err(|e| e.to_string())
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Workload::Matmul { n } => write!(f, "matmul {n}x{n}x{n} f32"),
+            Workload::Attention { s, causal } => {
+                write!(f, "attention S={s}{}", if *causal { " causal" } else { "" })
+            }
+            Workload::AttentionBwd { s, causal } => {
+                write!(
+                    f,
+                    "attention bwd S={s}{}",
+                    if *causal { " causal" } else { "" }
+                )
+            }
+        }
+    }
+}
+
+/// Attention block size per method, tuned on this machine's CPUs: the JIT
+/// is fastest with 256 × 256 blocks (fewer block copies per multiply-add
+/// than 128, still cache-resident); XLA runs the decomposed grid loop with
+/// a per-iteration cost, so fewer, larger 512 × 512 blocks win there.
+pub fn attention_block(m: Method, s: usize) -> usize {
+    let b = if m == Method::Decomposed { 512 } else { 256 };
+    b.min(s)
+}
+
+/// How a workload is run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// The Tessera kernel, native JIT.
+    Jit,
+    /// The Tessera kernel as decomposed StableHLO on PJRT.
+    Decomposed,
+    /// The plain StableHLO baseline on PJRT.
+    Xla,
+    /// PyTorch (`torch.matmul`, `scaled_dot_product_attention` with the
+    /// flash backend), in a Python child process, when a Python with torch
+    /// is found ([`torch_python`]).
+    Torch,
+}
+
+impl Method {
+    /// Its name in reports.
+    pub fn name(self, w: Workload) -> &'static str {
+        match (self, w) {
+            (Method::Jit, _) => "tessera jit",
+            (Method::Decomposed, _) => "tessera pjrt-decomposed",
+            (Method::Xla, Workload::Matmul { .. }) => "xla dot_general",
+            (Method::Xla, Workload::Attention { .. } | Workload::AttentionBwd { .. }) => {
+                "xla unfused"
+            }
+            (Method::Torch, Workload::Matmul { .. }) => "torch matmul",
+            (Method::Torch, Workload::Attention { .. }) => "torch sdpa flash",
+            (Method::Torch, Workload::AttentionBwd { .. }) => "torch sdpa flash bwd",
+        }
+    }
+
+    fn arg(self) -> &'static str {
+        match self {
+            Method::Jit => "jit",
+            Method::Decomposed => "decomposed",
+            Method::Xla => "xla",
+            Method::Torch => "torch",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Method> {
+        [Method::Jit, Method::Decomposed, Method::Xla, Method::Torch]
+            .into_iter()
+            .find(|m| m.arg() == s)
+    }
+}

@@ -1,0 +1,503 @@
+//! Exported artifacts: a kernel at fixed shapes as one multi-platform
+//! StableHLO module that JAX (and TorchTPU, which takes `jax.export`
+//! artifacts) can call, plus a manifest of its inputs and outputs.
+//!
+//! The module follows `jax.export`'s convention for multi-platform modules
+//! (calling convention 10): `@main` takes the platform index first (an
+//! `i32` marked `jax.global_constant = "_platform_index"`), then the
+//! kernel's arguments, and branches with `stablehlo.case`: platform `cpu`
+//! (index 0) runs the decomposed StableHLO, pure XLA with nothing to
+//! register; platform `tpu` (index 1) runs the `tpu_custom_call`. The
+//! loader `kernels/python/tessera_jax.py` turns the directory into a
+//! `jax.export.Exported`.
+
+use std::fmt::Write;
+
+use kernel_ir::{DType, VerifiedKernel, sha256_hex};
+
+use kernels::{Config, Entry};
+
+/// An exported kernel: the module and what its manifest says of its
+/// calling convention.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Artifact {
+    /// The multi-platform StableHLO module (text).
+    pub module: String,
+    /// The kernel's name (the manifest's `kernel`).
+    pub kernel: String,
+    /// Manifest entries of the inputs (JSON objects, call order).
+    inputs: Vec<String>,
+    /// Manifest entries of the outputs.
+    outputs: Vec<String>,
+}
+
+impl Artifact {
+    /// The manifest (JSON): the `extra` members (already JSON values)
+    /// first, then kernel name, platforms, calling convention, inputs and
+    /// outputs with JAX dtype names and shapes.
+    pub fn manifest(&self, extra: &[(&str, String)]) -> String {
+        manifest(&self.kernel, extra, &self.inputs, &self.outputs)
+    }
+}
+
+/// The `format` every Tessera manifest and family index names.
+pub const FORMAT: &str = "tessera-export";
+
+/// The version of that format: 2 added provenance (entry, full config,
+/// Tessera version) and the digest of every file.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// What an artifact was made from, recorded in its manifest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Provenance {
+    /// The library entry.
+    pub entry: String,
+    /// Its whole config, defaults included (key, value).
+    pub config: Vec<(String, String)>,
+}
+
+fn json_object(pairs: &[(String, String)]) -> String {
+    let members: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{}: {}", json_str(k), json_str(v)))
+        .collect();
+    format!("{{{}}}", members.join(", "))
+}
+
+/// The members every manifest and family index opens with.
+fn header(prov: &Provenance) -> Vec<(&'static str, String)> {
+    vec![
+        ("format", json_str(FORMAT)),
+        ("format_version", FORMAT_VERSION.to_string()),
+        ("tessera_version", json_str(env!("CARGO_PKG_VERSION"))),
+        ("entry", json_str(&prov.entry)),
+        ("config", json_object(&prov.config)),
+    ]
+}
+
+/// The files of an artifact directory, paths relative to it: `module.mlir`,
+/// with a VJP `vjp/module.mlir` and `vjp/manifest.json`, and last
+/// `manifest.json`, which records provenance and the SHA-256 of every other
+/// file (the loader refuses a directory whose files do not match, so a
+/// forward and a VJP of different exports can never be loaded together).
+pub fn artifact_files(
+    art: &Artifact,
+    vjp: Option<&Artifact>,
+    prov: &Provenance,
+) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    if let Some(v) = vjp {
+        for (rel, bytes) in artifact_files(v, None, prov) {
+            files.push((format!("vjp/{rel}"), bytes));
+        }
+    }
+    files.push(("module.mlir".into(), art.module.clone().into_bytes()));
+    let mut extra = header(prov);
+    if vjp.is_some() {
+        extra.push(("vjp", json_str("vjp")));
+    }
+    extra.push(("files", digests(&files)));
+    files.push(("manifest.json".into(), art.manifest(&extra).into_bytes()));
+    files
+}
+
+/// `{"path": "sha256", ..}` of `files`.
+fn digests(files: &[(String, Vec<u8>)]) -> String {
+    let d: Vec<(String, String)> = files
+        .iter()
+        .map(|(p, b)| (p.clone(), sha256_hex(b)))
+        .collect();
+    json_object(&d)
+}
+
+/// The index of a bucketed family (`buckets.json`): provenance, the axis,
+/// the sizes with their folders, and the digest of each bucket's manifest
+/// (which digests the bucket's files).
+pub fn family_index(
+    kernel: &str,
+    prov: &Provenance,
+    axis: usize,
+    buckets: &[(usize, String, Vec<u8>)],
+) -> String {
+    let mut members = header(prov);
+    members.push(("kernel", json_str(kernel)));
+    members.push(("axis", axis.to_string()));
+    let sizes: Vec<String> = buckets.iter().map(|(n, _, _)| n.to_string()).collect();
+    let dirs: Vec<String> = buckets.iter().map(|(_, d, _)| json_str(d)).collect();
+    members.push(("sizes", format!("[{}]", sizes.join(", "))));
+    members.push(("dirs", format!("[{}]", dirs.join(", "))));
+    let manifests: Vec<(String, Vec<u8>)> = buckets
+        .iter()
+        .map(|(_, d, m)| (format!("{d}/manifest.json"), m.clone()))
+        .collect();
+    members.push(("files", digests(&manifests)));
+    let body: Vec<String> = members
+        .iter()
+        .map(|(k, v)| format!("  {}: {v}", json_str(k)))
+        .collect();
+    format!("{{\n{}\n}}\n", body.join(",\n"))
+}
+
+/// Whether `dir` holds an earlier export (an artifact or a family), which
+/// a new export may replace whole.
+pub fn is_export_dir(dir: &std::path::Path) -> bool {
+    dir.join("manifest.json").is_file() || dir.join("buckets.json").is_file()
+}
+
+/// The platforms of an artifact, in the order of the platform index.
+pub const PLATFORMS: [&str; 2] = ["cpu", "tpu"];
+
+/// `jax.export`'s calling convention version the module follows.
+pub const CALLING_CONVENTION: u32 = 10;
+
+/// The JAX (NumPy) name of a dtype.
+pub fn jax_dtype(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float32",
+        DType::BF16 => "bfloat16",
+        DType::F16 => "float16",
+        DType::I32 => "int32",
+        DType::I8 => "int8",
+        DType::Bool => "bool",
+        DType::F8E4M3FN => "float8_e4m3fn",
+        DType::F8E5M2 => "float8_e5m2",
+    }
+}
+
+fn tensor(shape: &[usize], d: DType) -> String {
+    let elem = match d {
+        DType::Bool => "i1".to_string(),
+        DType::F8E4M3FN => "f8E4M3FN".to_string(),
+        DType::F8E5M2 => "f8E5M2".to_string(),
+        other => other.name().to_string(),
+    };
+    let mut s = String::from("tensor<");
+    for d in shape {
+        let _ = write!(s, "{d}x");
+    }
+    s + &elem + ">"
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out + "\""
+}
+
+/// One manifest entry: `{"name": .., "dtype": .., "shape": [..]}`.
+fn manifest_entry(name: &str, shape: &[usize], d: DType) -> String {
+    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+    format!(
+        "{{\"name\": {}, \"dtype\": \"{}\", \"shape\": [{}]}}",
+        json_str(name),
+        jax_dtype(d),
+        dims.join(", ")
+    )
+}
+
+/// The manifest of an artifact called `kernel`, `extra` members first.
+fn manifest(
+    kernel: &str,
+    extra: &[(&str, String)],
+    inputs: &[String],
+    outputs: &[String],
+) -> String {
+    let mut s = String::from("{\n");
+    for (k, v) in extra {
+        let _ = writeln!(s, "  {}: {v},", json_str(k));
+    }
+    let _ = write!(
+        s,
+        "  \"kernel\": {},\n  \"platforms\": [\"cpu\", \"tpu\"],\n  \"calling_convention_version\": {CALLING_CONVENTION},\n  \"inputs\": [{}],\n  \"outputs\": [{}]\n}}\n",
+        json_str(kernel),
+        inputs.join(", "),
+        outputs.join(", ")
+    );
+    s
+}
+
+/// A kernel's arguments and outputs as (name, shape, dtype).
+type Signature = Vec<(String, Vec<usize>, DType)>;
+
+/// Exports `kernel` (see the module docs).
+pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
+    let err = |e: lowering::LoweringError| e.to_string();
+    let cpu = lowering::decomposed(kernel).map_err(err)?;
+    let tpu = lowering::tpu_custom_call(kernel).map_err(err)?.module;
+    let cpu = lowering::private_function(&cpu, "tessera_cpu").map_err(err)?;
+    let tpu = lowering::private_function(&tpu, "tessera_tpu").map_err(err)?;
+    let ins: Signature = kernel
+        .arguments()
+        .map(|a| (a.name.to_string(), a.shape.to_vec(), a.dtype))
+        .collect();
+    let outs: Signature = kernel
+        .outputs()
+        .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
+        .collect();
+    multi_platform(&kernel.name, &ins, &outs, &cpu, &tpu)
+}
+
+/// The artifact of a program given as its two branches, each a private
+/// function (`@tessera_cpu`, `@tessera_tpu`, with any functions they call)
+/// taking `ins` and returning `outs`: `@main` takes the platform index
+/// first and branches with `stablehlo.case`.
+fn multi_platform(
+    name: &str,
+    ins: &Signature,
+    outs: &Signature,
+    cpu: &str,
+    tpu: &str,
+) -> Result<Artifact, String> {
+    let err = |e: lowering::LoweringError| e.to_string();
+    let in_types: Vec<String> = ins.iter().map(|(_, s, d)| tensor(s, *d)).collect();
+    let out_types: Vec<String> = outs.iter().map(|(_, s, d)| tensor(s, *d)).collect();
+    let args: Vec<String> = (1..=ins.len()).map(|i| format!("%arg{i}")).collect();
+    let sig = format!("({}) -> ({})", in_types.join(", "), out_types.join(", "));
+    let n = outs.len();
+    let results = |v: &str| -> String {
+        if n == 1 {
+            v.to_string()
+        } else {
+            (0..n)
+                .map(|i| format!("{v}#{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let bind = |v: &str| {
+        if n == 1 {
+            v.to_string()
+        } else {
+            format!("{v}:{n}")
+        }
+    };
+    let params: Vec<String> = in_types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("%arg{}: {t}", i + 1))
+        .collect();
+    let out_attrs: Vec<String> = outs
+        .iter()
+        .zip(&out_types)
+        .map(|((name, _, _), t)| format!("{t} {{jax.result_info = {}}}", json_str(name)))
+        .collect();
+    let branch = |f: &str, v: &str| {
+        format!(
+            "      {} = func.call @{f}({}) : {sig}\n      \"stablehlo.return\"({}) : ({}) -> ()\n",
+            bind(v),
+            args.join(", "),
+            results(v),
+            out_types.join(", ")
+        )
+    };
+    let mut m = String::new();
+    let _ = writeln!(
+        m,
+        "module @tessera_{name} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{"
+    );
+    let _ = writeln!(
+        m,
+        "  func.func public @main(%arg0: tensor<i32> {{jax.global_constant = \"_platform_index\"}}{}{}) -> ({}) {{",
+        if params.is_empty() { "" } else { ", " },
+        params.join(", "),
+        out_attrs.join(", ")
+    );
+    let _ = writeln!(m, "    {} = \"stablehlo.case\"(%arg0) ({{", bind("%0"));
+    m += &branch("tessera_cpu", "%1");
+    m += "    }, {\n";
+    m += &branch("tessera_tpu", "%2");
+    let _ = writeln!(m, "    }}) : (tensor<i32>) -> ({})", out_types.join(", "));
+    let _ = writeln!(m, "    return {} : {}", results("%0"), out_types.join(", "));
+    m += "  }\n";
+    for f in [cpu, tpu] {
+        for line in f.lines() {
+            let _ = writeln!(m, "  {line}");
+        }
+    }
+    m += "}\n";
+    // Checked by MLIR: it parses (and its @main can be embedded again).
+    lowering::private_function(&m, "main").map_err(err)?;
+    let entries = |sig: &Signature| -> Vec<String> {
+        sig.iter()
+            .map(|(n, s, d)| manifest_entry(n, s, *d))
+            .collect()
+    };
+    Ok(Artifact {
+        module: m,
+        kernel: name.to_string(),
+        inputs: entries(ins),
+        outputs: entries(outs),
+    })
+}
+
+/// The VJP artifact of `entry` built as `forward` with `cfg`, in
+/// jax.export's VJP convention (the primals and the outputs' cotangents
+/// in, the inputs' cotangents out), or `None` when the entry declares no
+/// backward or an input is not floating point (its cotangent would be
+/// jax's float0, which the convention cannot carry here).
+///
+/// It is the backward `grad` runs: the forward call is recorded on a CPU
+/// graph runtime through [`Entry::call`], [`runtime::graph::vjp`] records
+/// the entry's backward, and the program from the inputs and cotangents to
+/// the gradients is exported twice, kernel calls decomposed (the CPU
+/// branch) and as `tpu_custom_call`s (the TPU branch). A kernel's backward
+/// is written once, in its entry.
+pub fn vjp_for(
+    entry: &Entry,
+    cfg: &Config,
+    forward: &VerifiedKernel,
+) -> Result<Option<Artifact>, String> {
+    use runtime::graph::{KernelForm, Runtime, Tensor};
+    if entry.backward.is_none() {
+        return Ok(None);
+    }
+    let ins: Signature = forward
+        .arguments()
+        .map(|a| (a.name.to_string(), a.shape.to_vec(), a.dtype))
+        .collect();
+    if ins.iter().any(|(_, _, d)| !d.is_float()) {
+        return Ok(None);
+    }
+    let fail = |what: &str| {
+        let what = what.to_string();
+        move |e: runtime::graph::RuntimeError| format!("the VJP of `{}`: {what}: {e}", forward.name)
+    };
+    let rt = Runtime::cpu().map_err(fail("starting the CPU runtime"))?;
+    let primals: Vec<Tensor> = ins
+        .iter()
+        .map(|(_, s, d)| {
+            rt.tensor(&kernel_ir::Array::zeros(*d, s.clone()))
+                .and_then(|t| t.requires_grad())
+        })
+        .collect::<Result<_, _>>()
+        .map_err(fail("its inputs"))?;
+    let primal_refs: Vec<&Tensor> = primals.iter().collect();
+    let outputs = entry
+        .call(&rt, cfg, &primal_refs)
+        .map_err(fail("recording the forward"))?;
+    let outs: Signature = forward
+        .outputs()
+        .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
+        .collect();
+    let cts: Vec<Tensor> = outs
+        .iter()
+        .map(|(_, s, d)| rt.tensor(&kernel_ir::Array::zeros(*d, s.clone())))
+        .collect::<Result<_, _>>()
+        .map_err(fail("the cotangents"))?;
+    let out_refs: Vec<&Tensor> = outputs.iter().collect();
+    let ct_refs: Vec<&Tensor> = cts.iter().collect();
+    let grads = runtime::graph::vjp(&out_refs, &ct_refs, &primal_refs)
+        .map_err(fail("recording the backward"))?;
+    let params: Vec<&Tensor> = primal_refs.iter().chain(&ct_refs).copied().collect();
+    let grad_refs: Vec<&Tensor> = grads.iter().collect();
+    let branch = |form: KernelForm, name: &str| -> Result<String, String> {
+        let text = rt
+            .export_as(&params, &grad_refs, form)
+            .map_err(fail("exporting the program"))?;
+        lowering::private_functions(&text, name).map_err(|e| e.to_string())
+    };
+    let cpu = branch(KernelForm::Decomposed, "tessera_cpu")?;
+    let tpu = branch(KernelForm::TpuCustomCall, "tessera_tpu")?;
+    let mut vjp_ins = ins.clone();
+    vjp_ins.extend(
+        outs.iter()
+            .map(|(n, s, d)| (format!("ct_{n}"), s.clone(), *d)),
+    );
+    let vjp_outs: Signature = ins
+        .iter()
+        .map(|(n, s, d)| (format!("d{n}"), s.clone(), *d))
+        .collect();
+    multi_platform(
+        &format!("{}_vjp", forward.name),
+        &vjp_ins,
+        &vjp_outs,
+        &cpu,
+        &tpu,
+    )
+    .map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The module takes the platform index first, branches to the two
+    /// lowerings, and the manifest lists the arguments and results in call
+    /// order (the JAX side is checked by `tests/conformance/jax_export.py`).
+    #[test]
+    fn an_artifact_has_both_platforms_and_its_manifest() {
+        let p = kernels::preset("flash_attention_causal_bf16").unwrap();
+        let art = export(&p.build().unwrap()).unwrap();
+        let m = &art.module;
+        assert!(m.contains("%arg0: tensor<i32> {jax.global_constant = \"_platform_index\"}"));
+        assert!(
+            m.contains("func.func private @tessera_cpu")
+                && m.contains("func.func private @tessera_tpu")
+        );
+        assert!(m.contains("tpu_custom_call") && m.contains("stablehlo.while"));
+        assert!(m.contains("{jax.result_info = \"lse\"}"));
+        let man = &art.manifest(&[]);
+        assert!(man.contains("\"platforms\": [\"cpu\", \"tpu\"]"));
+        let q = man.find("\"name\": \"q\"").unwrap();
+        let v = man.find("\"name\": \"v\"").unwrap();
+        let lse = man.find("\"name\": \"lse\"").unwrap();
+        assert!(q < v && v < lse, "{man}");
+        assert!(
+            man.contains("\"dtype\": \"bfloat16\", \"shape\": [1, 2, 256, 64]"),
+            "{man}"
+        );
+    }
+
+    /// The VJP is the entry's own backward (what `grad` runs), exported:
+    /// the primals and both cotangents in, the forward recomputed and the
+    /// three backward kernels on each platform, the lse cotangent entering
+    /// through delta. Entries without a backward, or with integer inputs,
+    /// have none.
+    #[test]
+    fn the_vjp_is_the_entry_backward_on_both_platforms() {
+        let p = kernels::preset("flash_attention_causal_bf16").unwrap();
+        let cfg = Config::of_preset(p.entry, p.preset).unwrap();
+        let art = vjp_for(p.entry, &cfg, &p.build().unwrap())
+            .unwrap()
+            .unwrap();
+        for plat in PLATFORMS {
+            for i in 0..4 {
+                let sym = format!("func.func private @tessera_{plat}_kernel_{i}(");
+                assert!(art.module.contains(&sym), "{sym}");
+            }
+        }
+        assert_eq!(
+            art.module
+                .matches("call_target_name = \"tpu_custom_call\"")
+                .count(),
+            4
+        );
+        assert!(art.module.matches("stablehlo.subtract").count() >= 2);
+        let man = art.manifest(&[]);
+        for name in ["\"ct_o\"", "\"ct_lse\"", "\"dq\"", "\"dk\"", "\"dv\""] {
+            assert!(man.contains(name), "{name}");
+        }
+        let e = kernels::find("matmul").unwrap();
+        let k = e
+            .build_at_default_shapes(&Config::parse(e, &[]).unwrap())
+            .unwrap();
+        assert!(
+            vjp_for(e, &Config::parse(e, &[]).unwrap(), &k)
+                .unwrap()
+                .is_none()
+        );
+        let e = kernels::find("flash_attention_kv_len").unwrap();
+        let c = Config::parse(e, &[]).unwrap();
+        let k = e.build_at_default_shapes(&c).unwrap();
+        assert!(vjp_for(e, &c, &k).unwrap().is_none(), "an int input");
+    }
+}

@@ -1,0 +1,226 @@
+//! A small causal transformer language model on the graph runtime, built
+//! from the library's kernels (RMS norm, flash attention, SwiGLU) through
+//! their entries, so its gradients run their backward kernels.
+//!
+//! Tokens enter as one-hot rows (the embedding is a matmul, whose gradient
+//! is a matmul); positions are a learned table. Each layer is
+//! `h += Wo·attention(rms_norm(h))`, `h += W_down·swiglu(rms_norm(h))`;
+//! the loss is the masked mean cross-entropy of the next token.
+
+use kernel_ir::{Array, DType};
+use runtime::graph::{Runtime, RuntimeError, Tensor};
+
+use kernels::{Config, Entry, find};
+
+/// The model's shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LmConfig {
+    /// Token ids `0..vocab`.
+    pub vocab: usize,
+    /// Model width.
+    pub d_model: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Transformer layers.
+    pub layers: usize,
+    /// SwiGLU hidden width.
+    pub ffn: usize,
+    /// Sequence length.
+    pub seq: usize,
+    /// Sequences per step.
+    pub batch: usize,
+}
+
+impl Default for LmConfig {
+    fn default() -> Self {
+        LmConfig {
+            vocab: 16,
+            d_model: 64,
+            heads: 2,
+            layers: 2,
+            ffn: 128,
+            seq: 16,
+            batch: 16,
+        }
+    }
+}
+
+/// Parameter names and shapes, in the order the optimizer and the
+/// checkpoints keep them.
+pub fn param_shapes(c: &LmConfig) -> Vec<(String, Vec<usize>)> {
+    let (v, d, f) = (c.vocab, c.d_model, c.ffn);
+    let mut p = vec![
+        ("embed".to_string(), vec![v, d]),
+        ("pos".to_string(), vec![c.seq, d]),
+    ];
+    for l in 0..c.layers {
+        for (n, s) in [
+            ("norm1", vec![d]),
+            ("wq", vec![d, d]),
+            ("wk", vec![d, d]),
+            ("wv", vec![d, d]),
+            ("wo", vec![d, d]),
+            ("norm2", vec![d]),
+            ("w_gate", vec![d, f]),
+            ("w_up", vec![d, f]),
+            ("w_down", vec![f, d]),
+        ] {
+            p.push((format!("layer{l}.{n}"), s));
+        }
+    }
+    p.push(("norm_f".to_string(), vec![d]));
+    p.push(("unembed".to_string(), vec![d, v]));
+    p
+}
+
+/// Initial parameters from `seed`: norm gains 1, matrices uniform with
+/// variance 1/fan_in (embeddings 1).
+pub fn init_params(c: &LmConfig, seed: u64) -> Vec<(String, Array)> {
+    param_shapes(c)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, shape))| {
+            let a = if shape.len() == 1 {
+                Array::new(DType::F32, shape.clone(), vec![1.0; shape[0]])
+                    .unwrap_or_else(|_| Array::zeros(DType::F32, shape.clone()))
+            } else {
+                let fan_in = if name == "embed" || name == "pos" {
+                    1
+                } else {
+                    shape[0]
+                };
+                let r = (3.0 / fan_in as f64).sqrt();
+                let r = if name == "pos" || name == "embed" {
+                    r * 0.5
+                } else {
+                    r
+                };
+                Array::random(DType::F32, shape, seed.wrapping_add(1 + i as u64), -r, r)
+            };
+            (name, a)
+        })
+        .collect()
+}
+
+/// One batch on the device: inputs and targets as one-hot rows
+/// `[batch·seq, vocab]`, and the loss mask `[batch·seq]` (1 where the
+/// target counts).
+pub struct Batch {
+    /// One-hot input tokens.
+    pub inputs: Tensor,
+    /// One-hot next tokens.
+    pub targets: Tensor,
+    /// Which positions the loss counts.
+    pub mask: Tensor,
+    /// How many positions it counts.
+    pub counted: usize,
+}
+
+/// The library entries the model calls, with their configs.
+struct Kernels {
+    norm: (&'static Entry, Config),
+    attention: (&'static Entry, Config),
+    swiglu: (&'static Entry, Config),
+}
+
+fn entry(name: &str, pairs: &[(&str, String)]) -> Result<(&'static Entry, Config), RuntimeError> {
+    let e = find(name).ok_or_else(|| RuntimeError::Internal(format!("no kernel `{name}`")))?;
+    let pairs: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let cfg = Config::parse(e, &pairs)
+        .map_err(|err| RuntimeError::Internal(format!("configuring `{name}`: {err}")))?;
+    Ok((e, cfg))
+}
+
+fn kernels(c: &LmConfig) -> Result<Kernels, RuntimeError> {
+    let rows = c.batch * c.seq;
+    let dh = c.d_model / c.heads;
+    Ok(Kernels {
+        norm: entry(
+            "rms_norm",
+            &[
+                ("block_rows", rows.min(64).to_string()),
+                ("eps", "1e-5".into()),
+            ],
+        )?,
+        attention: entry(
+            "flash_attention",
+            &[
+                ("causal", "true".into()),
+                ("sm_scale", (1.0 / (dh as f64).sqrt()).to_string()),
+                ("block_q", c.seq.to_string()),
+                ("block_k", c.seq.to_string()),
+            ],
+        )?,
+        swiglu: entry(
+            "swiglu",
+            &[
+                ("bm", rows.min(64).to_string()),
+                ("bn", c.ffn.min(128).to_string()),
+                ("bk", c.d_model.min(128).to_string()),
+            ],
+        )?,
+    })
+}
+
+/// The mean next-token cross-entropy of `batch` under `params` (in the
+/// order of [`param_shapes`]), recorded.
+pub fn loss(
+    rt: &Runtime,
+    c: &LmConfig,
+    params: &[Tensor],
+    batch: &Batch,
+) -> Result<Tensor, RuntimeError> {
+    let k = kernels(c)?;
+    let (b, s, d, h) = (c.batch, c.seq, c.d_model, c.heads);
+    let dh = d / h;
+    let rows = b * s;
+    let call = |e: &(&'static Entry, Config), args: &[&Tensor]| -> Result<Tensor, RuntimeError> {
+        e.0.call(rt, &e.1, args)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| RuntimeError::Internal(format!("`{}` returned nothing", e.0.name)))
+    };
+    let mut it = params.iter();
+    let mut next = || {
+        it.next()
+            .ok_or_else(|| RuntimeError::Internal("too few parameters".into()))
+    };
+    let (embed, pos) = (next()?, next()?);
+    let pos_rows = pos
+        .broadcast_in_dim(&[b, s, d], &[1, 2])?
+        .reshape(&[rows, d])?;
+    let mut x = batch.inputs.matmul(embed)?.add(&pos_rows)?;
+    for _ in 0..c.layers {
+        let (n1, wq, wk, wv, wo) = (next()?, next()?, next()?, next()?, next()?);
+        let (n2, wg, wu, wd) = (next()?, next()?, next()?, next()?);
+        let a = call(&k.norm, &[&x, n1])?;
+        let heads = |w: &Tensor| -> Result<Tensor, RuntimeError> {
+            a.matmul(w)?
+                .reshape(&[b, s, h, dh])?
+                .transpose(&[0, 2, 1, 3])
+        };
+        let (q, kk, v) = (heads(wq)?, heads(wk)?, heads(wv)?);
+        let o = call(&k.attention, &[&q, &kk, &v])?
+            .transpose(&[0, 2, 1, 3])?
+            .reshape(&[rows, d])?;
+        x = x.add(&o.matmul(wo)?)?;
+        let m = call(&k.norm, &[&x, n2])?;
+        let f = call(&k.swiglu, &[&m, wg, wu])?;
+        x = x.add(&f.matmul(wd)?)?;
+    }
+    let (nf, unembed) = (next()?, next()?);
+    let logits = call(&k.norm, &[&x, nf])?.matmul(unembed)?;
+    // Cross-entropy through a stable log-sum-exp; the shift cancels, so it
+    // carries no gradient.
+    let shift = logits.max(&[1])?.detach()?;
+    let z = logits.sub(&shift.broadcast_in_dim(&[rows, c.vocab], &[0])?)?;
+    let lse = z.exp()?.sum(&[1])?.log()?;
+    let picked = z.mul(&batch.targets)?.sum(&[1])?;
+    lse.sub(&picked)?
+        .mul(&batch.mask)?
+        .sum(&[0])?
+        .scale(1.0 / batch.counted.max(1) as f64)
+}
