@@ -733,6 +733,20 @@ impl OpKind {
             _ => Vec::new(),
         }
     }
+
+    /// The op's nested regions, to change.
+    pub fn regions_mut(&mut self) -> Vec<&mut Region> {
+        match self {
+            OpKind::For { body, .. } => vec![body],
+            OpKind::If {
+                then_region,
+                else_region,
+                ..
+            } => vec![then_region, else_region],
+            OpKind::Scope { body, .. } => vec![body],
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// One operation with its results and source location.

@@ -495,6 +495,14 @@ impl<'a> Reader<'a> {
                 };
                 c.sym(":")?;
                 let ty = one_result(self, c)?;
+                // An f32 constant prints as the f32 it holds; read it as
+                // that f32, so it reads back as the value printed.
+                let value = match value {
+                    Literal::Float(x) if ty.dtype == DType::F32 => {
+                        Literal::Float(text.parse::<f32>().map_or(x, f64::from))
+                    }
+                    v => v,
+                };
                 OpKind::Constant { value, ty }
             }
             "program_id" | "num_programs" => {

@@ -1,0 +1,168 @@
+//! `kernel_ir::parse` is the inverse of the printer: every library kernel
+//! and preset, and every random kernel the generator builds, reads back
+//! from its text as the same kernel (equal as data, locations aside), and
+//! malformed text is an error naming the line and column.
+
+use kernel_ir::{Kernel, Region, parse, parse_file};
+use kernels::{Config, ENTRIES, presets};
+use tests::random_kernel::random_kernel;
+
+/// `k` without source locations (the text form has none).
+fn without_locs(k: &Kernel) -> Kernel {
+    fn region(r: &mut Region) {
+        for op in &mut r.ops {
+            op.loc = None;
+            for sub in op.kind.regions_mut() {
+                region(sub);
+            }
+        }
+    }
+    let mut k = k.clone();
+    k.grid_loc = None;
+    k.operands.iter_mut().for_each(|o| o.loc = None);
+    k.scratch.iter_mut().for_each(|s| s.loc = None);
+    k.prefetch.iter_mut().for_each(|p| p.loc = None);
+    k.semaphores.iter_mut().for_each(|s| s.loc = None);
+    region(&mut k.body.region);
+    k
+}
+
+/// Reads `k`'s text back and compares; `what` names it in failures.
+fn round_trip(k: &Kernel, what: &str) {
+    let text = k.to_string();
+    let back = parse(&text).unwrap_or_else(|e| panic!("{what}: {e}\n{text}"));
+    assert_eq!(back.to_string(), text, "{what}: the text changed");
+    let want = without_locs(k);
+    if back != want {
+        // The first field that differs, from the pretty debug forms.
+        let (a, b) = (format!("{back:#?}"), format!("{want:#?}"));
+        let at = a.lines().zip(b.lines()).position(|(x, y)| x != y);
+        let context = |s: &str| -> String {
+            let l: Vec<&str> = s.lines().collect();
+            let i = at
+                .unwrap_or(l.len().saturating_sub(1))
+                .min(l.len().saturating_sub(1));
+            l[i.saturating_sub(8)..=i].join("\n")
+        };
+        panic!(
+            "{what}: the kernel read back differs from the one printed\nread back:\n{}\nprinted:\n{}",
+            context(&a),
+            context(&b)
+        );
+    }
+}
+
+#[test]
+fn every_library_kernel_and_preset_reads_back_as_itself() {
+    let mut n = 0;
+    for e in ENTRIES {
+        let cfg = Config::parse(e, &[]).unwrap();
+        let k = e.build_at_default_shapes(&cfg).unwrap();
+        round_trip(&k, e.name);
+        assert!(
+            parse(&k.to_string()).unwrap().verify().is_ok(),
+            "{}",
+            e.name
+        );
+        n += 1;
+    }
+    for p in presets() {
+        round_trip(&p.build().unwrap(), p.name());
+        n += 1;
+    }
+    assert!(n > 40, "{n}");
+}
+
+#[test]
+fn random_kernels_read_back_as_themselves() {
+    let mut valid = 0;
+    for seed in 0..400 {
+        let r = random_kernel(seed);
+        let Ok(k) = r.kernel else { continue };
+        round_trip(&k, &format!("random kernel {seed}"));
+        // The verifier's answer is the same on the kernel read back.
+        let b = parse(&k.to_string()).unwrap().verify().is_ok();
+        let a = k.verify().is_ok();
+        assert_eq!(a, b, "random kernel {seed}");
+        valid += usize::from(a);
+    }
+    assert!(valid > 100, "only {valid} random kernels verified");
+}
+
+/// Each op of a file gets the file and its line as location, so a
+/// verifier error names the line.
+#[test]
+fn a_file_s_ops_carry_their_lines() {
+    let text = "\
+kernel @k {
+  target v5e, vmem_limit default
+  grid [2 parallel]
+  in @x: f32[16, 128] vmem block [8, 128] at (g0, 0) row_major
+  out @o: f32[16, 128] vmem block [8, 128] at (g0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+  %1 = exp %0 : f32[8, 128]
+  store @o[0:8, 0:128], %1 : f32[8, 128]
+}
+";
+    let k = parse_file("k.kir", text).unwrap();
+    let lines: Vec<u32> = k
+        .body
+        .region
+        .ops
+        .iter()
+        .map(|op| op.loc.as_ref().unwrap().line)
+        .collect();
+    assert_eq!(lines, [7, 8, 9]);
+    assert_eq!(k.operands[1].loc.as_ref().unwrap().line, 5);
+    assert_eq!(&*k.operands[1].loc.as_ref().unwrap().file, "k.kir");
+}
+
+#[test]
+fn malformed_text_is_an_error_naming_line_and_column() {
+    let good = "\
+kernel @k {
+  target v5e, vmem_limit default
+  grid [2 parallel]
+  in @x: f32[16, 128] vmem block [8, 128] at (g0, 0) row_major
+  out @o: f32[16, 128] vmem block [8, 128] at (g0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+  store @o[0:8, 0:128], %0 : f32[8, 128]
+}
+";
+    assert!(parse(good).is_ok());
+    let cases: &[(&str, &str, u32, &str)] = &[
+        ("target v5e", "target v9z", 2, "unknown TPU target"),
+        (
+            "2 parallel",
+            "2 sideways",
+            3,
+            "parallel, arbitrary or core_parallel",
+        ),
+        ("load @x", "load @y", 7, "`@y` is not an operand"),
+        ("%0 = load", "%0 = frobnicate", 7, "unknown op `frobnicate`"),
+        (
+            "f32[8, 128]\n  store",
+            "f32[8, 128\n  store",
+            7,
+            "expected `]`",
+        ),
+        ("row_major\nbody", "diagonal\nbody", 5, "expected a layout"),
+        ("}\n", "", 8, "a `}` is missing"),
+        ("0:8, 0:128] :", "8:0, 0:128] :", 7, "ends before it starts"),
+    ];
+    for (from, to, line, says) in cases {
+        assert!(good.contains(from), "{from}");
+        let bad = good.replacen(from, to, 1);
+        let e = parse(&bad).expect_err(from);
+        assert_eq!(e.line, *line, "{from} -> {to}: {e}");
+        assert!(e.to_string().contains(says), "{from} -> {to}: {e}");
+    }
+    // Nothing panics on arbitrary truncations of a valid text.
+    for n in 0..good.len() {
+        if good.is_char_boundary(n) {
+            let _ = parse(&good[..n]);
+        }
+    }
+}
