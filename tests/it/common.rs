@@ -56,3 +56,18 @@ pub fn within(got: &[f64], want: &[f64], abs: f64, rel: f64) -> Result<(), Strin
     }
     Ok(())
 }
+
+/// Pins `$text` as the snapshot `$name` of one target: each target's
+/// snapshots sit in one folder, `tests/it/snapshots/<folder>/<name>.snap`
+/// (review changes with `cargo insta review`).
+macro_rules! snapshot_in {
+    ($folder:literal, $name:expr, $text:expr) => {
+        insta::with_settings!({
+            snapshot_path => concat!("snapshots/", $folder),
+            prepend_module_to_snapshot => false,
+        }, {
+            insta::assert_snapshot!($name, $text);
+        })
+    };
+}
+pub(crate) use snapshot_in;

@@ -74,7 +74,7 @@ pub(crate) fn catalog() -> Vec<(&'static str, VerifiedKernel)> {
 fn kernel_modules() {
     for (name, k) in catalog() {
         let text = lowering::kernel_module(&k).unwrap_or_else(|e| panic!("{name}: {e}"));
-        insta::assert_snapshot!(format!("{name}__1_kernel_module"), text);
+        crate::common::snapshot_in!("kernel_module", name, text);
     }
 }
 
@@ -87,8 +87,9 @@ fn tpu_custom_calls_with_their_bodies() {
         // it decoded, without them, instead of as base64.
         let b64 = lowering_base64(&c.serialized_body);
         assert!(c.module.contains(&b64), "{name}");
-        insta::assert_snapshot!(
-            format!("{name}__2_tpu_custom_call"),
+        crate::common::snapshot_in!(
+            "tpu_custom_call",
+            name,
             format!(
                 "{}\n// ---- the Mosaic kernel module inside backend_config ----\n{}",
                 c.module
@@ -103,7 +104,7 @@ fn tpu_custom_calls_with_their_bodies() {
 fn decomposed_modules() {
     for (name, k) in catalog() {
         let text = lowering::decomposed(&k).unwrap_or_else(|e| panic!("{name}: {e}"));
-        insta::assert_snapshot!(format!("{name}__3_decomposed"), text);
+        crate::common::snapshot_in!("decomposed", name, text);
     }
 }
 

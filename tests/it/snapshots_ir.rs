@@ -14,7 +14,7 @@ fn add_ir() {
         dtype: F32,
     })
     .unwrap();
-    insta::assert_snapshot!(k.to_string());
+    crate::common::snapshot_in!("ir", "add_ir", k.to_string());
 }
 
 #[test]
@@ -30,7 +30,7 @@ fn matmul_ir() {
         out_dtype: F32,
     })
     .unwrap();
-    insta::assert_snapshot!(format!("{}\n{}", *k, k.vmem_budget()));
+    crate::common::snapshot_in!("ir", "matmul_ir", format!("{}\n{}", *k, k.vmem_budget()));
 }
 
 #[test]
@@ -46,7 +46,7 @@ fn matmul_ragged_k_ir() {
         out_dtype: F32,
     })
     .unwrap();
-    insta::assert_snapshot!(k.to_string());
+    crate::common::snapshot_in!("ir", "matmul_ragged_k_ir", k.to_string());
 }
 
 #[test]
@@ -58,7 +58,7 @@ fn softmax_ir() {
         dtype: BF16,
     })
     .unwrap();
-    insta::assert_snapshot!(k.to_string());
+    crate::common::snapshot_in!("ir", "softmax_ir", k.to_string());
 }
 
 #[test]
@@ -71,5 +71,5 @@ fn layer_norm_ir() {
         dtype: F32,
     })
     .unwrap();
-    insta::assert_snapshot!(k.to_string());
+    crate::common::snapshot_in!("ir", "layer_norm_ir", k.to_string());
 }
