@@ -113,6 +113,79 @@ impl<C: Carry> Cond<C> for Tile {
     }
 }
 
+/// A condition known when the kernel is built or decided when it runs: what
+/// a block geometry answers ("does this step have work?") when the answer
+/// is sometimes a constant (every block has work) and sometimes a bool
+/// scalar tile. A kernel body's `if` takes it like a `bool` or a `Tile`, so
+/// the caller writes one branch either way; a known condition records no
+/// `if` op.
+///
+/// ```
+/// use kernel_ir::prelude::*;
+///
+/// #[tpu_kernel(grid = (2,), semantics = (arbitrary,))]
+/// fn first_step_only(
+///     every_step: bool,
+///     #[shape(8, 128)] #[block([8, 128], |_| (0, 0))] o: Out<f32>,
+/// ) {
+///     let run = if every_step { Predicate::from(true) } else { Predicate::from(program_id(0) == 0) };
+///     if run {
+///         o.store(.., 1.0);
+///     }
+/// }
+///
+/// fn main() {
+///     // Known: no `if` op; decided at run time: one.
+///     let ifs = |every| {
+///         let k = first_step_only::build(every, first_step_only::Dims {}).unwrap();
+///         k.to_string().matches(" if ").count()
+///     };
+///     assert_eq!((ifs(true), ifs(false)), (0, 1));
+/// }
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub enum Predicate {
+    /// Decided while the kernel is built.
+    Known(bool),
+    /// A bool scalar tile, decided when the kernel runs.
+    Tile(Tile),
+}
+
+impl From<bool> for Predicate {
+    fn from(b: bool) -> Predicate {
+        Predicate::Known(b)
+    }
+}
+
+impl From<Tile> for Predicate {
+    fn from(t: Tile) -> Predicate {
+        Predicate::Tile(t)
+    }
+}
+
+impl std::ops::BitAnd for Predicate {
+    type Output = Predicate;
+    /// Both hold: a known side folds away.
+    #[track_caller]
+    fn bitand(self, rhs: Predicate) -> Predicate {
+        match (self, rhs) {
+            (Predicate::Known(false), _) | (_, Predicate::Known(false)) => Predicate::Known(false),
+            (Predicate::Known(true), x) | (x, Predicate::Known(true)) => x,
+            (Predicate::Tile(a), Predicate::Tile(b)) => Predicate::Tile(a & b),
+        }
+    }
+}
+
+impl<C: Carry> Cond<C> for Predicate {
+    #[track_caller]
+    fn branch(self, then: impl FnOnce() -> C, otherwise: impl FnOnce() -> C) -> C {
+        match self {
+            Predicate::Known(b) => b.branch(then, otherwise),
+            Predicate::Tile(t) => t.branch(then, otherwise),
+        }
+    }
+}
+
 /// What `if cond { .. } else { .. }` expands to in a kernel body.
 #[track_caller]
 pub fn branch<B: Cond<C>, C>(

@@ -75,10 +75,10 @@ mod verify;
 pub use array::{Array, ArrayError, SplitMix64};
 pub use budget::{VmemBudget, VmemItem, human_bytes};
 pub use builder::{
-    AsyncCopy, Bound, Carry, Idx, IntoIndexExprs, IntoIndices, IntoOperand, KernelBuilder,
-    OptionalLoad, Ref, Scope, Sem, SemArray, Start, Tile, View, constant, dot, dot_general, ds,
-    for_range, for_range_step, if_else, iota, make_async_copy, num_programs, program_id, scoped,
-    select, when,
+    AsyncCopy, BlockMap, Bound, Carry, Idx, IntoIndexExprs, IntoIndices, IntoOperand,
+    KernelBuilder, OptionalLoad, Ref, Scope, Sem, SemArray, Start, Tile, View, constant, dot,
+    dot_general, ds, for_range, for_range_step, if_else, iota, make_async_copy, num_programs,
+    program_id, scoped, select, when,
 };
 pub use dma::{BufferSlice, CopyDescriptor, SemaphoreDecl, SemaphoreKind, SemaphoreSlot};
 pub use dtype::fp8::{self, f8e4m3fn, f8e5m2};
@@ -194,12 +194,12 @@ pub mod prelude {
     pub use crate::DType::{BF16, Bool, F8E4M3FN, F8E5M2, F16, F32, I8, I32};
     pub use crate::DimSemantics::{Arbitrary, CoreParallel, Parallel};
     pub use crate::dsl::{
-        DmaSemaphores, In, InOut, Out, Prefetch, Scratch, Semaphores, Smem, Vmem,
+        DmaSemaphores, In, InOut, Out, Predicate, Prefetch, Scratch, Semaphores, Smem, Vmem,
     };
     pub use crate::{
-        Array, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace, OptionalLoad, Ref,
-        SemArray, Target, Tile, bf16, cdiv, constant, dot, dot_general, ds, f8e4m3fn, f8e5m2, f16,
-        for_range, for_range_step, if_else, interpret, iota, kernel_fn, make_async_copy,
-        num_programs, program_id, scoped, select, tpu_kernel, when, with_float,
+        Array, BlockMap, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace,
+        OptionalLoad, Ref, SemArray, Target, Tile, bf16, cdiv, constant, dot, dot_general, ds,
+        f8e4m3fn, f8e5m2, f16, for_range, for_range_step, if_else, interpret, iota, kernel_fn,
+        make_async_copy, num_programs, program_id, scoped, select, tpu_kernel, when, with_float,
     };
 }

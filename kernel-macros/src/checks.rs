@@ -6,7 +6,7 @@
 
 use syn::{BinOp, Expr, Lit};
 
-use crate::sig::{ArrayParam, LayoutAttr, ScratchParam, Space};
+use crate::sig::{ArrayParam, BlockAttr, LayoutAttr, ScratchParam, Space};
 
 const LANES: u64 = 128;
 
@@ -64,7 +64,9 @@ pub fn check_array(a: &ArrayParam, grid_rank: usize, errors: &mut Vec<syn::Error
             format!("align = {v} is not a power of two; use 128 for operands that feed the MXU"),
         ));
     }
-    let Some(block) = &a.block else { return };
+    let Some(BlockAttr::Inline(block)) = &a.block else {
+        return;
+    };
     let map_args = block.map.inputs.len();
     if map_args != grid_rank {
         errors.push(syn::Error::new_spanned(
@@ -206,7 +208,9 @@ pub fn check_vmem(
     let mut total = 0u64;
     let mut lines = Vec::new();
     for a in arrays.iter().filter(|a| a.space == Space::Vmem) {
-        let Some(b) = &a.block else { return };
+        let Some(BlockAttr::Inline(b)) = &a.block else {
+            return;
+        };
         let Some(bytes) = a.dtype.bytes() else { return };
         let Some(p) = padded_bytes(&b.shape, &a.layout, bytes as u64) else {
             return;

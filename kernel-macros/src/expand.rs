@@ -9,7 +9,7 @@ use syn::{Expr, Ident, ItemFn, Pat};
 use crate::attr::KernelAttr;
 use crate::body::BodyTransform;
 use crate::checks;
-use crate::sig::{self, ArrayParam, LayoutAttr, Param, Role, Space};
+use crate::sig::{self, ArrayParam, BlockAttr, LayoutAttr, Param, Role, Space};
 
 const MIB: u64 = 1 << 20;
 
@@ -369,10 +369,13 @@ fn module(
                     },
                     n.span(),
                 );
-                let block = a.block.as_ref().map(|blk| {
-                    let bs = &blk.shape;
-                    let map = index_map(&blk.map, &prefetch_names, rank);
-                    quote_spanned!(blk.span=> .block([#((#bs) as usize),*], #map))
+                let block = a.block.as_ref().map(|blk| match blk {
+                    BlockAttr::Inline(blk) => {
+                        let bs = &blk.shape;
+                        let map = index_map(&blk.map, &prefetch_names, rank);
+                        quote_spanned!(blk.span=> .block([#((#bs) as usize),*], #map))
+                    }
+                    BlockAttr::Named(e) => quote_spanned!(e.span()=> .block_of(#e)),
                 });
                 let buffered = a
                     .buffered

@@ -33,6 +33,16 @@ pub enum LayoutAttr {
     MinorToMajor(Vec<Expr>),
 }
 
+/// An operand's `#[block(..)]`.
+pub enum BlockAttr {
+    /// `#[block([..], |g0, g1| (..))]`: a shape and an index map.
+    Inline(Block),
+    /// `#[block(spec(..))]`: an expression giving a
+    /// `kernel_ir::BlockMap` (a shape and an index map built by a named
+    /// function, so operands and kernels can share one).
+    Named(Expr),
+}
+
 /// `#[block([..], |g0, g1| (..))]`.
 pub struct Block {
     pub shape: Vec<Expr>,
@@ -88,7 +98,7 @@ pub struct ArrayParam {
     pub role: Role,
     pub dtype: DTypeName,
     pub shape: Vec<Expr>,
-    pub block: Option<Block>,
+    pub block: Option<BlockAttr>,
     pub layout: LayoutAttr,
     pub align: Option<Expr>,
     pub space: Space,
@@ -288,9 +298,13 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
             "present" => present = Some(a.parse_args::<Expr>()?),
             "buffered" => buffered = Some(a.parse_args::<Expr>()?),
             "block" => {
-                let items = list(a)?;
+                let mut items = list(a)?;
+                if items.len() == 1 {
+                    block = items.pop().map(BlockAttr::Named);
+                    continue;
+                }
                 let [shape_e, map_e]: [Expr; 2] = items.try_into().map_err(|_| {
-                    syn::Error::new_spanned(a, "write `#[block([d0, d1, ..], |g0, g1, ..| (b0, b1, ..))]`: a block shape and an index map")
+                    syn::Error::new_spanned(a, "write `#[block([d0, d1, ..], |g0, g1, ..| (b0, b1, ..))]`: a block shape and an index map, or `#[block(spec(..))]`: a function returning a `kernel_ir::BlockMap`")
                 })?;
                 let Expr::Array(arr) = shape_e else {
                     return Err(syn::Error::new_spanned(
@@ -304,11 +318,11 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
                         "the index map is a closure from grid indices to block indices: `|i, j| (i, 0)`",
                     ));
                 };
-                block = Some(Block {
+                block = Some(BlockAttr::Inline(Block {
                     shape: arr.elems.into_iter().collect(),
                     map,
                     span: a.span(),
-                });
+                }));
             }
             "col_major" => layout = LayoutAttr::ColMajor,
             "row_major" => layout = LayoutAttr::RowMajor,

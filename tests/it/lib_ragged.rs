@@ -5,7 +5,7 @@
 
 use kernel_ir::prelude::*;
 use kernels::attention::ragged::{
-    RaggedConfig, ragged_metadata, ragged_paged_attention, reference, visits,
+    RaggedBatch, RaggedConfig, ragged_metadata, ragged_paged_attention, reference, visits,
 };
 use kernels::check::{ErrorStats, Tolerance};
 use proptest::prelude::*;
@@ -55,7 +55,8 @@ proptest! {
         let vp = Array::random(dtype, [hkv, pool, page, d], seed + 2, -1.0, 1.0);
         let scale = 1.0 / (d as f64).sqrt();
         let cfg = RaggedConfig { sm_scale: scale as f32, block_q: bq, pages_per_block: ppb, window, softcap: softcap.map(|c| c as f32) };
-        let want = reference(&q, &kp, &vp, &cu, &kv, &tables, scale, window, softcap);
+        let batch = RaggedBatch { cu_q_lens: &cu, kv_lens: &kv, tables: &tables };
+        let want = reference(&q, (&kp, &vp), &batch, &cfg);
         let flat: Vec<usize> = tables.iter().flatten().copied().collect();
         let to_i32 = |v: &[i32]| v.iter().map(|&x| x as usize).collect::<Vec<_>>();
         let args = [
@@ -93,7 +94,19 @@ fn the_reference_attends_causally_within_each_sequence() {
     let q = Array::random(F32, [1, 4, d], 1, -1.0, 1.0);
     let kp = Array::random(F32, [1, 2, page, d], 2, -1.0, 1.0);
     let vp = Array::random(F32, [1, 2, page, d], 3, -1.0, 1.0);
-    let out = reference(&q, &kp, &vp, &cu, &kv, &tables, 1.0, None, None);
+    let batch = RaggedBatch {
+        cu_q_lens: &cu,
+        kv_lens: &kv,
+        tables: &tables,
+    };
+    let mut cfg = RaggedConfig {
+        sm_scale: 1.0,
+        block_q: 8,
+        pages_per_block: 1,
+        window: None,
+        softcap: None,
+    };
+    let out = reference(&q, (&kp, &vp), &batch, &cfg);
     // Token 0 sees key 0 of page 0 only: its output is that value row.
     for (o, v) in out[..d].iter().zip(vp.data()) {
         assert!((o - v).abs() < 1e-12);
@@ -108,7 +121,8 @@ fn the_reference_attends_causally_within_each_sequence() {
         assert!(r >= lo - 1e-12 && r <= hi + 1e-12);
     }
     // A window of 1: every token sees only itself.
-    let out = reference(&q, &kp, &vp, &cu, &kv, &tables, 1.0, Some(1), None);
+    cfg.window = Some(1);
+    let out = reference(&q, (&kp, &vp), &batch, &cfg);
     for x in 0..d {
         assert!((out[2 * d + x] - vp.data()[(page + 3) * d + x]).abs() < 1e-12);
     }

@@ -29,7 +29,7 @@ mod tile;
 pub use control::{Bound, Carry, for_range, for_range_step, if_else, when};
 pub use dma::{AsyncCopy, Scope, Sem, SemArray, View, make_async_copy, scoped};
 pub use index::{Idx, IntoIndices, Start, ds};
-pub use refs::{IntoIndexExprs, OptionalLoad, Ref};
+pub use refs::{BlockMap, IntoIndexExprs, OptionalLoad, Ref};
 pub use tile::{
     IntoOperand, Tile, constant, dot, dot_general, iota, num_programs, program_id, select,
 };

@@ -17,6 +17,48 @@ pub struct Ref {
     builder: u32,
 }
 
+/// A block shape and its index map (from the grid indices to block
+/// indices), as a value: what a function shared by several operands or
+/// kernels returns, and `#[block(spec(..))]` takes.
+///
+/// ```
+/// use kernel_ir::prelude::*;
+/// use kernel_ir::{BlockMap, IndexExpr};
+///
+/// /// Row block `i` of a `[rows, cols]` array.
+/// fn rows(bm: usize, cols: usize) -> BlockMap<impl FnOnce([IndexExpr; 1]) -> (IndexExpr, i64)> {
+///     BlockMap::new([bm, cols], |[i]: [IndexExpr; 1]| (i, 0))
+/// }
+///
+/// #[tpu_kernel(grid = (2,), semantics = (parallel,))]
+/// fn copy(
+///     #[shape(16, 128)] #[block(rows(8, 128))] x: In<f32>,
+///     #[shape(16, 128)] #[block(rows(8, 128))] o: Out<f32>,
+/// ) {
+///     o.store(.., x.load(..));
+/// }
+///
+/// fn main() {
+///     assert!(copy::build(copy::Dims {}).is_ok());
+/// }
+/// ```
+pub struct BlockMap<F> {
+    /// The block shape.
+    pub shape: Vec<usize>,
+    /// The index map.
+    pub map: F,
+}
+
+impl<F> BlockMap<F> {
+    /// A block of `shape` placed by `map`.
+    pub fn new(shape: impl Into<Vec<usize>>, map: F) -> BlockMap<F> {
+        BlockMap {
+            shape: shape.into(),
+            map,
+        }
+    }
+}
+
 /// Converts what an index-map closure returns into block-index expressions.
 pub trait IntoIndexExprs {
     /// One expression per block dim.
@@ -155,6 +197,17 @@ impl Ref {
                 buffers: o.block.buffers,
             }
         })
+    }
+
+    /// [`Ref::block`] from a [`BlockMap`]: the form `#[block(spec(..))]`
+    /// expands to, so kernels can share one block spec written as a
+    /// function.
+    #[track_caller]
+    pub fn block_of<const G: usize, R: IntoIndexExprs>(
+        self,
+        spec: BlockMap<impl FnOnce([IndexExpr; G]) -> R>,
+    ) -> Ref {
+        self.block(spec.shape, spec.map)
     }
 
     /// Pipeline buffers of the operand's window (Pallas's `Buffered(n)`):

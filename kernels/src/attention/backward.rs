@@ -25,7 +25,7 @@ use crate::entry::{
 use crate::reference;
 use crate::tolerance::Tolerance;
 
-use super::{AttnConfig, kv_block, mask_scores, raw_scores, visible_keys};
+use super::{AttnConfig, kv_rows, mask_scores, q_rows, raw_scores, visible_keys};
 
 /// `delta = rowsum(dO ∘ O)` in f32, `[b, h, sq, 1]`.
 #[tpu_kernel(grid = (b, h, kernel_ir::cdiv(sq, bq)), semantics = (parallel, parallel, parallel))]
@@ -63,21 +63,17 @@ pub fn attention_delta(
 /// the scores and the saved logsumexp (zero where masked or padded), and
 /// the score gradient. `vb` has its padding rows zeroed by the caller.
 #[kernel_fn]
-#[allow(clippy::too_many_arguments)]
 fn probs_and_dscores(
     cfg: &AttnConfig,
-    sq: usize,
-    skv: usize,
-    q: Ref,
-    k: Ref,
-    lse: Tile,
-    delta: Tile,
-    dob: Tile,
-    vb: Tile,
-    qi: Tile,
-    ki: Tile,
+    (sq, skv): (usize, usize),
+    ins: Saved,
+    (dob, vb): (Tile, Tile),
+    (qi, ki): (Tile, Tile),
     kv_len: Option<Tile>,
 ) -> (Tile, Tile) {
+    let Saved { q, k, .. } = ins;
+    let lse = ins.lse.load((0, 0, .., ..));
+    let delta = ins.delta.load((0, 0, .., ..));
     let (bq, bk) = (cfg.block_q, cfg.block_k);
     let raw = raw_scores(cfg, q, k);
     let s = mask_scores(cfg, raw, qi, ki);
@@ -114,32 +110,33 @@ fn zero_tail(x: Tile, start: Tile, rows: usize, limit: usize) -> Tile {
     }
 }
 
-/// One (q block, k block) step of `dq`.
-#[kernel_fn]
-#[allow(clippy::too_many_arguments)]
-fn dq_step(
-    cfg: &AttnConfig,
-    sq: usize,
-    skv: usize,
+/// The windows both backward kernels read at one grid step: the forward's
+/// inputs, the output cotangent, and what the forward saved (lse) and the
+/// delta kernel computed.
+#[derive(Clone, Copy)]
+struct Saved {
     q: Ref,
     k: Ref,
     v: Ref,
     d_o: Ref,
     lse: Ref,
     delta: Ref,
+}
+
+/// One (q block, k block) step of `dq`.
+#[kernel_fn]
+fn dq_step(
+    cfg: &AttnConfig,
+    (sq, skv): (usize, usize),
+    ins: Saved,
     acc: Ref,
-    qi: Tile,
-    ki: Tile,
+    (qi, ki): (Tile, Tile),
     kv_len: Option<Tile>,
 ) {
-    let vb = zero_tail(v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
-    let kb = zero_tail(k.load((0, 0, .., ..)), ki, cfg.block_k, skv);
-    let dob = d_o.load((0, 0, .., ..));
-    let lse_b = lse.load((0, 0, .., ..));
-    let delta_b = delta.load((0, 0, .., ..));
-    let (_p, ds) = probs_and_dscores(
-        cfg, sq, skv, q, k, lse_b, delta_b, dob, vb, qi, ki, kv_len,
-    );
+    let vb = zero_tail(ins.v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
+    let kb = zero_tail(ins.k.load((0, 0, .., ..)), ki, cfg.block_k, skv);
+    let dob = ins.d_o.load((0, 0, .., ..));
+    let (_p, ds) = probs_and_dscores(cfg, (sq, skv), ins, (dob, vb), (qi, ki), kv_len);
     acc.store(
         ..,
         acc.load(..) + dot(ds.convert(kb.dtype()), kb) * cfg.sm_scale,
@@ -148,31 +145,18 @@ fn dq_step(
 
 /// One (k block, q block) step of `dk` and `dv`.
 #[kernel_fn]
-#[allow(clippy::too_many_arguments)]
 fn dkv_step(
     cfg: &AttnConfig,
-    sq: usize,
-    skv: usize,
-    q: Ref,
-    k: Ref,
-    v: Ref,
-    d_o: Ref,
-    lse: Ref,
-    delta: Ref,
-    dk_acc: Ref,
-    dv_acc: Ref,
-    qj: Tile,
-    ki: Tile,
+    (sq, skv): (usize, usize),
+    ins: Saved,
+    (dk_acc, dv_acc): (Ref, Ref),
+    (qj, ki): (Tile, Tile),
     kv_len: Option<Tile>,
 ) {
-    let vb = zero_tail(v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
-    let qb = zero_tail(q.load((0, 0, .., ..)), qj, cfg.block_q, sq);
-    let dob = zero_tail(d_o.load((0, 0, .., ..)), qj, cfg.block_q, sq);
-    let lse_b = lse.load((0, 0, .., ..));
-    let delta_b = delta.load((0, 0, .., ..));
-    let (p, ds) = probs_and_dscores(
-        cfg, sq, skv, q, k, lse_b, delta_b, dob, vb, qj, ki, kv_len,
-    );
+    let vb = zero_tail(ins.v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
+    let qb = zero_tail(ins.q.load((0, 0, .., ..)), qj, cfg.block_q, sq);
+    let dob = zero_tail(ins.d_o.load((0, 0, .., ..)), qj, cfg.block_q, sq);
+    let (p, ds) = probs_and_dscores(cfg, (sq, skv), ins, (dob, vb), (qj, ki), kv_len);
     dv_acc.store(.., dv_acc.load(..) + dot(p.convert(dob.dtype()).t(), dob));
     dk_acc.store(
         ..,
@@ -193,26 +177,26 @@ pub fn flash_attention_dq<T: Element>(
     #[shape(1)]
     kv_len: Option<Prefetch>,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    #[block(q_rows(cfg, d))]
     q: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv), 0))]
+    #[block(kv_rows(cfg, d, (h, hkv), (sq, skv), kv_len))]
     #[col_major]
     k: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv), 0))]
+    #[block(kv_rows(cfg, d, (h, hkv), (sq, skv), kv_len))]
     v: In<T>,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    #[block(q_rows(cfg, d))]
     d_o: In<T>,
     #[shape(b, h, sq, 1)]
-    #[block([1, 1, cfg.block_q, 1], |bi, hi, i, _| (bi, hi, i, 0))]
+    #[block(q_rows(cfg, 1))]
     lse: In<f32>,
     #[shape(b, h, sq, 1)]
-    #[block([1, 1, cfg.block_q, 1], |bi, hi, i, _| (bi, hi, i, 0))]
+    #[block(q_rows(cfg, 1))]
     delta: In<f32>,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    #[block(q_rows(cfg, d))]
     dq: Out<T>,
     #[shape(cfg.block_q, d)] acc: Scratch<f32>,
 ) {
@@ -221,12 +205,9 @@ pub fn flash_attention_dq<T: Element>(
     if ki == 0 {
         acc.store(.., 0.0);
     }
-    if let Some(live) = cfg.key_blocks(qi, sq, len).contains(ki) {
-        if live {
-            dq_step(cfg, sq, skv, q, k, v, d_o, lse, delta, acc, qi, ki, len);
-        }
-    } else {
-        dq_step(cfg, sq, skv, q, k, v, d_o, lse, delta, acc, qi, ki, len);
+    if cfg.key_blocks(qi, sq, len).contains(ki) {
+        let ins = Saved { q, k, v, d_o, lse, delta };
+        dq_step(cfg, (sq, skv), ins, acc, (qi, ki), len);
     }
     if ki == num_programs(3) - 1 {
         dq.store((0, 0, .., ..), acc.load(..).cast::<T>());
@@ -281,6 +262,36 @@ pub(crate) fn q_block(
     cfg.query_blocks(i, skv).clamp(j, nq)
 }
 
+/// The q-row operands' block (q, dO; lse and delta with `cols` 1) at dk/dv
+/// grid step (batch, kv head, k block `i`, query head `g` of the group, q
+/// block `j`): the group's `g`-th query head, the q block [`q_block`] picks.
+fn group_q_rows(
+    cfg: &AttnConfig,
+    cols: usize,
+    (h, hkv): (usize, usize),
+    (sq, skv): (usize, usize),
+) -> BlockMap<impl FnOnce([IndexExpr; 5]) -> (IndexExpr, IndexExpr, IndexExpr, i64) + '_> {
+    BlockMap::new(
+        [1, 1, cfg.block_q, cols],
+        move |[bi, hk, i, g, j]: [IndexExpr; 5]| {
+            let qb = q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q));
+            (bi, hk * crate::attention::group(h, hkv) + g, qb, 0)
+        },
+    )
+}
+
+/// The k-row operands' block (k, v, dk, dv) at a dk/dv grid step: the
+/// step's own k block of its kv head.
+fn k_rows(
+    cfg: &AttnConfig,
+    d: usize,
+) -> BlockMap<impl FnOnce([IndexExpr; 5]) -> (IndexExpr, IndexExpr, IndexExpr, i64)> {
+    BlockMap::new(
+        [1, 1, cfg.block_k, d],
+        |[bi, hk, i, _, _]: [IndexExpr; 5]| (bi, hk, i, 0),
+    )
+}
+
 /// `dk` and `dv` of flash attention: `[b, hkv, skv, d]` each, summed over
 /// the query heads that share each kv head.
 #[tpu_kernel(
@@ -295,29 +306,29 @@ pub fn flash_attention_dkv<T: Element>(
     #[shape(1)]
     kv_len: Option<Prefetch>,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q)), 0))]
+    #[block(group_q_rows(cfg, d, (h, hkv), (sq, skv)))]
     q: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
+    #[block(k_rows(cfg, d))]
     #[col_major]
     k: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
+    #[block(k_rows(cfg, d))]
     v: In<T>,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q)), 0))]
+    #[block(group_q_rows(cfg, d, (h, hkv), (sq, skv)))]
     d_o: In<T>,
     #[shape(b, h, sq, 1)]
-    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q)), 0))]
+    #[block(group_q_rows(cfg, 1, (h, hkv), (sq, skv)))]
     lse: In<f32>,
     #[shape(b, h, sq, 1)]
-    #[block([1, 1, cfg.block_q, 1], |bi, hk, i, g, j| (bi, hk * crate::attention::group(h, hkv) + g, q_block(cfg, (i, skv), j, kernel_ir::cdiv(sq, cfg.block_q)), 0))]
+    #[block(group_q_rows(cfg, 1, (h, hkv), (sq, skv)))]
     delta: In<f32>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
+    #[block(k_rows(cfg, d))]
     dk: Out<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hk, i, _, _| (bi, hk, i, 0))]
+    #[block(k_rows(cfg, d))]
     dv: Out<T>,
     #[shape(cfg.block_k, d)] dk_acc: Scratch<f32>,
     #[shape(cfg.block_k, d)] dv_acc: Scratch<f32>,
@@ -328,16 +339,9 @@ pub fn flash_attention_dkv<T: Element>(
         dk_acc.store(.., 0.0);
         dv_acc.store(.., 0.0);
     }
-    if let Some(live) = cfg.query_blocks(ki, skv).contains(qj) {
-        if live {
-            dkv_step(
-                cfg, sq, skv, q, k, v, d_o, lse, delta, dk_acc, dv_acc, qj, ki, len,
-            );
-        }
-    } else {
-        dkv_step(
-            cfg, sq, skv, q, k, v, d_o, lse, delta, dk_acc, dv_acc, qj, ki, len,
-        );
+    if cfg.query_blocks(ki, skv).contains(qj) {
+        let ins = Saved { q, k, v, d_o, lse, delta };
+        dkv_step(cfg, (sq, skv), ins, (dk_acc, dv_acc), (qj, ki), len);
     }
     if g == num_programs(3) - 1 && qj == num_programs(4) - 1 {
         dk.store((0, 0, .., ..), dk_acc.load(..).cast::<T>());

@@ -15,6 +15,7 @@
 //! (which divides toward zero) and an index map (toward −∞) compute the
 //! same blocks.
 
+use kernel_ir::dsl::Predicate;
 use kernel_ir::{IndexExpr, IntExpr, Tile};
 
 use super::AttnConfig;
@@ -59,18 +60,18 @@ impl Band {
     }
 
     /// Whether every (query, key) pair of block (`qi` of `bq` queries, `ki`
-    /// of `bk` keys) is in the band, as an i1 scalar (`None` when the band
-    /// is full): such a block needs no element mask. Its `q − k` runs from
+    /// of `bk` keys) is in the band (known true when the band is full):
+    /// such a block needs no element mask. Its `q − k` runs from
     /// `qi·bq − ki·bk − (bk − 1)` to `qi·bq + bq − 1 − ki·bk`.
-    pub fn block_inside(&self, qi: Tile, ki: Tile, bq: usize, bk: usize) -> Option<Tile> {
+    pub fn block_inside(&self, qi: Tile, ki: Tile, bq: usize, bk: usize) -> Predicate {
         if self.is_full() {
-            return None;
+            return Predicate::Known(true);
         }
         let (bq, bk) = (bq as i32, bk as i32);
         let base = qi * bq - ki * bk;
         let above = |lo: i64| (base - (bk - 1)).ge(lo as i32);
         let below = |hi: i64| (base + (bq - 1)).le(hi as i32);
-        Some(match (self.lo, self.hi) {
+        Predicate::Tile(match (self.lo, self.hi) {
             (Some(lo), None) => above(lo),
             (None, Some(hi)) => below(hi),
             (Some(lo), Some(hi)) => above(lo) & below(hi),
@@ -187,18 +188,15 @@ impl<E: IntExpr> Quotient<E> {
 }
 
 impl BlockRange<Tile> {
-    /// Whether block `j` has work; `None` when every block has. By
+    /// Whether block `j` has work (known true when every block has). By
     /// multiplication only: `j ≥ ⌊f / b⌋ ⇔ j·b + b − 1 ≥ f` and
     /// `j < ⌊e / b⌋ ⇔ j·b + b ≤ e`, for `j ≥ 0` (see [`Quotient`]).
-    pub fn contains(self, j: Tile) -> Option<Tile> {
+    pub fn contains(self, j: Tile) -> Predicate {
         let at_or_after = |f: Quotient<Tile>| (j * f.by as i32 + (f.by - 1) as i32).ge(f.num);
         let before = |e: Quotient<Tile>| (j * e.by as i32 + e.by as i32).le(e.num);
-        match (self.first, self.end) {
-            (None, None) => None,
-            (Some(f), None) => Some(at_or_after(f)),
-            (None, Some(e)) => Some(before(e)),
-            (Some(f), Some(e)) => Some(at_or_after(f) & before(e)),
-        }
+        let first = self.first.map_or(Predicate::Known(true), |f| at_or_after(f).into());
+        let end = self.end.map_or(Predicate::Known(true), |e| before(e).into());
+        first & end
     }
 }
 

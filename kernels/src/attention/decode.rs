@@ -15,7 +15,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use super::{MASK_VALUE, normalized, online_softmax_init, online_update};
+use super::{MASK_VALUE, Online, normalized, online_softmax_init, online_update};
 use kernel_ir::with_float;
 use crate::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, in_range, param, refs, uniform_inputs,
@@ -55,16 +55,16 @@ pub fn paged_decode_attention<T: Element>(
     let (bi, p) = (program_id(0), program_id(2));
     let len = lengths.load([bi]);
     if p == 0 {
-        online_softmax_init(m, l, acc);
+        online_softmax_init(Online { m, l, acc });
     }
     if p * page < len {
         let kb = k_pages.load((0, 0, .., ..));
         let vb = v_pages.load((0, 0, .., ..));
-        attend_tokens(cfg.sm_scale, m, l, acc, q.load((0, 0, .., ..)), kb, vb, p * page, len);
+        attend_tokens(cfg.sm_scale, Online { m, l, acc }, q.load((0, 0, .., ..)), (kb, vb), p * page, len);
     }
     if p == num_programs(2) - 1 {
         // A sequence of length 0 (or less) attends to nothing: o = 0.
-        let (out, _) = normalized(m, l, acc);
+        let (out, _) = normalized(Online { m, l, acc });
         o.store((0, 0, .., ..), out.cast::<T>());
     }
 }
@@ -73,15 +73,11 @@ pub fn paged_decode_attention<T: Element>(
 /// `first..first + tokens` of a sequence of `len` tokens, those at or past
 /// `len` hidden (both paged kernels).
 #[kernel_fn]
-#[allow(clippy::too_many_arguments)]
 pub(super) fn attend_tokens(
     sm_scale: f32,
-    m: Ref,
-    l: Ref,
-    acc: Ref,
+    st: Online,
     qb: Tile,
-    kb: Tile,
-    vb: Tile,
+    (kb, vb): (Tile, Tile),
     first: Tile,
     len: Tile,
 ) {
@@ -94,7 +90,7 @@ pub(super) fn attend_tokens(
     // Slots past the length may hold anything (a freed page's data).
     let row = iota(I32, [tokens, d], 0) + first;
     let vb = select(row < len, vb, 0.0);
-    online_update(g, m, l, acc, s, vb);
+    online_update(g, st, s, vb);
 }
 
 /// [`paged_decode_attention()`] for a dtype.

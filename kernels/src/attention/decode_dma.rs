@@ -21,7 +21,7 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 use super::decode::{attend_tokens, paged_check, paged_inputs, paged_reference, paged_sample};
-use super::{normalized, online_softmax_init};
+use super::{Online, normalized, online_softmax_init};
 use kernel_ir::with_float;
 use crate::entry::{DTYPE, Entry, EntryError, ParamKind, Preset, param, refs};
 use crate::tolerance::Tolerance;
@@ -35,26 +35,37 @@ pub struct DecodeDmaConfig {
     pub pages_per_block: usize,
 }
 
+/// The paged KV cache, its page tables, and the double buffer (with its
+/// semaphores) its pages are copied into: what every page copy names.
+#[derive(Clone, Copy)]
+pub(super) struct PageCopies {
+    /// `[sequences, blocks]` page of each block.
+    pub(super) block_tables: Ref,
+    /// The K pages.
+    pub(super) k_pages: Ref,
+    /// The V pages.
+    pub(super) v_pages: Ref,
+    /// The two K buffer slots.
+    pub(super) kbuf: Ref,
+    /// The two V buffer slots.
+    pub(super) vbuf: Ref,
+    /// `[2, 2]` DMA semaphores: K/V by slot.
+    pub(super) sems: SemArray,
+}
+
 /// Starts (or, with `wait`, waits on) the copies of block `blk` of
 /// sequence `bi`, kv head `hk`, into buffer slot `slot`: one copy per page
 /// and per K/V, the K copies on `sems[0, slot]`, the V copies on
 /// `sems[1, slot]`.
 #[kernel_fn]
-#[allow(clippy::too_many_arguments)]
 pub(super) fn block_copies(
     ppb: usize,
-    block_tables: Ref,
-    k_pages: Ref,
-    v_pages: Ref,
-    kbuf: Ref,
-    vbuf: Ref,
-    sems: SemArray,
-    bi: Tile,
-    hk: Tile,
-    blk: Tile,
-    slot: Tile,
+    pc: PageCopies,
+    (bi, hk): (Tile, Tile),
+    (blk, slot): (Tile, Tile),
     wait: bool,
 ) {
+    let PageCopies { block_tables, k_pages, v_pages, kbuf, vbuf, sems } = pc;
     #[unroll]
     for j in 0..ppb {
         let page = block_tables.load((bi, blk * ppb + j));
@@ -105,25 +116,26 @@ pub fn paged_decode_attention_dma<T: Element>(
     // Blocks this sequence needs (0 for an empty one).
     let blocks = (len + (tokens as i32 - 1)) / tokens as i32;
     let slot = p % 2;
+    let pc = PageCopies { block_tables, k_pages, v_pages, kbuf, vbuf, sems };
     if p == 0 {
-        online_softmax_init(m, l, acc);
+        online_softmax_init(Online { m, l, acc });
         if blocks > 0 {
-            block_copies(ppb, block_tables, k_pages, v_pages, kbuf, vbuf, sems, bi, hk, p, slot, false);
+            block_copies(ppb, pc, (bi, hk), (p, slot), false);
         }
     }
     if p < blocks {
         // The next block's copies run while this block is computed.
         if p + 1 < blocks {
-            block_copies(ppb, block_tables, k_pages, v_pages, kbuf, vbuf, sems, bi, hk, p + 1, (p + 1) % 2, false);
+            block_copies(ppb, pc, (bi, hk), (p + 1, (p + 1) % 2), false);
         }
-        block_copies(ppb, block_tables, k_pages, v_pages, kbuf, vbuf, sems, bi, hk, p, slot, true);
+        block_copies(ppb, pc, (bi, hk), (p, slot), true);
         let kb = kbuf.load((slot, .., .., ..)).reshape([tokens, d]);
         let vb = vbuf.load((slot, .., .., ..)).reshape([tokens, d]);
-        attend_tokens(cfg.sm_scale, m, l, acc, q.load((0, 0, .., ..)), kb, vb, p * tokens, len);
+        attend_tokens(cfg.sm_scale, Online { m, l, acc }, q.load((0, 0, .., ..)), (kb, vb), p * tokens, len);
     }
     if p == num_programs(2) - 1 {
         // A sequence of length 0 attends to nothing: o = 0.
-        let (out, _) = normalized(m, l, acc);
+        let (out, _) = normalized(Online { m, l, acc });
         o.store((0, 0, .., ..), out.cast::<T>());
     }
 }

@@ -9,7 +9,7 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use super::decode::{paged_check, paged_reference, paged_sample};
-use super::{MASK_VALUE, normalized, online_softmax_init, online_update};
+use super::{MASK_VALUE, Online, normalized, online_softmax_init, online_update};
 use crate::entry::{Config, DTYPE, Entry, EntryError, ParamKind, Preset, param, refs};
 use crate::tolerance::Tolerance;
 
@@ -40,7 +40,7 @@ pub fn paged_decode_attention_fp8<T: Element, KV: Element>(
     let (bi, p) = (program_id(0), program_id(2));
     let len = lengths.load([bi]);
     if p == 0 {
-        online_softmax_init(m, l, acc);
+        online_softmax_init(Online { m, l, acc });
     }
     if p * page < len {
         // The fp8 pages dequantize to the query's type in VMEM.
@@ -50,10 +50,10 @@ pub fn paged_decode_attention_fp8<T: Element, KV: Element>(
         let s = dot(q.load((0, 0, .., ..)), kb.t()) * (k_scale.load(..) * sm_scale);
         let s = select(pos < len, s, MASK_VALUE);
         let row = iota(I32, [page, d], 0) + p * page;
-        online_update(g, m, l, acc, s, select(row < len, vb, 0.0));
+        online_update(g, Online { m, l, acc }, s, select(row < len, vb, 0.0));
     }
     if p == num_programs(2) - 1 {
-        let (out, _) = normalized(m, l, acc);
+        let (out, _) = normalized(Online { m, l, acc });
         o.store((0, 0, .., ..), (out * v_scale.load(..)).cast::<T>());
     }
 }

@@ -230,15 +230,65 @@ pub(crate) fn kv_block(
         .clamp(j, kernel_ir::cdiv(skv, cfg.block_k))
 }
 
-/// The online-softmax step: new running max and sum, rescaled accumulator.
-#[kernel_fn]
-fn online_softmax_update(cfg: &AttnConfig, m: Ref, l: Ref, acc: Ref, s: Tile, vb: Tile) {
-    online_update(cfg.block_q, m, l, acc, s, vb);
+/// The block of the operands with one row per query (q, o, dO; lse and
+/// delta with `cols` 1) at grid step (batch, head, q block, k block).
+pub(crate) fn q_rows(
+    cfg: &AttnConfig,
+    cols: usize,
+) -> BlockMap<impl FnOnce([IndexExpr; 4]) -> (IndexExpr, IndexExpr, IndexExpr, i64)> {
+    BlockMap::new(
+        [1, 1, cfg.block_q, cols],
+        |[bi, hi, i, _]: [IndexExpr; 4]| (bi, hi, i, 0),
+    )
 }
 
-/// The online-softmax step for `rows` query rows.
+/// The K/V block at grid step (batch, head, q block `i`, k block `j`): the
+/// query head's kv head, and the k block [`kv_block`] picks.
+pub(crate) fn kv_rows(
+    cfg: &AttnConfig,
+    d: usize,
+    (h, hkv): (usize, usize),
+    (sq, skv): (usize, usize),
+    kv_len: Option<Ref>,
+) -> BlockMap<impl FnOnce([IndexExpr; 4]) -> (IndexExpr, IndexExpr, IndexExpr, i64) + '_> {
+    BlockMap::new(
+        [1, 1, cfg.block_k, d],
+        move |[bi, hi, i, j]: [IndexExpr; 4]| {
+            let kv = kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv);
+            (bi, hi / group(h, hkv), kv, 0)
+        },
+    )
+}
+
+/// The online softmax's running state, in scratch: the row max `m` and
+/// sum `l` (each row's value in all 128 lanes, `[rows, 128]`) and the
+/// unnormalized output `acc` (`[rows, d]`).
+#[derive(Clone, Copy)]
+pub(crate) struct Online {
+    /// Running row max.
+    pub(crate) m: Ref,
+    /// Running row sum of `exp(s − m)`.
+    pub(crate) l: Ref,
+    /// Running `Σ exp(s − m) · v`.
+    pub(crate) acc: Ref,
+}
+
+/// One grid step's q, k and v windows.
+#[derive(Clone, Copy)]
+pub(crate) struct Qkv {
+    /// The q block.
+    pub(crate) q: Ref,
+    /// The k block.
+    pub(crate) k: Ref,
+    /// The v block.
+    pub(crate) v: Ref,
+}
+
+/// The online-softmax step for `rows` query rows: new running max and
+/// sum, rescaled accumulator.
 #[kernel_fn]
-fn online_update(rows: usize, m: Ref, l: Ref, acc: Ref, s: Tile, vb: Tile) {
+fn online_update(rows: usize, st: Online, s: Tile, vb: Tile) {
+    let Online { m, l, acc } = st;
     // `m` and `l` hold each row's value in all 128 lanes. Reading them back
     // as a lane max (not a `[rows, 1]` column load) gives Mosaic a value
     // already replicated across lanes, so broadcasting it over the
@@ -263,18 +313,12 @@ fn online_update(rows: usize, m: Ref, l: Ref, acc: Ref, s: Tile, vb: Tile) {
 /// causal/window masks, a valid kv length, the padding of a ragged last k
 /// block), online-softmax update.
 #[kernel_fn]
-#[allow(clippy::too_many_arguments)]
 fn attend_step(
     cfg: &AttnConfig,
     skv: usize,
-    q: Ref,
-    k: Ref,
-    v: Ref,
-    m: Ref,
-    l: Ref,
-    acc: Ref,
-    qi: Tile,
-    ki: Tile,
+    Qkv { q, k, v }: Qkv,
+    st: Online,
+    (qi, ki): (Tile, Tile),
     kv_len: Option<Tile>,
 ) {
     let (bq, bk) = (cfg.block_q, cfg.block_k);
@@ -293,7 +337,7 @@ fn attend_step(
             vb = select(row < skv as i32, vb, 0.0);
         }
     }
-    online_softmax_update(cfg, m, l, acc, s, vb);
+    online_update(bq, st, s, vb);
 }
 
 /// [`attend_step`], without the causal/window element mask when the whole
@@ -301,50 +345,40 @@ fn attend_step(
 /// is a compare and select per score, and a masked score tile is used
 /// twice (max, exp), so it is also a materialized copy on the CPU.
 #[kernel_fn]
-#[allow(clippy::too_many_arguments)]
 fn attend_block(
     cfg: &AttnConfig,
     skv: usize,
-    q: Ref,
-    k: Ref,
-    v: Ref,
-    m: Ref,
-    l: Ref,
-    acc: Ref,
-    qi: Tile,
-    ki: Tile,
+    qkv: Qkv,
+    st: Online,
+    (qi, ki): (Tile, Tile),
     kv_len: Option<Tile>,
 ) {
-    if let Some(inside) = Band::of(cfg).block_inside(qi, ki, cfg.block_q, cfg.block_k) {
-        let unmasked = AttnConfig {
-            causal: false,
-            window: None,
-            ..cfg.clone()
-        };
-        if inside {
-            attend_step(&unmasked, skv, q, k, v, m, l, acc, qi, ki, kv_len);
-        } else {
-            attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, kv_len);
-        }
+    let unmasked = AttnConfig {
+        causal: false,
+        window: None,
+        ..cfg.clone()
+    };
+    if Band::of(cfg).block_inside(qi, ki, cfg.block_q, cfg.block_k) {
+        attend_step(&unmasked, skv, qkv, st, (qi, ki), kv_len);
     } else {
-        attend_step(cfg, skv, q, k, v, m, l, acc, qi, ki, kv_len);
+        attend_step(cfg, skv, qkv, st, (qi, ki), kv_len);
     }
 }
 
 /// First step: reset the running state. Last step: normalize, write the
 /// output and the logsumexp.
 #[kernel_fn]
-fn online_softmax_init(m: Ref, l: Ref, acc: Ref) {
-    m.store(.., f32::NEG_INFINITY);
-    l.store(.., 0.0);
-    acc.store(.., 0.0);
+fn online_softmax_init(st: Online) {
+    st.m.store(.., f32::NEG_INFINITY);
+    st.l.store(.., 0.0);
+    st.acc.store(.., 0.0);
 }
 
 /// Writes `o = acc / l` and `lse = m + log l`; rows that saw no visible
 /// key (see [`no_visible_key`]) get `o = 0` and `lse = −∞`.
 #[kernel_fn]
-fn online_softmax_finish(m: Ref, l: Ref, acc: Ref, o: Ref, lse: Ref) {
-    let (out, lse_row) = normalized(m, l, acc);
+fn online_softmax_finish(st: Online, o: Ref, lse: Ref) {
+    let (out, lse_row) = normalized(st);
     o.store((0, 0, .., ..), out.convert(o.dtype()));
     lse.store((0, 0, .., ..), lse_row);
 }
@@ -359,7 +393,7 @@ fn online_softmax_finish(m: Ref, l: Ref, acc: Ref, o: Ref, lse: Ref) {
 /// no keys) and the logsumexp −∞ (the log of an empty sum), as in the f64
 /// reference, on every path; the backward passes give it zero gradients.
 #[kernel_fn]
-fn normalized(m: Ref, l: Ref, acc: Ref) -> (Tile, Tile) {
+fn normalized(Online { m, l, acc }: Online) -> (Tile, Tile) {
     let m_row = m.load((.., 0..1));
     let dead = no_visible_key(m_row);
     let l_row = select(dead, 1.0, l.load((.., 0..1)));
@@ -389,39 +423,35 @@ pub fn flash_attention<T: Element>(
     #[shape(1)]
     kv_len: Option<Prefetch>,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    #[block(q_rows(cfg, d))]
     q: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv), 0))]
+    #[block(kv_rows(cfg, d, (h, hkv), (sq, skv), kv_len))]
     #[col_major]
     k: In<T>,
     #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / crate::attention::group(h, hkv), kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv), 0))]
+    #[block(kv_rows(cfg, d, (h, hkv), (sq, skv), kv_len))]
     v: In<T>,
     #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _| (bi, hi, i, 0))]
+    #[block(q_rows(cfg, d))]
     o: Out<T>,
     #[shape(b, h, sq, 1)]
-    #[block([1, 1, cfg.block_q, 1], |bi, hi, i, _| (bi, hi, i, 0))]
+    #[block(q_rows(cfg, 1))]
     lse: Out<f32>,
     #[shape(cfg.block_q, 128)] m: Scratch<f32>,
     #[shape(cfg.block_q, 128)] l: Scratch<f32>,
     #[shape(cfg.block_q, d)] acc: Scratch<f32>,
 ) {
     let (qi, ki) = (program_id(2), program_id(3));
-    let len = kv_len.load([0]);
+    let (len, st) = (kv_len.load([0]), Online { m, l, acc });
     if ki == 0 {
-        online_softmax_init(m, l, acc);
+        online_softmax_init(st);
     }
-    if let Some(live) = cfg.key_blocks(qi, sq, len).contains(ki) {
-        if live {
-            attend_block(cfg, skv, q, k, v, m, l, acc, qi, ki, len);
-        }
-    } else {
-        attend_block(cfg, skv, q, k, v, m, l, acc, qi, ki, len);
+    if cfg.key_blocks(qi, sq, len).contains(ki) {
+        attend_block(cfg, skv, Qkv { q, k, v }, st, (qi, ki), len);
     }
     if ki == num_programs(3) - 1 {
-        online_softmax_finish(m, l, acc, o, lse);
+        online_softmax_finish(st, o, lse);
     }
 }
 

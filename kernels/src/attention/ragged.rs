@@ -25,8 +25,8 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use super::decode_dma::block_copies;
-use super::{MASK_VALUE, normalized, online_softmax_init, online_update};
+use super::decode_dma::{PageCopies, block_copies};
+use super::{MASK_VALUE, Online, normalized, online_softmax_init, online_update};
 use kernel_ir::with_float;
 use crate::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, param, refs,
@@ -162,8 +162,9 @@ pub fn ragged_paged_attention<T: Element>(
         let reach = cfg.reach();
         let start = (offset + r0 - reach).max(0) / tokens as i32;
         let end = (offset + r1 - 1 + tokens as i32) / tokens as i32;
-        online_softmax_init(m, l, acc);
-        block_copies(ppb, page_tables, k_pages, v_pages, kbuf, vbuf, sems, seq, hk, start, start * 0, false);
+        online_softmax_init(Online { m, l, acc });
+        let pc = PageCopies { block_tables: page_tables, k_pages, v_pages, kbuf, vbuf, sems };
+        block_copies(ppb, pc, (seq, hk), (start, start * 0), false);
         let qt = q.load(..).reshape([rows, d]);
         let t = iota(I32, [g, bq, tokens], 1).reshape([rows, tokens]) + blk_start;
         let qpos = t + offset;
@@ -172,9 +173,9 @@ pub fn ragged_paged_attention<T: Element>(
             let slot = (kb - start) % 2;
             // The next kv block's copies run while this one is computed.
             if kb + 1 < end {
-                block_copies(ppb, page_tables, k_pages, v_pages, kbuf, vbuf, sems, seq, hk, kb + 1, 1 - slot, false);
+                block_copies(ppb, pc, (seq, hk), (kb + 1, 1 - slot), false);
             }
-            block_copies(ppb, page_tables, k_pages, v_pages, kbuf, vbuf, sems, seq, hk, kb, slot, true);
+            block_copies(ppb, pc, (seq, hk), (kb, slot), true);
             let kt = kbuf.load((slot, .., .., ..)).reshape([tokens, d]);
             let mut s = dot(qt, kt.t()) * cfg.sm_scale;
             if let Some(cap) = cfg.softcap {
@@ -189,9 +190,9 @@ pub fn ragged_paged_attention<T: Element>(
             // Slots past the length may hold anything (a freed page's data).
             let kv_row = iota(I32, [tokens, d], 0) + kb * tokens as i32;
             let vt = select(kv_row < kv_len, vbuf.load((slot, .., .., ..)).reshape([tokens, d]), 0.0);
-            online_update(rows, m, l, acc, s, vt);
+            online_update(rows, Online { m, l, acc }, s, vt);
         }
-        let (out, _) = normalized(m, l, acc);
+        let (out, _) = normalized(Online { m, l, acc });
         let mine = iota(I32, [g, bq, d], 1) + blk_start;
         let mine = mine >= q_start && mine < q_end;
         merged.store(.., select(mine, out.reshape([g, bq, d]), merged.load(..)));
@@ -210,21 +211,35 @@ pub fn ragged_paged_attention(
     with_float!("ragged_paged_attention", dtype, T => ragged_paged_attention::build::<T>(cfg, dims))
 }
 
+/// A ragged batch as the reference reads it: where each sequence's new
+/// tokens start (`cu_q_lens`, one more than there are sequences), each
+/// sequence's kv length, and its page table.
+#[derive(Clone, Copy, Debug)]
+pub struct RaggedBatch<'a> {
+    /// Cumulative new-token counts, starting at 0.
+    pub cu_q_lens: &'a [usize],
+    /// Tokens in each sequence's KV cache (the new ones included).
+    pub kv_lens: &'a [usize],
+    /// Each sequence's pages, in order.
+    pub tables: &'a [Vec<usize>],
+}
+
 /// The f64 reference: per sequence, head and new token, causal (and
 /// windowed, soft-capped) attention over the sequence's pages; padding
 /// tokens give 0.
-#[allow(clippy::too_many_arguments)]
 pub fn reference(
     q: &Array,
-    k_pages: &Array,
-    v_pages: &Array,
-    cu_q_lens: &[usize],
-    kv_lens: &[usize],
-    tables: &[Vec<usize>],
-    scale: f64,
-    window: Option<usize>,
-    softcap: Option<f64>,
+    (k_pages, v_pages): (&Array, &Array),
+    batch: &RaggedBatch<'_>,
+    cfg: &RaggedConfig,
 ) -> Vec<f64> {
+    let RaggedBatch {
+        cu_q_lens,
+        kv_lens,
+        tables,
+    } = *batch;
+    let (scale, window) = (f64::from(cfg.sm_scale), cfg.window);
+    let softcap = cfg.softcap.map(f64::from);
     let [h, t, d] = [q.shape()[0], q.shape()[1], q.shape()[2]];
     let (hkv, pages, page) = (k_pages.shape()[0], k_pages.shape()[1], k_pages.shape()[2]);
     let g = h / hkv.max(1);
@@ -421,17 +436,13 @@ pub const RAGGED_PAGED_ATTENTION: Entry = Entry {
     },
     reference: |c, a| {
         let tables: Vec<Vec<usize>> = ints(&a[2]).chunks(a[2].shape()[1].max(1)).map(<[usize]>::to_vec).collect();
-        Ok(vec![reference(
-            &a[5],
-            &a[6],
-            &a[7],
-            &ints(&a[0]),
-            &ints(&a[1]),
-            &tables,
-            c.scale("sm_scale", a[5].shape()[2])? as f64,
-            c.opt_usize("window")?,
-            c.opt_f32("softcap")?.map(f64::from),
-        )])
+        let (cu_q_lens, kv_lens) = (ints(&a[0]), ints(&a[1]));
+        let batch = RaggedBatch {
+            cu_q_lens: &cu_q_lens,
+            kv_lens: &kv_lens,
+            tables: &tables,
+        };
+        Ok(vec![reference(&a[5], (&a[6], &a[7]), &batch, &config(c, a[5].shape()[2])?)])
     },
     check,
     tolerance: |c, _| vec![Tolerance::attention(c.dtype("dtype").unwrap_or(DType::F32))],
