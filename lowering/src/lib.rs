@@ -82,6 +82,7 @@ mod kernel_module;
 mod lowered_values;
 mod mlir;
 pub mod op_names;
+mod unary;
 
 pub use convention::Flavor;
 pub use cost::CostEstimate;

@@ -101,19 +101,9 @@ impl<'c> BodyEmitter<'_, 'c> {
         u: UnaryOp,
         x: ValueId,
     ) -> Result<Raw, LoweringError> {
-        let ir = self.ir;
         let t = self.ty(x).clone();
-        let ty = ir.tile(&t);
         let xv = self.v(x)?;
-        let float = t.dtype.is_float();
-        let simple = |name: &str| ir.op1(block, name, &[xv], ty, Vec::new());
         match u {
-            UnaryOp::Neg if float => simple("arith.negf"),
-            UnaryOp::Neg => {
-                let zero = self.constant(block, 0.0, &t)?;
-                ir.op1(block, "arith.subi", &[zero, xv], ty, Vec::new())
-            }
-            UnaryOp::Abs if !float => simple("math.absi"),
             // On the generations with a bf16 VPU (v6e, v7x), libtpu's bf16
             // sine and cosine fail a type check on computed (packed)
             // operands; in f32 they compile everywhere, and are closer to
@@ -123,33 +113,28 @@ impl<'c> BodyEmitter<'_, 'c> {
             {
                 let wide = TileType::new(DType::F32, t.shape.clone());
                 let x32 = self.convert(block, xv, t.clone(), DType::F32)?;
-                let name = crate::op_names::unary_math(u).ok_or_else(|| {
-                    LoweringError::Internal(format!("no math op for `{}`", u.name()))
-                })?;
-                let r = ir.op1(block, name, &[x32], ir.tile(&wide), Vec::new())?;
+                let r = crate::unary::expand(
+                    &TileOps {
+                        l: self,
+                        block,
+                        t: &wide,
+                    },
+                    u,
+                    DType::F32,
+                    x32,
+                )?;
                 self.convert(block, r, wide, DType::BF16)
             }
-            UnaryOp::Logistic => {
-                // 1 / (1 + exp(-x))
-                let neg = simple("arith.negf")?;
-                let e = ir.op1(block, "math.exp", &[neg], ty, Vec::new())?;
-                let one = self.constant(block, 1.0, &t)?;
-                let d = ir.op1(block, "arith.addf", &[one, e], ty, Vec::new())?;
-                ir.op1(block, "arith.divf", &[one, d], ty, Vec::new())
-            }
-            UnaryOp::Not => {
-                let ones =
-                    self.constant(block, if t.dtype == DType::Bool { 1.0 } else { -1.0 }, &t)?;
-                ir.op1(block, "arith.xori", &[xv, ones], ty, Vec::new())
-            }
-            // The rest are one `math` op each (the table in `op_names`).
-            u => match crate::op_names::unary_math(u) {
-                Some(name) => simple(name),
-                None => Err(LoweringError::Internal(format!(
-                    "no math op for `{}`",
-                    u.name()
-                ))),
-            },
+            u => crate::unary::expand(
+                &TileOps {
+                    l: self,
+                    block,
+                    t: &t,
+                },
+                u,
+                t.dtype,
+                xv,
+            ),
         }
     }
 
@@ -267,5 +252,24 @@ impl<'c> BodyEmitter<'_, 'c> {
             return self.compare(block, CompareOp::Ne, x, zero, &from);
         }
         convert_values(self.ir, block, x, &from.shape, from.dtype, to)
+    }
+}
+
+/// The kernel module's ops on tiles of one type, for the shared unary
+/// expansion.
+struct TileOps<'a, 'e, 'c> {
+    l: &'a BodyEmitter<'e, 'c>,
+    block: &'a Block<'c>,
+    t: &'a TileType,
+}
+
+impl crate::unary::UnaryEmitter for TileOps<'_, '_, '_> {
+    fn op(&self, name: &str, args: &[Raw]) -> Result<Raw, LoweringError> {
+        self.l
+            .ir
+            .op1(self.block, name, args, self.l.ir.tile(self.t), Vec::new())
+    }
+    fn constant(&self, v: f64) -> Result<Raw, LoweringError> {
+        self.l.constant(self.block, v, self.t)
     }
 }

@@ -57,44 +57,22 @@ impl<'c> HostEmitter<'_, 'c> {
                 vec![("value", ir.literal(v, d, ty)?)],
             )
         };
-        let simple = |name: &str| ir.op1(b, name, &[x], ty, Vec::new());
+        let ops = VecOps { e: self, b, d, w };
+        // exp, and what is built from it here, is the polynomial below
+        // (`HostEmitter::exp`), not a `math` op.
         match u {
-            UnaryOp::Neg if d.is_float() => simple("arith.negf"),
-            UnaryOp::Neg => {
-                let z = c(0.0)?;
-                ir.op1(b, "arith.subi", &[z, x], ty, Vec::new())
-            }
-            UnaryOp::Abs if !d.is_float() => simple("math.absi"),
             UnaryOp::Exp => self.exp(b, x, d, w),
             UnaryOp::Exp2 => {
                 let ln2 = c(std::f64::consts::LN_2)?;
                 let y = ir.op1(b, "arith.mulf", &[x, ln2], ty, Vec::new())?;
                 self.exp(b, y, d, w)
             }
-            UnaryOp::Logistic => {
-                let n = simple("arith.negf")?;
-                let e = self.exp(b, n, d, w)?;
-                let one = c(1.0)?;
-                let den = ir.op1(b, "arith.addf", &[one, e], ty, Vec::new())?;
-                ir.op1(b, "arith.divf", &[one, den], ty, Vec::new())
-            }
             UnaryOp::Rsqrt => {
-                let s = simple("math.sqrt")?;
+                let s = ir.op1(b, "math.sqrt", &[x], ty, Vec::new())?;
                 let one = c(1.0)?;
                 ir.op1(b, "arith.divf", &[one, s], ty, Vec::new())
             }
-            UnaryOp::Not => {
-                let ones = c(if d == DType::Bool { 1.0 } else { -1.0 })?;
-                ir.op1(b, "arith.xori", &[x, ones], ty, Vec::new())
-            }
-            // The rest are one `math` op each (the table in `op_names`).
-            u => match crate::op_names::unary_math(u) {
-                Some(name) => simple(name),
-                None => Err(LoweringError::Internal(format!(
-                    "no math op for `{}`",
-                    u.name()
-                ))),
-            },
+            u => crate::unary::expand(&ops, u, d, x),
         }
     }
 
@@ -220,4 +198,30 @@ impl<'c> HostEmitter<'_, 'c> {
     }
 
     // ---- reductions, matmul, control flow ----
+}
+
+/// The host JIT's ops on vectors of `w` elements of `d`, for the shared
+/// unary expansion (its `exp` is the polynomial).
+struct VecOps<'a, 'e, 'c> {
+    e: &'a HostEmitter<'e, 'c>,
+    b: &'a Block<'c>,
+    d: DType,
+    w: usize,
+}
+
+impl crate::unary::UnaryEmitter for VecOps<'_, '_, '_> {
+    fn op(&self, name: &str, args: &[Raw]) -> Result<Raw, LoweringError> {
+        let ty = self.e.vec_ty(self.w, self.d);
+        self.e.ir.op1(self.b, name, args, ty, Vec::new())
+    }
+    fn constant(&self, v: f64) -> Result<Raw, LoweringError> {
+        let ty = self.e.vec_ty(self.w, self.d);
+        let lit = self.e.ir.literal(v, self.d, ty)?;
+        self.e
+            .ir
+            .op1(self.b, "arith.constant", &[], ty, vec![("value", lit)])
+    }
+    fn exp(&self, x: Raw) -> Result<Raw, LoweringError> {
+        self.e.exp(self.b, x, self.d, self.w)
+    }
 }
