@@ -204,6 +204,25 @@ pub struct Operand {
 }
 
 impl Operand {
+    /// The bytes block `index` of this operand moves between HBM and
+    /// VMEM: its in-bounds part only (a block at the array's edge moves
+    /// what it covers; the padding is never read or written). The one
+    /// rule both the `tpu_custom_call` cost estimate and `tessera cost`
+    /// count with.
+    pub fn block_bytes(&self, index: &[i64]) -> u64 {
+        let elems: u64 = self
+            .shape
+            .iter()
+            .zip(&self.block.shape)
+            .zip(index)
+            .map(|((&n, &s), &b)| {
+                let start = (b.max(0) as usize).saturating_mul(s);
+                n.saturating_sub(start).min(s) as u64
+            })
+            .product();
+        elems * self.dtype.bytes() as u64
+    }
+
     /// The shape the kernel body sees: the block, or the whole array for
     /// `any`.
     pub fn view_shape(&self) -> &[usize] {
@@ -244,4 +263,31 @@ pub struct ScalarPrefetch {
     pub shape: Vec<usize>,
     /// Where it was declared.
     pub loc: Option<Loc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edge_blocks_move_only_their_in_bounds_part() {
+        // [10, 256] in [8, 128] blocks: block (1, 1) holds 2 rows.
+        let op = |dtype| Operand {
+            name: "x".into(),
+            role: Role::In,
+            dtype,
+            shape: vec![10, 256],
+            space: MemorySpace::Vmem,
+            block: BlockSpec {
+                shape: vec![8, 128],
+                index_map: IndexMap::zeros(2),
+                buffers: None,
+            },
+            layout: Layout::row_major(),
+            loc: None,
+        };
+        assert_eq!(op(DType::F32).block_bytes(&[1, 1]), 2 * 128 * 4);
+        assert_eq!(op(DType::BF16).block_bytes(&[0, 0]), 8 * 128 * 2);
+        assert_eq!(op(DType::F32).block_bytes(&[2, 0]), 0, "past the end");
+    }
 }

@@ -25,7 +25,6 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use kernel_ir::with_float;
 use crate::entry::{DTYPE, Entry, EntryError, Preset, dims, dtype_tolerance, no_check, uniform_inputs};
 
 /// Rows of the top half copied per step, from `2r` rows.

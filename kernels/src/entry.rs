@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kernel_ir::{Array, DType, KernelErrors, VerifiedKernel};
-use runtime::graph::{Runtime, RuntimeError, Tensor, VjpCall};
+use runtime::graph::{KernelVjp, Runtime, RuntimeError, Tensor};
 
 use super::tolerance::Tolerance;
 
@@ -182,10 +182,13 @@ pub type Shapes = Vec<(&'static str, Vec<usize>)>;
 /// The f64 reference values of each output, flat, row-major.
 pub type Outputs = Vec<Vec<f64>>;
 
-/// A kernel's backward: the cotangent of each input (call order) from the
-/// call's inputs, outputs and output cotangents, recorded with tensor ops
-/// and kernel calls on the graph runtime (see [`Entry::call`]).
-pub type Backward = fn(&Config, &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeError>;
+/// A kernel's backward for one call, made when the call is recorded from
+/// the config and the inputs' shapes: it holds the typed config it needs,
+/// so taking gradients parses nothing. It gives the cotangent of each
+/// input (call order) from the call's inputs, outputs and output
+/// cotangents, recorded with tensor ops and kernel calls on the graph
+/// runtime (see [`Entry::call`]).
+pub type Backward = fn(&Config, &[Vec<usize>]) -> Result<Arc<dyn KernelVjp>, EntryError>;
 
 /// A kernel of the library.
 pub struct Entry {
@@ -261,16 +264,13 @@ impl Entry {
     ) -> Result<Vec<Tensor>, RuntimeError> {
         let loc = std::panic::Location::caller();
         let shapes: Vec<Vec<usize>> = args.iter().map(|t| t.shape().to_vec()).collect();
-        let kernel = self.build(cfg, &shapes).map_err(|e| RuntimeError::Record {
+        let refused = |e: EntryError| RuntimeError::Record {
             message: format!("kernel `{}`: {e}", self.name),
             loc: loc.to_string(),
-        })?;
+        };
+        let kernel = self.build(cfg, &shapes).map_err(refused)?;
         match self.backward {
-            Some(backward) => {
-                let cfg = cfg.clone();
-                let vjp = move |c: &VjpCall<'_>| backward(&cfg, c);
-                rt.call_with_vjp(&kernel, args, Arc::new(vjp))
-            }
+            Some(make) => rt.call_with_vjp(&kernel, args, make(cfg, &shapes).map_err(refused)?),
             None => rt.call(&kernel, args),
         }
     }
@@ -568,6 +568,12 @@ pub fn in_range(
         )));
     }
     Ok(())
+}
+
+/// A kernel that did not build for a typed call (`call_flash_attention`,
+/// ...), as a runtime error naming it.
+pub fn build_error(kernel: &str, e: impl Into<EntryError>) -> RuntimeError {
+    RuntimeError::failed(format!("building `{kernel}`"), e.into().to_string())
 }
 
 /// An entry error met inside a backward, as a runtime error.

@@ -3,16 +3,17 @@
 //! f32 accumulator before the single store, so the pre-activation never
 //! goes to memory.
 
+use std::sync::Arc;
+
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use crate::foundation::{accumulate_k_step};
-use kernel_ir::with_float;
+use crate::foundation::accumulate_k_step;
 use crate::entry::{
     DTYPE, Entry, ParamKind, Preset, matmul_shapes, matmul_tolerance, no_check, param,
     uniform_inputs,
 };
-use crate::entry::Config;
+use crate::entry::{Config, EntryError};
 use crate::reference;
 use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
@@ -123,7 +124,10 @@ pub fn matmul_epilogue(c: &EpilogueConfig) -> Result<VerifiedKernel, KernelError
 /// [`matmul_epilogue()`] in the library.
 pub const MATMUL_EPILOGUE: Entry = Entry {
     name: "matmul_epilogue",
-    backward: Some(matmul_epilogue_backward),
+    backward: Some(|c, _| {
+        let act = activation(c)?;
+        Ok(Arc::new(move |call: &VjpCall<'_>| matmul_epilogue_backward(act, call)))
+    }),
     about: "matmul with a fused epilogue: act(x*w + bias) [+ residual]",
     params: &[
         DTYPE,
@@ -162,11 +166,7 @@ pub const MATMUL_EPILOGUE: Entry = Entry {
     },
     build: |c, s| {
         let (m, n, k) = matmul_shapes(s, "w")?;
-        let activation = match c.choice("activation")? {
-            "gelu" => Activation::Gelu,
-            "silu" => Activation::Silu,
-            _ => Activation::Identity,
-        };
+        let activation = activation(c)?;
         Ok(matmul_epilogue(&EpilogueConfig {
             m,
             n,
@@ -208,10 +208,10 @@ pub const MATMUL_EPILOGUE: Entry = Entry {
 };
 
 /// `act'(z)` as tensor ops (f32).
-fn activation_slope(act: &str, z: &Tensor) -> Result<Tensor, RuntimeError> {
+fn activation_slope(act: Activation, z: &Tensor) -> Result<Tensor, RuntimeError> {
     Ok(match act {
         // Φ(z) + z·φ(z)
-        "gelu" => {
+        Activation::Gelu => {
             let cdf = z
                 .scale(std::f64::consts::FRAC_1_SQRT_2)?
                 .erf()?
@@ -225,12 +225,21 @@ fn activation_slope(act: &str, z: &Tensor) -> Result<Tensor, RuntimeError> {
             cdf.add(&z.mul(&pdf)?)?
         }
         // σ(z)·(1 + z·(1 − σ(z)))
-        "silu" => {
+        Activation::Silu => {
             let s = z.logistic()?;
             let one = z.runtime().scalar(1.0, DType::F32);
             s.mul(&z.mul(&one.sub(&s)?)?.add(&one)?)?
         }
-        _ => z.runtime().scalar(1.0, DType::F32).broadcast_to(z.shape())?,
+        Activation::Identity => z.runtime().scalar(1.0, DType::F32).broadcast_to(z.shape())?,
+    })
+}
+
+/// The `activation` parameter, typed.
+fn activation(c: &Config) -> Result<Activation, EntryError> {
+    Ok(match c.choice("activation")? {
+        "gelu" => Activation::Gelu,
+        "silu" => Activation::Silu,
+        _ => Activation::Identity,
     })
 }
 
@@ -239,13 +248,10 @@ fn activation_slope(act: &str, z: &Tensor) -> Result<Tensor, RuntimeError> {
 /// `dz = g·act'(z)`, `dx = dz·wᵀ`, `dw = xᵀ·dz`, `dbias = Σ_rows dz`,
 /// `dresidual = g`.
 fn matmul_epilogue_backward(
-    c: &Config,
+    act: Activation,
     call: &VjpCall<'_>,
 ) -> Result<Vec<Option<Tensor>>, RuntimeError> {
     let (x, w, bias) = (&call.inputs[0], &call.inputs[1], &call.inputs[2]);
-    let act = c
-        .choice("activation")
-        .map_err(|e| crate::entry::backward_error("matmul_epilogue", e))?;
     let (xf, wf) = (x.cast(DType::F32)?, w.cast(DType::F32)?);
     let (m, n) = (x.shape()[0], w.shape()[1]);
     let z = xf.matmul(&wf)?.add(&bias.broadcast_in_dim(&[m, n], &[0, 1])?)?;

@@ -410,8 +410,9 @@ pub const SOFTMAX: Entry = Entry {
 /// [`layer_norm()`] in the library.
 pub const LAYER_NORM: Entry = Entry {
     name: "layer_norm",
-    backward: Some(|c, call| {
-        crate::norm::norm_backward(&crate::norm::LAYER_NORM_BWD, c, call)
+    backward: Some(|c, s| {
+        let cfg = crate::norm::norm_config(c, &s[0])?;
+        Ok(crate::norm::norm_vjp(crate::norm::layer_norm_bwd, cfg))
     }),
     about: "layer norm over the last dim",
     params: crate::norm::NORM_PARAMS,

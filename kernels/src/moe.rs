@@ -28,7 +28,6 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use kernel_ir::with_float;
 use crate::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, dims, matmul_tolerance, param,
 };

@@ -9,16 +9,18 @@
 //! in scratch and writing `[1, cols]` at the last step. The padding rows of
 //! a ragged last block are masked out of those sums.
 
+use std::sync::Arc;
+
 use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 use crate::entry::{
-    Config, DTYPE, Entry, EntryError, ParamKind, Preset, Shapes, backward_error, dims,
-    dtype_tolerance, no_check, param, shapes_of, uniform_inputs,
+    Config, DTYPE, Entry, EntryError, build_error, ParamKind, Preset, Shapes, backward_error, dims,
+    dtype_tolerance, no_check, param, uniform_inputs,
 };
 use crate::reference;
 use crate::tolerance::Tolerance;
-use runtime::graph::{RuntimeError, Tensor, VjpCall};
+use runtime::graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 
 /// The config parameters of the norm kernels.
 pub(crate) const NORM_PARAMS: &[crate::Param] = &[
@@ -101,6 +103,16 @@ pub fn rms_norm(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
         cols: c.cols,
     };
     with_float!("rms_norm", c.dtype, T => rms_norm::build::<T>(c.block_rows, c.eps, dims))
+}
+
+/// Records RMS norm of `x` (`[cfg.rows, cfg.cols]`, `cfg.dtype`) with
+/// `gamma` (`[cols]`, f32) on the graph runtime, with its backward (the
+/// [`rms_norm_bwd`](mod@rms_norm_bwd) kernel).
+pub fn call_rms_norm(cfg: &NormConfig, x: &Tensor, gamma: &Tensor) -> Result<Tensor, RuntimeError> {
+    let kernel = rms_norm(cfg).map_err(|e| build_error("rms_norm", e))?;
+    let vjp = norm_vjp(rms_norm_bwd, cfg.clone());
+    let mut out = x.runtime().call_with_vjp(&kernel, &[x, gamma], vjp)?;
+    Ok(out.remove(0))
 }
 
 /// RMS norm backward: `dx = r · (dy·γ − x̂ · mean(dy·γ·x̂))` with `r` the
@@ -216,7 +228,7 @@ pub fn layer_norm_bwd(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
 }
 
 /// The [`NormConfig`] of a library config for `x` of shape `s`.
-fn norm_config(c: &Config, s: &[usize]) -> Result<NormConfig, EntryError> {
+pub(crate) fn norm_config(c: &Config, s: &[usize]) -> Result<NormConfig, EntryError> {
     let [rows, cols] = dims(s, "x")?;
     Ok(NormConfig {
         rows,
@@ -252,7 +264,7 @@ const NORM_PRESET: &[(&str, &[usize])] = &[("x", &[40, 256]), ("dy", &[40, 256])
 /// [`rms_norm()`] in the library.
 pub const RMS_NORM: Entry = Entry {
     name: "rms_norm",
-    backward: Some(|c, call| norm_backward(&RMS_NORM_BWD, c, call)),
+    backward: Some(|c, s| Ok(norm_vjp(rms_norm_bwd, norm_config(c, &s[0])?))),
     about: "RMS norm over the last dim",
     params: NORM_PARAMS,
     inputs: |_| Ok(vec![("x", vec![64, 256]), ("gamma", vec![256])]),
@@ -325,16 +337,21 @@ pub const LAYER_NORM_BWD: Entry = Entry {
 /// gamma, beta): its `_bwd` kernel on x, gamma and the output's
 /// cotangent; the parameter gradients come back as `[1, cols]` and are
 /// reshaped to the parameters' `[cols]`.
-pub(crate) fn norm_backward(
-    bwd: &Entry,
-    c: &Config,
+pub(crate) fn norm_vjp(
+    bwd: fn(&NormConfig) -> Result<VerifiedKernel, KernelErrors>,
+    cfg: NormConfig,
+) -> Arc<dyn KernelVjp> {
+    Arc::new(move |call: &VjpCall<'_>| norm_backward(bwd, &cfg, call))
+}
+
+fn norm_backward(
+    bwd: fn(&NormConfig) -> Result<VerifiedKernel, KernelErrors>,
+    cfg: &NormConfig,
     call: &VjpCall<'_>,
 ) -> Result<Vec<Option<Tensor>>, RuntimeError> {
     let (x, gamma) = (&call.inputs[0], &call.inputs[1]);
     let dy = call.cotangent(0)?;
-    let kernel = bwd
-        .build(c, &shapes_of(&[x, gamma, &dy]))
-        .map_err(|e| backward_error(bwd.name, e))?;
+    let kernel = bwd(cfg).map_err(|e| backward_error("a norm", e.into()))?;
     let mut out = x.runtime().call(&kernel, &[x, gamma, &dy])?.into_iter();
     let mut grads = vec![out.next()];
     for (p, g) in call.inputs[1..].iter().zip(out) {

@@ -3,14 +3,15 @@
 //! `rope(x) = [x₁·cos − x₂·sin, x₂·cos + x₁·sin]`, where `cos` and `sin`
 //! are `[seq, head_dim / 2]` tables (f32) the caller computes once.
 
+use std::sync::Arc;
+
 use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
-use kernel_ir::with_float;
 use crate::entry::{
     DTYPE, Entry, ParamKind, Preset, dtype_tolerance, no_check, param, refs, uniform_inputs,
 };
-use crate::entry::{Config, backward_error, shapes_of};
+use crate::entry::backward_error;
 use crate::reference;
 use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
@@ -70,7 +71,11 @@ pub fn rope_tables(seq: usize, d: usize, base: f64) -> (kernel_ir::Array, kernel
 /// [`rope()`] in the library.
 pub const ROPE: Entry = Entry {
     name: "rope",
-    backward: Some(rope_backward),
+    backward: Some(|c, s| {
+        let dims = rope::Dims::from_shapes(&refs(s))?;
+        let block_s = c.usize("block_s")?.min(dims.s);
+        Ok(Arc::new(move |call: &VjpCall<'_>| rope_backward(block_s, call)))
+    }),
     about: "rotary position embedding with [s, d/2] cos and sin tables",
     params: &[
         DTYPE,
@@ -111,13 +116,13 @@ pub const ROPE: Entry = Entry {
 /// opposite angle, so `dx = rope(g, cos, −sin)` (the kernel itself); the
 /// tables' gradients, summed over batch and heads, are
 /// `dcos = g₁x₁ + g₂x₂` and `dsin = g₂x₁ − g₁x₂` (tensor ops).
-fn rope_backward(c: &Config, call: &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeError> {
+fn rope_backward(block_s: usize, call: &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeError> {
     let (x, cos, sin) = (&call.inputs[0], &call.inputs[1], &call.inputs[2]);
     let g = call.cotangent(0)?;
     let neg_sin = sin.neg()?;
-    let kernel = ROPE
-        .build(c, &shapes_of(&[&g, cos, &neg_sin]))
-        .map_err(|e| backward_error("rope", e))?;
+    let dims = rope::Dims::from_shapes(&[g.shape(), cos.shape(), neg_sin.shape()])
+        .map_err(|e| backward_error("rope", e.into()))?;
+    let kernel = rope(block_s, g.dtype(), dims).map_err(|e| backward_error("rope", e.into()))?;
     let dx = x.runtime().call(&kernel, &[&g, cos, &neg_sin])?.remove(0);
     let [b, h, s, d] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
     let half = d / 2;

@@ -2,16 +2,16 @@
 //! products accumulate side by side over the `arbitrary` k dim, so `x` is
 //! read once per block and neither product goes to memory.
 
+use std::sync::Arc;
+
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use crate::foundation::{k_block_operands, k_block_rhs};
-use kernel_ir::with_float;
 use crate::entry::{
     DTYPE, Entry, ParamKind, Preset, matmul_shapes, matmul_tolerance, no_check, param,
     uniform_inputs,
 };
-use crate::entry::Config;
 use crate::reference;
 use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
@@ -83,10 +83,23 @@ pub fn swiglu(c: &SwigluConfig) -> Result<VerifiedKernel, KernelErrors> {
     with_float!("swiglu", c.dtype, T => swiglu::build::<T>(c.bm, c.bn, c.bk, dims))
 }
 
+/// Records the fused SwiGLU of `x` (`[cfg.m, cfg.k]`) with `w_gate`,
+/// `w_up` (`[k, n]`) on the graph runtime, with its backward.
+pub fn call_swiglu(
+    cfg: &SwigluConfig,
+    x: &Tensor,
+    w_gate: &Tensor,
+    w_up: &Tensor,
+) -> Result<Tensor, RuntimeError> {
+    let kernel = swiglu(cfg).map_err(|e| crate::entry::build_error("swiglu", e))?;
+    let mut out = x.runtime().call_with_vjp(&kernel, &[x, w_gate, w_up], Arc::new(swiglu_backward))?;
+    Ok(out.remove(0))
+}
+
 /// [`swiglu()`] in the library.
 pub const SWIGLU: Entry = Entry {
     name: "swiglu",
-    backward: Some(swiglu_backward),
+    backward: Some(|_, _| Ok(Arc::new(swiglu_backward))),
     about: "fused SwiGLU: silu(x*w_gate) * (x*w_up)",
     params: &[
         DTYPE,
@@ -135,7 +148,7 @@ pub const SWIGLU: Entry = Entry {
 /// recomputed (the fused kernel never stores them), with `s = σ(a)`,
 /// `da = g·u·s·(1 + a·(1 − s))`, `du = g·a·s`, then `dx = da·w_gateᵀ +
 /// du·w_upᵀ`, `dw_gate = xᵀ·da`, `dw_up = xᵀ·du`.
-fn swiglu_backward(_: &Config, call: &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeError> {
+fn swiglu_backward(call: &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeError> {
     let f32 = DType::F32;
     let (x, wg, wu) = (&call.inputs[0], &call.inputs[1], &call.inputs[2]);
     let (xf, wgf, wuf) = (x.cast(f32)?, wg.cast(f32)?, wu.cast(f32)?);

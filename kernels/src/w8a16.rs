@@ -16,8 +16,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use crate::foundation::{k_block_operands};
-use kernel_ir::with_float;
+use crate::foundation::k_block_operands;
 use crate::entry::{
     DTYPE, Entry, EntryError, ParamKind, Preset, dims, matmul_tolerance, no_check, param,
 };

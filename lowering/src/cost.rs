@@ -101,33 +101,37 @@ fn bytes_accessed(k: &Kernel) -> u64 {
             total += array;
             continue;
         }
-        let block = (o.block.shape.iter().product::<usize>() * o.dtype.bytes()) as u64;
-        let transfers = block_transfers(k, &o.block.index_map.exprs);
         // Read in, written back, or both.
         let directions = o.role.is_input() as u64 + o.role.is_output() as u64;
-        total += block * transfers * directions;
+        total += block_traffic(k, o) * directions;
     }
     total
 }
 
-/// How many times the block index changes over the grid (the first
-/// step counts).
-fn block_transfers(k: &Kernel, exprs: &[IndexExpr]) -> u64 {
+/// The bytes `o`'s pipeline moves one way over the grid: each block once
+/// per change of its block index (the first step counts), its in-bounds
+/// part ([`kernel_ir::Operand::block_bytes`], the rule `tessera cost`
+/// counts the interpreter's trace with). A map that reads scalar prefetch
+/// (unknown here) or a grid too large to walk counts a full block every
+/// step.
+fn block_traffic(k: &Kernel, o: &kernel_ir::Operand) -> u64 {
+    let exprs = &o.block.index_map.exprs;
     let steps = k.grid.steps();
     if steps > MAX_WALK || exprs.iter().any(IndexExpr::uses_prefetch) {
-        return steps as u64;
+        let block = (o.block.shape.iter().product::<usize>() * o.dtype.bytes()) as u64;
+        return block.saturating_mul(steps as u64);
     }
     let mut last: Option<Vec<i64>> = None;
-    let mut n = 0;
+    let mut bytes = 0;
     for p in k.grid.points() {
         let b: Vec<i64> = exprs
             .iter()
             .map(|e| e.eval_static(&p).unwrap_or(0))
             .collect();
         if last.as_ref() != Some(&b) {
-            n += 1;
+            bytes += o.block_bytes(&b);
             last = Some(b);
         }
     }
-    n
+    bytes
 }

@@ -44,7 +44,7 @@ fn run() -> Result<(), String> {
     for &len in &lengths {
         let x = Array::random(DType::F32, [len, 128], len as u64, -1.0, 1.0);
         let xt = rt.dynamic(&x, 0, &buckets).map_err(|e| e.to_string())?;
-        let y = block_forward(&rt, &w, &t, &xt)
+        let y = block_forward(&w, &t, &xt)
             .and_then(|y| y.to_host())
             .map_err(|e| format!("length {len}: {e}"))?;
         let s = ErrorStats::between(

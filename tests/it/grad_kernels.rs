@@ -228,7 +228,7 @@ fn transformer_block_gradients_match_the_f64_host_gradient() {
                 rt.tensor(&cot).unwrap()
             };
             let params = w.upload_params(&rt).unwrap();
-            let y = block_forward(&rt, &w, &params, &xt).unwrap();
+            let y = block_forward(&w, &params, &xt).unwrap();
             let l = y.mul(&ct).unwrap().sum(&[0, 1]).unwrap();
             let mut wrt = vec![&xt];
             wrt.extend(params.params());
@@ -258,7 +258,7 @@ fn gradients_compile_once_per_bucket() {
     for (i, len) in [12usize, 20, 13, 28, 16, 32].into_iter().enumerate() {
         let x = Array::random(F32, [len, 32], i as u64, -1.0, 1.0);
         let xt = rt.dynamic(&x, 0, &buckets).unwrap();
-        let y = block_forward(&rt, &w, &params, &xt).unwrap();
+        let y = block_forward(&w, &params, &xt).unwrap();
         let loss = y.mul(&y).unwrap().mean(&[0, 1]).unwrap();
         let g = grad(&loss, &params.params()).unwrap();
         let mut all: Vec<&Tensor> = vec![&loss];

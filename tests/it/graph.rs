@@ -41,7 +41,7 @@ fn transformer_block_matches_the_f64_reference() {
     let t = w.upload(&rt).unwrap();
     // Unpadded: the valid length is the whole sequence.
     let x = Array::random(F32, [64, 128], 3, -1.0, 1.0);
-    let y = block_forward(&rt, &w, &t, &rt.tensor(&x).unwrap())
+    let y = block_forward(&w, &t, &rt.tensor(&x).unwrap())
         .unwrap()
         .to_host()
         .unwrap();
@@ -53,7 +53,7 @@ fn transformer_block_matches_the_f64_reference() {
     let x = Array::random(F32, [77, 128], 4, -1.0, 1.0);
     let xt = rt.dynamic(&x, 0, &Buckets::new([128]).unwrap()).unwrap();
     assert_eq!(xt.shape(), &[128, 128]);
-    let y = block_forward(&rt, &w2, &t, &xt).unwrap().to_host().unwrap();
+    let y = block_forward(&w2, &t, &xt).unwrap().to_host().unwrap();
     assert_eq!(y.shape(), &[77, 128]);
     let s = ErrorStats::between(&y, &block_reference(&w2, &x), TOL);
     assert!(s.passes(), "{s}");
@@ -71,7 +71,7 @@ fn twenty_lengths_in_three_buckets_compile_three_times() {
     for &len in &lengths {
         let x = Array::random(F32, [len, 128], len as u64, -1.0, 1.0);
         let xt = rt.dynamic(&x, 0, &buckets).unwrap();
-        let y = block_forward(&rt, &w, &t, &xt).unwrap().to_host().unwrap();
+        let y = block_forward(&w, &t, &xt).unwrap().to_host().unwrap();
         let s = ErrorStats::between(&y, &block_reference(&w, &x), TOL);
         assert!(s.passes(), "length {len}: {s}");
     }
@@ -526,7 +526,7 @@ fn kernels_lowered_as_decomposed_stablehlo_inside_the_graph_give_the_same_block(
     let t = w.upload(&rt).unwrap();
     let x = Array::random(F32, [50, 128], 8, -1.0, 1.0);
     let xt = rt.dynamic(&x, 0, &Buckets::new([64]).unwrap()).unwrap();
-    let y = block_forward(&rt, &w, &t, &xt).unwrap().to_host().unwrap();
+    let y = block_forward(&w, &t, &xt).unwrap().to_host().unwrap();
     let s = ErrorStats::between(&y, &block_reference(&w, &x), TOL);
     assert!(s.passes(), "{s}");
     assert_eq!(rt.stats().compiles, 1);

@@ -51,12 +51,7 @@ pub fn attention_delta(
     dtype: DType,
     dims: attention_delta::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    match dtype {
-        DType::BF16 => attention_delta::build::<bf16>(block_q, dims),
-        DType::F16 => attention_delta::build::<f16>(block_q, dims),
-        DType::F32 => attention_delta::build::<f32>(block_q, dims),
-        other => Err(kernel_ir::unsupported_dtype("attention_delta", other)),
-    }
+    with_float!("attention_delta", dtype, T => attention_delta::build::<T>(block_q, dims))
 }
 
 /// `P` and `dS` of one (q block, k block): probabilities recomputed from
@@ -242,12 +237,7 @@ fn dq_kernel(
     dims: flash_attention_dq::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
     super::check_heads(dims.h, dims.hkv)?;
-    match dtype {
-        DType::BF16 => flash_attention_dq::build::<bf16>(cfg, with_len, dims),
-        DType::F16 => flash_attention_dq::build::<f16>(cfg, with_len, dims),
-        DType::F32 => flash_attention_dq::build::<f32>(cfg, with_len, dims),
-        other => Err(kernel_ir::unsupported_dtype("flash_attention_dq", other)),
-    }
+    with_float!("flash_attention_dq", dtype, T => flash_attention_dq::build::<T>(cfg, with_len, dims))
 }
 
 /// The q block grid step (k block `i`, q block `j`) of `nq` fetches: its
@@ -376,12 +366,7 @@ fn dkv_kernel(
     dims: flash_attention_dkv::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
     super::check_heads(dims.h, dims.hkv)?;
-    match dtype {
-        DType::BF16 => flash_attention_dkv::build::<bf16>(cfg, with_len, dims),
-        DType::F16 => flash_attention_dkv::build::<f16>(cfg, with_len, dims),
-        DType::F32 => flash_attention_dkv::build::<f32>(cfg, with_len, dims),
-        other => Err(kernel_ir::unsupported_dtype("flash_attention_dkv", other)),
-    }
+    with_float!("flash_attention_dkv", dtype, T => flash_attention_dkv::build::<T>(cfg, with_len, dims))
 }
 
 /// q, k, v, dO, lse, delta: the inputs of the dq and dk/dv kernels.

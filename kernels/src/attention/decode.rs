@@ -16,7 +16,6 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use super::{MASK_VALUE, Online, normalized, online_softmax_init, online_update};
-use kernel_ir::with_float;
 use crate::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, in_range, param, refs, uniform_inputs,
 };

@@ -22,7 +22,6 @@ use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 use super::decode::{attend_tokens, paged_check, paged_inputs, paged_reference, paged_sample};
 use super::{Online, normalized, online_softmax_init};
-use kernel_ir::with_float;
 use crate::entry::{DTYPE, Entry, EntryError, ParamKind, Preset, param, refs};
 use crate::tolerance::Tolerance;
 

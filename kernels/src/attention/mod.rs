@@ -64,8 +64,10 @@ use band::Band;
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, Target, VerifiedKernel};
 
+use runtime::graph::{RuntimeError, Tensor};
+
 use crate::entry::{
-    Config, DTYPE, Entry, EntryError, Param, ParamKind, Preset, Shapes, arg, in_range, param, refs,
+    Config, build_error, DTYPE, Entry, EntryError, Param, ParamKind, Preset, Shapes, arg, in_range, param, refs,
     uniform_inputs,
 };
 use crate::reference;
@@ -465,6 +467,69 @@ pub fn flash_attention(
     forward("flash_attention", cfg, false, dtype, dims)
 }
 
+/// Records flash attention on the graph runtime, with its backward, for a
+/// typed config: `[o, lse]` of `q: [b, h, sq, d]` and `k, v: [b, hkv, skv,
+/// d]` in q's dtype. What Rust code calls (the training model, the
+/// transformer block); `tessera` reaches the same kernel through
+/// [`FLASH_ATTENTION`]'s string config.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use kernel_ir::{Array, DType, Target};
+/// use kernels::attention::{AttnConfig, call_flash_attention};
+/// use runtime::graph::{Runtime, grad};
+///
+/// let rt = Runtime::cpu()?;
+/// let t = |seed| Array::random(DType::F32, [1, 2, 128, 64], seed, -1.0, 1.0);
+/// let q = rt.tensor(&t(1))?.requires_grad()?;
+/// let (k, v) = (rt.tensor(&t(2))?, rt.tensor(&t(3))?);
+/// let cfg = AttnConfig::for_target(Target::V5e, true, 64, 128, 128);
+/// let [o, _lse] = call_flash_attention(&cfg, &q, &k, &v)?;
+/// let dq = grad(&o.sum(&[0, 1, 2, 3])?, &[&q])?; // through dq and dk/dv
+/// # Ok(()) }
+/// ```
+pub fn call_flash_attention(
+    cfg: &AttnConfig,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+) -> Result<[Tensor; 2], RuntimeError> {
+    record_forward(cfg, None, [q, k, v])
+}
+
+/// [`call_flash_attention`] with keys at or past `kv_len[0]` (an i32
+/// `[1]` tensor) masked: [`flash_attention_kv_len()`] and its backward.
+pub fn call_flash_attention_kv_len(
+    cfg: &AttnConfig,
+    kv_len: &Tensor,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+) -> Result<[Tensor; 2], RuntimeError> {
+    record_forward(cfg, Some(kv_len), [q, k, v])
+}
+
+fn record_forward(
+    cfg: &AttnConfig,
+    kv_len: Option<&Tensor>,
+    [q, k, v]: [&Tensor; 3],
+) -> Result<[Tensor; 2], RuntimeError> {
+    let name = if kv_len.is_some() { "flash_attention_kv_len" } else { "flash_attention" };
+    // The dims come from q, k and v (the kv_len operand is `[1]` always).
+    let dims = flash_attention::Dims::from_shapes(&[q.shape(), k.shape(), v.shape()])
+        .map_err(|e| build_error(name, e))?;
+    let kernel = forward(name, cfg, kv_len.is_some(), q.dtype(), dims)
+        .map_err(|e| build_error(name, e))?;
+    let mut args: Vec<&Tensor> = kv_len.into_iter().collect();
+    args.extend([q, k, v]);
+    let vjp = vjp::vjp(cfg.clone(), kv_len.is_some());
+    let mut out = q.runtime().call_with_vjp(&kernel, &args, vjp)?.into_iter();
+    match (out.next(), out.next()) {
+        (Some(o), Some(lse)) => Ok([o, lse]),
+        _ => Err(RuntimeError::Internal(format!("`{name}` returned fewer than 2 outputs"))),
+    }
+}
+
 /// Flash attention over keys padded to a bucket: keys at or past
 /// `kv_len[0]` are masked out, and k blocks that start past it are skipped
 /// and fetch nothing new (the graph runtime passes the valid length of a
@@ -487,12 +552,7 @@ fn forward(
     dims: flash_attention::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
     check_heads(dims.h, dims.hkv)?;
-    match dtype {
-        DType::BF16 => flash_attention::build::<bf16>(cfg, with_len, dims),
-        DType::F16 => flash_attention::build::<f16>(cfg, with_len, dims),
-        DType::F32 => flash_attention::build::<f32>(cfg, with_len, dims),
-        other => Err(kernel_ir::unsupported_dtype(name, other)),
-    }
+    with_float!(name, dtype, T => flash_attention::build::<T>(cfg, with_len, dims))
 }
 
 /// The config parameters of the attention kernels.
@@ -624,7 +684,11 @@ pub(crate) const GQA_SHAPES: &[(&str, &[usize])] = &[
 /// [`flash_attention()`] in the library.
 pub const FLASH_ATTENTION: Entry = Entry {
     name: "flash_attention",
-    backward: Some(|c, call| vjp::backward(c, call, false)),
+    backward: Some(|c, s| {
+        let (q, k) = (&s[0], &s[1]);
+        let cfg = attn_config(c, q[2], k[2], q[3])?;
+        Ok(vjp::vjp(cfg, false))
+    }),
     about: "flash attention forward (GQA, causal, window, soft-cap): outputs o and lse",
     params: ATTN_PARAMS,
     inputs: |_| Ok(qkv()),
@@ -669,7 +733,11 @@ pub const FLASH_ATTENTION: Entry = Entry {
 /// [`flash_attention_kv_len()`] in the library.
 pub const FLASH_ATTENTION_KV_LEN: Entry = Entry {
     name: "flash_attention_kv_len",
-    backward: Some(|c, call| vjp::backward(c, call, true)),
+    backward: Some(|c, s| {
+        let (q, k) = (&s[1], &s[2]);
+        let cfg = attn_config(c, q[2], k[2], q[3])?;
+        Ok(vjp::vjp(cfg, true))
+    }),
     about: "flash attention forward over keys padded to a bucket; kv_len[0] valid keys",
     params: ATTN_PARAMS,
     inputs: |_| {

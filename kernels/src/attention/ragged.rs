@@ -27,7 +27,6 @@ use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use super::decode_dma::{PageCopies, block_copies};
 use super::{MASK_VALUE, Online, normalized, online_softmax_init, online_update};
-use kernel_ir::with_float;
 use crate::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, param, refs,
 };

@@ -3,19 +3,27 @@
 //! the dq and dk/dv kernels. A cotangent on the logsumexp (a loss that
 //! reads it) enters as `delta − ct_lse`, since `∂lse/∂s = p`.
 
+use std::sync::Arc;
+
 use kernel_ir::DType;
-use runtime::graph::{RuntimeError, Tensor, VjpCall};
+use runtime::graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 
 use super::backward::{
     attention_delta, flash_attention_dkv, flash_attention_dkv_kv_len, flash_attention_dq,
     flash_attention_dq_kv_len,
 };
-use crate::entry::{Config, backward_error, refs};
+use super::AttnConfig;
+use crate::entry::{backward_error, refs};
+
+/// The backward of a forward call at `cfg` (the config it ran with).
+pub(crate) fn vjp(cfg: AttnConfig, with_len: bool) -> Arc<dyn KernelVjp> {
+    Arc::new(move |call: &VjpCall<'_>| backward(&cfg, call, with_len))
+}
 
 /// The backward of `flash_attention` (`with_len` false: inputs q, k, v) or
 /// `flash_attention_kv_len` (inputs kv_len, q, k, v).
-pub(crate) fn backward(
-    c: &Config,
+fn backward(
+    cfg: &AttnConfig,
     call: &VjpCall<'_>,
     with_len: bool,
 ) -> Result<Vec<Option<Tensor>>, RuntimeError> {
@@ -37,8 +45,6 @@ pub(crate) fn backward(
         }
     };
     let d_o = call.cotangent(0)?;
-    let (sq, skv, d) = (q.shape()[2], k.shape()[2], q.shape()[3]);
-    let cfg = super::attn_config(c, sq, skv, d).map_err(err)?;
     let dtype = q.dtype();
     let delta_k = attention_delta(
         cfg.block_q,
@@ -61,13 +67,13 @@ pub(crate) fn backward(
         .map_err(|e| err(e.into()))?;
     let (dq_k, dkv_k) = if with_len {
         (
-            flash_attention_dq_kv_len(&cfg, dtype, dq_dims),
-            flash_attention_dkv_kv_len(&cfg, dtype, dkv_dims),
+            flash_attention_dq_kv_len(cfg, dtype, dq_dims),
+            flash_attention_dkv_kv_len(cfg, dtype, dkv_dims),
         )
     } else {
         (
-            flash_attention_dq(&cfg, dtype, dq_dims),
-            flash_attention_dkv(&cfg, dtype, dkv_dims),
+            flash_attention_dq(cfg, dtype, dq_dims),
+            flash_attention_dkv(cfg, dtype, dkv_dims),
         )
     };
     let (dq_k, dkv_k) = (dq_k.map_err(|e| err(e.into()))?, dkv_k.map_err(|e| err(e.into()))?);

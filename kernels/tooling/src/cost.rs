@@ -137,20 +137,6 @@ impl Cost {
     }
 }
 
-/// In-bounds bytes of block `index` of an operand.
-fn block_bytes(shape: &[usize], block: &[usize], index: &[i64], d: DType) -> u64 {
-    let elems: u64 = shape
-        .iter()
-        .zip(block)
-        .zip(index)
-        .map(|((&n, &s), &b)| {
-            let start = (b.max(0) as usize).saturating_mul(s);
-            n.saturating_sub(start).min(s) as u64
-        })
-        .product();
-    elems * d.bytes() as u64
-}
-
 /// The traffic and flops of `kernel` on `inputs` (as
 /// [`kernel_ir::interpret`] takes them).
 pub fn cost(kernel: &VerifiedKernel, inputs: &[Array]) -> Result<Cost, String> {
@@ -176,10 +162,7 @@ pub fn cost(kernel: &VerifiedKernel, inputs: &[Array]) -> Result<Cost, String> {
         }
         let mut add = |direction, list: &[kernel_ir::BlockFetch]| {
             let mine: Vec<_> = list.iter().filter(|f| f.operand == o.name).collect();
-            let bytes = mine
-                .iter()
-                .map(|f| block_bytes(&o.shape, &o.block.shape, &f.block, o.dtype))
-                .sum();
+            let bytes = mine.iter().map(|f| o.block_bytes(&f.block)).sum();
             operands.push(OperandTraffic {
                 name: o.name.clone(),
                 direction,
@@ -264,22 +247,4 @@ pub fn table(rows: &[(String, Cost)]) -> String {
          per device (a v7x chip is two). Traffic by the pipeline rule: a block moves when its index changes between steps.\n",
     );
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn edge_blocks_move_only_their_in_bounds_part() {
-        // [10, 256] f32 in [8, 128] blocks: block (1, 1) holds 2 rows.
-        assert_eq!(
-            block_bytes(&[10, 256], &[8, 128], &[1, 1], DType::F32),
-            2 * 128 * 4
-        );
-        assert_eq!(
-            block_bytes(&[10, 256], &[8, 128], &[0, 0], DType::BF16),
-            8 * 128 * 2
-        );
-    }
 }

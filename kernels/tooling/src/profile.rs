@@ -36,7 +36,7 @@ pub fn transformer(steps: usize, lengths: &[usize], buckets: &[usize]) -> Result
         let len = lengths[step % lengths.len().max(1)];
         let x = Array::random(DType::F32, [len, 128], step as u64, -1.0, 1.0);
         let xt = rt.dynamic(&x, 0, &b).map_err(|e| e.to_string())?;
-        block_forward(&rt, &w, &t, &xt)
+        block_forward(&w, &t, &xt)
             .and_then(|y| y.to_host())
             .map_err(|e| e.to_string())?;
     }

@@ -17,7 +17,7 @@
 //! let on_device = w.upload(&rt)?;
 //! let x = kernel_ir::Array::random(kernel_ir::DType::F32, [100, 128], 1, -1.0, 1.0);
 //! let xt = rt.dynamic(&x, 0, &Buckets::new([64, 128, 256])?)?;
-//! let y = block_forward(&rt, &w, &on_device, &xt)?.to_host()?; // [100, 128]
+//! let y = block_forward(&w, &on_device, &xt)?.to_host()?; // [100, 128]
 //! let want = block_reference(&w, &x);
 //! # Ok(()) }
 //! ```
@@ -25,6 +25,7 @@
 use kernel_ir::{Array, DType};
 use runtime::graph::{Runtime, RuntimeError, Tensor};
 
+use kernels::attention::{AttnConfig, call_flash_attention_kv_len};
 use kernels::reference::{matmul_rows, rms_norm, softmax_lse};
 
 /// Weights and shape of one block.
@@ -128,7 +129,6 @@ fn block_for(s: usize) -> usize {
 /// The block on the runtime; `x` is `[s, d_model]` f32, possibly bucketed
 /// along the sequence.
 pub fn block_forward(
-    rt: &Runtime,
     w: &BlockWeights,
     t: &BlockTensors,
     x: &Tensor,
@@ -149,28 +149,19 @@ pub fn block_forward(
             .reshape(&[1, h, s, dh])
     };
     let (q, k, v) = (heads(&t.wq)?, heads(&t.wk)?, heads(&t.wv)?);
-    let b = block_for(s).to_string();
-    let scale = (1.0 / (dh as f32).sqrt()).to_string();
-    // Through the library entry, so gradients flow through the kernel's
-    // own backward (dq and dk/dv masked at the same valid length).
-    let entry = &kernels::attention::FLASH_ATTENTION_KV_LEN;
-    let pairs: Vec<(String, String)> = [
-        ("causal", w.causal.to_string()),
-        ("sm_scale", scale),
-        ("block_q", b.clone()),
-        ("block_k", b),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let cfg = kernels::Config::parse(entry, &pairs)
-        .map_err(|e| RuntimeError::failed("configuring flash attention", e.to_string()))?;
+    let b = block_for(s);
+    // Through the library's typed call, so gradients flow through the
+    // kernel's own backward (dq and dk/dv masked at the same valid length).
+    let cfg = AttnConfig {
+        causal: w.causal,
+        sm_scale: 1.0 / (dh as f32).sqrt(),
+        block_q: b,
+        block_k: b,
+        window: None,
+        softcap: None,
+    };
     let len = x.valid_length(0)?;
-    let attn = entry
-        .call(rt, &cfg, &[&len, &q, &k, &v])?
-        .into_iter()
-        .next()
-        .ok_or_else(|| RuntimeError::Internal("attention returned nothing".into()))?;
+    let [attn, _] = call_flash_attention_kv_len(&cfg, &len, &q, &k, &v)?;
     // Heads merged back, output projection, residual.
     let o = attn
         .reshape(&[h, s, dh])?

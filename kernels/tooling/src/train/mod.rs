@@ -330,7 +330,7 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
         let t0 = Instant::now();
         step += 1;
         let batch = data.next_batch(&rt, c).map_err(err("uploading a batch"))?;
-        let loss = model::loss(&rt, c, &params, &batch).map_err(err("recording the model"))?;
+        let loss = model::loss(c, &params, &batch).map_err(err("recording the model"))?;
         let refs: Vec<&Tensor> = params.iter().collect();
         let grads = grad(&loss, &refs).map_err(err("recording the gradients"))?;
         params = opt

@@ -8,9 +8,11 @@
 //! the loss is the masked mean cross-entropy of the next token.
 
 use kernel_ir::{Array, DType};
-use runtime::graph::{Runtime, RuntimeError, Tensor};
+use runtime::graph::{RuntimeError, Tensor};
 
-use kernels::{Config, Entry, find};
+use kernels::attention::{AttnConfig, call_flash_attention};
+use kernels::norm::{NormConfig, call_rms_norm};
+use kernels::swiglu::{SwigluConfig, call_swiglu};
 
 /// The model's shape.
 #[derive(Clone, Debug, PartialEq)]
@@ -116,73 +118,51 @@ pub struct Batch {
     pub counted: usize,
 }
 
-/// The library entries the model calls, with their configs.
+/// The typed configs of the kernels the model calls, for its shapes.
 struct Kernels {
-    norm: (&'static Entry, Config),
-    attention: (&'static Entry, Config),
-    swiglu: (&'static Entry, Config),
+    norm: NormConfig,
+    attention: AttnConfig,
+    swiglu: SwigluConfig,
 }
 
-fn entry(name: &str, pairs: &[(&str, String)]) -> Result<(&'static Entry, Config), RuntimeError> {
-    let e = find(name).ok_or_else(|| RuntimeError::Internal(format!("no kernel `{name}`")))?;
-    let pairs: Vec<(String, String)> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    let cfg = Config::parse(e, &pairs)
-        .map_err(|err| RuntimeError::Internal(format!("configuring `{name}`: {err}")))?;
-    Ok((e, cfg))
-}
-
-fn kernels(c: &LmConfig) -> Result<Kernels, RuntimeError> {
+fn kernels(c: &LmConfig) -> Kernels {
     let rows = c.batch * c.seq;
     let dh = c.d_model / c.heads;
-    Ok(Kernels {
-        norm: entry(
-            "rms_norm",
-            &[
-                ("block_rows", rows.min(64).to_string()),
-                ("eps", "1e-5".into()),
-            ],
-        )?,
-        attention: entry(
-            "flash_attention",
-            &[
-                ("causal", "true".into()),
-                ("sm_scale", (1.0 / (dh as f64).sqrt()).to_string()),
-                ("block_q", c.seq.to_string()),
-                ("block_k", c.seq.to_string()),
-            ],
-        )?,
-        swiglu: entry(
-            "swiglu",
-            &[
-                ("bm", rows.min(64).to_string()),
-                ("bn", c.ffn.min(128).to_string()),
-                ("bk", c.d_model.min(128).to_string()),
-            ],
-        )?,
-    })
+    Kernels {
+        norm: NormConfig {
+            rows,
+            cols: c.d_model,
+            block_rows: rows.min(64),
+            eps: 1e-5,
+            dtype: DType::F32,
+        },
+        attention: AttnConfig {
+            causal: true,
+            sm_scale: 1.0 / (dh as f32).sqrt(),
+            block_q: c.seq,
+            block_k: c.seq,
+            window: None,
+            softcap: None,
+        },
+        swiglu: SwigluConfig {
+            m: rows,
+            n: c.ffn,
+            k: c.d_model,
+            bm: rows.min(64),
+            bn: c.ffn.min(128),
+            bk: c.d_model.min(128),
+            dtype: DType::F32,
+        },
+    }
 }
 
 /// The mean next-token cross-entropy of `batch` under `params` (in the
 /// order of [`param_shapes`]), recorded.
-pub fn loss(
-    rt: &Runtime,
-    c: &LmConfig,
-    params: &[Tensor],
-    batch: &Batch,
-) -> Result<Tensor, RuntimeError> {
-    let k = kernels(c)?;
+pub fn loss(c: &LmConfig, params: &[Tensor], batch: &Batch) -> Result<Tensor, RuntimeError> {
+    let k = kernels(c);
     let (b, s, d, h) = (c.batch, c.seq, c.d_model, c.heads);
     let dh = d / h;
     let rows = b * s;
-    let call = |e: &(&'static Entry, Config), args: &[&Tensor]| -> Result<Tensor, RuntimeError> {
-        e.0.call(rt, &e.1, args)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| RuntimeError::Internal(format!("`{}` returned nothing", e.0.name)))
-    };
     let mut it = params.iter();
     let mut next = || {
         it.next()
@@ -196,23 +176,22 @@ pub fn loss(
     for _ in 0..c.layers {
         let (n1, wq, wk, wv, wo) = (next()?, next()?, next()?, next()?, next()?);
         let (n2, wg, wu, wd) = (next()?, next()?, next()?, next()?);
-        let a = call(&k.norm, &[&x, n1])?;
+        let a = call_rms_norm(&k.norm, &x, n1)?;
         let heads = |w: &Tensor| -> Result<Tensor, RuntimeError> {
             a.matmul(w)?
                 .reshape(&[b, s, h, dh])?
                 .transpose(&[0, 2, 1, 3])
         };
         let (q, kk, v) = (heads(wq)?, heads(wk)?, heads(wv)?);
-        let o = call(&k.attention, &[&q, &kk, &v])?
-            .transpose(&[0, 2, 1, 3])?
-            .reshape(&[rows, d])?;
+        let [o, _] = call_flash_attention(&k.attention, &q, &kk, &v)?;
+        let o = o.transpose(&[0, 2, 1, 3])?.reshape(&[rows, d])?;
         x = x.add(&o.matmul(wo)?)?;
-        let m = call(&k.norm, &[&x, n2])?;
-        let f = call(&k.swiglu, &[&m, wg, wu])?;
+        let m = call_rms_norm(&k.norm, &x, n2)?;
+        let f = call_swiglu(&k.swiglu, &m, wg, wu)?;
         x = x.add(&f.matmul(wd)?)?;
     }
     let (nf, unembed) = (next()?, next()?);
-    let logits = call(&k.norm, &[&x, nf])?.matmul(unembed)?;
+    let logits = call_rms_norm(&k.norm, &x, nf)?.matmul(unembed)?;
     // Cross-entropy through a stable log-sum-exp; the shift cancels, so it
     // carries no gradient.
     let shift = logits.max(&[1])?.detach()?;
