@@ -1,0 +1,504 @@
+//! The attention kernels' library entries: flash attention forward (with
+//! and without a valid kv length) and its backward kernels (delta, dq,
+//! dk/dv), with their parameters, reference, tolerances and presets.
+
+use kernel_ir::prelude::*;
+use kernel_ir::{Array, VerifiedKernel};
+
+use super::backward::*;
+use super::*;
+use crate::entry::{
+    Config, DTYPE, Entry, EntryError, Param, ParamKind, Preset, Shapes, arg, in_range, no_check,
+    param, refs, uniform_inputs,
+};
+use crate::reference;
+use crate::tolerance::Tolerance;
+
+/// The config parameters of the attention kernels.
+const ATTN_PARAMS: &[Param] = &[
+    DTYPE,
+    param(
+        "causal",
+        ParamKind::Bool,
+        "false",
+        "query i sees keys j <= i only",
+    ),
+    param(
+        "block_q",
+        ParamKind::Positive,
+        "64",
+        "query rows per block (clamped to the sequence)",
+    ),
+    param(
+        "block_k",
+        ParamKind::Positive,
+        "128",
+        "keys per block (clamped to the sequence)",
+    ),
+    param(
+        "sm_scale",
+        ParamKind::Scale,
+        "auto",
+        "score scale; auto = 1/sqrt(head_dim)",
+    ),
+    param(
+        "window",
+        ParamKind::OptPositive,
+        "none",
+        "sliding window: keys more than window-1 away are hidden",
+    ),
+    param(
+        "softcap",
+        ParamKind::OptPositiveNumber,
+        "none",
+        "logit soft-cap: s = cap * tanh(s / cap)",
+    ),
+];
+
+/// The [`AttnConfig`] of a library config for these sequence lengths.
+pub(crate) fn attn_config(
+    c: &Config,
+    sq: usize,
+    skv: usize,
+    d: usize,
+) -> Result<AttnConfig, EntryError> {
+    Ok(AttnConfig {
+        causal: c.bool("causal")?,
+        sm_scale: c.scale("sm_scale", d)?,
+        block_q: c.usize("block_q")?.min(sq),
+        block_k: c.usize("block_k")?.min(skv),
+        window: c.opt_usize("window")?,
+        softcap: c.opt_f32("softcap")?,
+    })
+}
+
+/// The reference's view of a library config.
+pub(crate) fn attn_spec(c: &Config, d: usize) -> Result<reference::AttnSpec, EntryError> {
+    Ok(reference::AttnSpec {
+        causal: c.bool("causal")?,
+        scale: c.scale("sm_scale", d)? as f64,
+        window: c.opt_usize("window")?,
+        softcap: c.opt_f32("softcap")?.map(f64::from),
+        kv_len: None,
+    })
+}
+
+/// `[b, h, s, d]` q, `[b, hkv, s, d]` k and v: the attention defaults.
+pub(crate) fn qkv() -> Shapes {
+    vec![
+        ("q", vec![1, 2, 256, 64]),
+        ("k", vec![1, 2, 256, 64]),
+        ("v", vec![1, 2, 256, 64]),
+    ]
+}
+
+/// Scores that stay in f32 range: `max|q| · max|k| · d · sm_scale` finite
+/// (else the kernels compute ±∞ and NaN where the f64 reference does not).
+pub(crate) fn check_scores(
+    c: &Config,
+    k: &VerifiedKernel,
+    inputs: &[Array],
+) -> Result<(), EntryError> {
+    let (Some(q), Some(kk)) = (arg(k, inputs, "q"), arg(k, inputs, "k")) else {
+        return Ok(());
+    };
+    let d = *q.shape().last().unwrap_or(&1);
+    let scale = if c.is_declared("sm_scale") {
+        c.scale("sm_scale", d)? as f64
+    } else {
+        1.0 / (d as f64).sqrt()
+    };
+    let max = |a: &Array| a.data().iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let bound = max(q) * max(kk) * d as f64 * scale.abs();
+    if !bound.is_finite() || bound > f32::MAX as f64 / 4.0 {
+        return Err(EntryError::Input(format!(
+            "the attention scores can overflow f32: max|q| x max|k| x d x sm_scale = {bound:.3e} (f32 holds up to 3.4e38); scale q or k down"
+        )));
+    }
+    Ok(())
+}
+
+/// The output's and the logsumexp's tolerances.
+fn forward_tolerance(c: &Config, _: &VerifiedKernel) -> Vec<Tolerance> {
+    let d = c.dtype("dtype").unwrap_or(DType::F32);
+    vec![Tolerance::attention(d), Tolerance::logsumexp(d)]
+}
+
+/// The GQA presets' config: causal, sliding window 96, soft-cap 30.
+pub(crate) const GQA_WINDOW: &[(&str, &str)] = &[
+    ("dtype", "bf16"),
+    ("causal", "true"),
+    ("sm_scale", "0.125"),
+    ("window", "96"),
+    ("softcap", "30"),
+];
+
+/// 4 query heads on 2 kv heads, 200 positions of 64.
+pub(crate) const GQA_SHAPES: &[(&str, &[usize])] = &[
+    ("q", &[1, 4, 200, 64]),
+    ("k", &[1, 2, 200, 64]),
+    ("v", &[1, 2, 200, 64]),
+];
+
+/// [`flash_attention()`] in the library.
+pub const FLASH_ATTENTION: Entry = Entry {
+    name: "flash_attention",
+    backward: Some(|c, s| {
+        let (q, k) = (&s[0], &s[1]);
+        let cfg = attn_config(c, q[2], k[2], q[3])?;
+        Ok(vjp::vjp(cfg, false))
+    }),
+    about: "flash attention forward (GQA, causal, window, soft-cap): outputs o and lse",
+    params: ATTN_PARAMS,
+    inputs: |_| Ok(qkv()),
+    build: |c, s| {
+        let dims = flash_attention::Dims::from_shapes(&refs(s))?;
+        Ok(flash_attention(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let d = a[0].shape()[3];
+        let (o, lse) = reference::attention_full(&a[0], &a[1], &a[2], &attn_spec(c, d)?);
+        Ok(vec![o, lse])
+    },
+    check: check_scores,
+    tolerance: forward_tolerance,
+    sample: uniform_inputs,
+    presets: &[
+        Preset {
+            name: "flash_attention_causal_bf16",
+            about: "flash attention forward, causal, bf16[1, 2, 256, 64], K col-major",
+            config: &[("dtype", "bf16"), ("causal", "true"), ("sm_scale", "0.125")],
+            shapes: &[],
+        },
+        Preset {
+            name: "flash_attention_f32",
+            about: "flash attention forward, f32, 128 queries over 256 keys",
+            config: &[("block_q", "32"), ("sm_scale", "0.125")],
+            shapes: &[("q", &[1, 2, 128, 64])],
+        },
+        Preset {
+            name: "flash_attention_gqa_window_bf16",
+            about: "flash attention forward, bf16, 4 query heads on 2 kv heads, causal, window 96, soft-cap 30, ragged 200 keys",
+            config: GQA_WINDOW,
+            shapes: GQA_SHAPES,
+        },
+    ],
+};
+
+/// [`flash_attention_kv_len()`] in the library.
+pub const FLASH_ATTENTION_KV_LEN: Entry = Entry {
+    name: "flash_attention_kv_len",
+    backward: Some(|c, s| {
+        let (q, k) = (&s[1], &s[2]);
+        let cfg = attn_config(c, q[2], k[2], q[3])?;
+        Ok(vjp::vjp(cfg, true))
+    }),
+    about: "flash attention forward over keys padded to a bucket; kv_len[0] valid keys",
+    params: ATTN_PARAMS,
+    inputs: |_| {
+        let mut v = vec![("kv_len", vec![1])];
+        v.extend(qkv());
+        Ok(v)
+    },
+    build: |c, s| {
+        let dims = flash_attention::Dims::from_shapes(&refs(&s[1..]))?;
+        Ok(flash_attention_kv_len(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let d = a[1].shape()[3];
+        let spec = reference::AttnSpec {
+            kv_len: Some(a[0].data()[0].max(0.0) as usize),
+            ..attn_spec(c, d)?
+        };
+        let (o, lse) = reference::attention_full(&a[1], &a[2], &a[3], &spec);
+        Ok(vec![o, lse])
+    },
+    check: |c, k, a| {
+        let skv = arg(k, a, "k").map_or(0, |k| k.shape()[2]) as f64;
+        in_range(arg(k, a, "kv_len"), "kv_len", 0.0, skv, "the keys that exist")?;
+        check_scores(c, k, a)
+    },
+    tolerance: forward_tolerance,
+    sample: |c, k, seed| {
+        let mut v = uniform_inputs(c, k, seed);
+        let skv = v[2].shape()[2];
+        // Some keys valid, at least one, not all.
+        let len = 1 + kernel_ir::SplitMix64(seed).below(skv.max(1));
+        v[0] = Array::new(DType::I32, [1], vec![len as f64]).unwrap_or_else(|_| v[0].clone());
+        v
+    },
+    presets: &[Preset {
+        name: "flash_attention_kv_len_bucket",
+        about: "flash attention forward over a bucket of 256 keys, valid length as scalar prefetch",
+        config: &[("causal", "true"), ("sm_scale", "0.125")],
+        shapes: &[],
+    }],
+};
+
+/// q, k, v, dO, lse, delta: the inputs of the dq and dk/dv kernels.
+fn backward_shapes(_: &Config) -> Result<Shapes, EntryError> {
+    let mut v = qkv();
+    v.extend([
+        ("d_o", vec![1, 2, 256, 64]),
+        ("lse", vec![1, 2, 256, 1]),
+        ("delta", vec![1, 2, 256, 1]),
+    ]);
+    Ok(v)
+}
+
+/// Random q, k, v, dO, and the lse and delta the forward would have
+/// saved for them (the backward is defined only for those).
+fn backward_inputs(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
+    let mut v = uniform_inputs(c, k, seed);
+    let d = v[0].shape()[3];
+    let Ok(spec) = attn_spec(c, d) else {
+        return v;
+    };
+    let (o, lse) = reference::attention_full(&v[0], &v[1], &v[2], &spec);
+    let o = Array::new(v[0].dtype(), v[0].shape().to_vec(), o).unwrap_or_else(|_| v[0].clone());
+    let delta = reference::attention_delta(o.data(), &v[3]);
+    let rows = v[4].shape().to_vec();
+    if let (Ok(l), Ok(dl)) = (
+        Array::new(DType::F32, rows.clone(), lse),
+        Array::new(DType::F32, rows, delta),
+    ) {
+        v[4] = l;
+        v[5] = dl;
+    }
+    v
+}
+
+fn grad_tolerance(c: &Config, k: &VerifiedKernel) -> Vec<Tolerance> {
+    let d = c.dtype("dtype").unwrap_or(DType::F32);
+    k.outputs().map(|_| Tolerance::attention_grad(d)).collect()
+}
+
+/// The GQA dq/dk/dv presets' shapes.
+const GQA_BACKWARD_SHAPES: &[(&str, &[usize])] = &[
+    ("q", &[1, 4, 200, 64]),
+    ("k", &[1, 2, 200, 64]),
+    ("v", &[1, 2, 200, 64]),
+    ("d_o", &[1, 4, 200, 64]),
+    ("lse", &[1, 4, 200, 1]),
+    ("delta", &[1, 4, 200, 1]),
+];
+
+/// [`attention_delta()`] in the library.
+pub const ATTENTION_DELTA: Entry = Entry {
+    name: "attention_delta",
+    backward: None,
+    about: "flash attention backward: delta = rowsum(dO * O)",
+    params: &[
+        DTYPE,
+        param("block_q", ParamKind::Positive, "64", "query rows per block"),
+    ],
+    inputs: |_| {
+        Ok(vec![
+            ("o", vec![1, 2, 256, 64]),
+            ("d_o", vec![1, 2, 256, 64]),
+        ])
+    },
+    build: |c, s| {
+        let dims = attention_delta::Dims::from_shapes(&refs(s))?;
+        Ok(attention_delta(
+            c.usize("block_q")?.min(dims.sq),
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |_, a| Ok(vec![reference::attention_delta(a[0].data(), &a[1])]),
+    check: no_check,
+    tolerance: |_, _| vec![Tolerance { abs: 1e-4, rel: 1e-4 }],
+    sample: uniform_inputs,
+    presets: &[Preset {
+        name: "attention_delta_bf16",
+        about: "flash attention backward, delta = rowsum(dO * O), bf16[1, 4, 200, 64]",
+        config: &[("dtype", "bf16")],
+        shapes: &[("o", &[1, 4, 200, 64]), ("d_o", &[1, 4, 200, 64])],
+    }],
+};
+
+/// [`flash_attention_dq()`] in the library.
+pub const FLASH_ATTENTION_DQ: Entry = Entry {
+    name: "flash_attention_dq",
+    backward: None,
+    about: "flash attention backward: dq from q, k, v, dO, lse, delta",
+    params: ATTN_PARAMS,
+    inputs: backward_shapes,
+    build: |c, s| {
+        let dims = flash_attention_dq::Dims::from_shapes(&refs(s))?;
+        Ok(flash_attention_dq(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = attn_spec(c, a[0].shape()[3])?;
+        Ok(vec![
+            reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &spec).0,
+        ])
+    },
+    check: check_scores,
+    tolerance: grad_tolerance,
+    sample: backward_inputs,
+    presets: &[Preset {
+        name: "flash_attention_dq_gqa_window",
+        about: "flash attention backward, dq, GQA 4/2 heads, causal, window, soft-cap",
+        config: GQA_WINDOW,
+        shapes: GQA_BACKWARD_SHAPES,
+    }],
+};
+
+/// [`flash_attention_dkv()`] in the library.
+pub const FLASH_ATTENTION_DKV: Entry = Entry {
+    name: "flash_attention_dkv",
+    backward: None,
+    about: "flash attention backward: dk and dv (summed over GQA groups)",
+    params: ATTN_PARAMS,
+    inputs: backward_shapes,
+    build: |c, s| {
+        let dims = flash_attention_dkv::Dims::from_shapes(&refs(s))?;
+        Ok(flash_attention_dkv(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = attn_spec(c, a[0].shape()[3])?;
+        let (_, dk, dv) = reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &spec);
+        Ok(vec![dk, dv])
+    },
+    check: check_scores,
+    tolerance: grad_tolerance,
+    sample: backward_inputs,
+    presets: &[Preset {
+        name: "flash_attention_dkv_gqa",
+        about: "flash attention backward, dk and dv summed over the 2 query heads of each kv head",
+        config: GQA_WINDOW,
+        shapes: GQA_BACKWARD_SHAPES,
+    }],
+};
+
+/// `kv_len`, then the dq/dk/dv inputs.
+fn backward_shapes_kv_len(c: &Config) -> Result<Shapes, EntryError> {
+    let mut v = vec![("kv_len", vec![1])];
+    v.extend(backward_shapes(c)?);
+    Ok(v)
+}
+
+/// [`backward_inputs`] with a random valid length in `1..=skv` first, and
+/// lse and delta from the forward that masks keys past it.
+fn backward_inputs_kv_len(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
+    let mut v = uniform_inputs(c, k, seed);
+    let skv = v[2].shape()[2];
+    let len = 1 + kernel_ir::SplitMix64(seed).below(skv.max(1));
+    v[0] = Array::new(DType::I32, [1], vec![len as f64]).unwrap_or_else(|_| v[0].clone());
+    let d = v[1].shape()[3];
+    let Ok(spec) = attn_spec(c, d) else {
+        return v;
+    };
+    let spec = reference::AttnSpec {
+        kv_len: Some(len),
+        ..spec
+    };
+    let (o, lse) = reference::attention_full(&v[1], &v[2], &v[3], &spec);
+    let o = Array::new(v[1].dtype(), v[1].shape().to_vec(), o).unwrap_or_else(|_| v[1].clone());
+    let delta = reference::attention_delta(o.data(), &v[4]);
+    let rows = v[5].shape().to_vec();
+    if let (Ok(l), Ok(dl)) = (
+        Array::new(DType::F32, rows.clone(), lse),
+        Array::new(DType::F32, rows, delta),
+    ) {
+        v[5] = l;
+        v[6] = dl;
+    }
+    v
+}
+
+/// The attention spec of a kv_len backward entry's inputs.
+fn spec_kv_len(c: &Config, a: &[Array]) -> Result<reference::AttnSpec, EntryError> {
+    Ok(reference::AttnSpec {
+        kv_len: Some(a[0].data()[0].max(0.0) as usize),
+        ..attn_spec(c, a[1].shape()[3])?
+    })
+}
+
+/// `kv_len` in `0..=skv`, and the scores in range.
+fn check_kv_len(c: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> {
+    let skv = arg(k, a, "k").map_or(0, |k| k.shape()[2]) as f64;
+    in_range(arg(k, a, "kv_len"), "kv_len", 0.0, skv, "the keys that exist")?;
+    check_scores(c, k, a)
+}
+
+/// [`flash_attention_dq_kv_len()`] in the library.
+pub const FLASH_ATTENTION_DQ_KV_LEN: Entry = Entry {
+    name: "flash_attention_dq_kv_len",
+    backward: None,
+    about: "flash attention backward over keys padded to a bucket: dq; kv_len[0] valid keys",
+    params: ATTN_PARAMS,
+    inputs: backward_shapes_kv_len,
+    build: |c, s| {
+        let dims = flash_attention_dq::Dims::from_shapes(&refs(&s[1..]))?;
+        Ok(flash_attention_dq_kv_len(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = spec_kv_len(c, a)?;
+        Ok(vec![
+            reference::attention_backward(&a[1], &a[2], &a[3], &a[4], &spec).0,
+        ])
+    },
+    check: check_kv_len,
+    tolerance: grad_tolerance,
+    sample: backward_inputs_kv_len,
+    presets: &[Preset {
+        name: "flash_attention_dq_kv_len_causal",
+        about: "flash attention backward, dq, causal, over a bucket of 256 keys with a valid length",
+        config: &[("causal", "true"), ("sm_scale", "0.125")],
+        shapes: &[],
+    }],
+};
+
+/// [`flash_attention_dkv_kv_len()`] in the library.
+pub const FLASH_ATTENTION_DKV_KV_LEN: Entry = Entry {
+    name: "flash_attention_dkv_kv_len",
+    backward: None,
+    about: "flash attention backward over keys padded to a bucket: dk and dv; kv_len[0] valid keys",
+    params: ATTN_PARAMS,
+    inputs: backward_shapes_kv_len,
+    build: |c, s| {
+        let dims = flash_attention_dkv::Dims::from_shapes(&refs(&s[1..]))?;
+        Ok(flash_attention_dkv_kv_len(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = spec_kv_len(c, a)?;
+        let (_, dk, dv) = reference::attention_backward(&a[1], &a[2], &a[3], &a[4], &spec);
+        Ok(vec![dk, dv])
+    },
+    check: check_kv_len,
+    tolerance: grad_tolerance,
+    sample: backward_inputs_kv_len,
+    presets: &[Preset {
+        name: "flash_attention_dkv_kv_len_bucket",
+        about: "flash attention backward, dk and dv, over a bucket of 256 keys with a valid length",
+        config: &[("sm_scale", "0.125")],
+        shapes: &[],
+    }],
+};
