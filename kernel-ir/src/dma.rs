@@ -9,6 +9,19 @@
 //! wait, so a copy started in one grid step can be waited in the next
 //! (the double-buffering pattern of paged attention).
 //!
+//! # Across chips
+//!
+//! A kernel that declares a mesh ([`crate::KernelBuilder::mesh`], `mesh [x
+//! 4]` in the text form) runs once per device of it: `device_id()` and
+//! `axis_index("x")` say which; `make_async_remote_copy(src, dst,
+//! send_sem, recv_sem, device)` copies to another device's `dst`
+//! (`wait_send()` until the source may be reused, `wait()` on the
+//! receiver until the data is there); `Sem::signal_remote(n, device)`
+//! signals another device's semaphore; `KernelBuilder::barrier_semaphore`
+//! is the chip's barrier. Devices are logical ids, row-major over the mesh
+//! axes. Such kernels lower and compile for TPU; the CPU paths run single
+//! devices and refuse them.
+//!
 //! These are the IR's records: [`SemaphoreDecl`] (an array the kernel
 //! declares), [`SemaphoreSlot`] (one semaphore of it), [`BufferSlice`] (one
 //! side of a copy) and [`CopyDescriptor`]. The builder's handles a kernel
@@ -23,6 +36,10 @@ use crate::{BufferRef, DType, Index, IndexValue, Loc, ValueId};
 /// What a semaphore counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SemaphoreKind {
+    /// The chip's barrier semaphore (Pallas's `get_barrier_semaphore`):
+    /// one per kernel, shape `[]`, signalled by other devices to meet at a
+    /// barrier; a kernel using it needs a collective id when compiled.
+    Barrier,
     /// Bytes of finished copies: signalled by the DMA engine, waited by
     /// `dma_wait` (Pallas's `SemaphoreType.DMA`).
     Dma,
@@ -35,6 +52,7 @@ impl fmt::Display for SemaphoreKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             SemaphoreKind::Dma => "dma_semaphore",
+            SemaphoreKind::Barrier => "barrier_semaphore",
             SemaphoreKind::Regular => "semaphore",
         })
     }
@@ -118,19 +136,43 @@ pub struct CopyDescriptor {
     pub src: BufferSlice,
     /// What is written.
     pub dst: BufferSlice,
-    /// The DMA semaphore signalled as bytes arrive.
+    /// The DMA semaphore signalled as bytes arrive (on the destination's
+    /// device).
     pub sem: SemaphoreSlot,
+    /// For a copy to another device: where the destination is and the
+    /// local semaphore counting the bytes sent.
+    pub remote: Option<RemoteTarget>,
+}
+
+/// The other end of a remote copy (Pallas's `make_async_remote_copy`):
+/// the destination view and `sem` live on device `device` of the
+/// kernel's mesh (a logical id); `send_sem` is this device's DMA semaphore
+/// that counts the bytes as they leave.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RemoteTarget {
+    /// The logical id of the destination's device.
+    pub device: IndexValue,
+    /// The sender's DMA semaphore.
+    pub send_sem: SemaphoreSlot,
 }
 
 impl CopyDescriptor {
     /// Dynamic values it reads (source indices, destination indices,
     /// semaphore index).
     pub fn operands(&self) -> Vec<ValueId> {
-        self.src
+        let mut v: Vec<ValueId> = self
+            .src
             .operands()
             .chain(self.dst.operands())
             .chain(self.sem.operands())
-            .collect()
+            .collect();
+        if let Some(r) = &self.remote {
+            if let IndexValue::Dynamic(d) = r.device {
+                v.push(d);
+            }
+            v.extend(r.send_sem.operands());
+        }
+        v
     }
 
     /// Bytes the copy moves for elements of `dtype`.

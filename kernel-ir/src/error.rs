@@ -421,6 +421,9 @@ pub enum ErrorKind {
     /// that does not exist.
     #[error("[inputs] {0}")]
     Inputs(String),
+    /// A kernel across several devices where a path runs one.
+    #[error("[mesh] {0}")]
+    Mesh(String),
     /// Wrong number, dtype or shape of a call's arrays.
     #[error("[inputs] {0}")]
     Arguments(crate::ArgumentError),

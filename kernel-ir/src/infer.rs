@@ -369,13 +369,66 @@ pub(crate) fn result_types(
             check_yields("if", &then_types, &else_region.yields, ty)?;
             Ok(then_types)
         }
-        OpKind::DmaStart(c) | OpKind::DmaWait(c) => {
-            check_copy(sig, kind.mnemonic(), c, ty)?;
+        OpKind::DmaStart(c) | OpKind::DmaWait(c) | OpKind::DmaWaitSend(c) => {
+            let op = kind.mnemonic();
+            check_copy(sig, op, c, ty)?;
+            match &c.remote {
+                Some(r) => {
+                    check_device(sig, op, &r.device, ty)?;
+                    check_sem(sig, op, &r.send_sem, &[SemaphoreKind::Dma], ty)?;
+                }
+                None if matches!(kind, OpKind::DmaWaitSend(_)) => {
+                    return Err(ErrorKind::Dma {
+                        op,
+                        detail: "a local copy has no send side; wait for it with `dma_wait`".into(),
+                    });
+                }
+                None => {}
+            }
+            Ok(vec![])
+        }
+        OpKind::DeviceId => {
+            mesh_of(sig, "device_id")?;
+            one(TileType::scalar(DType::I32))
+        }
+        OpKind::AxisIndex { axis } => {
+            let mesh = mesh_of(sig, "axis_index")?;
+            if *axis >= mesh.axes.len() {
+                return Err(ErrorKind::Dma {
+                    op: "axis_index",
+                    detail: format!(
+                        "mesh axis {axis} does not exist; the mesh has {} axes",
+                        mesh.axes.len()
+                    ),
+                });
+            }
+            one(TileType::scalar(DType::I32))
+        }
+        OpKind::RemoteSignal {
+            sem,
+            amount,
+            device,
+        } => {
+            let op = "remote_signal";
+            check_sem(
+                sig,
+                op,
+                sem,
+                &[SemaphoreKind::Regular, SemaphoreKind::Barrier],
+                ty,
+            )?;
+            check_device(sig, op, device, ty)?;
+            check_amount(op, amount, ty)?;
             Ok(vec![])
         }
         OpKind::SemSignal { sem, amount } | OpKind::SemWait { sem, amount } => {
             let op = kind.mnemonic();
-            check_sem(sig, op, sem, SemaphoreKind::Regular, ty)?;
+            // A kernel waits on its barrier semaphore; others signal it.
+            let kinds: &[SemaphoreKind] = match kind {
+                OpKind::SemWait { .. } => &[SemaphoreKind::Regular, SemaphoreKind::Barrier],
+                _ => &[SemaphoreKind::Regular],
+            };
+            check_sem(sig, op, sem, kinds, ty)?;
             match amount {
                 IndexValue::Static(n) if *n < 0 => Err(ErrorKind::Dma {
                     op,
@@ -391,7 +444,7 @@ pub(crate) fn result_types(
             }
         }
         OpKind::SemRead { sem } => {
-            check_sem(sig, "sem_read", sem, SemaphoreKind::Regular, ty)?;
+            check_sem(sig, "sem_read", sem, &[SemaphoreKind::Regular], ty)?;
             one(TileType::scalar(DType::I32))
         }
         OpKind::Scope {
@@ -435,26 +488,70 @@ pub(crate) fn result_types(
     }
 }
 
-/// Checks a semaphore reference: the array exists, is of `want` kind, and
-/// is indexed once per dim in bounds.
+/// The kernel's mesh, which `op` needs.
+fn mesh_of<'k>(sig: &'k Kernel, op: &'static str) -> Result<&'k crate::Mesh, ErrorKind> {
+    sig.mesh.as_ref().ok_or_else(|| ErrorKind::Dma {
+        op,
+        detail: "the kernel declares no mesh; give it one (`KernelBuilder::mesh`) naming the devices it runs on together".into(),
+    })
+}
+
+/// A device id: an i32 scalar, or a number of a device in the mesh.
+fn check_device(
+    sig: &Kernel,
+    op: &'static str,
+    device: &IndexValue,
+    ty: &TypeOf<'_>,
+) -> Result<(), ErrorKind> {
+    let n = mesh_of(sig, op)?.devices();
+    match device {
+        IndexValue::Static(d) if *d < 0 || *d as usize >= n => Err(ErrorKind::Dma {
+            op,
+            detail: format!("device {d} is outside the mesh's devices 0..{n}"),
+        }),
+        IndexValue::Static(_) => Ok(()),
+        IndexValue::Dynamic(v) => scalar_i32(op, "device", &ty(*v)?),
+    }
+}
+
+/// A semaphore amount: ≥ 0, or an i32 scalar.
+fn check_amount(op: &'static str, amount: &IndexValue, ty: &TypeOf<'_>) -> Result<(), ErrorKind> {
+    match amount {
+        IndexValue::Static(n) if *n < 0 => Err(ErrorKind::Dma {
+            op,
+            detail: format!("the amount is {n}; semaphores count up from zero, so it must be ≥ 0"),
+        }),
+        IndexValue::Static(_) => Ok(()),
+        IndexValue::Dynamic(v) => scalar_i32(op, "amount", &ty(*v)?),
+    }
+}
+
+/// Checks a semaphore reference: the array exists, is of one of the `want`
+/// kinds, and is indexed once per dim in bounds.
 fn check_sem(
     sig: &Kernel,
     op: &'static str,
     sem: &SemaphoreSlot,
-    want: SemaphoreKind,
+    want: &[SemaphoreKind],
     ty: &TypeOf<'_>,
 ) -> Result<(), ErrorKind> {
     let bad = |detail: String| ErrorKind::Dma { op, detail };
     let Some(a) = sig.semaphores.get(sem.array) else {
         return Err(bad(format!("semaphore array {} does not exist", sem.array)));
     };
-    if a.kind != want {
-        let (what, fix) = match want {
+    if a.kind == SemaphoreKind::Barrier && sig.mesh.is_none() {
+        return Err(bad(format!(
+            "`{}` is the barrier semaphore, which only kernels with a mesh have; declare the mesh",
+            a.name
+        )));
+    }
+    if !want.contains(&a.kind) {
+        let (what, fix) = match want[0] {
             SemaphoreKind::Dma => (
                 "copy",
                 "declare a DMA semaphore array (`dma_semaphores`) for copies",
             ),
-            SemaphoreKind::Regular => (
+            SemaphoreKind::Regular | SemaphoreKind::Barrier => (
                 "signal, wait or read",
                 "DMA semaphores are signalled by copies and waited by `wait` on the copy; declare a regular semaphore array (`semaphores`) to count yourself",
             ),
@@ -543,7 +640,7 @@ fn check_copy(
             shape_str(&dview)
         )));
     }
-    check_sem(sig, op, &c.sem, SemaphoreKind::Dma, ty)
+    check_sem(sig, op, &c.sem, &[SemaphoreKind::Dma], ty)
 }
 
 fn check_yields(

@@ -21,6 +21,9 @@ pub struct Kernel {
     pub grid: Grid,
     /// Where the grid was set (what grid errors point at).
     pub grid_loc: Option<crate::Loc>,
+    /// The devices it runs on together, for kernels that copy or signal
+    /// across chips; `None` for a single-chip kernel.
+    pub mesh: Option<crate::Mesh>,
     /// Scalar-prefetch operands, passed first.
     pub prefetch: Vec<ScalarPrefetch>,
     /// Array operands, in call order.

@@ -76,11 +76,13 @@ pub use array::{Array, ArrayError, SplitMix64};
 pub use budget::{VmemBudget, VmemItem, human_bytes};
 pub use builder::{
     AsyncCopy, BlockMap, Bound, Carry, Idx, IntoIndexExprs, IntoIndices, IntoOperand,
-    KernelBuilder, OptionalLoad, Ref, Scope, Sem, SemArray, Start, Tile, View, constant, dot,
-    dot_general, ds, for_range, for_range_step, if_else, iota, make_async_copy, num_programs,
-    program_id, scoped, select, when,
+    KernelBuilder, OptionalLoad, Ref, Scope, Sem, SemArray, Start, Tile, View, axis_index,
+    constant, device_id, dot, dot_general, ds, for_range, for_range_step, if_else, iota,
+    make_async_copy, make_async_remote_copy, num_programs, program_id, scoped, select, when,
 };
-pub use dma::{BufferSlice, CopyDescriptor, SemaphoreDecl, SemaphoreKind, SemaphoreSlot};
+pub use dma::{
+    BufferSlice, CopyDescriptor, RemoteTarget, SemaphoreDecl, SemaphoreKind, SemaphoreSlot,
+};
 pub use dtype::fp8::{self, f8e4m3fn, f8e5m2};
 pub use dtype::{DType, Element, ParseDTypeError};
 pub use error::{ErrorKind, KernelError, KernelErrors};
@@ -89,6 +91,7 @@ pub use index_map::{IndexEvalError, IndexExpr, IndexExprDisplay, IndexMap, Index
 pub use int_expr::IntExpr;
 pub use interp::{
     BlockFetch, DotShape, FetchTrace, InterpOptions, interpret, interpret_traced, interpret_with,
+    single_device_only,
 };
 pub use kernel::{Argument, ArgumentError, Kernel};
 pub use layout::{Layout, Order};
@@ -99,7 +102,8 @@ pub use ops::{
 };
 pub use parse::{ParseError, parse, parse_file};
 pub use spec::{
-    BlockSpec, DimSemantics, Grid, GridDim, MemorySpace, Operand, Role, ScalarPrefetch, Scratch,
+    BlockSpec, DimSemantics, Grid, GridDim, MemorySpace, Mesh, Operand, Role, ScalarPrefetch,
+    Scratch,
 };
 pub use target::{LANES, ParseTargetError, Target};
 pub use verify::VerifiedKernel;
@@ -198,8 +202,9 @@ pub mod prelude {
     };
     pub use crate::{
         Array, BlockMap, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace,
-        OptionalLoad, Ref, SemArray, Target, Tile, bf16, cdiv, constant, dot, dot_general, ds,
-        f8e4m3fn, f8e5m2, f16, for_range, for_range_step, if_else, interpret, iota, kernel_fn,
-        make_async_copy, num_programs, program_id, scoped, select, tpu_kernel, when, with_float,
+        OptionalLoad, Ref, SemArray, Target, Tile, axis_index, bf16, cdiv, constant, device_id,
+        dot, dot_general, ds, f8e4m3fn, f8e5m2, f16, for_range, for_range_step, if_else, interpret,
+        iota, kernel_fn, make_async_copy, make_async_remote_copy, num_programs, program_id, scoped,
+        select, tpu_kernel, when, with_float,
     };
 }

@@ -583,6 +583,27 @@ pub enum OpKind {
     /// Waits until the bytes of a copy like this one (same semaphore, same
     /// size) have arrived (Pallas's `copy.wait()`).
     DmaWait(crate::CopyDescriptor),
+    /// Waits until the bytes of a remote copy like this one have left this
+    /// device (its `send_sem`), so its source may be overwritten (Pallas's
+    /// `copy.wait_send()`).
+    DmaWaitSend(crate::CopyDescriptor),
+    /// This device's logical id in the kernel's mesh (i32 scalar).
+    DeviceId,
+    /// This device's coordinate along mesh axis `axis` (i32 scalar).
+    AxisIndex {
+        /// The axis, by position in the mesh.
+        axis: usize,
+    },
+    /// Adds `amount` to a regular (or the barrier) semaphore on device
+    /// `device` of the mesh (Pallas's `semaphore_signal(.., device_id=)`).
+    RemoteSignal {
+        /// The semaphore (its copy on `device`).
+        sem: crate::SemaphoreSlot,
+        /// What to add (≥ 0).
+        amount: IndexValue,
+        /// The logical id of the device signalled.
+        device: IndexValue,
+    },
     /// Adds `amount` to a regular semaphore.
     SemSignal {
         /// The semaphore.
@@ -642,6 +663,10 @@ impl OpKind {
             OpKind::DmaStart(_) => "dma_start",
             OpKind::DmaWait(_) => "dma_wait",
             OpKind::SemSignal { .. } => "sem_signal",
+            OpKind::DmaWaitSend(_) => "dma_wait_send",
+            OpKind::DeviceId => "device_id",
+            OpKind::AxisIndex { .. } => "axis_index",
+            OpKind::RemoteSignal { .. } => "remote_signal",
             OpKind::SemWait { .. } => "sem_wait",
             OpKind::SemRead { .. } => "sem_read",
             OpKind::Scope { .. } => "scope",
@@ -667,6 +692,8 @@ impl OpKind {
             OpKind::Constant { .. }
             | OpKind::ProgramId { .. }
             | OpKind::NumPrograms { .. }
+            | OpKind::DeviceId
+            | OpKind::AxisIndex { .. }
             | OpKind::Iota { .. } => {}
             OpKind::Load { indices, mask, .. } => {
                 idx(indices, &mut out);
@@ -707,7 +734,21 @@ impl OpKind {
                 out.extend(init);
             }
             OpKind::If { cond, .. } => out.push(*cond),
-            OpKind::DmaStart(c) | OpKind::DmaWait(c) => out.extend(c.operands()),
+            OpKind::DmaStart(c) | OpKind::DmaWait(c) | OpKind::DmaWaitSend(c) => {
+                out.extend(c.operands())
+            }
+            OpKind::RemoteSignal {
+                sem,
+                amount,
+                device,
+            } => {
+                out.extend(sem.operands());
+                for v in [amount, device] {
+                    if let IndexValue::Dynamic(v) = v {
+                        out.push(*v);
+                    }
+                }
+            }
             OpKind::SemSignal { sem, amount } | OpKind::SemWait { sem, amount } => {
                 out.extend(sem.operands());
                 if let IndexValue::Dynamic(v) = amount {

@@ -49,6 +49,10 @@ impl Printer<'_> {
             .map(|d| format!("{} {}", d.bound, d.semantics))
             .collect();
         let _ = writeln!(self.out, "  grid [{}]", dims.join(", "));
+        if let Some(mesh) = &k.mesh {
+            let axes: Vec<String> = mesh.axes.iter().map(|(n, s)| format!("{n} {s}")).collect();
+            let _ = writeln!(self.out, "  mesh [{}]", axes.join(", "));
+        }
         let names: Vec<String> = k.prefetch.iter().map(|p| p.name.clone()).collect();
         for p in &k.prefetch {
             let _ = writeln!(
@@ -165,12 +169,16 @@ impl Printer<'_> {
     }
 
     fn copy(&self, c: &crate::CopyDescriptor) -> String {
-        format!(
+        let mut s = format!(
             "{} -> {} sem {}",
             self.view(&c.src),
             self.view(&c.dst),
             self.sem(&c.sem)
-        )
+        );
+        if let Some(r) = &c.remote {
+            let _ = write!(s, " to {} send {}", iv(&r.device), self.sem(&r.send_sem));
+        }
+        s
     }
 
     fn region(&mut self, r: &Region, depth: usize) {
@@ -297,7 +305,16 @@ impl Printer<'_> {
                     }
                     s + " {"
                 }
-                OpKind::DmaStart(c) | OpKind::DmaWait(c) => format!("{m} {}", self.copy(c)),
+                OpKind::DmaStart(c) | OpKind::DmaWait(c) | OpKind::DmaWaitSend(c) => {
+                    format!("{m} {}", self.copy(c))
+                }
+                OpKind::DeviceId => format!("{m} : {res_ty}"),
+                OpKind::AxisIndex { axis } => format!("{m} {axis} : {res_ty}"),
+                OpKind::RemoteSignal {
+                    sem,
+                    amount,
+                    device,
+                } => format!("{m} {}, {} to {}", self.sem(sem), iv(amount), iv(device)),
                 OpKind::SemSignal { sem, amount } | OpKind::SemWait { sem, amount } => {
                     format!("{m} {}, {}", self.sem(sem), iv(amount))
                 }

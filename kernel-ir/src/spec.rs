@@ -45,6 +45,37 @@ pub struct GridDim {
     pub semantics: DimSemantics,
 }
 
+/// The devices a kernel runs on together (Pallas's mesh in `shard_map`):
+/// named axes with sizes; a device's logical id is its coordinates in
+/// row-major order over the axes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mesh {
+    /// `(name, size)` per axis, outermost first.
+    pub axes: Vec<(String, usize)>,
+    /// Where it was declared (what mesh errors point at).
+    pub loc: Option<Loc>,
+}
+
+impl Mesh {
+    /// How many devices.
+    pub fn devices(&self) -> usize {
+        self.axes
+            .iter()
+            .fold(1usize, |a, (_, n)| a.saturating_mul(*n))
+    }
+
+    /// The position of axis `name`.
+    pub fn axis(&self, name: &str) -> Option<usize> {
+        self.axes.iter().position(|(n, _)| n == name)
+    }
+
+    /// Logical ids between one step along `axis` (the product of the
+    /// sizes of the axes after it).
+    pub fn stride(&self, axis: usize) -> usize {
+        self.axes.iter().skip(axis + 1).map(|(_, n)| *n).product()
+    }
+}
+
 /// The iteration space of a kernel. Iterated in row-major order: the last
 /// dim varies fastest.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]

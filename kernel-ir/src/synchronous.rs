@@ -26,6 +26,8 @@ impl VerifiedKernel {
                 op.kind,
                 OpKind::DmaStart(_)
                     | OpKind::DmaWait(_)
+                    | OpKind::DmaWaitSend(_)
+                    | OpKind::RemoteSignal { .. }
                     | OpKind::SemSignal { .. }
                     | OpKind::SemWait { .. }
                     | OpKind::SemRead { .. }
@@ -144,6 +146,23 @@ impl Pass<'_> {
     fn rewrite(&mut self, op: Op, out: &mut Vec<Op>) {
         let loc = op.loc;
         let kind = match op.kind {
+            // A copy to another device stays: a single-device lowering
+            // refuses it, naming the op, instead of copying locally.
+            k @ (OpKind::DmaStart(crate::CopyDescriptor {
+                remote: Some(_), ..
+            })
+            | OpKind::DmaWait(crate::CopyDescriptor {
+                remote: Some(_), ..
+            })
+            | OpKind::DmaWaitSend(_)
+            | OpKind::RemoteSignal { .. }) => {
+                out.push(Op {
+                    kind: k,
+                    results: op.results,
+                    loc,
+                });
+                return;
+            }
             OpKind::DmaStart(c) => {
                 let ty = TileType::new((self.dtype)(c.src.buffer), c.src.shape());
                 let load = OpKind::Load {

@@ -137,7 +137,11 @@ impl ArgLayout {
             }
         };
         let scratch = k.scratch.iter().map(|s| slot(s.scoped)).collect();
-        let semaphores = k.semaphores.iter().map(|s| slot(s.scoped)).collect();
+        let semaphores = k
+            .semaphores
+            .iter()
+            .map(|s| slot(!is_semaphore_arg(s)))
+            .collect();
         ArgLayout {
             grid,
             prefetch,
@@ -160,6 +164,13 @@ impl ArgLayout {
     }
 }
 
+/// Whether a semaphore array is an argument of the kernel function: not
+/// a scoped one (allocated by its scope) nor the barrier semaphore (the
+/// chip's, fetched with `tpu.sem_barrier`).
+pub(crate) fn is_semaphore_arg(s: &kernel_ir::SemaphoreDecl) -> bool {
+    !s.scoped && s.kind != kernel_ir::SemaphoreKind::Barrier
+}
+
 /// Mosaic's memref of semaphores of `kind` with `shape`:
 /// `memref<2x!tpu.dma_semaphore, #tpu.memory_space<semaphore_mem>>`.
 pub(crate) fn semaphore_type<'c>(
@@ -167,8 +178,12 @@ pub(crate) fn semaphore_type<'c>(
     kind: kernel_ir::SemaphoreKind,
     shape: &[usize],
 ) -> melior::ir::Type<'c> {
+    let name = match kind {
+        kernel_ir::SemaphoreKind::Dma => "dma_semaphore",
+        kernel_ir::SemaphoreKind::Regular | kernel_ir::SemaphoreKind::Barrier => "semaphore",
+    };
     let elem = ir
-        .parse_type(&format!("!tpu.{kind}"))
+        .parse_type(&format!("!tpu.{name}"))
         .unwrap_or_else(|_| ir.i32());
     let space = ir.parse_attr("#tpu.memory_space<semaphore_mem>").ok();
     ir.memref_of(elem, shape, space)

@@ -13,7 +13,7 @@ use base64::Engine;
 use melior::ir::operation::{OperationLike, OperationMutLike};
 use melior::ir::{BlockLike, Module, Type};
 
-use kernel_ir::{Kernel, Role, VerifiedKernel};
+use kernel_ir::{Kernel, OpKind, Role, VerifiedKernel};
 
 use crate::LoweringError;
 use crate::convention::{ArgLayout, Flavor, memory_dtype, physical_order};
@@ -87,7 +87,7 @@ pub fn tpu_custom_call(kernel: &VerifiedKernel) -> Result<TpuCustomCall, Lowerin
     };
     let cost = CostEstimate::of(k);
     let vmem_limit = k.effective_vmem_limit();
-    let backend_config = backend_config(&serialized_body, &cost, vmem_limit);
+    let backend_config = backend_config(&serialized_body, Communication::of(k), &cost, vmem_limit);
     let (module, transposes) = wrapper(&m, k, CallTarget::Tpu(&backend_config))?;
     Ok(TpuCustomCall {
         module,
@@ -100,18 +100,67 @@ pub fn tpu_custom_call(kernel: &VerifiedKernel) -> Result<TpuCustomCall, Lowerin
     })
 }
 
+/// What a kernel across chips tells libtpu: that it talks to other
+/// devices (remote copies or signals; without it libtpu refuses "Remote op
+/// used, but has_communication not specified"), and the collective id of
+/// its barrier (without one libtpu aborts the process on a kernel using
+/// the barrier semaphore). One kernel per program gets id 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Communication {
+    /// Remote copies or signals.
+    pub remote: bool,
+    /// The collective id, when the barrier semaphore is used.
+    pub collective_id: Option<u32>,
+}
+
+impl Communication {
+    /// What `k` needs.
+    pub fn of(k: &Kernel) -> Communication {
+        let mut remote = false;
+        k.body.walk(&mut |op| {
+            remote |= match &op.kind {
+                OpKind::DmaStart(c) | OpKind::DmaWait(c) | OpKind::DmaWaitSend(c) => {
+                    c.remote.is_some()
+                }
+                OpKind::RemoteSignal { .. } => true,
+                _ => false,
+            }
+        });
+        let barrier = k
+            .semaphores
+            .iter()
+            .any(|s| s.kind == kernel_ir::SemaphoreKind::Barrier);
+        Communication {
+            remote: remote || barrier,
+            collective_id: barrier.then_some(0),
+        }
+    }
+}
+
 /// The JSON `backend_config`, keys in the order Pallas writes them.
-fn backend_config(body: &[u8], cost: &CostEstimate, vmem_limit: u64) -> String {
+fn backend_config(
+    body: &[u8],
+    comm: Communication,
+    cost: &CostEstimate,
+    vmem_limit: u64,
+) -> String {
     let b64 = base64::engine::general_purpose::STANDARD.encode(body);
+    let mut comms = String::new();
+    if comm.remote {
+        comms.push_str(", \"has_communication\": true");
+    }
+    if let Some(id) = comm.collective_id {
+        comms.push_str(&format!(", \"collective_id\": {id}"));
+    }
     format!(
         concat!(
-            "{{\"custom_call_config\": {{\"body\": \"{}\", ",
+            "{{\"custom_call_config\": {{\"body\": \"{}\"{}, ",
             "\"cost_estimate\": {{\"bytes_accessed\": {}, \"flops\": {}, ",
             "\"remote_bytes_transferred\": 0, \"transcendentals\": {}}}, ",
             "\"serialization_format\": 1, \"needs_layout_passes\": true}}, ",
             "\"scoped_memory_configs\": [{{\"memory_space\": 1, \"offset\": 0, \"size\": {}}}]}}"
         ),
-        b64, cost.bytes_accessed, cost.flops, cost.transcendentals, vmem_limit
+        b64, comms, cost.bytes_accessed, cost.flops, cost.transcendentals, vmem_limit
     )
 }
 
@@ -296,7 +345,11 @@ fn wrapper(
     module.body().append_operation(func);
     let mut op = module.as_operation_mut();
     op.set_attribute("sym_name", ir.str_attr(&format!("tessera_{}", k.name)));
-    op.set_attribute("mhlo.num_partitions", ir.i32_attr(1));
+    // A kernel across chips runs once per device of its mesh, each on its
+    // own shard: one partition per device (Mosaic's collectives refuse
+    // replicas).
+    let partitions = k.mesh.as_ref().map_or(1, |m| m.devices());
+    op.set_attribute("mhlo.num_partitions", ir.i32_attr(partitions as i64));
     op.set_attribute("mhlo.num_replicas", ir.i32_attr(1));
     m.verify(&module, "custom call module")?;
     Ok((module.as_operation().to_string(), transposes))

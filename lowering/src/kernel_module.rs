@@ -80,7 +80,11 @@ pub(crate) fn build<'c>(
             space(s.space)?,
         ));
     }
-    for s in k.semaphores.iter().filter(|s| !s.scoped) {
+    for s in k
+        .semaphores
+        .iter()
+        .filter(|s| crate::convention::is_semaphore_arg(s))
+    {
         arg_types.push(crate::convention::semaphore_type(ir, s.kind, &s.shape));
     }
 
@@ -165,7 +169,10 @@ pub(crate) fn build<'c>(
             "scratch_operands",
             ir.i64_attr(
                 (k.scratch.iter().filter(|s| !s.scoped).count()
-                    + k.semaphores.iter().filter(|s| !s.scoped).count()) as i64,
+                    + k.semaphores
+                        .iter()
+                        .filter(|s| crate::convention::is_semaphore_arg(s))
+                        .count()) as i64,
             ),
         ),
         ("window_params", ir.array_attr(&window_params)),

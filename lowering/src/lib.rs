@@ -149,6 +149,42 @@ pub(crate) fn removed_by_synchronous_pass(op: &kernel_ir::Op, target: &str) -> L
     ))
 }
 
+/// A cross-device op on a single-device target: the kernel's mesh says
+/// it runs on several chips, which only the Mosaic lowering expresses.
+pub(crate) fn needs_devices(
+    k: &kernel_ir::Kernel,
+    op: &kernel_ir::Op,
+    target: &'static str,
+) -> LoweringError {
+    let reason = match &k.mesh {
+        Some(m) => kernel_ir::single_device_only(&k.name, m),
+        None => "the kernel declares no mesh".into(),
+    };
+    LoweringError::Unsupported {
+        op: op.kind.mnemonic().to_string(),
+        loc: op.loc.clone(),
+        target,
+        reason,
+    }
+}
+
+/// Refuses a kernel with a mesh on a single-device target, before it is
+/// lowered: its barrier, ids and remote copies mean nothing on one chip.
+pub(crate) fn single_device(
+    k: &kernel_ir::Kernel,
+    target: &'static str,
+) -> Result<(), LoweringError> {
+    match &k.mesh {
+        Some(m) => Err(LoweringError::Unsupported {
+            op: "mesh".into(),
+            loc: k.grid_loc.clone(),
+            target,
+            reason: kernel_ir::single_device_only(&k.name, m),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Target 1: the kernel module in upstream dialects, printed.
 pub fn kernel_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
     printed_kernel_module(kernel, Flavor::Upstream, "kernel module")
@@ -165,6 +201,9 @@ fn printed_kernel_module(
     flavor: Flavor,
     what: &'static str,
 ) -> Result<String, LoweringError> {
+    if flavor == Flavor::Upstream {
+        single_device(kernel, what)?;
+    }
     let m = Mlir::new();
     let ir = Ir::new(&m.ctx, "");
     let options = ModuleOptions {

@@ -115,6 +115,7 @@ fn main() -> Result<(), RuntimeError> {
             &runtime::pjrt::CompileOptions {
                 num_replicas: 1,
                 num_partitions: 1,
+                static_assignment: false,
             },
         )
         .map_err(|e| RuntimeError::failed("compile", e))?;

@@ -57,7 +57,13 @@ fn directives(text: &str) -> (Vec<Directive>, u32) {
             && !key.contains(' ')
         {
             out.push(Directive {
-                line: if code.is_empty() { last_code } else { n },
+                // A comment line is about the code line above it; one
+                // above all code (the header) about itself.
+                line: if code.is_empty() && last_code > 0 {
+                    last_code
+                } else {
+                    n
+                },
                 key: key.trim().to_string(),
                 value: value.trim().to_string(),
             });
@@ -107,7 +113,7 @@ fn match_errors(
 fn run_file(name: &str, text: &str) -> Vec<String> {
     let (ds, kernel_line) = directives(text);
     let mode = match ds.first() {
-        Some(d) if d.key == "test" && d.line == 0 => d.value.clone(),
+        Some(d) if d.key == "test" && d.line == 1 => d.value.clone(),
         _ => {
             return vec![format!(
                 "{name}:1: the first line must be `; test: verify|interp|lower <target>`"
@@ -315,8 +321,9 @@ fn check_expect(spec: &str, names: &[String], out: &[Array]) -> Result<(), Strin
 fn run_lower(name: &str, k: &VerifiedKernel, target: &str, checks: &[&Directive]) -> Vec<String> {
     let text = match target {
         "kernel_module" => lowering::kernel_module(k).map_err(|e| e.to_string()),
+        // The module, then the Mosaic body it carries (as text).
         "tpu_custom_call" => lowering::tpu_custom_call(k)
-            .map(|c| c.module)
+            .map(|c| format!("{}\n{}", c.module, c.body))
             .map_err(|e| e.to_string()),
         "decomposed" => lowering::decomposed(k).map_err(|e| e.to_string()),
         "host_module" => lowering::host_module(k).map_err(|e| e.to_string()),

@@ -19,6 +19,9 @@ fn without_locs(k: &Kernel) -> Kernel {
     }
     let mut k = k.clone();
     k.grid_loc = None;
+    if let Some(m) = &mut k.mesh {
+        m.loc = None;
+    }
     k.operands.iter_mut().for_each(|o| o.loc = None);
     k.scratch.iter_mut().for_each(|s| s.loc = None);
     k.prefetch.iter_mut().for_each(|p| p.loc = None);
@@ -165,4 +168,45 @@ body:
             let _ = parse(&good[..n]);
         }
     }
+}
+
+/// A kernel across chips, built with the builder (mesh, device ids,
+/// remote copies and their two waits, remote signals, the barrier),
+/// verifies and reads back from its text as itself.
+#[test]
+fn a_kernel_across_chips_reads_back_as_itself() {
+    use kernel_ir::prelude::*;
+    let mut k = KernelBuilder::new("ring_step");
+    k.grid([1], [Arbitrary]);
+    k.mesh([("x", 2), ("y", 2)]);
+    let x = k.input("x", F32, [8, 128]).space(MemorySpace::Any);
+    let o = k.output("o", F32, [8, 128]).space(MemorySpace::Any);
+    let send = k.dma_semaphores("send", []);
+    let recv = k.dma_semaphores("recv", []);
+    let barrier = k.barrier_semaphore();
+    let right = (device_id() + 1) % 4;
+    let left = (axis_index("x") * 2 + axis_index("y") + 3) % 4;
+    barrier.signal_remote(1, right);
+    barrier.signal_remote(1, left);
+    barrier.wait(2);
+    let c = make_async_remote_copy(x, o, send.at(()), recv.at(()), right);
+    c.start();
+    c.wait_send();
+    c.wait();
+    let kernel = k.build().unwrap_or_else(|e| panic!("{e}"));
+    let text = kernel.to_string();
+    assert!(text.contains("  mesh [x 2, y 2]"), "{text}");
+    assert!(text.contains("to %"), "{text}");
+    round_trip(&kernel, "ring_step");
+    // A single-device path refuses it, naming the devices.
+    let e = kernel_ir::interpret(&kernel, &[Array::zeros(F32, [8, 128])]).unwrap_err();
+    assert!(
+        e.to_string().contains("runs on the 4 devices of its mesh"),
+        "{e}"
+    );
+    let e = lowering::decomposed(&kernel).unwrap_err();
+    assert!(
+        e.to_string().contains("runs on the 4 devices of its mesh"),
+        "{e}"
+    );
 }

@@ -73,6 +73,8 @@ pub struct AsyncCopy {
     src: View,
     dst: View,
     sem: Sem,
+    /// For a remote copy: the destination's device and the send semaphore.
+    remote: Option<(Start, Sem)>,
 }
 
 fn semaphore_array(
@@ -130,6 +132,35 @@ impl KernelBuilder {
             false,
             loc,
         )
+    }
+
+    /// Declares the kernel's mesh: the devices it runs on together, as
+    /// named axes with sizes (`[("x", 4)]`, `[("x", 2), ("y", 2)]`).
+    #[track_caller]
+    pub fn mesh<N: Into<String>>(&mut self, axes: impl IntoIterator<Item = (N, usize)>) {
+        let axes = axes.into_iter().map(|(n, s)| (n.into(), s)).collect();
+        let loc = Some(Loc::caller());
+        state::with(self.id, |st| {
+            st.sig.mesh = Some(crate::Mesh { axes, loc });
+            Some(())
+        });
+    }
+
+    /// The barrier semaphore (Pallas's `get_barrier_semaphore`): other
+    /// devices [`Sem::signal_remote`] it and this one [`Sem::wait`]s on it
+    /// to meet at a barrier. Needs a mesh.
+    #[track_caller]
+    pub fn barrier_semaphore(&mut self) -> Sem {
+        let loc = Loc::caller();
+        semaphore_array(
+            self,
+            "barrier".into(),
+            SemaphoreKind::Barrier,
+            Vec::new(),
+            false,
+            loc,
+        )
+        .at(())
     }
 
     /// Declares an array of regular semaphores (Pallas's
@@ -230,6 +261,28 @@ impl Sem {
         })
     }
 
+    /// Adds `amount` to this semaphore's copy on device `device` of the
+    /// mesh (Pallas's `semaphore_signal(sem, n, device_id=..)`): a regular
+    /// semaphore or the barrier semaphore.
+    #[track_caller]
+    pub fn signal_remote(&self, amount: impl Into<Start>, device: impl Into<Start>) {
+        let (amount, device, loc) = (amount.into(), device.into(), Loc::caller());
+        state::with(self.builder, |st| {
+            let sem = self.resolve(st, &loc)?;
+            let amount = start_value(st, amount, &loc)?;
+            let device = start_value(st, device, &loc)?;
+            st.push_op(
+                OpKind::RemoteSignal {
+                    sem,
+                    amount,
+                    device,
+                },
+                loc,
+            );
+            Some(())
+        });
+    }
+
     /// The value of this regular semaphore (an i32 scalar).
     #[track_caller]
     pub fn read(&self) -> Tile {
@@ -265,6 +318,29 @@ pub fn make_async_copy(src: impl Into<View>, dst: impl Into<View>, sem: Sem) -> 
         src: src.into(),
         dst: dst.into(),
         sem,
+        remote: None,
+    }
+}
+
+/// A copy from `src` on this device to `dst` on device `device` of the
+/// kernel's mesh (a logical id: a number or an i32 scalar), Pallas's
+/// `make_async_remote_copy`: `send_sem` (here) counts the bytes leaving,
+/// `recv_sem` (there) the bytes arriving. [`AsyncCopy::start`] enqueues
+/// it; [`AsyncCopy::wait_send`] waits until the source may be reused,
+/// [`AsyncCopy::wait`] (on the receiving device, with the descriptor of
+/// the copy coming in) until the destination holds the data.
+pub fn make_async_remote_copy(
+    src: impl Into<View>,
+    dst: impl Into<View>,
+    send_sem: Sem,
+    recv_sem: Sem,
+    device: impl Into<Start>,
+) -> AsyncCopy {
+    AsyncCopy {
+        src: src.into(),
+        dst: dst.into(),
+        sem: recv_sem,
+        remote: Some((device.into(), send_sem)),
     }
 }
 
@@ -281,7 +357,22 @@ impl AsyncCopy {
             let src = view(&self.src)?;
             let dst = view(&self.dst)?;
             let sem = self.sem.resolve(st, &loc)?;
-            st.push_op(make(CopyDescriptor { src, dst, sem }), loc);
+            let remote = match &self.remote {
+                Some((device, send)) => Some(crate::RemoteTarget {
+                    device: start_value(st, *device, &loc)?,
+                    send_sem: send.resolve(st, &loc)?,
+                }),
+                None => None,
+            };
+            st.push_op(
+                make(CopyDescriptor {
+                    src,
+                    dst,
+                    sem,
+                    remote,
+                }),
+                loc,
+            );
             Some(())
         });
     }
@@ -292,10 +383,18 @@ impl AsyncCopy {
         self.record(Loc::caller(), OpKind::DmaStart)
     }
 
-    /// Waits for the copy's bytes on its semaphore (Pallas's `.wait()`).
+    /// Waits for the copy's bytes on its semaphore (Pallas's `.wait()`;
+    /// for a remote copy, `.wait_recv()`: the bytes arriving here).
     #[track_caller]
     pub fn wait(&self) {
         self.record(Loc::caller(), OpKind::DmaWait)
+    }
+
+    /// Waits until a remote copy's bytes have left this device, so its
+    /// source may be overwritten (Pallas's `.wait_send()`).
+    #[track_caller]
+    pub fn wait_send(&self) {
+        self.record(Loc::caller(), OpKind::DmaWaitSend)
     }
 }
 

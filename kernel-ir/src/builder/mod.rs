@@ -27,11 +27,14 @@ mod state;
 mod tile;
 
 pub use control::{Bound, Carry, for_range, for_range_step, if_else, when};
-pub use dma::{AsyncCopy, Scope, Sem, SemArray, View, make_async_copy, scoped};
+pub use dma::{
+    AsyncCopy, Scope, Sem, SemArray, View, make_async_copy, make_async_remote_copy, scoped,
+};
 pub use index::{Idx, IntoIndices, Start, ds};
 pub use refs::{BlockMap, IntoIndexExprs, OptionalLoad, Ref};
 pub use tile::{
-    IntoOperand, Tile, constant, dot, dot_general, iota, num_programs, program_id, select,
+    IntoOperand, Tile, axis_index, constant, device_id, dot, dot_general, iota, num_programs,
+    program_id, select,
 };
 
 use std::marker::PhantomData;
@@ -63,6 +66,7 @@ impl KernelBuilder {
             vmem_limit: None,
             grid: Grid::default(),
             grid_loc: None,
+            mesh: None,
             prefetch: Vec::new(),
             operands: Vec::new(),
             scratch: Vec::new(),

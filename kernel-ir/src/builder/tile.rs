@@ -292,6 +292,42 @@ pub fn program_id(dim: usize) -> Tile {
     })
 }
 
+/// This device's logical id in the kernel's mesh (an i32 scalar; Pallas's
+/// `device_id` as a logical id).
+#[track_caller]
+pub fn device_id() -> Tile {
+    let loc = Loc::caller();
+    record(current_builder(), |st| {
+        st.push_op(OpKind::DeviceId, loc).first().copied()
+    })
+}
+
+/// This device's coordinate along mesh axis `axis` (an i32 scalar;
+/// Pallas's `lax.axis_index`). An axis the mesh lacks is an error when the
+/// kernel is built.
+#[track_caller]
+pub fn axis_index(axis: &str) -> Tile {
+    let loc = Loc::caller();
+    record(current_builder(), |st| {
+        let found = st.sig.mesh.as_ref().and_then(|m| m.axis(axis));
+        let a = match found {
+            Some(a) => a,
+            None => {
+                st.error(
+                    crate::ErrorKind::Builder(format!(
+                        "axis_index(\"{axis}\"): the kernel's mesh has no axis `{axis}`; declare it with `mesh`"
+                    )),
+                    Some(loc),
+                );
+                return None;
+            }
+        };
+        st.push_op(OpKind::AxisIndex { axis: a }, loc)
+            .first()
+            .copied()
+    })
+}
+
 /// The bound of grid dim `dim` (an i32 scalar).
 #[track_caller]
 pub fn num_programs(dim: usize) -> Tile {

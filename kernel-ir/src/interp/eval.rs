@@ -393,6 +393,17 @@ impl Machine<'_> {
                 return Ok(());
             }
             OpKind::SemRead { sem } => self.sem_read(sem, loc)?,
+            // `run` refuses kernels with a mesh, and only they verify with
+            // these ops.
+            OpKind::DmaWaitSend(_)
+            | OpKind::DeviceId
+            | OpKind::AxisIndex { .. }
+            | OpKind::RemoteSignal { .. } => {
+                return Err(at(ErrorKind::Mesh(format!(
+                    "`{}` needs the devices of a mesh",
+                    op.kind.mnemonic()
+                ))));
+            }
             OpKind::Scope {
                 scratch,
                 semaphores,

@@ -114,6 +114,15 @@ pub fn interpret_with(
     run(kernel, args, opts, None)
 }
 
+/// Why a kernel across the devices of `mesh` does not run on a
+/// single-device path.
+pub fn single_device_only(kernel: &str, mesh: &crate::Mesh) -> String {
+    format!(
+        "kernel `{kernel}` runs on the {} devices of its mesh; this path runs one device, so such a kernel is lowered and compiled for TPU (`tessera lower --target tpu_custom_call`, `tessera compile`) but not run on the CPU paths",
+        mesh.devices()
+    )
+}
+
 /// One block copy into VMEM that a pipelined TPU grid makes: the block
 /// index of an operand changed from the previous grid step (or this is
 /// the first step), so the block is fetched for this step.
@@ -195,6 +204,11 @@ fn run(
     mut trace: Option<&mut FetchTrace>,
 ) -> Result<Vec<Array>, KernelError> {
     let k = kernel.kernel();
+    if let Some(mesh) = &k.mesh {
+        return Err(KernelError::from(ErrorKind::Mesh(single_device_only(
+            &k.name, mesh,
+        ))));
+    }
     let (prefetch, operands) = bind_args(k, args)?;
     let mut m = eval::Machine {
         k,

@@ -101,7 +101,22 @@ impl<'a> Reader<'a> {
         let dst = self.slice(c)?;
         c.word("sem")?;
         let sem = self.semaphore(c)?;
-        Ok(CopyDescriptor { src, dst, sem })
+        let remote = if c.eat_word("to") {
+            let device = c.index_value()?;
+            c.word("send")?;
+            Some(crate::RemoteTarget {
+                device,
+                send_sem: self.semaphore(c)?,
+            })
+        } else {
+            None
+        };
+        Ok(CopyDescriptor {
+            src,
+            dst,
+            sem,
+            remote,
+        })
     }
 
     fn op(&mut self, c: &mut Cursor<'a>) -> Result<Op, ParseError> {
@@ -356,6 +371,30 @@ impl<'a> Reader<'a> {
             }
             "dma_start" => OpKind::DmaStart(self.copy(c)?),
             "dma_wait" => OpKind::DmaWait(self.copy(c)?),
+            "dma_wait_send" => OpKind::DmaWaitSend(self.copy(c)?),
+            "device_id" => {
+                c.sym(":")?;
+                one_result(self, c)?;
+                OpKind::DeviceId
+            }
+            "axis_index" => {
+                let axis = c.usize()?;
+                c.sym(":")?;
+                one_result(self, c)?;
+                OpKind::AxisIndex { axis }
+            }
+            "remote_signal" => {
+                let sem = self.semaphore(c)?;
+                c.sym(",")?;
+                let amount = c.index_value()?;
+                c.word("to")?;
+                let device = c.index_value()?;
+                OpKind::RemoteSignal {
+                    sem,
+                    amount,
+                    device,
+                }
+            }
             "sem_signal" | "sem_wait" => {
                 let sem = self.semaphore(c)?;
                 c.sym(",")?;

@@ -100,6 +100,7 @@ fn read(text: &str, file: Option<&str>) -> Result<Kernel, ParseError> {
             vmem_limit: None,
             grid: Grid::default(),
             grid_loc: None,
+            mesh: None,
             prefetch: Vec::new(),
             operands: Vec::new(),
             scratch: Vec::new(),
@@ -192,6 +193,17 @@ impl<'a> Reader<'a> {
         })?;
         self.kernel.grid = Grid { dims };
         c.end()?;
+        if self.peek().is_some_and(|l| l.starts_with("mesh ")) {
+            let mut c = self.line()?;
+            let loc = self.loc(&c);
+            c.word("mesh")?;
+            let axes = c.list('[', ']', |c| {
+                let name = c.ident()?.to_string();
+                Ok((name, c.usize()?))
+            })?;
+            self.kernel.mesh = Some(crate::Mesh { axes, loc });
+            c.end()?;
+        }
         loop {
             let mut c = self.line()?;
             if c.eat_word("body") {
@@ -286,11 +298,11 @@ impl<'a> Reader<'a> {
                 });
                 c.end()
             }
-            "dma_semaphore" | "semaphore" => {
-                let kind = if what == "semaphore" {
-                    SemaphoreKind::Regular
-                } else {
-                    SemaphoreKind::Dma
+            "dma_semaphore" | "semaphore" | "barrier_semaphore" => {
+                let kind = match what {
+                    "semaphore" => SemaphoreKind::Regular,
+                    "barrier_semaphore" => SemaphoreKind::Barrier,
+                    _ => SemaphoreKind::Dma,
                 };
                 let shape = c.shape()?;
                 self.kernel.semaphores.push(SemaphoreDecl {

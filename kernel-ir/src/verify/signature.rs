@@ -123,6 +123,59 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
         }
     }
 
+    // The mesh and the barrier: a kernel across chips names its devices,
+    // and the chip has one barrier semaphore.
+    if let Some(mesh) = &k.mesh {
+        let mut seen = Vec::new();
+        for (name, size) in &mesh.axes {
+            let problem = if *size == 0 {
+                Some(format!(
+                    "mesh axis `{name}` has size 0; every axis has at least one device"
+                ))
+            } else if seen.contains(&name) {
+                Some(format!(
+                    "mesh axis `{name}` is named twice; give each axis its own name"
+                ))
+            } else {
+                None
+            };
+            if let Some(detail) = problem {
+                err(ErrorKind::Mesh(detail), &mesh.loc);
+            }
+            seen.push(name);
+        }
+        if mesh.axes.is_empty() {
+            err(
+                ErrorKind::Mesh("the mesh has no axes; name at least one (`x 4`)".into()),
+                &mesh.loc,
+            );
+        }
+    }
+    let barriers: Vec<_> = k
+        .semaphores
+        .iter()
+        .filter(|s| s.kind == crate::SemaphoreKind::Barrier)
+        .collect();
+    for (i, s) in barriers.iter().enumerate() {
+        let problem = if k.mesh.is_none() {
+            Some("the barrier semaphore meets other devices; declare the kernel's mesh".to_string())
+        } else if !s.shape.is_empty() {
+            Some(format!(
+                "the barrier semaphore `{}` has shape {:?}; the chip has one, of shape []",
+                s.name, s.shape
+            ))
+        } else if s.scoped {
+            Some("the barrier semaphore is the chip's, not allocated by a scope".into())
+        } else if i > 0 {
+            Some("a kernel has one barrier semaphore; declare it once".into())
+        } else {
+            None
+        };
+        if let Some(detail) = problem {
+            err(ErrorKind::Mesh(detail), &s.loc);
+        }
+    }
+
     for o in &k.operands {
         let name = || o.name.clone();
         let rank = o.shape.len();

@@ -138,6 +138,39 @@ impl<'c> BodyEmitter<'_, 'c> {
         let dst = self.view(block, &c.dst, true)?;
         let src = self.view(block, &c.src, false)?;
         let no = ir.parse_attr("false")?;
+        if let Some(r) = &c.remote {
+            // Pallas's remote form: the send semaphore after the source,
+            // the device after the target semaphore.
+            let device = self.i32_value(block, &r.device)?;
+            if start {
+                let send = self.semaphore(block, &r.send_sem)?;
+                ir.op(
+                    block,
+                    "tpu.enqueue_dma",
+                    &[src, send, dst, sem, device],
+                    &[],
+                    vec![
+                        ("operandSegmentSizes", ir.i32_array(&[1, 1, 1, 1, 1, 0, 0])),
+                        ("priority", ir.i32_attr(0)),
+                        ("strict_ordering", no),
+                    ],
+                    Vec::new(),
+                )?;
+            } else {
+                ir.op(
+                    block,
+                    "tpu.wait_dma2",
+                    &[sem, src, dst, device],
+                    &[],
+                    vec![
+                        ("operandSegmentSizes", ir.i32_array(&[1, 1, 1, 1, 0])),
+                        ("strict_ordering", no),
+                    ],
+                    Vec::new(),
+                )?;
+            }
+            return Ok(());
+        }
         if start {
             ir.op(
                 block,
@@ -164,6 +197,69 @@ impl<'c> BodyEmitter<'_, 'c> {
                 Vec::new(),
             )?;
         }
+        Ok(())
+    }
+
+    /// `tpu.wait_dma2` on a remote copy's send semaphore: its bytes have
+    /// left this device.
+    pub(super) fn dma_wait_send(
+        &mut self,
+        block: &Block<'c>,
+        op: &Op,
+        c: &CopyDescriptor,
+    ) -> Result<(), LoweringError> {
+        self.mosaic_only(op)?;
+        let ir = self.ir;
+        let Some(r) = &c.remote else {
+            return Err(self.unsupported(op, "a local copy has no send side"));
+        };
+        let send = self.semaphore(block, &r.send_sem)?;
+        let dst = self.view(block, &c.dst, true)?;
+        let src = self.view(block, &c.src, false)?;
+        let no = ir.parse_attr("false")?;
+        ir.op(
+            block,
+            "tpu.wait_dma2",
+            &[send, src, dst],
+            &[],
+            vec![
+                ("operandSegmentSizes", ir.i32_array(&[1, 1, 1, 0, 0])),
+                ("strict_ordering", no),
+            ],
+            Vec::new(),
+        )?;
+        Ok(())
+    }
+
+    /// `tpu.device_id`: this chip's logical id.
+    pub(super) fn device_id(&mut self, block: &Block<'c>, op: &Op) -> Result<Raw, LoweringError> {
+        self.mosaic_only(op)?;
+        self.ir
+            .op1(block, "tpu.device_id", &[], self.ir.i32(), Vec::new())
+    }
+
+    /// `tpu.sem_signal %s, %n device_id %d`.
+    pub(super) fn remote_signal(
+        &mut self,
+        block: &Block<'c>,
+        op: &Op,
+        sem: &SemaphoreSlot,
+        amount: &kernel_ir::IndexValue,
+        device: &kernel_ir::IndexValue,
+    ) -> Result<(), LoweringError> {
+        self.mosaic_only(op)?;
+        let ir = self.ir;
+        let s = self.semaphore(block, sem)?;
+        let n = self.i32_value(block, amount)?;
+        let d = self.i32_value(block, device)?;
+        ir.op(
+            block,
+            "tpu.sem_signal",
+            &[s, n, d],
+            &[],
+            vec![("operandSegmentSizes", ir.i32_array(&[1, 1, 1, 0, 0]))],
+            Vec::new(),
+        )?;
         Ok(())
     }
 

@@ -70,6 +70,14 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
 
     /// Emits the top-level region into the kernel function's entry block.
     pub fn top(&mut self, block: &Block<'c>) -> Result<(), LoweringError> {
+        // The barrier semaphore is the chip's: fetched, not passed.
+        for (i, s) in self.k.semaphores.iter().enumerate() {
+            if s.kind == kernel_ir::SemaphoreKind::Barrier {
+                let ty = crate::convention::semaphore_type(self.ir, s.kind, &[]);
+                let v = self.ir.op1(block, "tpu.sem_barrier", &[], ty, Vec::new())?;
+                self.scoped_semaphores.insert(i, v);
+            }
+        }
         let region = &self.k.body.region;
         self.region(block, region)?;
         Ok(())
@@ -189,6 +197,37 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
             }
             OpKind::DmaWait(c) => {
                 self.dma(block, op, c, false)?;
+                None
+            }
+            OpKind::DmaWaitSend(c) => {
+                self.dma_wait_send(block, op, c)?;
+                None
+            }
+            OpKind::DeviceId => Some(self.device_id(block, op)?),
+            OpKind::AxisIndex { axis } => {
+                let mesh = self
+                    .k
+                    .mesh
+                    .as_ref()
+                    .ok_or_else(|| self.unsupported(op, "no mesh"))?;
+                let id = self.device_id(block, op)?;
+                let stride = self.i32_const(block, mesh.stride(*axis) as i64)?;
+                let size = self.i32_const(block, mesh.axes[*axis].1 as i64)?;
+                let i32 = self.ir.i32();
+                let q = self
+                    .ir
+                    .op1(block, "arith.divsi", &[id, stride], i32, Vec::new())?;
+                Some(
+                    self.ir
+                        .op1(block, "arith.remsi", &[q, size], i32, Vec::new())?,
+                )
+            }
+            OpKind::RemoteSignal {
+                sem,
+                amount,
+                device,
+            } => {
+                self.remote_signal(block, op, sem, amount, device)?;
                 None
             }
             OpKind::SemSignal { sem, amount } => self.sem_op(block, op, sem, Some(amount), true)?,

@@ -33,6 +33,7 @@ use step::Step;
 /// Lowers `kernel` to a StableHLO module `@main(prefetch.., inputs..) ->
 /// outputs..`, printed.
 pub fn decomposed(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
+    crate::single_device(kernel, "decomposed")?;
     let m = Mlir::new();
     let ir = Ir::new(&m.ctx, "");
     // StableHLO has no DMA: copies become synchronous.

@@ -89,6 +89,12 @@ impl<'c> Step<'_, 'c> {
         let res = op.results.first().copied();
         let rt = res.map(|r| self.ty(r));
         let out = match &op.kind {
+            OpKind::DmaWaitSend(_)
+            | OpKind::DeviceId
+            | OpKind::AxisIndex { .. }
+            | OpKind::RemoteSignal { .. } => {
+                return Err(crate::needs_devices(self.k, op, "decomposed"));
+            }
             OpKind::DmaStart(_)
             | OpKind::DmaWait(_)
             | OpKind::SemSignal { .. }

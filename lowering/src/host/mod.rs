@@ -167,6 +167,7 @@ impl std::fmt::Debug for HostKernel {
 /// The host flavor of the kernel module, printed (what the JIT compiles,
 /// before the pipeline to LLVM).
 pub fn host_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
+    crate::single_device(kernel, "host")?;
     let m = Mlir::new();
     let ir = Ir::new(&m.ctx, "");
     let (module, _) = build(&ir, &kernel.with_synchronous_copies())?;
@@ -177,6 +178,7 @@ pub fn host_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
 impl HostKernel {
     /// Builds the host module, lowers it to LLVM and JIT-compiles it.
     pub fn compile(kernel: &VerifiedKernel) -> Result<HostKernel, LoweringError> {
+        crate::single_device(kernel, "host")?;
         // The host has no DMA engine: copies become synchronous.
         let synchronous = kernel.with_synchronous_copies();
         let k: &Kernel = &synchronous;

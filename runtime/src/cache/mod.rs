@@ -274,6 +274,7 @@ mod tests {
         let two = CompileOptions {
             num_replicas: 2,
             num_partitions: 1,
+            static_assignment: false,
         };
         assert_eq!(key(NEG, &one, client), key(NEG, &one, client));
         assert_ne!(key(NEG, &one, client), key(NEG, &two, client));

@@ -148,6 +148,7 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
     let options = CompileOptions {
         num_replicas: inner.devices,
         num_partitions: 1,
+        static_assignment: false,
     };
     let mut lookup_span = inner.tracer.span("cache lookup");
     let key = crate::cache::key(&program.text, &options, &inner.client);

@@ -85,6 +85,7 @@ module @sum attributes {mhlo.num_replicas = 4 : i32, mhlo.num_partitions = 1 : i
             &CompileOptions {
                 num_replicas: 4,
                 num_partitions: 1,
+                static_assignment: false,
             },
         )
         .unwrap();

@@ -259,7 +259,7 @@ impl TpuCompiler {
         let topology = self.topology(target)?;
         let start = Instant::now();
         let exe = topology
-            .compile(module.as_bytes(), &CompileOptions::default())
+            .compile(module.as_bytes(), &CompileOptions::of_module(module))
             .map_err(|e| match e {
                 PjrtError::Plugin { message, code, .. } => TpuError::Compile {
                     target,

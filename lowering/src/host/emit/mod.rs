@@ -442,6 +442,12 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
         let ir = self.ir;
         let res = op.results.first().copied();
         match &op.kind {
+            OpKind::DmaWaitSend(_)
+            | OpKind::DeviceId
+            | OpKind::AxisIndex { .. }
+            | OpKind::RemoteSignal { .. } => {
+                return Err(crate::needs_devices(self.k, op, "host"));
+            }
             OpKind::DmaStart(_)
             | OpKind::DmaWait(_)
             | OpKind::SemSignal { .. }
