@@ -5,7 +5,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Token};
 
-/// Parsed `#[tpu_kernel(grid = (..), semantics = (..), target = .., vmem_limit = .., name = ..)]`.
+/// Parsed `#[tpu_kernel(grid = (..), semantics = (..), target = .., vmem_limit = .., mesh = (..), name = ..)]`.
 pub struct KernelAttr {
     /// One bound per grid dim (Rust `usize` expressions).
     pub grid: Vec<Expr>,
@@ -22,6 +22,8 @@ pub struct KernelAttr {
     /// The kernel's name (a `&str` expression over the config), when one
     /// function builds kernels that are told apart by name.
     pub name: Option<Expr>,
+    /// `mesh = (x = 4, y = 2)`: the devices it runs on together, by axis.
+    pub mesh: Vec<(Ident, Expr)>,
 }
 
 /// A tuple `(a, b, c)`, a unit `()`, or a single expression.
@@ -43,13 +45,14 @@ impl Parse for KernelAttr {
             target: None,
             vmem_limit: None,
             name: None,
+            mesh: Vec::new(),
         };
         let items = Punctuated::<syn::MetaNameValue, Token![,]>::parse_terminated(input)?;
         for item in items {
             let Some(key) = item.path.get_ident() else {
                 return Err(syn::Error::new_spanned(
                     &item.path,
-                    "expected `grid`, `semantics`, `target`, `vmem_limit` or `name`",
+                    "expected `grid`, `semantics`, `target`, `vmem_limit`, `mesh` or `name`",
                 ));
             };
             match key.to_string().as_str() {
@@ -95,11 +98,31 @@ impl Parse for KernelAttr {
                 },
                 "vmem_limit" => attr.vmem_limit = Some(item.value),
                 "name" => attr.name = Some(item.value),
+                "mesh" => {
+                    for e in tuple_items(item.value) {
+                        match e {
+                            Expr::Assign(a) if matches!(&*a.left, Expr::Path(p) if p.path.get_ident().is_some()) =>
+                            {
+                                let Expr::Path(p) = *a.left else {
+                                    unreachable!()
+                                };
+                                let axis = p.path.get_ident().cloned().expect("checked above");
+                                attr.mesh.push((axis, *a.right));
+                            }
+                            e => {
+                                return Err(syn::Error::new_spanned(
+                                    e,
+                                    "a mesh names its axes with their sizes: `mesh = (x = 4)` or `mesh = (x = 2, y = 2)`",
+                                ));
+                            }
+                        }
+                    }
+                }
                 _ => {
                     return Err(syn::Error::new_spanned(
                         key,
                         format!(
-                            "unknown `#[tpu_kernel]` argument `{key}`; expected `grid`, `semantics`, `target`, `vmem_limit` or `name`"
+                            "unknown `#[tpu_kernel]` argument `{key}`; expected `grid`, `semantics`, `target`, `vmem_limit`, `mesh` or `name`"
                         ),
                     ));
                 }

@@ -40,6 +40,9 @@ const BUILTINS: &[&str] = &[
     "constant",
     "ds",
     "make_async_copy",
+    "make_async_remote_copy",
+    "device_id",
+    "axis_index",
 ];
 
 /// Path roots whose functions are ordinary Rust, run while building.

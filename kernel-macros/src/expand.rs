@@ -305,6 +305,11 @@ fn module(
         .vmem_limit
         .as_ref()
         .map(|v| quote_spanned!(v.span()=> #b.vmem_limit((#v) as u64);));
+    let mesh = (!attr.mesh.is_empty()).then(|| {
+        let names = attr.mesh.iter().map(|(a, _)| a.to_string());
+        let sizes = attr.mesh.iter().map(|(_, s)| s);
+        quote!(#b.mesh([#((#names, (#sizes) as usize)),*]);)
+    });
     let prefetch_names: Vec<Ident> = params
         .iter()
         .filter_map(|p| match p {
@@ -428,6 +433,7 @@ fn module(
             #grid_call
             #target
             #vmem
+            #mesh
             #(#decls)*
             let _: () = { #(#stmts)* };
             #b.finish()

@@ -376,3 +376,36 @@ fn grid_errors_point_at_the_grid() {
         + 1;
     assert_eq!(loc.line as usize, line, "{loc}");
 }
+
+/// `mesh = (..)` on `#[tpu_kernel]`, with `device_id`, `axis_index` and a
+/// remote copy in the body: the same kernel as the ring permute's `.kir`
+/// file, op for op.
+#[tpu_kernel(grid = (), semantics = (), mesh = (x = 4))]
+fn ring_permute(
+    #[shape(8, 128)]
+    #[any]
+    x: In<f32>,
+    #[shape(8, 128)]
+    #[any]
+    o: Out<f32>,
+    #[shape()] send: DmaSemaphores,
+    #[shape()] recv: DmaSemaphores,
+) {
+    let right = (device_id() + 1) % 4;
+    let c = make_async_remote_copy(x, o, send.at(()), recv.at(()), right);
+    c.start();
+    c.wait_send();
+    c.wait();
+}
+
+#[test]
+fn a_mesh_kernel_in_the_dsl_is_the_kir_file_s_kernel() {
+    let k = ring_permute::build(ring_permute::Dims {}).unwrap_or_else(|e| panic!("{e}"));
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/filetests/lower/ring-permute-tpu-custom-call.kir"
+    );
+    let file = kernel_ir::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(k.to_string(), file.to_string());
+    assert_eq!(k.mesh.as_ref().map(|m| m.devices()), Some(4));
+}
