@@ -132,71 +132,75 @@ impl<'c> BodyEmitter<'_, 'c> {
         start: bool,
     ) -> Result<(), LoweringError> {
         self.mosaic_only(op)?;
-        let ir = self.ir;
         // In Pallas's order: the semaphore, the destination, the source.
         let sem = self.semaphore(block, &c.sem)?;
         let dst = self.view(block, &c.dst, true)?;
         let src = self.view(block, &c.src, false)?;
-        let no = ir.parse_attr("false")?;
-        if let Some(r) = &c.remote {
-            // Pallas's remote form: the send semaphore after the source,
-            // the device after the target semaphore.
-            let device = self.i32_value(block, &r.device)?;
-            if start {
-                let send = self.semaphore(block, &r.send_sem)?;
-                ir.op(
-                    block,
-                    "tpu.enqueue_dma",
-                    &[src, send, dst, sem, device],
-                    &[],
-                    vec![
-                        ("operandSegmentSizes", ir.i32_array(&[1, 1, 1, 1, 1, 0, 0])),
-                        ("priority", ir.i32_attr(0)),
-                        ("strict_ordering", no),
-                    ],
-                    Vec::new(),
-                )?;
-            } else {
-                ir.op(
-                    block,
-                    "tpu.wait_dma2",
-                    &[sem, src, dst, device],
-                    &[],
-                    vec![
-                        ("operandSegmentSizes", ir.i32_array(&[1, 1, 1, 1, 0])),
-                        ("strict_ordering", no),
-                    ],
-                    Vec::new(),
-                )?;
+        // Pallas's remote form adds the send semaphore after the source and
+        // the device after the target semaphore (a wait: the peer's device).
+        let remote = match &c.remote {
+            Some(r) => Some((
+                self.semaphore(block, &r.send_sem)?,
+                self.i32_value(block, &r.device)?,
+            )),
+            None => None,
+        };
+        match (start, remote) {
+            (true, None) => self.enqueue_dma(block, &[src, dst, sem], &[1, 0, 1, 1, 0, 0, 0]),
+            (true, Some((send, device))) => self.enqueue_dma(
+                block,
+                &[src, send, dst, sem, device],
+                &[1, 1, 1, 1, 1, 0, 0],
+            ),
+            (false, None) => self.wait_dma(block, &[sem, src, dst], &[1, 1, 1, 0, 0]),
+            (false, Some((_, device))) => {
+                self.wait_dma(block, &[sem, src, dst, device], &[1, 1, 1, 1, 0])
             }
-            return Ok(());
         }
-        if start {
-            ir.op(
-                block,
-                "tpu.enqueue_dma",
-                &[src, dst, sem],
-                &[],
-                vec![
-                    ("operandSegmentSizes", ir.i32_array(&[1, 0, 1, 1, 0, 0, 0])),
-                    ("priority", ir.i32_attr(0)),
-                    ("strict_ordering", no),
-                ],
-                Vec::new(),
-            )?;
-        } else {
-            ir.op(
-                block,
-                "tpu.wait_dma2",
-                &[sem, src, dst],
-                &[],
-                vec![
-                    ("operandSegmentSizes", ir.i32_array(&[1, 1, 1, 0, 0])),
-                    ("strict_ordering", no),
-                ],
-                Vec::new(),
-            )?;
-        }
+    }
+
+    /// `tpu.enqueue_dma` with its operands and their segment sizes.
+    fn enqueue_dma(
+        &self,
+        block: &Block<'c>,
+        operands: &[Raw],
+        segments: &[i32],
+    ) -> Result<(), LoweringError> {
+        let ir = self.ir;
+        ir.op(
+            block,
+            "tpu.enqueue_dma",
+            operands,
+            &[],
+            vec![
+                ("operandSegmentSizes", ir.i32_array(segments)),
+                ("priority", ir.i32_attr(0)),
+                ("strict_ordering", ir.parse_attr("false")?),
+            ],
+            Vec::new(),
+        )?;
+        Ok(())
+    }
+
+    /// `tpu.wait_dma2` with its operands and their segment sizes.
+    fn wait_dma(
+        &self,
+        block: &Block<'c>,
+        operands: &[Raw],
+        segments: &[i32],
+    ) -> Result<(), LoweringError> {
+        let ir = self.ir;
+        ir.op(
+            block,
+            "tpu.wait_dma2",
+            operands,
+            &[],
+            vec![
+                ("operandSegmentSizes", ir.i32_array(segments)),
+                ("strict_ordering", ir.parse_attr("false")?),
+            ],
+            Vec::new(),
+        )?;
         Ok(())
     }
 
@@ -209,26 +213,13 @@ impl<'c> BodyEmitter<'_, 'c> {
         c: &CopyDescriptor,
     ) -> Result<(), LoweringError> {
         self.mosaic_only(op)?;
-        let ir = self.ir;
         let Some(r) = &c.remote else {
             return Err(self.unsupported(op, "a local copy has no send side"));
         };
         let send = self.semaphore(block, &r.send_sem)?;
         let dst = self.view(block, &c.dst, true)?;
         let src = self.view(block, &c.src, false)?;
-        let no = ir.parse_attr("false")?;
-        ir.op(
-            block,
-            "tpu.wait_dma2",
-            &[send, src, dst],
-            &[],
-            vec![
-                ("operandSegmentSizes", ir.i32_array(&[1, 1, 1, 0, 0])),
-                ("strict_ordering", no),
-            ],
-            Vec::new(),
-        )?;
-        Ok(())
+        self.wait_dma(block, &[send, src, dst], &[1, 1, 1, 0, 0])
     }
 
     /// `tpu.device_id`: this chip's logical id.
