@@ -14,6 +14,15 @@ use crate::{Failure, usage};
 /// sample inputs (`--input NAME=FILE.npy` replacing any).
 pub fn kernel_with_inputs(name: &str, a: &Args) -> Result<(VerifiedKernel, Vec<Array>), Failure> {
     let kernel = kernel_for_lower(name, a).map_err(usage)?;
+    if crate::kernel_args::is_kernel_file(name) {
+        if !a.all("input").is_empty() {
+            return Err(usage(format!(
+                "`{name}` is a kernel file; its inputs are sampled (--input takes catalog kernels)"
+            )));
+        }
+        let inputs = crate::kernel_args::file_inputs(&kernel);
+        return Ok((kernel, inputs));
+    }
     let (entry, cfg) = match kernels::find(name) {
         Some(e) => (e, choose(name, a).map_err(usage)?.config),
         None => {

@@ -25,9 +25,64 @@ pub fn choose(name: &str, args: &Args) -> Result<Chosen, String> {
     Ok(Chosen { entry, config })
 }
 
+/// The largest kernel file read (a `.kir` file is text of a few KiB).
+const MAX_KIR_BYTES: u64 = 16 << 20;
+
+/// Whether `name` names a kernel file (the printed IR form, `*.kir`)
+/// rather than a catalog kernel.
+pub fn is_kernel_file(name: &str) -> bool {
+    name.ends_with(".kir")
+}
+
+/// A kernel read from a `.kir` file (`kernel_ir::parse_file`) and
+/// verified; its text fixes config and shapes, so `--config` and
+/// `--shape` are refused.
+pub fn kernel_file(path: &str, args: &Args) -> Result<VerifiedKernel, String> {
+    if !args.all("config").is_empty() || !args.all("shape").is_empty() {
+        return Err(format!(
+            "`{path}` is a kernel file, whose text fixes its config and shapes; drop --config and --shape"
+        ));
+    }
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "`{path}` is not a regular file; give a `.kir` kernel file"
+        ));
+    }
+    if meta.len() > MAX_KIR_BYTES {
+        return Err(format!(
+            "`{path}` has {} bytes; a kernel file is text of at most {MAX_KIR_BYTES}",
+            meta.len()
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{path}`: {e}"))?;
+    let kernel = kernel_ir::parse_file(path, &text).map_err(|e| format!("{path}: {e}"))?;
+    kernel.verify().map_err(|e| e.to_string())
+}
+
+/// Inputs a kernel file's kernel is run or costed on: floats uniform in
+/// −1..1 (seeded), integers 0.
+pub fn file_inputs(kernel: &VerifiedKernel) -> Vec<Array> {
+    kernel
+        .arguments()
+        .enumerate()
+        .map(|(i, a)| {
+            if a.dtype.is_float() {
+                Array::random(a.dtype, a.shape.to_vec(), 1 + i as u64, -1.0, 1.0)
+            } else {
+                Array::zeros(a.dtype, a.shape.to_vec())
+            }
+        })
+        .collect()
+}
+
 /// For `lower`: a catalog kernel (default shapes, overridden by
-/// `--shape NAME=DxD..`) or a preset from `tessera list`.
+/// `--shape NAME=DxD..`), a preset from `tessera list`, or a `.kir` kernel
+/// file.
 pub fn kernel_for_lower(name: &str, args: &Args) -> Result<VerifiedKernel, String> {
+    if is_kernel_file(name) {
+        return kernel_file(name, args);
+    }
     if kernels::find(name).is_none()
         && let Some(ex) = kernels::preset(name)
     {

@@ -194,7 +194,9 @@ tessera lower: a kernel lowered to a target
 USAGE:
     tessera lower KERNEL --target TARGET [--config KEY=VALUE]... [--shape INPUT=DxDx..]... [--out FILE]
 
-KERNEL is a catalog kernel or a preset (`tessera list`).
+KERNEL is a catalog kernel or a preset (`tessera list`), or a kernel file
+FILE.kir in the printed IR form (`kernel_ir::parse`; its text fixes config
+and shapes, so --config and --shape do not apply).
 
 OPTIONS:
     --target TARGET       kernel       the kernel module in upstream MLIR dialects
@@ -228,7 +230,8 @@ compiler's error: the kernel source line of the offending op first, then the
 Mosaic op, then the whole message. It proves a kernel compiles, not how fast
 it runs.
 
-KERNEL is a catalog kernel or a preset (`tessera list`); `presets` compiles
+KERNEL is a catalog kernel or a preset (`tessera list`), or a FILE.kir
+kernel file (a kernel with a mesh compiles as one partition per device); `presets` compiles
 every preset, `kernels` every catalog kernel at its defaults, `all` both.
 
 With --module, compiles a whole StableHLO module instead (a JAX program

@@ -940,3 +940,58 @@ fn jit_compiles_leave_no_perf_dumps_behind() {
     assert!(dumps.is_empty(), "{dumps:?}");
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// A `.kir` kernel file is a kernel for `lower` and `compile`: a kernel
+/// across chips lowers to Mosaic with its communication flags and compiles
+/// with libtpu; a file whose kernel breaks a rule is refused at its line;
+/// a missing file, a directory and `--config` are usage errors.
+#[test]
+fn kernel_files_lower_and_compile() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/filetests");
+    let ring = root.join("lower/ring-permute-tpu-custom-call.kir");
+    let ring = ring.to_str().unwrap();
+    let o = tessera(&["lower", ring, "--target", "mosaic"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("has_communication\\22: true"),
+        "{}",
+        stdout(&o)
+    );
+    let o = tessera(&["lower", ring, "--target", "mosaic-body"]);
+    assert!(stdout(&o).contains("tpu.enqueue_dma"), "{}", stdout(&o));
+    let o = tessera(&["compile", ring, "--tpu", "v5e"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("v5e  ok"), "{}", stdout(&o));
+    // A single-device target refuses it, naming the devices.
+    let o = tessera(&["lower", ring, "--target", "decomposed"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("runs on the 4 devices of its mesh"),
+        "{}",
+        stderr(&o)
+    );
+    let bad = root.join("verify/dot-dtypes.kir");
+    let o = tessera(&["lower", bad.to_str().unwrap(), "--target", "mosaic"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("dot-dtypes.kir:12:3: [dot-dtype]"),
+        "{}",
+        stderr(&o)
+    );
+    for args in [
+        vec!["lower", "/nonexistent/k.kir", "--target", "mosaic"],
+        vec!["lower", "/tmp", "--target", "mosaic"],
+        vec![
+            "lower",
+            ring,
+            "--target",
+            "mosaic",
+            "--config",
+            "dtype=bf16",
+        ],
+    ] {
+        let o = tessera(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{args:?}: {}", stderr(&o));
+    }
+}
