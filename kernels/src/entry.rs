@@ -529,6 +529,13 @@ pub fn matmul_tolerance(_: &Config, k: &VerifiedKernel) -> Vec<Tolerance> {
 
 /// Each argument uniform in −1..1 (scalar prefetch: zeros), in its dtype.
 pub fn uniform_inputs(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
+    random_inputs(k, seed)
+}
+
+/// Each float argument of `k` uniform in −1..1 (argument `i` seeded with
+/// `seed + i`), every other argument zeros: [`uniform_inputs`] for a
+/// kernel without an entry (a `.kir` file).
+pub fn random_inputs(k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     k.arguments()
         .enumerate()
         .map(|(i, a)| {

@@ -149,23 +149,14 @@ pub(crate) fn removed_by_synchronous_pass(op: &kernel_ir::Op, target: &str) -> L
     ))
 }
 
-/// A cross-device op on a single-device target: the kernel's mesh says
-/// it runs on several chips, which only the Mosaic lowering expresses.
-pub(crate) fn needs_devices(
-    k: &kernel_ir::Kernel,
-    op: &kernel_ir::Op,
-    target: &'static str,
-) -> LoweringError {
-    let reason = match &k.mesh {
-        Some(m) => kernel_ir::single_device_only(&k.name, m),
-        None => "the kernel declares no mesh".into(),
-    };
-    LoweringError::Unsupported {
-        op: op.kind.mnemonic().to_string(),
-        loc: op.loc.clone(),
-        target,
-        reason,
-    }
+/// A cross-device op reached a single-device target: a bug, since
+/// [`single_device`] refuses kernels with a mesh (the only ones these ops
+/// verify in) before they are lowered.
+pub(crate) fn reached_single_device(op: &kernel_ir::Op, target: &str) -> LoweringError {
+    LoweringError::Internal(format!(
+        "`{}` reached the {target}; kernels with a mesh are refused before lowering",
+        op.kind.mnemonic()
+    ))
 }
 
 /// Refuses a kernel with a mesh on a single-device target, before it is

@@ -132,13 +132,8 @@ impl<'a> Reader<'a> {
         // The result type after ` : `, defining the op's one result.
         let one_result = |r: &mut Self, c: &mut Cursor<'_>| -> Result<TileType, ParseError> {
             let t = c.tile_type()?;
-            match results[..] {
-                [v] => {
-                    r.define(v, t.clone());
-                    Ok(t)
-                }
-                _ => Err(c.error(format!("`{m}` has one result, not {}", results.len()))),
-            }
+            r.define_one(m, &results, t.clone(), c)?;
+            Ok(t)
         };
         let kind = match m {
             "constant" => {
@@ -239,7 +234,7 @@ impl<'a> Reader<'a> {
                 let rhs = c.value()?;
                 c.sym(":")?;
                 let operand = c.tile_type()?;
-                self.define_each(&results, TileType::new(DType::Bool, operand.shape), c)?;
+                self.define_one(m, &results, TileType::new(DType::Bool, operand.shape), c)?;
                 OpKind::Compare { op, lhs, rhs }
             }
             "select" => {
@@ -433,8 +428,10 @@ impl<'a> Reader<'a> {
         Ok(Op { kind, results, loc })
     }
 
-    fn define_each(
+    /// Defines the one result of op `m` as `ty`.
+    fn define_one(
         &mut self,
+        m: &str,
         results: &[ValueId],
         ty: TileType,
         c: &Cursor<'_>,
@@ -444,7 +441,7 @@ impl<'a> Reader<'a> {
                 self.define(*v, ty);
                 Ok(())
             }
-            _ => Err(c.error(format!("this op has one result, not {}", results.len()))),
+            _ => Err(c.error(format!("`{m}` has one result, not {}", results.len()))),
         }
     }
 

@@ -20,7 +20,7 @@ pub fn kernel_with_inputs(name: &str, a: &Args) -> Result<(VerifiedKernel, Vec<A
                 "`{name}` is a kernel file; its inputs are sampled (--input takes catalog kernels)"
             )));
         }
-        let inputs = crate::kernel_args::file_inputs(&kernel);
+        let inputs = kernels::entry::random_inputs(&kernel, 1);
         return Ok((kernel, inputs));
     }
     let (entry, cfg) = match kernels::find(name) {

@@ -60,22 +60,6 @@ pub fn kernel_file(path: &str, args: &Args) -> Result<VerifiedKernel, String> {
     kernel.verify().map_err(|e| e.to_string())
 }
 
-/// Inputs a kernel file's kernel is run or costed on: floats uniform in
-/// −1..1 (seeded), integers 0.
-pub fn file_inputs(kernel: &VerifiedKernel) -> Vec<Array> {
-    kernel
-        .arguments()
-        .enumerate()
-        .map(|(i, a)| {
-            if a.dtype.is_float() {
-                Array::random(a.dtype, a.shape.to_vec(), 1 + i as u64, -1.0, 1.0)
-            } else {
-                Array::zeros(a.dtype, a.shape.to_vec())
-            }
-        })
-        .collect()
-}
-
 /// For `lower`: a catalog kernel (default shapes, overridden by
 /// `--shape NAME=DxD..`), a preset from `tessera list`, or a `.kir` kernel
 /// file.

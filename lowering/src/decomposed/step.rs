@@ -93,7 +93,7 @@ impl<'c> Step<'_, 'c> {
             | OpKind::DeviceId
             | OpKind::AxisIndex { .. }
             | OpKind::RemoteSignal { .. } => {
-                return Err(crate::needs_devices(self.k, op, "decomposed"));
+                return Err(crate::reached_single_device(op, "decomposed"));
             }
             OpKind::DmaStart(_)
             | OpKind::DmaWait(_)

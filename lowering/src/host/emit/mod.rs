@@ -446,7 +446,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             | OpKind::DeviceId
             | OpKind::AxisIndex { .. }
             | OpKind::RemoteSignal { .. } => {
-                return Err(crate::needs_devices(self.k, op, "host"));
+                return Err(crate::reached_single_device(op, "host"));
             }
             OpKind::DmaStart(_)
             | OpKind::DmaWait(_)
