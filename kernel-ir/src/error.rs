@@ -421,9 +421,22 @@ pub enum ErrorKind {
     /// that does not exist.
     #[error("[inputs] {0}")]
     Inputs(String),
-    /// A kernel across several devices where a path runs one.
+    /// A kernel across several devices where a path runs one, or a
+    /// device id outside the kernel's mesh.
     #[error("[mesh] {0}")]
     Mesh(String),
+    /// The devices of a mesh all wait and nothing in flight can wake one
+    /// (each device's waiting op is listed).
+    #[error("[deadlock] {0}")]
+    Deadlock(String),
+    /// An error on one device of a mesh run.
+    #[error("[device {device}] {error}")]
+    OnDevice {
+        /// The device's logical id.
+        device: usize,
+        /// What went wrong there.
+        error: Box<ErrorKind>,
+    },
     /// Wrong number, dtype or shape of a call's arrays.
     #[error("[inputs] {0}")]
     Arguments(crate::ArgumentError),

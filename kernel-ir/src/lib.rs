@@ -90,8 +90,8 @@ pub use half::{bf16, f16};
 pub use index_map::{IndexEvalError, IndexExpr, IndexExprDisplay, IndexMap, IndexOp};
 pub use int_expr::IntExpr;
 pub use interp::{
-    BlockFetch, DotShape, FetchTrace, InterpOptions, interpret, interpret_traced, interpret_with,
-    single_device_only,
+    BlockFetch, DotShape, FetchTrace, InterpOptions, MeshRun, interpret, interpret_mesh,
+    interpret_traced, interpret_with, single_device_only,
 };
 pub use kernel::{Argument, ArgumentError, Kernel};
 pub use layout::{Layout, Order};

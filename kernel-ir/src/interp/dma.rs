@@ -24,11 +24,34 @@ use crate::{
 /// Copies in flight and semaphore values of one run.
 pub(crate) struct DmaState {
     /// Value of each semaphore, per array, flattened row-major.
-    sems: Vec<Vec<i64>>,
+    pub(super) sems: Vec<Vec<i64>>,
     inflight: Vec<InFlight>,
     rng: Option<SplitMix64>,
     /// Where each regular semaphore was last signalled.
-    signalled: std::collections::HashMap<(usize, usize), Option<Loc>>,
+    pub(super) signalled: std::collections::HashMap<(usize, usize), Option<Loc>>,
+    /// Remote copies into this device not yet waited for here.
+    pub(super) incoming: Vec<Incoming>,
+    /// Remote copies from this device not yet waited for (`wait_send`).
+    pub(super) outgoing: Vec<Outgoing>,
+}
+
+/// A remote copy into this device: its destination is taken from its
+/// start (on the sender) until a receive wait here retires it.
+pub(super) struct Incoming {
+    pub claim: super::mesh::Claim,
+    pub arrived: bool,
+}
+
+/// A remote copy from this device: its source may not be written until
+/// `wait_send` retires it.
+pub(super) struct Outgoing {
+    pub id: u64,
+    pub to: usize,
+    pub src: (BufferRef, Ranges),
+    pub send_sem: (usize, usize),
+    pub bytes: u64,
+    pub started: Option<Loc>,
+    pub sent: bool,
 }
 
 /// One started, not yet waited copy.
@@ -55,12 +78,23 @@ impl DmaState {
             inflight: Vec::new(),
             rng: seed.map(SplitMix64),
             signalled: Default::default(),
+            incoming: Vec::new(),
+            outgoing: Vec::new(),
         }
     }
 }
 
+impl DmaState {
+    /// Destinations (and start locations) of the local copies in flight.
+    pub(super) fn inflight_dst(
+        &self,
+    ) -> impl Iterator<Item = (&(BufferRef, Ranges), &Option<Loc>)> {
+        self.inflight.iter().map(|f| (&f.dst, &f.started))
+    }
+}
+
 /// Absolute element ranges: the view's ranges moved by its window offset.
-fn absolute(ranges: &Ranges, offset: &[i64]) -> Ranges {
+pub(super) fn absolute(ranges: &Ranges, offset: &[i64]) -> Ranges {
     ranges
         .iter()
         .zip(offset)
@@ -68,7 +102,7 @@ fn absolute(ranges: &Ranges, offset: &[i64]) -> Ranges {
         .collect()
 }
 
-fn overlaps(a: &(BufferRef, Ranges), b: BufferRef, r: &Ranges) -> bool {
+pub(super) fn overlaps(a: &(BufferRef, Ranges), b: BufferRef, r: &Ranges) -> bool {
     a.0 == b
         && a.1.len() == r.len()
         && a.1
@@ -77,7 +111,7 @@ fn overlaps(a: &(BufferRef, Ranges), b: BufferRef, r: &Ranges) -> bool {
             .all(|(&(s1, n1), &(s2, n2))| s1 < s2 + n2 as i64 && s2 < s1 + n1 as i64)
 }
 
-fn fmt_ranges(r: &Ranges) -> String {
+pub(super) fn fmt_ranges(r: &Ranges) -> String {
     let parts: Vec<String> = r
         .iter()
         .map(|(s, n)| format!("{s}..{}", s + *n as i64))
@@ -85,21 +119,21 @@ fn fmt_ranges(r: &Ranges) -> String {
     format!("[{}]", parts.join(", "))
 }
 
-fn at_loc(l: &Option<Loc>) -> String {
+pub(super) fn at_loc(l: &Option<Loc>) -> String {
     l.as_ref()
         .map_or("(unknown location)".into(), |l| l.to_string())
 }
 
 impl Machine<'_> {
-    fn race(&self, op: &'static str, detail: String, loc: &Option<Loc>) -> KernelError {
+    pub(super) fn race(&self, op: &'static str, detail: String, loc: &Option<Loc>) -> KernelError {
         KernelError::new(ErrorKind::DmaRace { op, detail }, loc.clone())
     }
 
-    fn name(&self, b: BufferRef) -> String {
+    pub(super) fn name(&self, b: BufferRef) -> String {
         self.k.buffer(b).map_or("?".into(), |x| x.0.to_string())
     }
 
-    fn sem_name(&self, s: (usize, usize)) -> String {
+    pub(super) fn sem_name(&self, s: (usize, usize)) -> String {
         let a = &self.k.semaphores[s.0];
         let mut idx = Vec::new();
         let mut rest = s.1;
@@ -123,10 +157,11 @@ impl Machine<'_> {
         write: bool,
         loc: &Option<Loc>,
     ) -> R<()> {
+        let abs = absolute(ranges, offset);
+        self.check_remote_access(op, b, &abs, write, loc)?;
         if self.dma.inflight.is_empty() {
             return Ok(());
         }
-        let abs = absolute(ranges, offset);
         for c in &self.dma.inflight {
             let (hit, what) = if overlaps(&c.dst, b, &abs) {
                 (true, "destination")
@@ -154,7 +189,7 @@ impl Machine<'_> {
     }
 
     /// The semaphore a reference names, checked in bounds.
-    fn sem_slot(
+    pub(super) fn sem_slot(
         &self,
         s: &SemaphoreSlot,
         op: &'static str,
@@ -183,7 +218,7 @@ impl Machine<'_> {
     }
 
     /// Ranges of a view, checked in bounds, and its window offset.
-    fn resolve(
+    pub(super) fn resolve(
         &self,
         op: &'static str,
         v: &BufferSlice,
@@ -201,6 +236,8 @@ impl Machine<'_> {
         let sem = self.sem_slot(&c.sem, op, loc)?;
         let src_abs = absolute(&sr, &so);
         let dst_abs = absolute(&dr, &doff);
+        self.check_remote_access(op, c.src.buffer, &src_abs, false, loc)?;
+        self.check_remote_access(op, c.dst.buffer, &dst_abs, true, loc)?;
         for f in &self.dma.inflight {
             let clash = if overlaps(&f.dst, c.dst.buffer, &dst_abs) {
                 Some("starts a copy into")
@@ -309,8 +346,9 @@ impl Machine<'_> {
         Ok(())
     }
 
+    /// A regular or the barrier semaphore (the verifier checked the kind).
     fn regular(&self, s: &SemaphoreSlot, op: &'static str, loc: &Option<Loc>) -> R<(usize, usize)> {
-        debug_assert_eq!(self.k.semaphores[s.array].kind, SemaphoreKind::Regular);
+        debug_assert_ne!(self.k.semaphores[s.array].kind, SemaphoreKind::Dma);
         self.sem_slot(s, op, loc)
     }
 
@@ -346,6 +384,20 @@ impl Machine<'_> {
     ) -> R<()> {
         let slot = self.regular(s, "sem_wait", loc)?;
         let n = self.index_value(n, "a semaphore amount", loc)?;
+        if n >= 0 && self.link.is_some() {
+            // Other devices may signal it: wait for them.
+            self.sync()?;
+            while self.dma.sems[slot.0][slot.1] < n {
+                let v = self.dma.sems[slot.0][slot.1];
+                self.block(
+                    format!(
+                        "`sem_wait` for {n} on `{}`, which holds {v}",
+                        self.sem_name(slot)
+                    ),
+                    loc,
+                )?;
+            }
+        }
         let v = self.dma.sems[slot.0][slot.1];
         if n < 0 || v < n {
             return Err(self.race(

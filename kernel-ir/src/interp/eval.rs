@@ -55,6 +55,10 @@ pub(crate) struct Machine<'a> {
     /// Per operand, bytes manual copies moved from it (an `any` operand,
     /// in HBM) and to it.
     pub dma_bytes: Vec<(u64, u64)>,
+    /// This device in a mesh run (`None` on one device).
+    pub link: Option<super::mesh::Link<'a>>,
+    /// Bytes this device's remote copies sent.
+    pub ici_bytes: u64,
 }
 
 pub(super) type R<T> = Result<T, KernelError>;
@@ -363,6 +367,28 @@ impl Machine<'_> {
                 }
                 return Ok(());
             }
+            OpKind::DmaStart(c) if c.remote.is_some() => {
+                self.remote_start(c, loc)?;
+                return Ok(());
+            }
+            OpKind::DmaWait(c) if c.remote.is_some() => {
+                self.remote_wait_recv(c, loc)?;
+                return Ok(());
+            }
+            OpKind::DmaWaitSend(c) => {
+                self.remote_wait_send(c, loc)?;
+                return Ok(());
+            }
+            OpKind::DeviceId => self.device_id(),
+            OpKind::AxisIndex { axis } => self.axis_index(*axis),
+            OpKind::RemoteSignal {
+                sem,
+                amount,
+                device,
+            } => {
+                self.remote_signal(sem, amount, device, loc)?;
+                return Ok(());
+            }
             OpKind::DmaStart(c) => {
                 self.dma_start(c, loc)?;
                 let hbm = |v: &crate::BufferSlice| match v.buffer {
@@ -393,17 +419,6 @@ impl Machine<'_> {
                 return Ok(());
             }
             OpKind::SemRead { sem } => self.sem_read(sem, loc)?,
-            // `run` refuses kernels with a mesh, and only they verify with
-            // these ops.
-            OpKind::DmaWaitSend(_)
-            | OpKind::DeviceId
-            | OpKind::AxisIndex { .. }
-            | OpKind::RemoteSignal { .. } => {
-                return Err(at(ErrorKind::Mesh(format!(
-                    "`{}` needs the devices of a mesh",
-                    op.kind.mnemonic()
-                ))));
-            }
             OpKind::Scope {
                 scratch,
                 semaphores,

@@ -32,6 +32,8 @@
 
 mod dma;
 mod eval;
+mod mesh;
+mod remote;
 
 use crate::array::SplitMix64;
 use crate::error::{ErrorKind, KernelError};
@@ -51,6 +53,11 @@ pub struct InterpOptions {
     /// exposes copies that share a semaphore and are used before their
     /// own wait.
     pub dma_seed: Option<u64>,
+    /// For a kernel across a mesh ([`interpret_mesh`]): the seed of the
+    /// interleaving of its devices and of the order remote copies arrive
+    /// in. Each seed is one replayable schedule; run several to look for
+    /// races that depend on timing.
+    pub mesh_seed: u64,
 }
 
 impl Default for InterpOptions {
@@ -59,6 +66,7 @@ impl Default for InterpOptions {
             shuffle_seed: None,
             max_loop_trips: 1 << 24,
             dma_seed: None,
+            mesh_seed: 0,
         }
     }
 }
@@ -201,7 +209,7 @@ fn run(
     kernel: &VerifiedKernel,
     args: &[Array],
     opts: &InterpOptions,
-    mut trace: Option<&mut FetchTrace>,
+    trace: Option<&mut FetchTrace>,
 ) -> Result<Vec<Array>, KernelError> {
     let k = kernel.kernel();
     if let Some(mesh) = &k.mesh {
@@ -209,65 +217,256 @@ fn run(
             &k.name, mesh,
         ))));
     }
-    let (prefetch, operands) = bind_args(k, args)?;
-    let mut m = eval::Machine {
-        k,
-        opts,
-        prefetch,
-        operands,
-        scratch: k
-            .scratch
-            .iter()
-            .map(|s| {
-                let n = s.shape.iter().product();
-                Buf::new(&s.name, "scratch", &s.shape, vec![0.0; n], UNWRITTEN)
-            })
-            .collect(),
-        offsets: vec![Vec::new(); k.operands.len()],
-        env: vec![None; k.body.values.len()],
-        grid_point: Vec::new(),
-        dma: dma::DmaState::new(k, opts.dma_seed),
-        flops: 0,
-        dots: Default::default(),
-        dma_bytes: vec![(0, 0); k.operands.len()],
+    let mut m = eval::Machine::new(k, args, opts, None)?;
+    m.run_grid(trace)?;
+    m.finish_dma()?;
+    collect_outputs(k, m.operands)
+}
+
+/// What [`interpret_mesh`] returns: per device (logical id order), its
+/// outputs and what it did.
+#[derive(Clone, Debug)]
+pub struct MeshRun {
+    /// Each device's output arrays, in declaration order.
+    pub outputs: Vec<Vec<Array>>,
+    /// Bytes each device's remote copies sent (its ICI traffic out).
+    pub sent_bytes: Vec<u64>,
+    /// Multiply-add flops each device's dots executed.
+    pub flops: Vec<u64>,
+}
+
+/// Runs a kernel across the devices of its mesh: `args[d]` are device
+/// `d`'s arrays (per-shard shapes, as [`interpret`] takes them). Each
+/// device has its own memories and semaphores; remote copies and signals
+/// reach the device they name. One run is one interleaving of the
+/// devices, chosen by [`InterpOptions::mesh_seed`]; besides the single
+/// device checks, it is an error (at the op's line) to
+///
+/// * touch a buffer a remote copy is still writing, or whose copy has
+///   arrived but was not waited for; write a copy's source before its
+///   `dma_wait_send`; send into a buffer the receiver has not yet waited
+///   for (`[dma-race]`);
+/// * wait when no device can ever wake the waiter (`[deadlock]`, listing
+///   every device's waiting op; a TPU hangs);
+/// * end with a semaphore not at zero or a remote copy not waited for, on
+///   either side (`[dma-race]`);
+/// * name a device outside the mesh (`[mesh]`).
+///
+/// Errors on one device carry its id (`[device 2] ...`).
+///
+/// ```
+/// use kernel_ir::{Array, DType, InterpOptions, interpret_mesh};
+/// // Each of 4 devices sends its row to the next one in the ring.
+/// let k = kernel_ir::parse(r#"
+/// kernel @ring {
+///   target v5e, vmem_limit default
+///   grid []
+///   mesh [x 4]
+///   in @x: f32[8, 128] any row_major
+///   out @o: f32[8, 128] any row_major
+///   dma_semaphore @send: []
+///   dma_semaphore @recv: []
+/// body:
+///   %0 = device_id : i32
+///   %1 = constant 1 : i32
+///   %2 = add %0, %1 : i32
+///   %3 = constant 4 : i32
+///   %4 = rem %2, %3 : i32
+///   dma_start @x[0:8, 0:128] -> @o[0:8, 0:128] sem @recv[] to %4 send @send[]
+///   dma_wait_send @x[0:8, 0:128] -> @o[0:8, 0:128] sem @recv[] to %4 send @send[]
+///   dma_wait @x[0:8, 0:128] -> @o[0:8, 0:128] sem @recv[] to %4 send @send[]
+/// }"#).unwrap().verify().unwrap();
+/// let args: Vec<Vec<Array>> =
+///     (0..4).map(|d| vec![Array::new(DType::F32, [8, 128], vec![d as f64; 1024]).unwrap()]).collect();
+/// let run = interpret_mesh(&k, &args, &InterpOptions::default()).unwrap();
+/// assert_eq!(run.outputs[1][0].data()[0], 0.0); // device 1 holds device 0's row
+/// assert_eq!(run.outputs[0][0].data()[0], 3.0);
+/// ```
+pub fn interpret_mesh(
+    kernel: &VerifiedKernel,
+    args: &[Vec<Array>],
+    opts: &InterpOptions,
+) -> Result<MeshRun, KernelError> {
+    let k = kernel.kernel();
+    let Some(mesh) = &k.mesh else {
+        return Err(KernelError::from(ErrorKind::Mesh(format!(
+            "kernel `{}` declares no mesh; run it with `interpret` (one device)",
+            k.name
+        ))));
     };
-    let order = grid_order(k, opts.shuffle_seed);
-    let parallel: Vec<usize> = (0..k.grid.rank())
-        .filter(|&d| k.grid.dims[d].semantics.is_parallel())
-        .collect();
-    let mut last_parallel: Option<Vec<i64>> = None;
-    let mut last_block: Vec<Option<Vec<i64>>> = vec![None; k.operands.len()];
-    let mut last_point: Option<Vec<i64>> = None;
-    for point in order {
-        let par: Vec<i64> = parallel.iter().map(|&d| point[d]).collect();
-        if last_parallel.as_ref() != Some(&par) {
-            if last_parallel.is_some() {
-                m.none_in_flight(
-                    "a parallel grid index changes (the next step may run on another core)",
-                )?;
-            }
-            for s in &mut m.scratch {
-                s.state.fill(UNWRITTEN);
-            }
-            last_parallel = Some(par);
-        }
-        m.step(point.clone())?;
-        let Some(trace) = trace.as_deref_mut() else {
-            last_point = Some(point);
-            continue;
-        };
-        for (i, o) in k.operands.iter().enumerate() {
-            if o.space == MemorySpace::Any {
-                continue;
-            }
-            let block: Vec<i64> = m.offsets[i]
+    let n = mesh.devices();
+    if args.len() != n {
+        return Err(KernelError::from(ErrorKind::Inputs(format!(
+            "kernel `{}` runs on the {n} devices of its mesh but got arguments for {}; pass one argument list per device, in logical id order",
+            k.name,
+            args.len()
+        ))));
+    }
+    let net = mesh::Network::new(n, opts.mesh_seed);
+    let machines: Vec<Option<eval::Machine<'_>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|d| {
+                let net = &net;
+                let args = &args[d];
+                s.spawn(move || {
+                    let _guard = mesh::PanicGuard { net, device: d };
+                    let link = mesh::Link {
+                        device: d,
+                        devices: n,
+                        net,
+                    };
+                    let run = || -> Result<eval::Machine<'_>, KernelError> {
+                        let mut m = eval::Machine::new(k, args, opts, Some(link))?;
+                        net.start(d)?;
+                        m.run_grid(None)?;
+                        Ok(m)
+                    };
+                    match run() {
+                        Ok(m) => {
+                            net.finish(d);
+                            Some(m)
+                        }
+                        Err(e) => {
+                            net.fail(d, e);
+                            None
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().ok().flatten())
+            .collect()
+    });
+    if let Some(e) = net.failure() {
+        return Err(e);
+    }
+    let mut machines: Vec<eval::Machine<'_>> = machines.into_iter().flatten().collect();
+    if machines.len() != n {
+        return Err(KernelError::from(ErrorKind::Mesh(
+            "a device of the mesh run stopped without an error (a bug in Tessera; please report it)"
+                .into(),
+        )));
+    }
+    for (d, (m, msgs)) in machines.iter_mut().zip(net.drain()).enumerate() {
+        let checked = m
+            .apply(msgs)
+            .and_then(|_| m.finish_remote())
+            .and_then(|_| m.finish_dma());
+        checked.map_err(|e| mesh::on_device(d, e))?;
+    }
+    let sent_bytes = machines.iter().map(|m| m.ici_bytes).collect();
+    let flops = machines.iter().map(|m| m.flops).collect();
+    let mut outputs = Vec::with_capacity(n);
+    for (d, m) in machines.into_iter().enumerate() {
+        outputs.push(collect_outputs(k, m.operands).map_err(|e| mesh::on_device(d, e))?);
+    }
+    Ok(MeshRun {
+        outputs,
+        sent_bytes,
+        flops,
+    })
+}
+
+impl<'a> eval::Machine<'a> {
+    fn new(
+        k: &'a Kernel,
+        args: &[Array],
+        opts: &'a InterpOptions,
+        link: Option<mesh::Link<'a>>,
+    ) -> Result<eval::Machine<'a>, KernelError> {
+        let (prefetch, operands) = bind_args(k, args)?;
+        Ok(eval::Machine {
+            k,
+            opts,
+            prefetch,
+            operands,
+            scratch: k
+                .scratch
                 .iter()
-                .zip(&o.block.shape)
-                .map(|(&off, &s)| off / (s as i64).max(1))
-                .collect();
-            if last_block[i].as_ref() != Some(&block) {
+                .map(|s| {
+                    let n = s.shape.iter().product();
+                    Buf::new(&s.name, "scratch", &s.shape, vec![0.0; n], UNWRITTEN)
+                })
+                .collect(),
+            offsets: vec![Vec::new(); k.operands.len()],
+            env: vec![None; k.body.values.len()],
+            grid_point: Vec::new(),
+            dma: dma::DmaState::new(k, opts.dma_seed),
+            flops: 0,
+            dots: Default::default(),
+            dma_bytes: vec![(0, 0); k.operands.len()],
+            link,
+            ici_bytes: 0,
+        })
+    }
+
+    /// Runs every grid step; records the block fetches into `trace`.
+    fn run_grid(&mut self, mut trace: Option<&mut FetchTrace>) -> Result<(), KernelError> {
+        let k = self.k;
+        let order = grid_order(k, self.opts.shuffle_seed);
+        let parallel: Vec<usize> = (0..k.grid.rank())
+            .filter(|&d| k.grid.dims[d].semantics.is_parallel())
+            .collect();
+        let mut last_parallel: Option<Vec<i64>> = None;
+        let mut last_block: Vec<Option<Vec<i64>>> = vec![None; k.operands.len()];
+        let mut last_point: Option<Vec<i64>> = None;
+        for point in order {
+            let par: Vec<i64> = parallel.iter().map(|&d| point[d]).collect();
+            if last_parallel.as_ref() != Some(&par) {
+                if last_parallel.is_some() {
+                    self.none_in_flight(
+                        "a parallel grid index changes (the next step may run on another core)",
+                    )?;
+                }
+                for s in &mut self.scratch {
+                    s.state.fill(UNWRITTEN);
+                }
+                last_parallel = Some(par);
+            }
+            self.sync()?;
+            self.step(point.clone())?;
+            let Some(trace) = trace.as_deref_mut() else {
+                last_point = Some(point);
+                continue;
+            };
+            for (i, o) in k.operands.iter().enumerate() {
+                if o.space == MemorySpace::Any {
+                    continue;
+                }
+                let block: Vec<i64> = self.offsets[i]
+                    .iter()
+                    .zip(&o.block.shape)
+                    .map(|(&off, &s)| off / (s as i64).max(1))
+                    .collect();
+                if last_block[i].as_ref() != Some(&block) {
+                    if o.role.is_output()
+                        && let (Some(prev), Some(at)) = (&last_block[i], &last_point)
+                    {
+                        trace.writebacks.push(BlockFetch {
+                            operand: o.name.clone(),
+                            point: at.clone(),
+                            block: prev.clone(),
+                        });
+                    }
+                    if o.role.is_input() {
+                        trace.fetches.push(BlockFetch {
+                            operand: o.name.clone(),
+                            point: point.clone(),
+                            block: block.clone(),
+                        });
+                    }
+                    last_block[i] = Some(block);
+                }
+            }
+            last_point = Some(point);
+        }
+        if let (Some(trace), Some(at)) = (trace, &last_point) {
+            for (i, o) in k.operands.iter().enumerate() {
                 if o.role.is_output()
-                    && let (Some(prev), Some(at)) = (&last_block[i], &last_point)
+                    && o.space != MemorySpace::Any
+                    && let Some(prev) = &last_block[i]
                 {
                     trace.writebacks.push(BlockFetch {
                         operand: o.name.clone(),
@@ -275,37 +474,13 @@ fn run(
                         block: prev.clone(),
                     });
                 }
-                if o.role.is_input() {
-                    trace.fetches.push(BlockFetch {
-                        operand: o.name.clone(),
-                        point: point.clone(),
-                        block: block.clone(),
-                    });
-                }
-                last_block[i] = Some(block);
             }
+            trace.flops = self.flops;
+            trace.dots = self.dots.iter().map(|(s, n)| (*s, *n)).collect();
+            trace.dma_bytes = self.dma_bytes.clone();
         }
-        last_point = Some(point);
+        Ok(())
     }
-    if let (Some(trace), Some(at)) = (trace, &last_point) {
-        for (i, o) in k.operands.iter().enumerate() {
-            if o.role.is_output()
-                && o.space != MemorySpace::Any
-                && let Some(prev) = &last_block[i]
-            {
-                trace.writebacks.push(BlockFetch {
-                    operand: o.name.clone(),
-                    point: at.clone(),
-                    block: prev.clone(),
-                });
-            }
-        }
-        trace.flops = m.flops;
-        trace.dots = m.dots.iter().map(|(s, n)| (*s, *n)).collect();
-        trace.dma_bytes = m.dma_bytes.clone();
-    }
-    m.finish_dma()?;
-    collect_outputs(k, m.operands)
 }
 
 fn bind_args(k: &Kernel, args: &[Array]) -> Result<(Vec<Buf>, Vec<Buf>), KernelError> {
