@@ -19,13 +19,20 @@
 //! * `; expect: @out[i, j] = V` / `; expect: sum @out = V` (interp): an
 //!   element or the sum of an output, within 1e-6 relative; `; run-error:
 //!   [rule] text` instead: the run fails with that error at that line.
+//! * A kernel with a mesh runs on all its devices ([`interpret_mesh`]):
+//!   each input is given per device (`device` fills it with the device's
+//!   id, `random SEED` adds the id to the seed); `; expect: device D
+//!   @out[..] = V` checks device `D`, an expect without `device D` every
+//!   device; `; option: mesh_seed SEED` picks the interleaving.
 //! * `; check: text` (lower): the lowered text contains each check's text,
 //!   in order, each after the one before.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use kernel_ir::{Array, InterpOptions, KernelError, VerifiedKernel, interpret_with, parse_file};
+use kernel_ir::{
+    Array, InterpOptions, KernelError, VerifiedKernel, interpret_mesh, interpret_with, parse_file,
+};
 
 /// One `;` expectation and the line it is about.
 #[derive(Debug)]
@@ -197,10 +204,78 @@ fn run_interp(
             ("shuffle", Some(s)) => opts.shuffle_seed = Some(s),
             ("dma_seed", Some(s)) => opts.dma_seed = Some(s),
             ("max_loop_trips", Some(n)) => opts.max_loop_trips = n,
+            ("mesh_seed", Some(s)) => opts.mesh_seed = s,
             _ => problems.push(format!("{name}:{}: unknown option `{}`", o.line, o.value)),
         }
     }
-    let mut args = Vec::new();
+    let devices = k.kernel().mesh.as_ref().map_or(1, |m| m.devices());
+    let mut per_device = vec![Vec::new(); devices];
+    for (device, args) in per_device.iter_mut().enumerate() {
+        problems.extend(file_inputs(name, k, inputs, device, args));
+    }
+    if !problems.is_empty() {
+        return problems;
+    }
+    let outputs: Vec<String> = k.outputs().map(|o| o.name.clone()).collect();
+    let ran = if k.kernel().mesh.is_some() {
+        interpret_mesh(k, &per_device, &opts).map(|r| r.outputs)
+    } else {
+        interpret_with(k, &per_device[0], &opts).map(|o| vec![o])
+    };
+    match ran {
+        Err(e) => {
+            if run_errors.is_empty() {
+                problems.push(format!("{name}: the run failed: {e}"));
+            } else {
+                problems.extend(match_errors(run_errors, &[e], kernel_line, name));
+            }
+        }
+        Ok(out) => {
+            for d in run_errors {
+                problems.push(format!(
+                    "{name}:{}: expected run error `{}`, but the run succeeded",
+                    d.line, d.value
+                ));
+            }
+            for d in expects {
+                let (only, spec) = match d.value.strip_prefix("device ") {
+                    Some(rest) => {
+                        let (n, spec) = rest.split_once(' ').unwrap_or((rest, ""));
+                        (n.parse::<usize>().ok().or(Some(usize::MAX)), spec)
+                    }
+                    None => (None, d.value.as_str()),
+                };
+                for (device, o) in out.iter().enumerate() {
+                    if only.is_some_and(|n| n != device) {
+                        continue;
+                    }
+                    if let Err(p) = check_expect(spec, &outputs, o) {
+                        problems.push(format!("{name}:{}: device {device}: {p}", d.line));
+                    }
+                }
+                if only.is_some_and(|n| n >= out.len()) {
+                    problems.push(format!("{name}:{}: no such device", d.line));
+                }
+            }
+            if expects.is_empty() && run_errors.is_empty() {
+                problems.push(format!(
+                    "{name}: an interp test needs `expect` or `run-error` lines"
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The arrays of device `device` from the `input` lines.
+fn file_inputs(
+    name: &str,
+    k: &VerifiedKernel,
+    inputs: &[&Directive],
+    device: usize,
+    args: &mut Vec<Array>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
     for a in k.arguments() {
         let given = inputs.iter().find(|d| {
             d.value.starts_with(&format!("@{} ", a.name))
@@ -221,10 +296,13 @@ fn run_interp(
             )
             .ok(),
             (Some("fill"), Some(v)) => Array::new(a.dtype, a.shape.to_vec(), vec![v; n]).ok(),
+            (Some("device"), None) => {
+                Array::new(a.dtype, a.shape.to_vec(), vec![device as f64; n]).ok()
+            }
             (Some("random"), Some(s)) => Some(Array::random(
                 a.dtype,
                 a.shape.to_vec(),
-                s as u64,
+                s as u64 + device as u64,
                 -1.0,
                 1.0,
             )),
@@ -233,37 +311,6 @@ fn run_interp(
         match arr {
             Some(x) => args.push(x),
             None => problems.push(format!("{name}:{}: cannot read input `{spec}`", d.line)),
-        }
-    }
-    if !problems.is_empty() {
-        return problems;
-    }
-    let outputs: Vec<String> = k.outputs().map(|o| o.name.clone()).collect();
-    match interpret_with(k, &args, &opts) {
-        Err(e) => {
-            if run_errors.is_empty() {
-                problems.push(format!("{name}: the run failed: {e}"));
-            } else {
-                problems.extend(match_errors(run_errors, &[e], kernel_line, name));
-            }
-        }
-        Ok(out) => {
-            for d in run_errors {
-                problems.push(format!(
-                    "{name}:{}: expected run error `{}`, but the run succeeded",
-                    d.line, d.value
-                ));
-            }
-            for d in expects {
-                if let Err(p) = check_expect(&d.value, &outputs, &out) {
-                    problems.push(format!("{name}:{}: {p}", d.line));
-                }
-            }
-            if expects.is_empty() && run_errors.is_empty() {
-                problems.push(format!(
-                    "{name}: an interp test needs `expect` or `run-error` lines"
-                ));
-            }
         }
     }
     problems
