@@ -83,6 +83,19 @@ impl Deref for Semaphores {
     }
 }
 
+/// The chip's barrier semaphore (Pallas's `get_barrier_semaphore`):
+/// `barrier: BarrierSemaphore`, in a kernel with a mesh. Inside a kernel
+/// body the parameter is a [`crate::Sem`]: other devices
+/// `signal_remote` it, this one `wait`s on it.
+pub struct BarrierSemaphore(pub crate::Sem);
+
+impl Deref for BarrierSemaphore {
+    type Target = crate::Sem;
+    fn deref(&self) -> &crate::Sem {
+        &self.0
+    }
+}
+
 operand_marker!(
     /// A VMEM buffer of a `scoped(|#[shape(..)] buf: Vmem<f32>, ..| ..)`
     /// block: it exists while the block runs.

@@ -198,7 +198,8 @@ pub mod prelude {
     pub use crate::DType::{BF16, Bool, F8E4M3FN, F8E5M2, F16, F32, I8, I32};
     pub use crate::DimSemantics::{Arbitrary, CoreParallel, Parallel};
     pub use crate::dsl::{
-        DmaSemaphores, In, InOut, Out, Predicate, Prefetch, Scratch, Semaphores, Smem, Vmem,
+        BarrierSemaphore, DmaSemaphores, In, InOut, Out, Predicate, Prefetch, Scratch, Semaphores,
+        Smem, Vmem,
     };
     pub use crate::{
         Array, BlockMap, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace,

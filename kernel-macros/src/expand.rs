@@ -172,6 +172,8 @@ fn fallback(func: &ItemFn, symbols: &[Ident], body: &syn::Block) -> TokenStream 
             pt.attrs.retain(|a| !sig::is_our_attr(a));
             if sig::is_semaphore_type(&pt.ty) {
                 *pt.ty = syn::parse_quote_spanned!(pt.ty.span()=> ::kernel_ir::SemArray);
+            } else if sig::is_barrier_type(&pt.ty) {
+                *pt.ty = syn::parse_quote_spanned!(pt.ty.span()=> ::kernel_ir::Sem);
             } else if sig::is_operand_type(&pt.ty) {
                 *pt.ty = syn::parse_quote_spanned!(pt.ty.span()=> ::kernel_ir::Ref);
             } else if sig::optional_operand(&pt.ty).is_some() {
@@ -336,8 +338,14 @@ fn module(
                 let ns = n.to_string();
                 let sp = n.span();
                 let b = Ident::new("__tessera_builder", sp);
+                if sm.kind == "BarrierSemaphore" {
+                    decls.push(quote_spanned!(sp=>
+                        let #n = #b.barrier_semaphore();
+                    ));
+                    continue;
+                }
                 let ctor = Ident::new(
-                    if sm.regular {
+                    if sm.kind == "Semaphores" {
                         "semaphores"
                     } else {
                         "dma_semaphores"

@@ -125,11 +125,12 @@ pub struct PrefetchParam {
     pub present: Option<Expr>,
 }
 
-/// An array of semaphores (`DmaSemaphores` or `Semaphores`).
+/// An array of semaphores (`DmaSemaphores` or `Semaphores`), or the
+/// barrier semaphore (`BarrierSemaphore`).
 pub struct SemParam {
     pub name: Ident,
-    /// `Semaphores` (counted by the kernel) rather than `DmaSemaphores`.
-    pub regular: bool,
+    /// `DmaSemaphores`, `Semaphores` or `BarrierSemaphore`.
+    pub kind: &'static str,
     /// Empty for a single semaphore.
     pub shape: Vec<Expr>,
 }
@@ -215,7 +216,7 @@ fn dtype_arg(
     }
 }
 
-const OPERAND_KINDS: [&str; 7] = [
+const OPERAND_KINDS: [&str; 8] = [
     "In",
     "Out",
     "InOut",
@@ -223,6 +224,7 @@ const OPERAND_KINDS: [&str; 7] = [
     "Prefetch",
     "DmaSemaphores",
     "Semaphores",
+    "BarrierSemaphore",
 ];
 
 /// True for the operand marker types (`In<T>`, `Out<T>`, `InOut<T>`,
@@ -234,6 +236,11 @@ pub fn is_operand_type(ty: &Type) -> bool {
 /// True for `DmaSemaphores` and `Semaphores` (a `SemArray` in the body).
 pub fn is_semaphore_type(ty: &Type) -> bool {
     type_head(ty).is_some_and(|(i, _)| i == "DmaSemaphores" || i == "Semaphores")
+}
+
+/// True for `BarrierSemaphore` (a `Sem` in the body).
+pub fn is_barrier_type(ty: &Type) -> bool {
+    type_head(ty).is_some_and(|(i, _)| i == "BarrierSemaphore")
 }
 
 /// The operand type inside `Option<..>` (an optional operand), if `ty` is
@@ -375,23 +382,32 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
         ));
     }
     Ok(match kind.as_str() {
-        "DmaSemaphores" | "Semaphores" => {
+        "DmaSemaphores" | "Semaphores" | "BarrierSemaphore" => {
+            let barrier = kind == "BarrierSemaphore";
             if block.is_some()
                 || align.is_some()
                 || space != Space::Vmem
                 || optional.is_some()
                 || !args.is_empty()
+                || (barrier && shape.is_some())
             {
-                return Err(syn::Error::new_spanned(
-                    &pt.pat,
+                let what = if barrier {
+                    "`BarrierSemaphore` is the chip's one barrier semaphore and takes no attributes"
+                        .to_string()
+                } else {
                     format!(
                         "`{kind}` takes only an optional `#[shape(..)]` (none for a single semaphore)"
-                    ),
-                ));
+                    )
+                };
+                return Err(syn::Error::new_spanned(&pt.pat, what));
             }
             Param::Semaphores(SemParam {
                 name,
-                regular: kind == "Semaphores",
+                kind: match kind.as_str() {
+                    "Semaphores" => "Semaphores",
+                    "BarrierSemaphore" => "BarrierSemaphore",
+                    _ => "DmaSemaphores",
+                },
                 shape: shape.unwrap_or_default(),
             })
         }

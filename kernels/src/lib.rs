@@ -31,6 +31,7 @@
 //! and CUTLASS.
 
 pub mod check;
+pub mod collective;
 pub mod entry;
 pub mod reference;
 pub mod tolerance;

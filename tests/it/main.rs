@@ -2,6 +2,7 @@
 mod attention;
 mod block_fetches;
 mod builder_kernels;
+mod collective;
 mod common;
 mod cost;
 mod dma;

@@ -1,0 +1,48 @@
+//! Kernels across the chips of a ring: each device runs the same kernel on
+//! its shard and passes blocks to its neighbour with remote copies, so
+//! the transfers overlap the work (Pallas's "Distributed computing in
+//! Pallas for TPUs"; vLLM's `all_gather_matmul.py`,
+//! `reduce_scatter_matmul.py`).
+//!
+//! * [`all_gather`]: ring all-gather of row shards;
+//! * [`all_gather_matmul`]: the collective matmul, `all_gather(x) @ w`
+//!   with each step's matmul overlapping the next block's transfer;
+//! * [`matmul_reduce_scatter`]: `reduce_scatter(x @ w)` with the partial
+//!   sums passed around the ring as they are computed;
+//! * [`ring_attention`]: attention over kv shards passed around the ring,
+//!   the online softmax carried from step to step;
+//! * [`all_to_all`]: the MoE dispatch, chunk `j` of every device to
+//!   device `j`.
+//!
+//! Every kernel runs on the devices of its mesh (`mesh = (x = devices)`,
+//! logical ids around the ring) and is run on the CPU by
+//! [`kernel_ir::interpret_mesh`], which checks the protocol: a buffer is
+//! sent to only after its receiver said it is free (a regular semaphore
+//! signalled back), every copy is waited on both sides, every semaphore
+//! ends at zero. Each has an f64 reference over the per-device arrays.
+//!
+//! ```
+//! use kernels::collective::{all_gather, reference};
+//! use kernel_ir::{Array, DType, InterpOptions, interpret_mesh};
+//! let k = all_gather(DType::F32, 4, 8, 128).unwrap();
+//! let x: Vec<Array> = (0..4).map(|d| Array::random(DType::F32, [8, 128], d, -1.0, 1.0)).collect();
+//! let args: Vec<Vec<Array>> = x.iter().map(|a| vec![a.clone()]).collect();
+//! let run = interpret_mesh(&k, &args, &InterpOptions::default()).unwrap();
+//! let want = reference::all_gather(&x);
+//! assert_eq!(run.outputs[2][0].data(), want.as_slice());
+//! ```
+
+pub mod reference;
+
+mod all_to_all;
+mod gather;
+mod matmul;
+mod ring_attention;
+
+pub use all_to_all::{all_to_all, all_to_all_kernel};
+pub use gather::{all_gather, all_gather_kernel};
+pub use matmul::{
+    Protocol, all_gather_matmul, all_gather_matmul_kernel, matmul_reduce_scatter,
+    matmul_reduce_scatter_kernel,
+};
+pub use ring_attention::{ring_attention, ring_attention_kernel};
