@@ -975,3 +975,31 @@ fn kernels_across_chips_compile_for_every_multichip_topology() {
         .expect_err("a remote copy without has_communication must be refused");
     assert!(e.to_string().contains("has_communication"), "{e}");
 }
+
+/// The collective kernels (`kernels::collective`, 4 devices) compile with
+/// libtpu for every multi-chip topology, f32 and bf16.
+#[test]
+fn the_collective_kernels_compile_for_every_multichip_topology() {
+    use kernel_ir::DType;
+    use kernels::collective::*;
+    let tpu = tpu();
+    let mut kernels = Vec::new();
+    for dt in [DType::F32, DType::BF16] {
+        let m = 16;
+        kernels.push(all_gather(dt, 4, m, 128).unwrap());
+        let dims = all_gather_matmul_kernel::Dims { m, k: 128, n: 256 };
+        kernels.push(all_gather_matmul(dt, 4, Protocol::Handshake, dims).unwrap());
+        let dims = matmul_reduce_scatter_kernel::Dims { m, k: 128, n: 256 };
+        kernels.push(matmul_reduce_scatter(dt, 4, dims).unwrap());
+        let dims = ring_attention_kernel::Dims { sq: 16, d: 128, skv: 128 };
+        kernels.push(ring_attention(dt, 4, 0.088, dims).unwrap());
+        kernels.push(all_to_all(dt, 4, m, 128).unwrap());
+    }
+    for t in Target::ALL {
+        for k in &kernels {
+            if let Err(e) = tpu.compile_kernel(k, t) {
+                panic!("{} ({:?}) on {t}: {e}", k.name, k.operands[0].dtype);
+            }
+        }
+    }
+}
