@@ -90,7 +90,7 @@ pub use half::{bf16, f16};
 pub use index_map::{IndexEvalError, IndexExpr, IndexExprDisplay, IndexMap, IndexOp};
 pub use int_expr::IntExpr;
 pub use interp::{
-    BlockFetch, DotShape, FetchTrace, InterpOptions, MeshRun, interpret, interpret_mesh,
+    BlockFetch, DotShape, FetchTrace, InterpOptions, MeshRun, MeshStep, interpret, interpret_mesh,
     interpret_traced, interpret_with, single_device_only,
 };
 pub use kernel::{Argument, ArgumentError, Kernel};

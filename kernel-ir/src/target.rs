@@ -96,6 +96,24 @@ impl Target {
         }
     }
 
+    /// One direction of one ICI link in bytes/s, per device: what one
+    /// remote copy to a ring neighbour can use. From Google's published
+    /// per-chip bidirectional ICI bandwidth over its ports (Cloud TPU docs'
+    /// system architecture tables: v5e 400 GB/s over 4 ports, v6e 800 GB/s
+    /// over 4, v5p 1200 GB/s over 6; Ironwood's announced 1.2 TB/s, taken
+    /// over 6 ports of its 3D torus and shared by the chip's two devices):
+    /// 50, 100, 100 and 50 GB/s. An estimate for overlap bounds, not a
+    /// measurement.
+    pub fn ici_link_bandwidth(self) -> f64 {
+        let g = 1e9;
+        match self {
+            Target::V5e => 400.0 * g / 8.0,
+            Target::V6e => 800.0 * g / 8.0,
+            Target::V5p => 1200.0 * g / 12.0,
+            Target::V7x => 1200.0 * g / 12.0 / 2.0,
+        }
+    }
+
     /// HBM capacity of one device in bytes (Google's published tables: 16,
     /// 95, 32 GB per chip on v5e, v5p, v6e; 192 GB per v7x chip, 96 per
     /// device, which is what libtpu reports available): no tensor larger

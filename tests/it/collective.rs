@@ -283,3 +283,44 @@ fn a_mesh_run_needs_one_argument_list_per_device() {
     let e = interpret_mesh(&single, &[vec![]], &InterpOptions::default()).unwrap_err();
     assert!(e.to_string().contains("declares no mesh"), "{e}");
 }
+
+/// `tessera cost`'s mesh view of the collective matmul: the ICI bytes are
+/// the `devices - 1` blocks forwarded, each step's flops one block's
+/// matmul, and the overlap bound lies between the larger of transfer and
+/// compute and their sum.
+#[test]
+fn the_collective_matmul_costs_its_blocks_in_ici_bytes_per_step() {
+    let (devices, m, k, n) = (4usize, 16usize, 128usize, 256usize);
+    let dims = all_gather_matmul_kernel::Dims { m, k, n };
+    let kern = all_gather_matmul(DType::F32, devices, Protocol::Handshake, dims).unwrap();
+    let args: Vec<Vec<Array>> = (0..devices)
+        .map(|d| vec![random(&[m, k], d as u64), random(&[k, n], 9)])
+        .collect();
+    let c = tooling::cost::mesh_cost(&kern, &args).unwrap();
+    let block = (m * k * 4) as u64;
+    assert_eq!(c.ici_bytes(), (devices as u64 - 1) * block);
+    let per_step = (2 * m * k * n) as u64;
+    assert_eq!(c.device.flops, devices as u64 * per_step);
+    let sends: Vec<u64> = c.steps.iter().map(|s| s.ici_bytes).collect();
+    assert_eq!(sends, [0, block, block, block]);
+    // The first block's matmul runs after the first send starts; the
+    // last step sends nothing and runs the last block's matmul.
+    let flops: Vec<u64> = c.steps.iter().map(|s| s.flops).collect();
+    assert_eq!(flops, [0, per_step, per_step, 2 * per_step]);
+    // x is read once from HBM (the own block), w and o by the pipeline.
+    assert_eq!(c.device.bytes_in(), block + (k * n * 4) as u64);
+    assert_eq!(c.device.bytes_out(), (devices * m * n * 4) as u64);
+    for t in kernel_ir::Target::ALL {
+        let o = c.overlap(t);
+        assert!(
+            o.overlapped_s >= o.ici_s.max(o.compute_s) && o.overlapped_s <= o.serial_s,
+            "{t}: {o:?}"
+        );
+        assert!(o.ici_s > 0.0 && o.compute_s > 0.0);
+    }
+    assert!(
+        c.table().contains("ICI sent 24576 B in 3 copies"),
+        "{}",
+        c.table()
+    );
+}

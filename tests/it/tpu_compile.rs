@@ -991,7 +991,11 @@ fn the_collective_kernels_compile_for_every_multichip_topology() {
         kernels.push(all_gather_matmul(dt, 4, Protocol::Handshake, dims).unwrap());
         let dims = matmul_reduce_scatter_kernel::Dims { m, k: 128, n: 256 };
         kernels.push(matmul_reduce_scatter(dt, 4, dims).unwrap());
-        let dims = ring_attention_kernel::Dims { sq: 16, d: 128, skv: 128 };
+        let dims = ring_attention_kernel::Dims {
+            sq: 16,
+            d: 128,
+            skv: 128,
+        };
         kernels.push(ring_attention(dt, 4, 0.088, dims).unwrap());
         kernels.push(all_to_all(dt, 4, m, 128).unwrap());
     }

@@ -59,6 +59,9 @@ pub(crate) struct Machine<'a> {
     pub link: Option<super::mesh::Link<'a>>,
     /// Bytes this device's remote copies sent.
     pub ici_bytes: u64,
+    /// At each remote copy this device started: its bytes and the flops
+    /// run before it.
+    pub sends: Vec<(u64, u64)>,
 }
 
 pub(super) type R<T> = Result<T, KernelError>;
@@ -125,6 +128,31 @@ impl Machine<'_> {
             ));
         }
         Ok(int(val.data.first().copied().unwrap_or(0.0)))
+    }
+
+    /// Counts a copy's bytes against the `any` (HBM) operand it reads or
+    /// writes. A remote copy counts here for both ends: its destination is
+    /// the same operand on the peer, which in an SPMD ring receives as much
+    /// as it sends.
+    fn count_hbm(&mut self, c: &crate::CopyDescriptor) {
+        let hbm = |v: &crate::BufferSlice| match v.buffer {
+            crate::BufferRef::Operand(i) => self
+                .k
+                .operands
+                .get(i)
+                .map(|o| (i, o.space == crate::MemorySpace::Any, o.dtype)),
+            _ => None,
+        };
+        let (src, dst) = (hbm(&c.src), hbm(&c.dst));
+        if let Some((i, true, d)) = src {
+            self.dma_bytes[i].0 += c.bytes(d);
+            if c.remote.is_none() {
+                return;
+            }
+        }
+        if let Some((i, true, d)) = dst {
+            self.dma_bytes[i].1 += c.bytes(d);
+        }
     }
 
     pub(super) fn index_value(&self, iv: &IndexValue, what: &str, loc: &Option<Loc>) -> R<i64> {
@@ -369,6 +397,7 @@ impl Machine<'_> {
             }
             OpKind::DmaStart(c) if c.remote.is_some() => {
                 self.remote_start(c, loc)?;
+                self.count_hbm(c);
                 return Ok(());
             }
             OpKind::DmaWait(c) if c.remote.is_some() => {
@@ -391,19 +420,7 @@ impl Machine<'_> {
             }
             OpKind::DmaStart(c) => {
                 self.dma_start(c, loc)?;
-                let hbm = |v: &crate::BufferSlice| match v.buffer {
-                    crate::BufferRef::Operand(i) => self
-                        .k
-                        .operands
-                        .get(i)
-                        .map(|o| (i, o.space == crate::MemorySpace::Any, o.dtype)),
-                    _ => None,
-                };
-                match (hbm(&c.src), hbm(&c.dst)) {
-                    (Some((i, true, d)), _) => self.dma_bytes[i].0 += c.bytes(d),
-                    (_, Some((i, true, d))) => self.dma_bytes[i].1 += c.bytes(d),
-                    _ => {}
-                }
+                self.count_hbm(c);
                 return Ok(());
             }
             OpKind::DmaWait(c) => {

@@ -233,6 +233,24 @@ pub struct MeshRun {
     pub sent_bytes: Vec<u64>,
     /// Multiply-add flops each device's dots executed.
     pub flops: Vec<u64>,
+    /// Each device's block fetches, copies and dots, as
+    /// [`interpret_traced`] records them for one device.
+    pub traces: Vec<FetchTrace>,
+    /// Each device's run cut at its remote copies: what overlaps what.
+    pub steps: Vec<Vec<MeshStep>>,
+}
+
+/// One stretch of a device's run in a mesh: from one remote copy it
+/// starts to the next. The copy's bytes travel while the stretch's dots
+/// run, so `max(transfer, compute)` per stretch bounds a kernel that
+/// overlaps them, and the sum of both one that does not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MeshStep {
+    /// Bytes of the remote copy that starts the stretch (0 for the
+    /// stretch before the first copy).
+    pub ici_bytes: u64,
+    /// Flops of the dots run until the next remote copy starts.
+    pub flops: u64,
 }
 
 /// Runs a kernel across the devices of its mesh: `args[d]` are device
@@ -303,7 +321,8 @@ pub fn interpret_mesh(
         ))));
     }
     let net = mesh::Network::new(n, opts.mesh_seed);
-    let machines: Vec<Option<eval::Machine<'_>>> = std::thread::scope(|s| {
+    type Ran<'m> = Option<(eval::Machine<'m>, FetchTrace)>;
+    let machines: Vec<Ran<'_>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|d| {
                 let net = &net;
@@ -315,11 +334,12 @@ pub fn interpret_mesh(
                         devices: n,
                         net,
                     };
-                    let run = || -> Result<eval::Machine<'_>, KernelError> {
+                    let run = || -> Result<(eval::Machine<'_>, FetchTrace), KernelError> {
                         let mut m = eval::Machine::new(k, args, opts, Some(link))?;
+                        let mut trace = FetchTrace::default();
                         net.start(d)?;
-                        m.run_grid(None)?;
-                        Ok(m)
+                        m.run_grid(Some(&mut trace))?;
+                        Ok((m, trace))
                     };
                     match run() {
                         Ok(m) => {
@@ -342,7 +362,8 @@ pub fn interpret_mesh(
     if let Some(e) = net.failure() {
         return Err(e);
     }
-    let mut machines: Vec<eval::Machine<'_>> = machines.into_iter().flatten().collect();
+    let (mut machines, traces): (Vec<eval::Machine<'_>>, Vec<FetchTrace>) =
+        machines.into_iter().flatten().unzip();
     if machines.len() != n {
         return Err(KernelError::from(ErrorKind::Mesh(
             "a device of the mesh run stopped without an error (a bug in Tessera; please report it)"
@@ -358,6 +379,20 @@ pub fn interpret_mesh(
     }
     let sent_bytes = machines.iter().map(|m| m.ici_bytes).collect();
     let flops = machines.iter().map(|m| m.flops).collect();
+    let steps = machines
+        .iter()
+        .map(|m| {
+            // `sends` holds (bytes, flops so far) at each remote start.
+            let mut cuts = vec![(0u64, 0u64)];
+            cuts.extend(m.sends.iter().copied());
+            (0..cuts.len())
+                .map(|i| MeshStep {
+                    ici_bytes: cuts[i].0,
+                    flops: cuts.get(i + 1).map_or(m.flops, |c| c.1) - cuts[i].1,
+                })
+                .collect()
+        })
+        .collect();
     let mut outputs = Vec::with_capacity(n);
     for (d, m) in machines.into_iter().enumerate() {
         outputs.push(collect_outputs(k, m.operands).map_err(|e| mesh::on_device(d, e))?);
@@ -366,6 +401,8 @@ pub fn interpret_mesh(
         outputs,
         sent_bytes,
         flops,
+        traces,
+        steps,
     })
 }
 
@@ -399,6 +436,7 @@ impl<'a> eval::Machine<'a> {
             dma_bytes: vec![(0, 0); k.operands.len()],
             link,
             ici_bytes: 0,
+            sends: Vec::new(),
         })
     }
 

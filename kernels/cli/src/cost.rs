@@ -4,7 +4,7 @@
 
 use kernel_ir::{Array, VerifiedKernel};
 use kernels::Config;
-use tooling::cost::{Cost, cost, table};
+use tooling::cost::{Cost, cost, mesh_cost, table};
 
 use crate::args::Args;
 use crate::kernel_args::{choose, kernel_for_lower};
@@ -100,12 +100,6 @@ pub fn kernels_named(
         .collect())
 }
 
-/// The cost of a catalog kernel (with `--config`/`--shape`) or preset.
-fn one(name: &str, a: &Args) -> Result<Cost, Failure> {
-    let (kernel, inputs) = kernel_with_inputs(name, a)?;
-    cost(&kernel, &inputs).map_err(|e| Failure::Run(format!("{name}: {e}")))
-}
-
 pub fn cost_cmd(args: &[String]) -> Result<(), Failure> {
     let a = Args::parse("cost", args, &["config", "shape", "input"], &["json"]).map_err(usage)?;
     let which = a.positional.first().map(String::as_str).unwrap_or("all");
@@ -124,7 +118,23 @@ pub fn cost_cmd(args: &[String]) -> Result<(), Failure> {
             rows.push((name, c));
         }
     } else {
-        rows.push((which.to_string(), one(which, &a)?));
+        let (kernel, inputs) = kernel_with_inputs(which, &a)?;
+        if let Some(mesh) = &kernel.kernel().mesh {
+            // Each device gets its own sample (seeded by its id).
+            let per_device: Vec<Vec<Array>> = (0..mesh.devices())
+                .map(|d| kernels::entry::random_inputs(&kernel, 1 + d as u64))
+                .collect();
+            let c = mesh_cost(&kernel, &per_device)
+                .map_err(|e| Failure::Run(format!("{which}: {e}")))?;
+            if a.flag("json") {
+                println!("[{}]", c.to_json());
+            } else {
+                print!("{}", c.table());
+            }
+            return Ok(());
+        }
+        let c = cost(&kernel, &inputs).map_err(|e| Failure::Run(format!("{which}: {e}")))?;
+        rows.push((which.to_string(), c));
     }
     if a.flag("json") {
         let items: Vec<String> = rows.iter().map(|(_, c)| c.to_json()).collect();

@@ -962,6 +962,15 @@ fn kernel_files_lower_and_compile() {
     let o = tessera(&["compile", ring, "--tpu", "v5e"]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("v5e  ok"), "{}", stdout(&o));
+    // `cost` runs it on its 4 devices and counts the bytes sent over ICI.
+    let o = tessera(&["cost", ring]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("ring_permute on 4 devices")
+            && stdout(&o).contains("ICI sent 4096 B in 1 copies"),
+        "{}",
+        stdout(&o)
+    );
     // A single-device target refuses it, naming the devices.
     let o = tessera(&["lower", ring, "--target", "decomposed"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));

@@ -14,7 +14,9 @@
 //! from the published peaks ([`kernel_ir::Target::peak_flops`],
 //! [`kernel_ir::Target::hbm_bandwidth`]).
 
-use kernel_ir::{Array, DType, DotShape, InterpOptions, MemorySpace, Target, VerifiedKernel};
+use kernel_ir::{
+    Array, DType, DotShape, InterpOptions, MemorySpace, MeshStep, Target, VerifiedKernel,
+};
 
 /// One operand's traffic.
 #[derive(Clone, Debug, PartialEq)]
@@ -142,6 +144,142 @@ impl Cost {
 pub fn cost(kernel: &VerifiedKernel, inputs: &[Array]) -> Result<Cost, String> {
     let (_, trace) = kernel_ir::interpret_traced(kernel, inputs, &InterpOptions::default())
         .map_err(|e| e.to_string())?;
+    Ok(cost_of(kernel, trace))
+}
+
+/// A kernel across a mesh: device 0's HBM traffic and flops, and its run
+/// cut at its remote copies ([`MeshStep`]), on `inputs[d]` for device `d`
+/// ([`kernel_ir::interpret_mesh`]). The ring kernels do the same on every
+/// device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeshCost {
+    /// Device 0's traffic between HBM and VMEM, and its flops.
+    pub device: Cost,
+    /// Device 0's stretches between remote copies.
+    pub steps: Vec<MeshStep>,
+    /// Devices in the mesh.
+    pub devices: usize,
+}
+
+/// The overlap bound of a [`MeshCost`] on one generation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Overlap {
+    /// Seconds the remote copies take over one ICI link at full speed.
+    pub ici_s: f64,
+    /// Seconds the dots take at peak.
+    pub compute_s: f64,
+    /// `Σ max(transfer, compute)` over the steps: the kernel hides each
+    /// transfer behind the work that follows its start.
+    pub overlapped_s: f64,
+    /// `Σ (transfer + compute)`: nothing hidden.
+    pub serial_s: f64,
+}
+
+impl MeshCost {
+    /// Bytes device 0 sent over ICI.
+    pub fn ici_bytes(&self) -> u64 {
+        self.steps.iter().map(|s| s.ici_bytes).sum()
+    }
+
+    /// Transfer against compute, per step, on `target` (one ICI link per
+    /// copy: a ring neighbour).
+    pub fn overlap(&self, target: Target) -> Overlap {
+        let (mut o, mut ici_s, mut compute_s) = (0.0, 0.0, 0.0);
+        for s in &self.steps {
+            let t = s.ici_bytes as f64 / target.ici_link_bandwidth();
+            let c = s.flops as f64 / target.peak_flops(self.device.dtype);
+            o += f64::max(t, c);
+            ici_s += t;
+            compute_s += c;
+        }
+        Overlap {
+            ici_s,
+            compute_s,
+            overlapped_s: o,
+            serial_s: ici_s + compute_s,
+        }
+    }
+
+    /// The cost as one JSON object: device 0's [`Cost::to_json`] fields
+    /// plus `devices`, `ici_bytes` and the `steps`.
+    pub fn to_json(&self) -> String {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&self.device.to_json()).unwrap_or_default();
+        let steps: Vec<serde_json::Value> = self
+            .steps
+            .iter()
+            .map(|s| serde_json::json!({"ici_bytes": s.ici_bytes, "flops": s.flops}))
+            .collect();
+        v["devices"] = self.devices.into();
+        v["ici_bytes"] = self.ici_bytes().into();
+        v["mesh_steps"] = steps.into();
+        v.to_string()
+    }
+
+    /// A table: the steps, then the bound per generation.
+    pub fn table(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{} on {} devices (device 0; every device of a ring does the same):",
+            self.device.kernel, self.devices
+        );
+        let _ = writeln!(
+            s,
+            "  HBM→VMEM {} B, VMEM→HBM {} B, flops {:.3e}, ICI sent {} B in {} copies",
+            self.device.bytes_in(),
+            self.device.bytes_out(),
+            self.device.flops as f64,
+            self.ici_bytes(),
+            self.steps.iter().filter(|x| x.ici_bytes > 0).count()
+        );
+        let _ = writeln!(s, "  {:>4} {:>12} {:>12}", "step", "ICI bytes", "flops");
+        for (i, st) in self.steps.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "  {i:>4} {:>12} {:>12.3e}",
+                st.ici_bytes, st.flops as f64
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  {:<6} {:>12} {:>12} {:>14} {:>12}",
+            "target", "ICI", "compute", "overlapped", "serial"
+        );
+        for t in Target::ALL {
+            let o = self.overlap(t);
+            let _ = writeln!(
+                s,
+                "  {:<6} {:>9.3} µs {:>9.3} µs {:>11.3} µs {:>9.3} µs",
+                t.name(),
+                o.ici_s * 1e6,
+                o.compute_s * 1e6,
+                o.overlapped_s * 1e6,
+                o.serial_s * 1e6
+            );
+        }
+        s.push_str(
+            "  a step runs from one remote copy's start to the next: its bytes travel while its dots run;\n  \
+             ICI at one link's one-way peak (Target::ici_link_bandwidth), compute at peak flops.\n",
+        );
+        s
+    }
+}
+
+/// [`MeshCost`] of `kernel` on `inputs[d]` for device `d`.
+pub fn mesh_cost(kernel: &VerifiedKernel, inputs: &[Vec<Array>]) -> Result<MeshCost, String> {
+    let run = kernel_ir::interpret_mesh(kernel, inputs, &InterpOptions::default())
+        .map_err(|e| e.to_string())?;
+    let trace = run.traces.into_iter().next().unwrap_or_default();
+    Ok(MeshCost {
+        device: cost_of(kernel, trace),
+        steps: run.steps.into_iter().next().unwrap_or_default(),
+        devices: inputs.len(),
+    })
+}
+
+fn cost_of(kernel: &VerifiedKernel, trace: kernel_ir::FetchTrace) -> Cost {
     let k = kernel.kernel();
     let mut operands = Vec::new();
     for (i, o) in k.operands.iter().enumerate() {
@@ -185,14 +323,14 @@ pub fn cost(kernel: &VerifiedKernel, inputs: &[Array]) -> Result<Cost, String> {
         .max_by_key(|(_, t)| t.bytes)
         .map(|(o, _)| o.dtype)
         .unwrap_or(DType::F32);
-    Ok(Cost {
+    Cost {
         kernel: k.name.clone(),
         operands,
         flops: trace.flops,
         steps: k.grid.points().count() as u64,
         dtype,
         dots: trace.dots,
-    })
+    }
 }
 
 /// A table of costs with a roofline column per generation.
