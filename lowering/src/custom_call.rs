@@ -272,7 +272,7 @@ fn wrapper(
             ("kernel_name", ir.str_attr(&k.name)),
             (
                 "mhlo.frontend_attributes",
-                ir.dict(&[("kernel_metadata", ir.str_attr("{}"))]),
+                ir.dict(&[("kernel_metadata", ir.str_attr(&kernel_metadata(k)))]),
             ),
             ("operand_layouts", ir.array_attr(&layouts)),
             ("result_layouts", ir.array_attr(&result_layouts)),
@@ -399,4 +399,32 @@ fn row_major_layout<'c>(
         _ => format!("dense<[{}]> : tensor<{rank}xindex>", dims.join(", ")),
     };
     ir.parse_attr(&text)
+}
+
+/// The custom call's `kernel_metadata` (Pallas's form: a compact JSON
+/// object whose `mesh_axes` is itself a JSON list, sorted, as a string):
+/// `{}` for a kernel on one device.
+fn kernel_metadata(k: &kernel_ir::Kernel) -> String {
+    let Some(mesh) = &k.mesh else {
+        return "{}".into();
+    };
+    let mut axes: Vec<&str> = mesh.axes.iter().map(|(n, _)| n.as_str()).collect();
+    axes.sort_unstable();
+    let list: Vec<String> = axes
+        .iter()
+        .map(|a| format!("\"{}\"", json_escape(a)))
+        .collect();
+    let inner = format!("[{}]", list.join(", "));
+    format!("{{\"mesh_axes\":\"{}\"}}", json_escape(&inner))
+}
+
+/// `s` as JSON string content.
+fn json_escape(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| match c {
+            '"' | '\\' => vec!['\\', c],
+            c if (c as u32) < 0x20 => format!("\\u{:04x}", c as u32).chars().collect(),
+            c => vec![c],
+        })
+        .collect()
 }
