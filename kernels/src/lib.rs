@@ -120,6 +120,13 @@ pub mod guide {
         #![doc = include_str!("../doc/porting.md")]
     }
 
+    /// Kernels across chips: the mesh, device ids, remote copies and
+    /// barriers, the interpreter of N devices and its errors, the
+    /// collective matmul as the worked example.
+    pub mod across_chips {
+        #![doc = include_str!("../doc/across_chips.md")]
+    }
+
     /// Where low-precision GEMMs drift: an FP8 GEMM's measured error by
     /// depth and accumulation scheme, and the command that measures it.
     pub mod numerics {

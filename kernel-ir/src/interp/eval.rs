@@ -1,40 +1,12 @@
 //! Evaluation of ops on host values.
 
+pub(crate) use super::value::{Ranges, Val};
 use super::{Buf, DEFINED, InterpOptions, POISON, UNWRITTEN};
 use crate::error::{ErrorKind, KernelError};
 use crate::{
     BinaryOp, BufferRef, CompareOp, DType, DotDims, Index, IndexValue, Kernel, Loc, Op, OpKind,
     ReduceOp, Region, UnaryOp, ValueId,
 };
-
-/// A runtime value: a tile with optional per-element poison.
-#[derive(Clone, Debug)]
-pub(crate) struct Val {
-    pub dtype: DType,
-    pub shape: Vec<usize>,
-    pub data: Vec<f64>,
-    /// `None` when every element is defined.
-    pub poison: Option<Vec<bool>>,
-}
-
-impl Val {
-    pub(super) fn clean(dtype: DType, shape: Vec<usize>, data: Vec<f64>) -> Val {
-        Val {
-            dtype,
-            shape,
-            data,
-            poison: None,
-        }
-    }
-
-    pub(super) fn is_poison(&self, i: usize) -> bool {
-        self.poison.as_ref().is_some_and(|p| p[i])
-    }
-
-    pub(super) fn any_poison(&self) -> bool {
-        self.poison.as_ref().is_some_and(|p| p.iter().any(|&b| b))
-    }
-}
 
 pub(crate) struct Machine<'a> {
     pub k: &'a Kernel,
@@ -56,7 +28,7 @@ pub(crate) struct Machine<'a> {
     /// in HBM) and to it.
     pub dma_bytes: Vec<(u64, u64)>,
     /// This device in a mesh run (`None` on one device).
-    pub link: Option<super::mesh::Link<'a>>,
+    pub link: Option<super::Link<'a>>,
     /// Bytes this device's remote copies sent.
     pub ici_bytes: u64,
     /// At each remote copy this device started: its bytes and the flops
@@ -65,9 +37,6 @@ pub(crate) struct Machine<'a> {
 }
 
 pub(super) type R<T> = Result<T, KernelError>;
-
-/// Start and length of the indexed range in each buffer dim.
-pub(super) type Ranges = Vec<(i64, usize)>;
 
 fn strides_of(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1usize; shape.len()];

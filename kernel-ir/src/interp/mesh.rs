@@ -20,7 +20,7 @@
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use super::eval::{Ranges, Val};
+use super::value::{Ranges, Val};
 use crate::array::SplitMix64;
 use crate::error::{ErrorKind, KernelError};
 use crate::{BufferRef, Loc};
@@ -100,16 +100,6 @@ struct State {
 pub(crate) struct Network {
     state: Mutex<State>,
     turn: Condvar,
-}
-
-/// What a device's machine knows of the mesh.
-#[derive(Clone, Copy)]
-pub(crate) struct Link<'a> {
-    /// This device's logical id.
-    pub device: usize,
-    /// Devices in the mesh.
-    pub devices: usize,
-    pub net: &'a Network,
 }
 
 /// The error a device returns when another device's error (or a

@@ -34,11 +34,22 @@ mod dma;
 mod eval;
 mod mesh;
 mod remote;
+mod value;
 
 use crate::array::SplitMix64;
 use crate::error::{ErrorKind, KernelError};
 use crate::verify::VerifiedKernel;
 use crate::{Array, Kernel, MemorySpace, Role};
+
+/// What a device's machine knows of the mesh.
+#[derive(Clone, Copy)]
+pub(crate) struct Link<'a> {
+    /// This device's logical id.
+    pub device: usize,
+    /// Devices in the mesh.
+    pub devices: usize,
+    pub net: &'a mesh::Network,
+}
 
 /// Options of [`interpret_with`].
 #[derive(Clone, Debug)]
@@ -329,7 +340,7 @@ pub fn interpret_mesh(
                 let args = &args[d];
                 s.spawn(move || {
                     let _guard = mesh::PanicGuard { net, device: d };
-                    let link = mesh::Link {
+                    let link = Link {
                         device: d,
                         devices: n,
                         net,
@@ -411,7 +422,7 @@ impl<'a> eval::Machine<'a> {
         k: &'a Kernel,
         args: &[Array],
         opts: &'a InterpOptions,
-        link: Option<mesh::Link<'a>>,
+        link: Option<Link<'a>>,
     ) -> Result<eval::Machine<'a>, KernelError> {
         let (prefetch, operands) = bind_args(k, args)?;
         Ok(eval::Machine {
