@@ -3,23 +3,11 @@
 
 use kernel_ir::Array;
 
+use crate::reference::matmul_rows as matmul;
+
 /// Every device's `[m, n]` rows, concatenated: `[devices * m, n]`.
 pub fn all_gather(x: &[Array]) -> Vec<f64> {
     x.iter().flat_map(|a| a.data().iter().copied()).collect()
-}
-
-/// `[m, k] @ [k, n]` in f64.
-fn matmul(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
-    let mut out = vec![0.0; m * n];
-    for i in 0..m {
-        for p in 0..k {
-            let x = a[i * k + p];
-            for j in 0..n {
-                out[i * n + j] += x * b[p * n + j];
-            }
-        }
-    }
-    out
 }
 
 /// `all_gather(x) @ w`, `x[d]` being `[m, k]` and `w` `[k, n]`.
