@@ -10,6 +10,11 @@
 //!   at the first step of each parallel group; signal adds, wait
 //!   subtracts, read loads.
 //! * `scope` bodies are inlined and their buffers become kernel scratch.
+//! * In a kernel across chips, a remote copy's start stays (an SPMD back
+//!   end delivers it on every device at that point, as one collective);
+//!   its waits, remote signals and the barrier go: with every copy
+//!   complete at its start they order nothing. A regular semaphore that
+//!   other devices signal then only counts its local signals and waits.
 
 use crate::verify::VerifiedKernel;
 use crate::{
@@ -146,21 +151,26 @@ impl Pass<'_> {
     fn rewrite(&mut self, op: Op, out: &mut Vec<Op>) {
         let loc = op.loc;
         let kind = match op.kind {
-            // A copy to another device stays: a single-device lowering
-            // refuses it, naming the op, instead of copying locally.
-            k @ (OpKind::DmaStart(crate::CopyDescriptor {
+            // A copy to another device stays as a start: a single-device
+            // lowering refuses it, naming the op, and an SPMD one delivers
+            // it to every device at once (a collective), so its waits and
+            // the remote signals that order it have nothing left to do.
+            k @ OpKind::DmaStart(crate::CopyDescriptor {
                 remote: Some(_), ..
-            })
-            | OpKind::DmaWait(crate::CopyDescriptor {
-                remote: Some(_), ..
-            })
-            | OpKind::DmaWaitSend(_)
-            | OpKind::RemoteSignal { .. }) => {
+            }) => {
                 out.push(Op {
                     kind: k,
                     results: op.results,
                     loc,
                 });
+                return;
+            }
+            OpKind::DmaWait(_) | OpKind::DmaWaitSend(_) | OpKind::RemoteSignal { .. } => return,
+            // The barrier has no counter: with copies delivered at their
+            // start, meeting at it orders nothing.
+            OpKind::SemSignal { sem, .. } | OpKind::SemWait { sem, .. }
+                if self.counter[sem.array].is_none() =>
+            {
                 return;
             }
             OpKind::DmaStart(c) => {
@@ -180,7 +190,6 @@ impl Pass<'_> {
                 self.op(out, store, None, &loc);
                 return;
             }
-            OpKind::DmaWait(_) => return,
             OpKind::SemSignal { sem, amount } => {
                 return self.count(out, &sem, amount, BinaryOp::Add, &loc);
             }

@@ -17,6 +17,7 @@
 //!   stats, cost analysis and serialized form, and its errors taken apart;
 //! * [`plugin_log`]: plugin logging kept off the terminal unless asked for.
 
+pub mod across_devices;
 pub mod backend;
 pub mod cache;
 pub mod graph;

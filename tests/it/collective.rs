@@ -48,6 +48,21 @@ fn close(
     Ok(())
 }
 
+/// Each CPU path's outputs per device: the interpreter (in the seeded
+/// interleaving `schedule`) and the decomposed SPMD program on as many
+/// PJRT CPU devices as the mesh has.
+fn every_path(
+    kern: &kernel_ir::VerifiedKernel,
+    args: &[Vec<Array>],
+    schedule: u64,
+) -> Vec<(&'static str, Vec<Vec<Array>>)> {
+    let interp = interpret_mesh(kern, args, &seeded(schedule)).unwrap_or_else(|e| panic!("{e}"));
+    let spmd = runtime::across_devices::PreparedMesh::new(kern)
+        .and_then(|p| p.run(args))
+        .unwrap_or_else(|e| panic!("pjrt-decomposed: {e}"));
+    vec![("interp", interp.outputs), ("pjrt-decomposed", spmd)]
+}
+
 fn gather_matmul_case(devices: usize, m: usize, seed: u64) -> (Vec<Array>, Array, Vec<Vec<Array>>) {
     let x: Vec<Array> = (0..devices)
         .map(|d| random(&[m, 128], seed + d as u64))
@@ -70,9 +85,11 @@ proptest! {
         let args: Vec<Vec<Array>> = x.iter().map(|a| vec![a.clone()]).collect();
         let run = interpret_mesh(&k, &args, &seeded(schedule)).unwrap_or_else(|e| panic!("{e}"));
         let want = reference::all_gather(&x);
-        for (d, out) in run.outputs.iter().enumerate() {
-            // A copy moves bits: exact.
-            prop_assert_eq!(out[0].data(), want.as_slice(), "device {}", d);
+        for (path, outputs) in every_path(&k, &args, schedule) {
+            for (d, out) in outputs.iter().enumerate() {
+                // A copy moves bits: exact.
+                prop_assert_eq!(out[0].data(), want.as_slice(), "{} device {}", path, d);
+            }
         }
         // Every device forwards devices - 1 blocks.
         let block = (m * 128 * 4) as u64;
@@ -87,10 +104,11 @@ proptest! {
         let dims = all_gather_matmul_kernel::Dims { m, k: 128, n: 128 };
         let kern = all_gather_matmul(DType::F32, devices, Protocol::Handshake, dims).unwrap();
         let (x, w, args) = gather_matmul_case(devices, m, seed);
-        let run = interpret_mesh(&kern, &args, &seeded(schedule)).unwrap_or_else(|e| panic!("{e}"));
         let want = reference::all_gather_matmul(&x, &w);
-        for (d, out) in run.outputs.iter().enumerate() {
-            close("all_gather_matmul", d, &out[0], &want, F32_TOL)?;
+        for (path, outputs) in every_path(&kern, &args, schedule) {
+            for (d, out) in outputs.iter().enumerate() {
+                close(path, d, &out[0], &want, F32_TOL)?;
+            }
         }
     }
 
@@ -104,12 +122,13 @@ proptest! {
         let x: Vec<Array> = (0..devices).map(|d| random(&[devices * m, 128], seed + d as u64)).collect();
         let w: Vec<Array> = (0..devices).map(|d| random(&[128, 128], seed + 50 + d as u64)).collect();
         let args: Vec<Vec<Array>> = (0..devices).map(|d| vec![x[d].clone(), w[d].clone()]).collect();
-        let run = interpret_mesh(&kern, &args, &seeded(schedule)).unwrap_or_else(|e| panic!("{e}"));
         let want = reference::matmul_reduce_scatter(&x, &w);
         // Sums of `devices` dots of depth 128, rounded per step in f32.
         let tol = Tolerance { abs: 1e-4, rel: 1e-4 };
-        for (d, out) in run.outputs.iter().enumerate() {
-            close("matmul_reduce_scatter", d, &out[0], &want[d], tol)?;
+        for (path, outputs) in every_path(&kern, &args, schedule) {
+            for (d, out) in outputs.iter().enumerate() {
+                close(path, d, &out[0], &want[d], tol)?;
+            }
         }
     }
 
@@ -126,12 +145,13 @@ proptest! {
         let k: Vec<Array> = (0..devices).map(|i| random(&[skv, d], seed + 20 + i as u64)).collect();
         let v: Vec<Array> = (0..devices).map(|i| random(&[skv, d], seed + 40 + i as u64)).collect();
         let args: Vec<Vec<Array>> = (0..devices).map(|i| vec![q[i].clone(), k[i].clone(), v[i].clone()]).collect();
-        let run = interpret_mesh(&kern, &args, &seeded(schedule)).unwrap_or_else(|e| panic!("{e}"));
         let want = reference::ring_attention(&q, &k, &v, scale as f64);
-        for (i, out) in run.outputs.iter().enumerate() {
-            close("ring_attention o", i, &out[0], &want[i].0, F32_TOL)?;
-            let lse: Vec<f64> = want[i].1.iter().flat_map(|&x| [x; 128]).collect();
-            close("ring_attention lse", i, &out[1], &lse, F32_TOL)?;
+        for (path, outputs) in every_path(&kern, &args, schedule) {
+            for (i, out) in outputs.iter().enumerate() {
+                close(&format!("{path} o"), i, &out[0], &want[i].0, F32_TOL)?;
+                let lse: Vec<f64> = want[i].1.iter().flat_map(|&x| [x; 128]).collect();
+                close(&format!("{path} lse"), i, &out[1], &lse, F32_TOL)?;
+            }
         }
     }
 
@@ -143,10 +163,11 @@ proptest! {
         let kern = all_to_all(DType::F32, devices, c, 128).unwrap();
         let x: Vec<Array> = (0..devices).map(|d| random(&[devices, c, 128], seed + d as u64)).collect();
         let args: Vec<Vec<Array>> = x.iter().map(|a| vec![a.clone()]).collect();
-        let run = interpret_mesh(&kern, &args, &seeded(schedule)).unwrap_or_else(|e| panic!("{e}"));
         let want = reference::all_to_all(&x);
-        for (d, out) in run.outputs.iter().enumerate() {
-            prop_assert_eq!(out[0].data(), want[d].as_slice(), "device {}", d);
+        for (path, outputs) in every_path(&kern, &args, schedule) {
+            for (d, out) in outputs.iter().enumerate() {
+                prop_assert_eq!(out[0].data(), want[d].as_slice(), "{} device {}", path, d);
+            }
         }
     }
 }

@@ -25,6 +25,7 @@ use crate::lowered_values::LoweredValues;
 use crate::mlir::{Ir, Mlir, Raw};
 
 mod hlo;
+mod remote;
 mod step;
 
 use hlo::Hlo;
@@ -32,8 +33,11 @@ use step::Step;
 
 /// Lowers `kernel` to a StableHLO module `@main(prefetch.., inputs..) ->
 /// outputs..`, printed.
+///
+/// A kernel across chips becomes one SPMD program for its mesh's devices
+/// (`mhlo.num_replicas`; see the `remote` module): run it replicated, one
+/// replica per device, each with its own shard's inputs.
 pub fn decomposed(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
-    crate::single_device(kernel, "decomposed")?;
     let m = Mlir::new();
     let ir = Ir::new(&m.ctx, "");
     // StableHLO has no DMA: copies become synchronous.
@@ -194,6 +198,7 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<Module<'c>, LoweringError> {
         grid: grid.clone(),
         values: LoweredValues::new(k),
         bufs,
+        per_device: remote::per_device_values(k),
     };
     em.region(&body, &k.body.region)?;
     let one = e.scalar_i32(&body, 1)?;
@@ -245,5 +250,10 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<Module<'c>, LoweringError> {
         "sym_name",
         ir.str_attr(&format!("tessera_{}_decomposed", k.name)),
     );
+    if let Some(mesh) = &k.mesh {
+        let mut op = module.as_operation_mut();
+        op.set_attribute("mhlo.num_replicas", ir.i32_attr(mesh.devices() as i64));
+        op.set_attribute("mhlo.num_partitions", ir.i32_attr(1));
+    }
     Ok(module)
 }

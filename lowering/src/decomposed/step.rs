@@ -28,13 +28,21 @@ pub(super) struct Step<'a, 'c> {
     pub(super) values: LoweredValues<Raw>,
     /// Current tensor of every buffer slot.
     pub(super) bufs: Vec<Raw>,
+    /// Values fixed per device (see [`super::remote::per_device_values`]).
+    pub(super) per_device: std::collections::HashMap<ValueId, Vec<i64>>,
 }
 
 /// Buffer slots written anywhere in a region.
 pub(super) fn written(r: &Region, slots: &Slots, out: &mut BTreeSet<usize>) {
     for op in &r.ops {
-        if let OpKind::Store { buffer, .. } = &op.kind {
-            out.insert(slots.of(*buffer));
+        match &op.kind {
+            OpKind::Store { buffer, .. } => {
+                out.insert(slots.of(*buffer));
+            }
+            OpKind::DmaStart(c) if c.remote.is_some() => {
+                out.insert(slots.of(c.dst.buffer));
+            }
+            _ => {}
         }
         for sub in op.kind.regions() {
             written(sub, slots, out);
@@ -89,13 +97,18 @@ impl<'c> Step<'_, 'c> {
         let res = op.results.first().copied();
         let rt = res.map(|r| self.ty(r));
         let out = match &op.kind {
-            OpKind::DmaWaitSend(_)
-            | OpKind::DeviceId
-            | OpKind::AxisIndex { .. }
-            | OpKind::RemoteSignal { .. } => {
-                return Err(crate::reached_single_device(op, "decomposed"));
+            OpKind::DeviceId => Some(self.device_id(b)?),
+            OpKind::AxisIndex { axis } => Some(self.axis_index(b, *axis)?),
+            OpKind::DmaStart(
+                c @ kernel_ir::CopyDescriptor {
+                    remote: Some(r), ..
+                },
+            ) => {
+                return self.remote_start(b, op, c, r);
             }
-            OpKind::DmaStart(_)
+            OpKind::DmaWaitSend(_)
+            | OpKind::RemoteSignal { .. }
+            | OpKind::DmaStart(_)
             | OpKind::DmaWait(_)
             | OpKind::SemSignal { .. }
             | OpKind::SemWait { .. }
