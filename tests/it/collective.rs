@@ -345,3 +345,62 @@ fn the_collective_matmul_costs_its_blocks_in_ici_bytes_per_step() {
         c.table()
     );
 }
+
+/// The graph runtime across 4 and 8 CPU devices: a collective kernel's
+/// call runs on every device of its mesh (its decomposed SPMD program
+/// inside the graph's replicated module), each device with its own shard,
+/// and graph ops after it see each device's result.
+#[test]
+fn the_graph_runtime_runs_a_collective_kernel_on_every_device() {
+    use runtime::graph::{Runtime, RuntimeOptions};
+    for devices in [4usize, 8] {
+        let rt = Runtime::new(RuntimeOptions {
+            devices,
+            disk_cache: false,
+            ..RuntimeOptions::default()
+        })
+        .unwrap();
+        let dims = all_gather_matmul_kernel::Dims {
+            m: 8,
+            k: 128,
+            n: 128,
+        };
+        let kern = all_gather_matmul(DType::F32, devices, Protocol::Handshake, dims).unwrap();
+        let (x, w, _) = gather_matmul_case(devices, 8, 31);
+        let xs = rt.tensor_per_device(&x).unwrap();
+        let ws = rt.tensor(&w).unwrap();
+        let o = rt.call(&kern, &[&xs, &ws]).unwrap().remove(0);
+        let doubled = o.scale(2.0).unwrap();
+        let want: Vec<f64> = reference::all_gather_matmul(&x, &w)
+            .iter()
+            .map(|v| 2.0 * v)
+            .collect();
+        let outs = doubled.to_host_all().unwrap();
+        assert_eq!(outs.len(), devices);
+        for (d, out) in outs.iter().enumerate() {
+            let e = ErrorStats::between(out, &want, F32_TOL);
+            assert!(
+                e.nan_count == 0 && e.worst_ratio <= 1.0,
+                "graph on device {d} of {devices}: max abs {:.3e}, max rel {:.3e}",
+                e.max_abs,
+                e.max_rel
+            );
+        }
+        // A runtime of another size refuses the call, naming both.
+        let small = Runtime::new(RuntimeOptions {
+            devices: 2,
+            disk_cache: false,
+            ..RuntimeOptions::default()
+        })
+        .unwrap();
+        let xs = small.tensor(&x[0]).unwrap();
+        let ws = small.tensor(&w).unwrap();
+        let err = small.call(&kern, &[&xs, &ws]).err().expect("must refuse");
+        assert!(
+            err.to_string().contains(&format!(
+                "runs on the {devices} devices of its mesh but this runtime has 2"
+            )),
+            "{err}"
+        );
+    }
+}

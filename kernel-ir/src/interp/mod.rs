@@ -137,7 +137,7 @@ pub fn interpret_with(
 /// single-device path.
 pub fn single_device_only(kernel: &str, mesh: &crate::Mesh) -> String {
     format!(
-        "kernel `{kernel}` runs on the {} devices of its mesh; this path runs one device, so such a kernel is lowered and compiled for TPU (`tessera lower --target mosaic`, `tessera compile`) but not run on the CPU paths",
+        "kernel `{kernel}` runs on the {} devices of its mesh; this path runs one device: run it with `kernel_ir::interpret_mesh`, or on CPU devices as its decomposed SPMD program (`tessera lower --target decomposed`, `runtime::across_devices::PreparedMesh`), and for TPU lower it with `--target mosaic`",
         mesh.devices()
     )
 }

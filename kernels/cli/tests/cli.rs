@@ -971,8 +971,18 @@ fn kernel_files_lower_and_compile() {
         "{}",
         stdout(&o)
     );
-    // A single-device target refuses it, naming the devices.
+    // The decomposed form is one SPMD program of its 4 devices, the copy
+    // a permute around the ring.
     let o = tessera(&["lower", ring, "--target", "decomposed"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("mhlo.num_replicas = 4")
+            && stdout(&o).contains("source_target_pairs = dense<[[0, 1], [1, 2], [2, 3], [3, 0]]>"),
+        "{}",
+        stdout(&o)
+    );
+    // A single-device target refuses it, naming the devices.
+    let o = tessera(&["lower", ring, "--target", "host"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("runs on the 4 devices of its mesh"),

@@ -188,7 +188,8 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
     if platform == "cpu" {
         // The executable calls host kernels by key: they must be compiled
         // in this process (a disk hit skips XLA's compile, not this).
-        for k in &program.kernels {
+        // (A kernel across chips is decomposed StableHLO: nothing to JIT.)
+        for k in program.kernels.iter().filter(|k| k.mesh.is_none()) {
             let mut span = inner.tracer.span("kernel jit");
             if let Some(s) = span.as_mut() {
                 s.arg("kernel", &k.name);
@@ -342,6 +343,10 @@ pub(crate) fn kernel_function(
     }
     let fail = |e: lowering::LoweringError| RuntimeError::failed(format!("kernel `{}`", k.name), e);
     let module = match platform {
+        // The native JIT runs one device; a kernel across chips is the
+        // decomposed SPMD program, whose collectives span the runtime's
+        // replicas (its mesh, checked when the call was recorded).
+        "cpu" if k.mesh.is_some() => lowering::decomposed(k).map_err(fail)?,
         "cpu" => lowering::host_custom_call(k, &key.0).map_err(fail)?,
         "tpu" => lowering::tpu_custom_call(k).map_err(fail)?.module,
         _ => lowering::decomposed(k).map_err(fail)?,

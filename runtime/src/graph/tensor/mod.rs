@@ -650,6 +650,20 @@ pub(super) fn call(
     if args.iter().any(|t| !Arc::ptr_eq(&t.rt.inner, &rt.inner)) {
         return Err(e("the arguments belong to another runtime".into()));
     }
+    // A kernel across chips runs as one SPMD program on the runtime's
+    // devices: they must be its mesh.
+    if let Some(mesh) = &kernel.mesh {
+        if mesh.devices() != rt.devices() {
+            return Err(e(format!(
+                "kernel `{}` runs on the {} devices of its mesh but this runtime has {}; \
+                 create the runtime with RuntimeOptions {{ devices: {}, .. }}",
+                kernel.name,
+                mesh.devices(),
+                rt.devices(),
+                mesh.devices()
+            )));
+        }
+    }
     kernel
         .check_arguments(
             args.iter()
