@@ -395,12 +395,67 @@ fn the_graph_runtime_runs_a_collective_kernel_on_every_device() {
         .unwrap();
         let xs = small.tensor(&x[0]).unwrap();
         let ws = small.tensor(&w).unwrap();
-        let err = small.call(&kern, &[&xs, &ws]).err().expect("must refuse");
+        let Err(err) = small.call(&kern, &[&xs, &ws]) else {
+            panic!("a runtime of 2 devices must refuse a kernel of {devices}");
+        };
         assert!(
             err.to_string().contains(&format!(
                 "runs on the {devices} devices of its mesh but this runtime has 2"
             )),
             "{err}"
         );
+    }
+}
+
+/// The collective kernels as kernel files (`tests/conformance/mesh/`), the
+/// form `tessera run FILE.kir` takes and the Pallas cross-check
+/// (`tests/conformance/pallas_mesh.py`) runs beside Pallas's interpret
+/// mode: each file is its kernel printed, and parses back to a kernel that
+/// prints the same. `TESSERA_BLESS=1` rewrites them.
+#[test]
+fn the_collective_kernel_files_are_the_kernels_printed() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conformance/mesh");
+    let mm = all_gather_matmul_kernel::Dims {
+        m: 8,
+        k: 128,
+        n: 128,
+    };
+    let rs = matmul_reduce_scatter_kernel::Dims {
+        m: 8,
+        k: 128,
+        n: 128,
+    };
+    let files = [
+        ("all_gather.kir", all_gather(DType::F32, 4, 8, 128)),
+        (
+            "all_gather_matmul.kir",
+            all_gather_matmul(DType::F32, 4, Protocol::Handshake, mm),
+        ),
+        (
+            "all_gather_matmul_no_handshake.kir",
+            all_gather_matmul(DType::F32, 4, Protocol::NoHandshake, mm),
+        ),
+        (
+            "matmul_reduce_scatter.kir",
+            matmul_reduce_scatter(DType::F32, 4, rs),
+        ),
+        ("all_to_all.kir", all_to_all(DType::F32, 4, 8, 128)),
+    ];
+    let bless = std::env::var_os("TESSERA_BLESS").is_some();
+    for (name, k) in files {
+        let printed = k.unwrap().kernel().to_string();
+        let path = dir.join(name);
+        if bless {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &printed).unwrap();
+        }
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; run with TESSERA_BLESS=1", path.display()));
+        assert_eq!(text, printed, "{name} is stale; run with TESSERA_BLESS=1");
+        let back = kernel_ir::parse_file(name, &text)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .verify()
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(back.kernel().to_string(), printed, "{name} round trip");
     }
 }

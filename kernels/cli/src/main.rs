@@ -15,6 +15,7 @@ mod lower;
 mod numerics;
 mod profile;
 mod run;
+mod run_file;
 mod tpu_child;
 mod tune;
 
@@ -257,6 +258,13 @@ tessera run: run a kernel on .npy inputs
 
 USAGE:
     tessera run KERNEL --input NAME=FILE.npy... --out DIR [--config KEY=VALUE]... [--backend B]
+    tessera run FILE.kir --input NAME=FILE.npy... --out DIR [--backend B] [--seed N]
+
+KERNEL is a catalog kernel; FILE.kir a kernel file in the printed IR form, run
+at the shapes its text fixes. A kernel file with a mesh runs on every device of
+it (interp: the checking interpreter of N devices, in interleaving --seed N;
+pjrt: its SPMD program on as many PJRT CPU devices): each input file holds every
+device's shard stacked along a new leading axis, and so does each output.
 
 OPTIONS:
     --input NAME=FILE     one per kernel input (`tessera list` names them); the

@@ -8,7 +8,7 @@ use kernels::Config;
 use runtime::backend::{Backend, Prepared};
 
 use crate::args::Args;
-use crate::kernel_args::{choose, kernel_and_inputs};
+use crate::kernel_args::{choose, is_kernel_file, kernel_and_inputs, kernel_file};
 use crate::{Failure, usage};
 
 /// A back end by name (`pjrt` is the portable decomposed StableHLO).
@@ -51,14 +51,38 @@ fn run_on(b: Backend, k: &VerifiedKernel, inputs: &[Array]) -> Result<Vec<Array>
 
 /// `tessera run KERNEL --input NAME=FILE.npy... [--config k=v]... [--backend B] --out DIR`.
 pub fn run(args: &[String]) -> Result<(), Failure> {
-    let a = Args::parse("run", args, &["input", "config", "backend", "out"], &[]).map_err(usage)?;
-    let c = choose(a.kernel("run").map_err(usage)?, &a).map_err(usage)?;
+    let a = Args::parse(
+        "run",
+        args,
+        &["input", "config", "backend", "out", "seed"],
+        &[],
+    )
+    .map_err(usage)?;
+    let name = a.kernel("run").map_err(usage)?;
+    // A kernel file runs as it is written (a kernel across chips on every
+    // device of its mesh); a catalog kernel is built for the inputs.
+    let file = if is_kernel_file(name) {
+        Some(kernel_file(name, &a).map_err(usage)?)
+    } else {
+        None
+    };
+    let seed: u64 = match a.one("seed").map_err(usage)? {
+        None => 0,
+        Some(s) => s.parse().map_err(|_| {
+            usage(format!(
+                "--seed {s} is not a whole number; give the interleaving seed of a kernel across chips"
+            ))
+        })?,
+    };
     let out = a
         .one("out")
         .map_err(usage)?
         .ok_or_else(|| usage("give --out DIR, where the output .npy files go".into()))?;
     let which = a.one("backend").map_err(usage)?.unwrap_or("jit");
-    let backends: Vec<Backend> = if which == "all" {
+    let across_chips = file.as_ref().is_some_and(|k| k.mesh.is_some());
+    let backends: Vec<Backend> = if which == "all" && across_chips {
+        vec![Backend::Interpreter, Backend::Decomposed]
+    } else if which == "all" {
         Backend::ALL.to_vec()
     } else {
         vec![backend(which).map_err(usage)?]
@@ -72,12 +96,22 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
             out.display()
         )));
     }
-    let (kernel, inputs) = kernel_and_inputs(&c, &a).map_err(usage)?;
+    let (kernel, inputs) = match file {
+        Some(k) => (k, Vec::new()),
+        None => {
+            let c = choose(name, &a).map_err(usage)?;
+            kernel_and_inputs(&c, &a).map_err(usage)?
+        }
+    };
     let mut files = Vec::new();
     let mut report = Vec::new();
     for b in &backends {
         let t = Instant::now();
-        let outs = run_on(*b, &kernel, &inputs)?;
+        let outs = if is_kernel_file(name) {
+            crate::run_file::run_file(&kernel, &a, *b, seed)?
+        } else {
+            run_on(*b, &kernel, &inputs)?
+        };
         let dir: PathBuf = if backends.len() > 1 {
             out.join(b.name())
         } else {

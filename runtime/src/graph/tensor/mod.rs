@@ -652,17 +652,17 @@ pub(super) fn call(
     }
     // A kernel across chips runs as one SPMD program on the runtime's
     // devices: they must be its mesh.
-    if let Some(mesh) = &kernel.mesh {
-        if mesh.devices() != rt.devices() {
-            return Err(e(format!(
-                "kernel `{}` runs on the {} devices of its mesh but this runtime has {}; \
+    if let Some(mesh) = &kernel.mesh
+        && mesh.devices() != rt.devices()
+    {
+        return Err(e(format!(
+            "kernel `{}` runs on the {} devices of its mesh but this runtime has {}; \
                  create the runtime with RuntimeOptions {{ devices: {}, .. }}",
-                kernel.name,
-                mesh.devices(),
-                rt.devices(),
-                mesh.devices()
-            )));
-        }
+            kernel.name,
+            mesh.devices(),
+            rt.devices(),
+            mesh.devices()
+        )));
     }
     kernel
         .check_arguments(
