@@ -12,6 +12,8 @@
 # Also counts the HBM traffic of Pallas's flash attention against `tessera cost`
 # (target/conformance/pallas_traffic.md), and libtpu's schedule estimate of
 # Tessera's kernels against Pallas's (target/conformance/tpu_estimate.md).
+# Runs the kernels across chips beside Pallas's TPU interpret mode, outputs and
+# races (target/conformance/pallas_mesh.md).
 # Writes target/conformance/report.md listing every remaining difference
 # with its reason; exits non-zero on a failed check or an unexplained
 # difference.
@@ -61,3 +63,9 @@ mkdir -p "$out/jax"
 # configuration's Tessera/Pallas ratio is above its target
 # (target/conformance/tpu_estimate.md).
 "$venv/bin/python" tests/conformance/tpu_estimate.py ./target/release/tessera "$out"
+# Kernels across chips beside Pallas's TPU interpret mode on 4 CPU devices: the
+# ring all-gather and the collective matmul give Pallas's outputs on Tessera's
+# interpreter and SPMD program, and every race Pallas's detector reports in the
+# matmul without its handshake is found by Tessera's interpreter too
+# (target/conformance/pallas_mesh.md).
+"$venv/bin/python" tests/conformance/pallas_mesh.py ./target/release/tessera "$out"
