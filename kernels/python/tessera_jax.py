@@ -78,9 +78,65 @@ def _avals(entries):
     return tuple(jax.core.ShapedArray(tuple(e["shape"]), jnp.dtype(e["dtype"])) for e in entries)
 
 
+def _varying(x):
+    """The mesh axes a value varies over inside `shard_map` (empty outside
+    it): `manual_axis_type.varying` in jax 0.11, `vma` before."""
+    t = jax.typeof(x)
+    m = getattr(t, "manual_axis_type", None)
+    if m is not None:
+        return frozenset(m.varying)
+    return frozenset(getattr(t, "vma", frozenset()))
+
+
+class TesseraExported(jax.export.Exported):
+    """A `jax.export.Exported` whose `.call` also differentiates inside
+    `jax.shard_map` with its default checks: the exported VJP's cotangents
+    come back typed as invariant across the mesh axes, so they are cast to
+    vary over the axes their primals vary over (`jax.lax.pcast`), which is
+    what `shard_map`'s varying-manual-axes check wants. Outside `shard_map`
+    (no varying axes) it is exactly `jax.export.Exported.call`."""
+
+    def call(self, *args, **kwargs):
+        plain = super().call
+        if self._get_vjp is None or kwargs:
+            return plain(*args, **kwargs)
+
+        # The axes each argument varies over, read where the call is traced
+        # (the residuals the backward sees do not carry them).
+        vary = [_varying(a) for a in args]
+
+        axes = frozenset().union(*vary)
+
+        def varying(x, want):
+            missing = tuple(sorted(want - _varying(x)))
+            return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+        # The exported call's outputs come back typed invariant; typed as
+        # varying over the arguments' axes (inside the rule, so not
+        # differentiated), each device's cotangent reaches the backward as
+        # it is instead of summed over the mesh.
+        @jax.custom_vjp
+        def f(*a):
+            return tuple(varying(o, axes) for o in plain(*a))
+
+        def fwd(*a):
+            return f(*a), a
+
+        def bwd(primals, cts):
+            grads = self.vjp().call(*primals, *cts)
+            return tuple(varying(g, want) for g, want in zip(grads, vary))
+
+        f.defvjp(fwd, bwd)
+        return f(*args)
+
+
 def load(path):
     """The exported kernel in `path` as a `jax.export.Exported` (call it with
-    `.call(*arrays)`, inside `jax.jit` or not; arrays in manifest order)."""
+    `.call(*arrays)`, inside `jax.jit` or not; arrays in manifest order).
+
+    A kernel across chips (the manifest's `mesh_axes`) is called per shard
+    inside `jax.shard_map` over a mesh of exactly those axes and sizes, the
+    whole program's devices: its CPU branch numbers devices by partition."""
     d = pathlib.Path(path)
     man = check(d)
     if "module.mlir" not in man["files"]:
@@ -92,7 +148,7 @@ def load(path):
         serialized = _export._module_to_bytecode(module)
     in_avals, out_avals = _avals(man["inputs"]), _avals(man["outputs"])
     n_in, n_out = len(in_avals), len(out_avals)
-    return jax.export.Exported(
+    return TesseraExported(
         fun_name=man["kernel"],
         in_tree=jax.tree_util.tree_structure((tuple(range(n_in)), {})),
         in_avals=in_avals,

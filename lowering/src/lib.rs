@@ -89,7 +89,7 @@ pub use cost::CostEstimate;
 pub use custom_call::{
     HOST_CALL_TARGET, TpuCustomCall, Transpose, host_custom_call, tpu_custom_call,
 };
-pub use decomposed::decomposed;
+pub use decomposed::{Spmd, decomposed, decomposed_as};
 pub use embed::{private_function, private_functions};
 pub use host::{HostKernel, HostOptions, host_module};
 pub use kernel_module::MOSAIC_VERSION;

@@ -116,6 +116,7 @@ fn main() -> Result<(), RuntimeError> {
                 num_replicas: 1,
                 num_partitions: 1,
                 static_assignment: false,
+                shardy: false,
             },
         )
         .map_err(|e| RuntimeError::failed("compile", e))?;

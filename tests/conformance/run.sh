@@ -69,3 +69,10 @@ mkdir -p "$out/jax"
 # matmul without its handshake is found by Tessera's interpreter too
 # (target/conformance/pallas_mesh.md).
 "$venv/bin/python" tests/conformance/pallas_mesh.py ./target/release/tessera "$out"
+# Tessera artifacts inside SPMD JAX programs: flash attention per shard in
+# shard_map over 8 CPU devices (batch and heads sharded) and its gradient with
+# shard_map's default checks; the collective kernels exported from their kernel
+# files and called per shard over 4 CPU devices; each program exported for TPU
+# and compiled with libtpu for the 4 chips of v5e, v6e, v5p and v7x slices
+# (target/conformance/spmd/report.md).
+"$venv/bin/python" tests/conformance/jax_spmd.py ./target/release/tessera "$out"

@@ -107,6 +107,31 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
     }
     let dir = std::path::Path::new(dir);
     let kernel = kernel_for_lower(name, &a).map_err(usage)?;
+    if crate::kernel_args::is_kernel_file(name) {
+        // A kernel file has no entry: no backward, no buckets.
+        if a.one("bucket").map_err(usage)?.is_some() {
+            return Err(usage(format!(
+                "`{name}` is a kernel file, whose text fixes its shapes; drop --bucket"
+            )));
+        }
+        let prov = Provenance {
+            entry: format!("file:{name}"),
+            config: Vec::new(),
+        };
+        let art = export::export(&kernel).map_err(Failure::Run)?;
+        publish(dir, &export::artifact_files(&art, None, &prov))?;
+        let devices = kernel
+            .mesh
+            .as_ref()
+            .map(|m| format!(", per shard of a mesh of {} devices", m.devices()))
+            .unwrap_or_default();
+        println!(
+            "wrote {} (module.mlir, manifest.json): {} for platforms cpu and tpu{devices}",
+            dir.display(),
+            kernel.name
+        );
+        return Ok(());
+    }
     // The entry and config behind the name, for the VJP and the buckets.
     let (entry, config): (&'static kernels::Entry, Vec<(String, String)>) =
         match kernels::preset(name) {

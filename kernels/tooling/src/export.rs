@@ -29,6 +29,9 @@ pub struct Artifact {
     inputs: Vec<String>,
     /// Manifest entries of the outputs.
     outputs: Vec<String>,
+    /// The mesh of a kernel across chips, `(axis, size)` outermost first
+    /// (empty for one device): the manifest's `mesh_axes`.
+    mesh: Vec<(String, usize)>,
 }
 
 impl Artifact {
@@ -36,7 +39,17 @@ impl Artifact {
     /// first, then kernel name, platforms, calling convention, inputs and
     /// outputs with JAX dtype names and shapes.
     pub fn manifest(&self, extra: &[(&str, String)]) -> String {
-        manifest(&self.kernel, extra, &self.inputs, &self.outputs)
+        let mut extra = extra.to_vec();
+        if !self.mesh.is_empty() {
+            // Call it inside `jax.shard_map` over a mesh of these axes.
+            let axes: Vec<String> = self
+                .mesh
+                .iter()
+                .map(|(n, size)| format!("[{}, {size}]", json_str(n)))
+                .collect();
+            extra.push(("mesh_axes", format!("[{}]", axes.join(", "))));
+        }
+        manifest(&self.kernel, &extra, &self.inputs, &self.outputs)
     }
 }
 
@@ -231,7 +244,10 @@ type Signature = Vec<(String, Vec<usize>, DType)>;
 /// Exports `kernel` (see the module docs).
 pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
     let err = |e: lowering::LoweringError| e.to_string();
-    let cpu = lowering::decomposed(kernel).map_err(err)?;
+    // A kernel across chips is called per shard inside `jax.shard_map`,
+    // whose program is partitioned: its CPU branch numbers devices by
+    // partition.
+    let cpu = lowering::decomposed_as(kernel, lowering::Spmd::Partitions).map_err(err)?;
     let tpu = lowering::tpu_custom_call(kernel).map_err(err)?.module;
     let cpu = lowering::private_function(&cpu, "tessera_cpu").map_err(err)?;
     let tpu = lowering::private_function(&tpu, "tessera_tpu").map_err(err)?;
@@ -243,7 +259,9 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
         .outputs()
         .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
         .collect();
-    multi_platform(&kernel.name, &ins, &outs, &cpu, &tpu)
+    let mut art = multi_platform(&kernel.name, &ins, &outs, &cpu, &tpu)?;
+    art.mesh = kernel.mesh.as_ref().map(|m| m.axes.clone()).unwrap_or_default();
+    Ok(art)
 }
 
 /// The artifact of a program given as its two branches, each a private
@@ -336,6 +354,7 @@ fn multi_platform(
         kernel: name.to_string(),
         inputs: entries(ins),
         outputs: entries(outs),
+        mesh: Vec::new(),
     })
 }
 

@@ -38,10 +38,31 @@ use step::Step;
 /// (`mhlo.num_replicas`; see the `remote` module): run it replicated, one
 /// replica per device, each with its own shard's inputs.
 pub fn decomposed(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
+    decomposed_as(kernel, Spmd::Replicas)
+}
+
+/// How the devices of a kernel across chips are numbered in its SPMD
+/// program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spmd {
+    /// One replica per device (`stablehlo.replica_id`, cross-replica
+    /// collectives): the program runs replicated, as
+    /// `runtime::across_devices` and the graph runtime run it.
+    Replicas,
+    /// One partition per device (`stablehlo.partition_id`, collectives
+    /// with channel handles over global device ids): the form a per-shard
+    /// call inside `jax.shard_map` needs, where the program is partitioned
+    /// and the kernel's mesh is the shard_map's.
+    Partitions,
+}
+
+/// [`decomposed`] with the devices numbered as `spmd` says (the same
+/// module for a kernel without a mesh).
+pub fn decomposed_as(kernel: &VerifiedKernel, spmd: Spmd) -> Result<String, LoweringError> {
     let m = Mlir::new();
     let ir = Ir::new(&m.ctx, "");
     // StableHLO has no DMA: copies become synchronous.
-    let module = build(&ir, &kernel.with_synchronous_copies())?;
+    let module = build(&ir, &kernel.with_synchronous_copies(), spmd)?;
     m.verify(&module, "decomposed StableHLO module")?;
     Ok(module.as_operation().to_string())
 }
@@ -75,7 +96,7 @@ fn padded_shape(o: &kernel_ir::Operand) -> Vec<usize> {
         .collect()
 }
 
-fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<Module<'c>, LoweringError> {
+fn build<'c>(ir: &Ir<'c>, k: &Kernel, spmd: Spmd) -> Result<Module<'c>, LoweringError> {
     let module = Module::new(ir.loc());
     let inputs: Vec<usize> = (0..k.operands.len())
         .filter(|&i| k.operands[i].role.is_input())
@@ -199,6 +220,8 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<Module<'c>, LoweringError> {
         values: LoweredValues::new(k),
         bufs,
         per_device: remote::per_device_values(k),
+        spmd,
+        channels: 0,
     };
     em.region(&body, &k.body.region)?;
     let one = e.scalar_i32(&body, 1)?;
@@ -251,9 +274,14 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<Module<'c>, LoweringError> {
         ir.str_attr(&format!("tessera_{}_decomposed", k.name)),
     );
     if let Some(mesh) = &k.mesh {
+        let n = mesh.devices() as i64;
+        let (replicas, partitions) = match spmd {
+            Spmd::Replicas => (n, 1),
+            Spmd::Partitions => (1, n),
+        };
         let mut op = module.as_operation_mut();
-        op.set_attribute("mhlo.num_replicas", ir.i32_attr(mesh.devices() as i64));
-        op.set_attribute("mhlo.num_partitions", ir.i32_attr(1));
+        op.set_attribute("mhlo.num_replicas", ir.i32_attr(replicas));
+        op.set_attribute("mhlo.num_partitions", ir.i32_attr(partitions));
     }
     Ok(module)
 }

@@ -26,7 +26,22 @@ use kernel_ir::{
 use crate::LoweringError;
 use crate::mlir::Raw;
 
+use super::Spmd;
 use super::step::Step;
+
+/// Channel handles of a kernel's collectives start here, far above the
+/// small ids JAX gives the collectives of the program that calls it (the
+/// kernel's body is inlined into that program, and a handle names one
+/// collective).
+const CHANNEL_BASE: i64 = 1 << 20;
+
+/// `#stablehlo.channel_handle<handle = h, type = 1>` (device to device).
+fn channel_handle<'c>(
+    ir: &crate::mlir::Ir<'c>,
+    h: i64,
+) -> Result<melior::ir::Attribute<'c>, LoweringError> {
+    ir.parse_attr(&format!("#stablehlo.channel_handle<handle = {h}, type = 1>"))
+}
 
 /// Values that are a fixed function of the device id: each one's value on
 /// every device of the mesh (constants, ids and integer arithmetic on
@@ -132,7 +147,10 @@ impl<'c> Step<'_, 'c> {
         let ir = self.e.ir;
         let id = ir.op1(
             b,
-            "stablehlo.replica_id",
+            match self.spmd {
+                Spmd::Replicas => "stablehlo.replica_id",
+                Spmd::Partitions => "stablehlo.partition_id",
+            },
             &[],
             ir.parse_type("tensor<ui32>")?,
             Vec::new(),
@@ -174,6 +192,7 @@ impl<'c> Step<'_, 'c> {
         r: &RemoteTarget,
     ) -> Result<(), LoweringError> {
         let devices = self.mesh()?.devices();
+        let channels = [self.channel(), self.channel(), self.channel()];
         let e = &self.e;
         let ir = e.ir;
         let slot = self.slots.of(c.dst.buffer);
@@ -218,49 +237,51 @@ impl<'c> Step<'_, 'c> {
                     list.join(", "),
                     pairs.len()
                 ))?;
-                let permute = |x: Raw, shape: &[usize], d: DType| {
-                    ir.op1(
-                        b,
-                        "stablehlo.collective_permute",
-                        &[x],
-                        e.t(shape, d),
-                        vec![("source_target_pairs", attr)],
-                    )
+                let permute = |x: Raw, shape: &[usize], d: DType, channel: Option<i64>| {
+                    let mut attrs = vec![("source_target_pairs", attr)];
+                    if let Some(h) = channel {
+                        attrs.push(("channel_handle", channel_handle(ir, h)?));
+                    }
+                    ir.op1(b, "stablehlo.collective_permute", &[x], e.t(shape, d), attrs)
                 };
-                let data = permute(data, &dst_sizes, dtype)?;
-                let starts = permute(starts, &[rank], DType::I32)?;
+                let data = permute(data, &dst_sizes, dtype, channels[0])?;
+                let starts = permute(starts, &[rank], DType::I32, channels[1])?;
                 let at = self.unpack_starts(b, starts, rank)?;
                 // Every device receives exactly once (a permutation).
                 dst = e.dynamic_update_slice(b, dst, data, &at, dst_ty)?;
             }
             None => {
-                let gather = |x: Raw, shape: &[usize], d: DType| -> Result<Raw, LoweringError> {
+                let gather = |x: Raw,
+                              shape: &[usize],
+                              d: DType,
+                              channel: Option<i64>|
+                 -> Result<Raw, LoweringError> {
                     let mut one = vec![1];
                     one.extend_from_slice(shape);
                     let x = e.reshape(b, x, d, &one)?;
                     let mut all = vec![devices];
                     all.extend_from_slice(shape);
                     let ids: Vec<String> = (0..devices).map(|i| i.to_string()).collect();
-                    ir.op1(
-                        b,
-                        "stablehlo.all_gather",
-                        &[x],
-                        e.t(&all, d),
-                        vec![
-                            ("all_gather_dim", ir.i64_attr(0)),
-                            (
-                                "replica_groups",
-                                ir.parse_attr(&format!(
-                                    "dense<[[{}]]> : tensor<1x{devices}xi64>",
-                                    ids.join(", ")
-                                ))?,
-                            ),
-                        ],
-                    )
+                    let mut attrs = vec![
+                        ("all_gather_dim", ir.i64_attr(0)),
+                        (
+                            "replica_groups",
+                            ir.parse_attr(&format!(
+                                "dense<[[{}]]> : tensor<1x{devices}xi64>",
+                                ids.join(", ")
+                            ))?,
+                        ),
+                    ];
+                    if let Some(h) = channel {
+                        // Partitioned: the groups name global device ids.
+                        attrs.push(("channel_handle", channel_handle(ir, h)?));
+                        attrs.push(("use_global_device_ids", ir.parse_attr("unit")?));
+                    }
+                    ir.op1(b, "stablehlo.all_gather", &[x], e.t(&all, d), attrs)
                 };
-                let all_data = gather(data, &dst_sizes, dtype)?;
-                let all_starts = gather(starts, &[rank], DType::I32)?;
-                let all_targets = gather(target, &[], DType::I32)?;
+                let all_data = gather(data, &dst_sizes, dtype, channels[0])?;
+                let all_starts = gather(starts, &[rank], DType::I32, channels[1])?;
+                let all_targets = gather(target, &[], DType::I32, channels[2])?;
                 let me = self.device_id(b)?;
                 for from in 0..devices {
                     let zero = e.scalar_i32(b, 0)?;
@@ -290,6 +311,15 @@ impl<'c> Step<'_, 'c> {
         }
         self.bufs[slot] = dst;
         Ok(())
+    }
+
+    /// A fresh channel handle for a partitioned collective (`None` for a
+    /// replicated one, which needs none).
+    fn channel(&mut self) -> Option<i64> {
+        (self.spmd == Spmd::Partitions).then(|| {
+            self.channels += 1;
+            CHANNEL_BASE + self.channels
+        })
     }
 
     /// The scalar starts packed in a `[rank]` tensor.

@@ -30,6 +30,10 @@ pub(super) struct Step<'a, 'c> {
     pub(super) bufs: Vec<Raw>,
     /// Values fixed per device (see [`super::remote::per_device_values`]).
     pub(super) per_device: std::collections::HashMap<ValueId, Vec<i64>>,
+    /// How devices are numbered.
+    pub(super) spmd: super::Spmd,
+    /// Channel handles used so far (partitioned collectives need their own).
+    pub(super) channels: i64,
 }
 
 /// Buffer slots written anywhere in a region.

@@ -275,6 +275,7 @@ mod tests {
             num_replicas: 2,
             num_partitions: 1,
             static_assignment: false,
+            shardy: false,
         };
         assert_eq!(key(NEG, &one, client), key(NEG, &one, client));
         assert_ne!(key(NEG, &one, client), key(NEG, &two, client));

@@ -149,6 +149,7 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
         num_replicas: inner.devices,
         num_partitions: 1,
         static_assignment: false,
+        shardy: false,
     };
     let mut lookup_span = inner.tracer.span("cache lookup");
     let key = crate::cache::key(&program.text, &options, &inner.client);

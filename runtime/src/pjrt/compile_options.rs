@@ -13,6 +13,10 @@ pub struct CompileOptions {
     /// Mosaic kernel with remote copies) needs; libtpu refuses one without
     /// ("Static device assignment is undefined").
     pub static_assignment: bool,
+    /// Partition with Shardy (`use_shardy_partitioner`): what a module
+    /// whose shardings are Shardy's (`sdy.*`, JAX's default lowering)
+    /// needs; the GSPMD partitioner refuses its `xla.sdy` custom calls.
+    pub shardy: bool,
 }
 
 impl Default for CompileOptions {
@@ -21,6 +25,7 @@ impl Default for CompileOptions {
             num_replicas: 1,
             num_partitions: 1,
             static_assignment: false,
+            shardy: false,
         }
     }
 }
@@ -76,6 +81,7 @@ impl CompileOptions {
             num_replicas,
             num_partitions,
             static_assignment: num_replicas * num_partitions > 1,
+            shardy: text.contains("sdy.mesh") || text.contains("xla.sdy."),
         }
     }
 
@@ -107,6 +113,10 @@ impl CompileOptions {
             }
             message_field(9, &assignment, &mut build);
         }
+        if self.shardy {
+            // use_shardy_partitioner (field 19).
+            int_field(19, 1, &mut build);
+        }
         let mut out = Vec::new();
         varint((3 << 3) | 2, &mut out);
         varint(build.len() as u64, &mut out);
@@ -128,6 +138,7 @@ mod tests {
                 num_replicas: 4,
                 num_partitions: 1,
                 static_assignment: true,
+                shardy: false,
             }
         );
         assert_eq!(
@@ -137,11 +148,24 @@ mod tests {
     }
 
     #[test]
+    fn a_shardy_module_compiles_with_the_shardy_partitioner() {
+        let m = "module @jit_f attributes {mhlo.num_partitions = 4 : i32} {\n  sdy.mesh @mesh = <[\"x\"=4]>\n}";
+        let o = CompileOptions::of_module(m);
+        assert!(o.shardy && o.num_partitions == 4, "{o:?}");
+        // use_shardy_partitioner = field 19, varint 1: tag bytes 0x98 0x01.
+        let p = o.to_proto();
+        assert!(p.windows(3).any(|w| w == [0x98, 0x01, 0x01]), "{p:?}");
+        let plain = CompileOptions::of_module("module @m {\n}").to_proto();
+        assert!(!plain.windows(2).any(|w| w == [0x98, 0x01]), "{plain:?}");
+    }
+
+    #[test]
     fn encodes_the_build_options_message() {
         let p = CompileOptions {
             num_replicas: 4,
             num_partitions: 1,
             static_assignment: false,
+            shardy: false,
         }
         .to_proto();
         // field 3, wire type 2, then the message: field 1 = -1 (ten-byte

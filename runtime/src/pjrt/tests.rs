@@ -86,6 +86,7 @@ module @sum attributes {mhlo.num_replicas = 4 : i32, mhlo.num_partitions = 1 : i
                 num_replicas: 4,
                 num_partitions: 1,
                 static_assignment: false,
+                shardy: false,
             },
         )
         .unwrap();
