@@ -260,7 +260,11 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
         .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
         .collect();
     let mut art = multi_platform(&kernel.name, &ins, &outs, &cpu, &tpu)?;
-    art.mesh = kernel.mesh.as_ref().map(|m| m.axes.clone()).unwrap_or_default();
+    art.mesh = kernel
+        .mesh
+        .as_ref()
+        .map(|m| m.axes.clone())
+        .unwrap_or_default();
     Ok(art)
 }
 

@@ -40,7 +40,9 @@ fn channel_handle<'c>(
     ir: &crate::mlir::Ir<'c>,
     h: i64,
 ) -> Result<melior::ir::Attribute<'c>, LoweringError> {
-    ir.parse_attr(&format!("#stablehlo.channel_handle<handle = {h}, type = 1>"))
+    ir.parse_attr(&format!(
+        "#stablehlo.channel_handle<handle = {h}, type = 1>"
+    ))
 }
 
 /// Values that are a fixed function of the device id: each one's value on
@@ -242,7 +244,13 @@ impl<'c> Step<'_, 'c> {
                     if let Some(h) = channel {
                         attrs.push(("channel_handle", channel_handle(ir, h)?));
                     }
-                    ir.op1(b, "stablehlo.collective_permute", &[x], e.t(shape, d), attrs)
+                    ir.op1(
+                        b,
+                        "stablehlo.collective_permute",
+                        &[x],
+                        e.t(shape, d),
+                        attrs,
+                    )
                 };
                 let data = permute(data, &dst_sizes, dtype, channels[0])?;
                 let starts = permute(starts, &[rank], DType::I32, channels[1])?;
