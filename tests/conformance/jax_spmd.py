@@ -143,6 +143,7 @@ def collectives(tessera, out, lines, failures):
     }
     shapes = {"all_gather": {"x": (m, c)}, "all_to_all": {"x": (n, m, c)},
               "all_gather_matmul": {"x": (m, c), "w": (c, c)},
+              "all_gather_matmul_bidirectional": {"x": (2, m // 2, c), "w": (c, c)},
               "matmul_reduce_scatter": {"x": (n * m, c), "w": (c, c)}}
 
     def gather_matmul(x, w):
@@ -156,6 +157,8 @@ def collectives(tessera, out, lines, failures):
     refs = {"all_gather": lambda a: cases["all_gather"](a["x"]),
             "all_to_all": lambda a: cases["all_to_all"](a["x"]),
             "all_gather_matmul": lambda a: gather_matmul(a["x"], a["w"]),
+            "all_gather_matmul_bidirectional": lambda a: gather_matmul(
+                [x.reshape(m, c) for x in a["x"]], a["w"]),
             "matmul_reduce_scatter": lambda a: reduce_scatter(a["x"], a["w"])}
     m4 = mesh(n)
     for name, ins in shapes.items():
@@ -165,7 +168,7 @@ def collectives(tessera, out, lines, failures):
         man = tessera_jax.manifest(art)
         exp = tessera_jax.load(art)
         shards = {k: [rng.standard_normal(s).astype(np.float32) for _ in range(n)] for k, s in ins.items()}
-        if name == "all_gather_matmul":
+        if name.startswith("all_gather_matmul"):
             shards["w"] = [shards["w"][0]] * n
         stacked = [jnp.asarray(np.concatenate(shards[k])) for k in ins]
         f = jax.shard_map(lambda *a: exp.call(*a)[0], mesh=m4,

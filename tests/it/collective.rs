@@ -7,7 +7,8 @@
 use kernel_ir::{Array, DType, ErrorKind, InterpOptions, KernelError, interpret_mesh};
 use kernels::check::{ErrorStats, Tolerance};
 use kernels::collective::{
-    Protocol, all_gather, all_gather_matmul, all_gather_matmul_kernel, all_to_all,
+    Protocol, all_gather, all_gather_matmul, all_gather_matmul_bidirectional,
+    all_gather_matmul_bidirectional_kernel, all_gather_matmul_kernel, all_to_all,
     matmul_reduce_scatter, matmul_reduce_scatter_kernel, reference, ring_attention,
     ring_attention_kernel,
 };
@@ -436,6 +437,18 @@ fn the_collective_kernel_files_are_the_kernels_printed() {
             all_gather_matmul(DType::F32, 4, Protocol::NoHandshake, mm),
         ),
         (
+            "all_gather_matmul_bidirectional.kir",
+            all_gather_matmul_bidirectional(
+                DType::F32,
+                4,
+                all_gather_matmul_bidirectional_kernel::Dims {
+                    h: 8,
+                    k: 128,
+                    n: 128,
+                },
+            ),
+        ),
+        (
             "matmul_reduce_scatter.kir",
             matmul_reduce_scatter(DType::F32, 4, rs),
         ),
@@ -457,5 +470,77 @@ fn the_collective_kernel_files_are_the_kernels_printed() {
             .verify()
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(back.kernel().to_string(), printed, "{name} round trip");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    #[test]
+    fn bidirectional_collective_matmul_matches_its_reference(
+        devices in prop::sample::select(vec![4usize, 8]), h in prop::sample::select(vec![8usize, 16]),
+        seed in any::<u64>(), schedule in any::<u64>(),
+    ) {
+        let dims = all_gather_matmul_bidirectional_kernel::Dims { h, k: 128, n: 128 };
+        let kern = all_gather_matmul_bidirectional(DType::F32, devices, dims).unwrap();
+        let x: Vec<Array> = (0..devices).map(|d| random(&[2 * h, 128], seed + d as u64)).collect();
+        let w = random(&[128, 128], seed + 99);
+        // The kernel takes each shard as its two halves.
+        let args: Vec<Vec<Array>> = x
+            .iter()
+            .map(|xd| vec![Array::new(DType::F32, [2, h, 128], xd.data().to_vec()).unwrap(), w.clone()])
+            .collect();
+        let want = reference::all_gather_matmul(&x, &w);
+        for (path, outputs) in every_path(&kern, &args, schedule) {
+            for (d, out) in outputs.iter().enumerate() {
+                close(path, d, &out[0], &want, F32_TOL)?;
+            }
+        }
+    }
+}
+
+/// Both directions of the ring at once: each step sends two half blocks
+/// to two neighbours, which share no link, so the link time per step is
+/// one half block's, half the one-way kernel's.
+#[test]
+fn the_bidirectional_matmul_halves_the_link_time_per_step() {
+    let (devices, h, k, n) = (4usize, 16usize, 128usize, 256usize);
+    let bidi = all_gather_matmul_bidirectional(
+        DType::F32,
+        devices,
+        all_gather_matmul_bidirectional_kernel::Dims { h, k, n },
+    )
+    .unwrap();
+    let one_way = all_gather_matmul(
+        DType::F32,
+        devices,
+        Protocol::Handshake,
+        all_gather_matmul_kernel::Dims { m: 2 * h, k, n },
+    )
+    .unwrap();
+    let w = random(&[k, n], 9);
+    let bidi_args: Vec<Vec<Array>> = (0..devices)
+        .map(|d| vec![random(&[2, h, k], d as u64), w.clone()])
+        .collect();
+    let one_args: Vec<Vec<Array>> = (0..devices)
+        .map(|d| vec![random(&[2 * h, k], d as u64), w.clone()])
+        .collect();
+    let b = tooling::cost::mesh_cost(&bidi, &bidi_args).unwrap();
+    let o = tooling::cost::mesh_cost(&one_way, &one_args).unwrap();
+    let half = (h * k * 4) as u64;
+    // The same bytes leave each device in all...
+    assert_eq!(b.ici_bytes(), o.ici_bytes());
+    assert_eq!(b.ici_bytes(), (devices as u64 - 1) * 2 * half);
+    // ...but each step's two halves go to different neighbours.
+    let links: Vec<u64> = b.steps.iter().map(|s| s.busiest_link_bytes).collect();
+    assert_eq!(links, [0, half, half, half]);
+    let one: Vec<u64> = o.steps.iter().map(|s| s.busiest_link_bytes).collect();
+    assert_eq!(one, [0, 2 * half, 2 * half, 2 * half]);
+    for t in kernel_ir::Target::ALL {
+        let (ob, oo) = (b.overlap(t), o.overlap(t));
+        assert!(
+            (ob.ici_s * 2.0 - oo.ici_s).abs() <= 1e-12 * oo.ici_s.max(1.0),
+            "{t}: {ob:?} vs {oo:?}"
+        );
     }
 }

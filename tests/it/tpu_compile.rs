@@ -989,6 +989,12 @@ fn the_collective_kernels_compile_for_every_multichip_topology() {
         kernels.push(all_gather(dt, 4, m, 128).unwrap());
         let dims = all_gather_matmul_kernel::Dims { m, k: 128, n: 256 };
         kernels.push(all_gather_matmul(dt, 4, Protocol::Handshake, dims).unwrap());
+        let dims = all_gather_matmul_bidirectional_kernel::Dims {
+            h: m,
+            k: 128,
+            n: 256,
+        };
+        kernels.push(all_gather_matmul_bidirectional(dt, 4, dims).unwrap());
         let dims = matmul_reduce_scatter_kernel::Dims { m, k: 128, n: 256 };
         kernels.push(matmul_reduce_scatter(dt, 4, dims).unwrap());
         let dims = ring_attention_kernel::Dims {

@@ -31,9 +31,9 @@ pub(crate) struct Machine<'a> {
     pub link: Option<super::Link<'a>>,
     /// Bytes this device's remote copies sent.
     pub ici_bytes: u64,
-    /// At each remote copy this device started: its bytes and the flops
-    /// run before it.
-    pub sends: Vec<(u64, u64)>,
+    /// At each remote copy this device started: its bytes, the flops run
+    /// before it, and the device it goes to.
+    pub sends: Vec<(u64, u64, usize)>,
 }
 
 pub(super) type R<T> = Result<T, KernelError>;

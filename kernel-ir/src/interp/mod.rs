@@ -257,9 +257,14 @@ pub struct MeshRun {
 /// overlaps them, and the sum of both one that does not.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MeshStep {
-    /// Bytes of the remote copy that starts the stretch (0 for the
-    /// stretch before the first copy).
+    /// Bytes of the remote copies that start the stretch (0 for the
+    /// stretch before the first copy): one copy, or several started back
+    /// to back with no dot between them.
     pub ici_bytes: u64,
+    /// The most of those bytes bound for one device: copies to different
+    /// neighbours travel on different links at once, so this, not
+    /// `ici_bytes`, is what the link time of the stretch is.
+    pub busiest_link_bytes: u64,
     /// Flops of the dots run until the next remote copy starts.
     pub flops: u64,
 }
@@ -393,13 +398,26 @@ pub fn interpret_mesh(
     let steps = machines
         .iter()
         .map(|m| {
-            // `sends` holds (bytes, flops so far) at each remote start.
-            let mut cuts = vec![(0u64, 0u64)];
-            cuts.extend(m.sends.iter().copied());
+            // `sends` holds (bytes, flops so far, destination) at each
+            // remote start; copies started with no flops between them open
+            // one stretch together.
+            let mut cuts: Vec<(u64, Vec<(usize, u64)>)> = vec![(0, Vec::new())];
+            for &(bytes, at, to) in &m.sends {
+                if cuts.len() == 1 || cuts.last().is_some_and(|c| c.0 != at) {
+                    cuts.push((at, Vec::new()));
+                }
+                if let Some(c) = cuts.last_mut() {
+                    match c.1.iter_mut().find(|(d, _)| *d == to) {
+                        Some(link) => link.1 += bytes,
+                        None => c.1.push((to, bytes)),
+                    }
+                }
+            }
             (0..cuts.len())
                 .map(|i| MeshStep {
-                    ici_bytes: cuts[i].0,
-                    flops: cuts.get(i + 1).map_or(m.flops, |c| c.1) - cuts[i].1,
+                    ici_bytes: cuts[i].1.iter().map(|l| l.1).sum(),
+                    busiest_link_bytes: cuts[i].1.iter().map(|l| l.1).max().unwrap_or(0),
+                    flops: cuts.get(i + 1).map_or(m.flops, |c| c.0) - cuts[i].0,
                 })
                 .collect()
         })

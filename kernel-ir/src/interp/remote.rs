@@ -219,7 +219,7 @@ impl Machine<'_> {
             .map_or(crate::DType::F32, |b| b.1);
         let bytes = c.bytes(dtype);
         self.ici_bytes += bytes;
-        self.sends.push((bytes, self.flops));
+        self.sends.push((bytes, self.flops, to));
         let claim = Claim {
             id: 0,
             from: 0,

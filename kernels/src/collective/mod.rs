@@ -6,7 +6,9 @@
 //!
 //! * [`all_gather`]: ring all-gather of row shards;
 //! * [`all_gather_matmul`]: the collective matmul, `all_gather(x) @ w`
-//!   with each step's matmul overlapping the next block's transfer;
+//!   with each step's matmul overlapping the next block's transfer, and
+//!   [`all_gather_matmul_bidirectional`], its halves sent both ways
+//!   around the ring;
 //! * [`matmul_reduce_scatter`]: `reduce_scatter(x @ w)` with the partial
 //!   sums passed around the ring as they are computed;
 //! * [`ring_attention`]: attention over kv shards passed around the ring,
@@ -35,11 +37,13 @@
 pub mod reference;
 
 mod all_to_all;
+mod bidirectional;
 mod gather;
 mod matmul;
 mod ring_attention;
 
 pub use all_to_all::{all_to_all, all_to_all_kernel};
+pub use bidirectional::{all_gather_matmul_bidirectional, all_gather_matmul_bidirectional_kernel};
 pub use gather::{all_gather, all_gather_kernel};
 pub use matmul::{
     Protocol, all_gather_matmul, all_gather_matmul_kernel, matmul_reduce_scatter,

@@ -186,7 +186,8 @@ impl MeshCost {
     pub fn overlap(&self, target: Target) -> Overlap {
         let (mut o, mut ici_s, mut compute_s) = (0.0, 0.0, 0.0);
         for s in &self.steps {
-            let t = s.ici_bytes as f64 / target.ici_link_bandwidth();
+            // Copies to different neighbours share no link.
+            let t = s.busiest_link_bytes as f64 / target.ici_link_bandwidth();
             let c = s.flops as f64 / target.peak_flops(self.device.dtype);
             o += f64::max(t, c);
             ici_s += t;
@@ -208,7 +209,7 @@ impl MeshCost {
         let steps: Vec<serde_json::Value> = self
             .steps
             .iter()
-            .map(|s| serde_json::json!({"ici_bytes": s.ici_bytes, "flops": s.flops}))
+            .map(|s| serde_json::json!({"ici_bytes": s.ici_bytes, "busiest_link_bytes": s.busiest_link_bytes, "flops": s.flops}))
             .collect();
         v["devices"] = self.devices.into();
         v["ici_bytes"] = self.ici_bytes().into();
