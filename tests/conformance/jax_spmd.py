@@ -143,7 +143,7 @@ def collectives(tessera, out, lines, failures):
     }
     shapes = {"all_gather": {"x": (m, c)}, "all_to_all": {"x": (n, m, c)},
               "all_gather_matmul": {"x": (m, c), "w": (c, c)},
-              "all_gather_matmul_bidirectional": {"x": (2, m // 2, c), "w": (c, c)},
+              "all_gather_matmul_bidirectional": {"x": (2, m, c), "w": (c, c)},
               "matmul_reduce_scatter": {"x": (n * m, c), "w": (c, c)}}
 
     def gather_matmul(x, w):
@@ -158,7 +158,7 @@ def collectives(tessera, out, lines, failures):
             "all_to_all": lambda a: cases["all_to_all"](a["x"]),
             "all_gather_matmul": lambda a: gather_matmul(a["x"], a["w"]),
             "all_gather_matmul_bidirectional": lambda a: gather_matmul(
-                [x.reshape(m, c) for x in a["x"]], a["w"]),
+                [x.reshape(2 * m, c) for x in a["x"]], a["w"]),
             "matmul_reduce_scatter": lambda a: reduce_scatter(a["x"], a["w"])}
     m4 = mesh(n)
     for name, ins in shapes.items():
