@@ -10,7 +10,7 @@ use kernels::collective::{
     Protocol, all_gather, all_gather_matmul, all_gather_matmul_bidirectional,
     all_gather_matmul_bidirectional_kernel, all_gather_matmul_kernel, all_to_all,
     matmul_reduce_scatter, matmul_reduce_scatter_kernel, reference, ring_attention,
-    ring_attention_kernel,
+    ring_attention_bwd, ring_attention_bwd_kernel, ring_attention_kernel,
 };
 use proptest::prelude::*;
 
@@ -542,5 +542,96 @@ fn the_bidirectional_matmul_halves_the_link_time_per_step() {
             (ob.ici_s * 2.0 - oo.ici_s).abs() <= 1e-12 * oo.ici_s.max(1.0),
             "{t}: {ob:?} vs {oo:?}"
         );
+    }
+}
+
+/// The f64 backward reference is the derivative of the f64 forward one: a
+/// central difference of `Σ do ∘ o` along a random direction of `q`, `k`
+/// and `v` of every device (Richardson-extrapolated) matches `Σ dq·δq + dk·δk + dv·δv` (so the
+/// kernel is not checked against a reference that follows its own rule).
+#[test]
+fn the_ring_attention_backward_reference_is_the_forwards_derivative() {
+    let (devices, sq, skv, d) = (3usize, 4usize, 5usize, 8usize);
+    let scale = 0.3;
+    let mk = |rows: usize, seed: u64| -> Vec<Array> {
+        (0..devices)
+            .map(|i| Array::random(DType::F32, vec![rows, d], seed + i as u64, -1.0, 1.0))
+            .collect()
+    };
+    let (q, k, v, dout) = (mk(sq, 1), mk(skv, 11), mk(skv, 21), mk(sq, 31));
+    let (tq, tk, tv) = (mk(sq, 41), mk(skv, 51), mk(skv, 61));
+    let loss = |eps: f64| -> f64 {
+        let shift = |x: &[Array], t: &[Array]| -> Vec<Array> {
+            x.iter()
+                .zip(t)
+                .map(|(a, b)| {
+                    let data = a
+                        .data()
+                        .iter()
+                        .zip(b.data())
+                        .map(|(x, y)| x + eps * y)
+                        .collect();
+                    Array::new(DType::F32, a.shape().to_vec(), data).unwrap()
+                })
+                .collect()
+        };
+        reference::ring_attention(&shift(&q, &tq), &shift(&k, &tk), &shift(&v, &tv), scale)
+            .iter()
+            .zip(&dout)
+            .map(|((o, _), g)| o.iter().zip(g.data()).map(|(a, b)| a * b).sum::<f64>())
+            .sum()
+    };
+    // Inputs are f32 arrays (shifted inputs round to f32): a wide step,
+    // Richardson-extrapolated, keeps both rounding and truncation small.
+    let central = |h: f64| (loss(h) - loss(-h)) / (2.0 * h);
+    let h = 1e-2;
+    let numeric = (4.0 * central(h / 2.0) - central(h)) / 3.0;
+    let grads = reference::ring_attention_bwd(&q, &k, &v, &dout, scale);
+    let dotp = |a: &[f64], b: &Array| a.iter().zip(b.data()).map(|(x, y)| x * y).sum::<f64>();
+    let analytic: f64 = (0..devices)
+        .map(|i| dotp(&grads[i].0, &tq[i]) + dotp(&grads[i].1, &tk[i]) + dotp(&grads[i].2, &tv[i]))
+        .sum();
+    assert!(
+        (numeric - analytic).abs() <= 1e-4 * analytic.abs().max(1.0),
+        "central difference {numeric}, backward {analytic}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    #[test]
+    fn ring_attention_backward_matches_its_reference(
+        devices in prop::sample::select(vec![4usize, 8]), sq in prop::sample::select(vec![8usize, 16]),
+        skv in prop::sample::select(vec![8usize, 16]), seed in any::<u64>(), schedule in any::<u64>(),
+    ) {
+        let d = 128;
+        let scale = 1.0 / (d as f32).sqrt();
+        let q: Vec<Array> = (0..devices).map(|i| random(&[sq, d], seed + i as u64)).collect();
+        let k: Vec<Array> = (0..devices).map(|i| random(&[skv, d], seed + 20 + i as u64)).collect();
+        let v: Vec<Array> = (0..devices).map(|i| random(&[skv, d], seed + 40 + i as u64)).collect();
+        let dout: Vec<Array> = (0..devices).map(|i| random(&[sq, d], seed + 60 + i as u64)).collect();
+        // The forward's o and lse as the backward takes them (f32).
+        let fwd = reference::ring_attention(&q, &k, &v, scale as f64);
+        let args: Vec<Vec<Array>> = (0..devices)
+            .map(|i| {
+                let o = Array::new(DType::F32, [sq, d], fwd[i].0.clone()).unwrap();
+                let lse: Vec<f64> = fwd[i].1.iter().flat_map(|&x| [x; 128]).collect();
+                let lse = Array::new(DType::F32, [sq, 128], lse).unwrap();
+                vec![q[i].clone(), k[i].clone(), v[i].clone(), o, lse, dout[i].clone()]
+            })
+            .collect();
+        let dims = ring_attention_bwd_kernel::Dims { sq, d, skv };
+        let kern = ring_attention_bwd(DType::F32, devices, scale, dims).unwrap();
+        let want = reference::ring_attention_bwd(&q, &k, &v, &dout, scale as f64);
+        // Sums over every device's rows, rounded per step in f32.
+        let tol = Tolerance { abs: 1e-4, rel: 1e-4 };
+        for (path, outputs) in every_path(&kern, &args, schedule) {
+            for (i, out) in outputs.iter().enumerate() {
+                close(&format!("{path} dq"), i, &out[0], &want[i].0, tol)?;
+                close(&format!("{path} dk"), i, &out[1], &want[i].1, tol)?;
+                close(&format!("{path} dv"), i, &out[2], &want[i].2, tol)?;
+            }
+        }
     }
 }

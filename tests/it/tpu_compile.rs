@@ -1003,6 +1003,12 @@ fn the_collective_kernels_compile_for_every_multichip_topology() {
             skv: 128,
         };
         kernels.push(ring_attention(dt, 4, 0.088, dims).unwrap());
+        let dims = ring_attention_bwd_kernel::Dims {
+            sq: 16,
+            d: 128,
+            skv: 128,
+        };
+        kernels.push(ring_attention_bwd(dt, 4, 0.088, dims).unwrap());
         kernels.push(all_to_all(dt, 4, m, 128).unwrap());
     }
     for t in Target::ALL {

@@ -12,7 +12,9 @@
 //! * [`matmul_reduce_scatter`]: `reduce_scatter(x @ w)` with the partial
 //!   sums passed around the ring as they are computed;
 //! * [`ring_attention`]: attention over kv shards passed around the ring,
-//!   the online softmax carried from step to step;
+//!   the online softmax carried from step to step, and
+//!   [`ring_attention_bwd`], its backward (the blocks' `dk`, `dv` passed
+//!   around with them);
 //! * [`all_to_all`]: the MoE dispatch, chunk `j` of every device to
 //!   device `j`.
 //!
@@ -41,6 +43,7 @@ mod bidirectional;
 mod gather;
 mod matmul;
 mod ring_attention;
+mod ring_attention_bwd;
 
 pub use all_to_all::{all_to_all, all_to_all_kernel};
 pub use bidirectional::{all_gather_matmul_bidirectional, all_gather_matmul_bidirectional_kernel};
@@ -50,3 +53,4 @@ pub use matmul::{
     matmul_reduce_scatter_kernel,
 };
 pub use ring_attention::{ring_attention, ring_attention_kernel};
+pub use ring_attention_bwd::{ring_attention_bwd, ring_attention_bwd_kernel};

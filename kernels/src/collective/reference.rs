@@ -95,3 +95,65 @@ pub fn all_to_all(x: &[Array]) -> Vec<Vec<f64>> {
         })
         .collect()
 }
+
+/// Per device: `(dq, dk, dv)` of [`ring_attention`] for the output
+/// cotangents `do_[d]` (`[sq, dim]`; the `lse` output's cotangent is 0),
+/// each `[rows, dim]` flat: `dq` of device `d`'s queries, `dk`, `dv` of
+/// its keys and values (summed over every device's queries).
+pub fn ring_attention_bwd(
+    q: &[Array],
+    k: &[Array],
+    v: &[Array],
+    do_: &[Array],
+    scale: f64,
+) -> Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    let keys = all_gather(k);
+    let values = all_gather(v);
+    let d = q[0].shape()[1];
+    let total = keys.len() / d.max(1);
+    let mut dk_all = vec![0.0; keys.len()];
+    let mut dv_all = vec![0.0; values.len()];
+    let mut dqs = Vec::with_capacity(q.len());
+    for (qd, dod) in q.iter().zip(do_) {
+        let sq = qd.shape()[0];
+        let mut dq = vec![0.0; sq * d];
+        for i in 0..sq {
+            let row = &qd.data()[i * d..(i + 1) * d];
+            let drow = &dod.data()[i * d..(i + 1) * d];
+            let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+            let s: Vec<f64> = (0..total)
+                .map(|j| scale * dot(row, &keys[j * d..(j + 1) * d]))
+                .collect();
+            let mx = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            let p: Vec<f64> = e.iter().map(|x| x / sum).collect();
+            // o = p V, D = do · o.
+            let mut o = vec![0.0; d];
+            for (j, pj) in p.iter().enumerate() {
+                for c in 0..d {
+                    o[c] += pj * values[j * d + c];
+                }
+            }
+            let delta = dot(drow, &o);
+            for (j, pj) in p.iter().enumerate() {
+                let dp = dot(drow, &values[j * d..(j + 1) * d]);
+                let ds = pj * (dp - delta);
+                for c in 0..d {
+                    dq[i * d + c] += scale * ds * keys[j * d + c];
+                    dk_all[j * d + c] += scale * ds * row[c];
+                    dv_all[j * d + c] += pj * drow[c];
+                }
+            }
+        }
+        dqs.push(dq);
+    }
+    let mut out = Vec::with_capacity(q.len());
+    let mut at = 0;
+    for (dev, dq) in dqs.into_iter().enumerate() {
+        let n = k[dev].len();
+        out.push((dq, dk_all[at..at + n].to_vec(), dv_all[at..at + n].to_vec()));
+        at += n;
+    }
+    out
+}
