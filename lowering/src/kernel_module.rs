@@ -45,6 +45,25 @@ pub(crate) fn build<'c>(
     opts: ModuleOptions,
 ) -> Result<Module<'c>, LoweringError> {
     let flavor = opts.flavor;
+    // Mosaic takes window parameters only with explicit iteration bounds
+    // ("window attributes can only be specified when explicit
+    // iteration_bounds are used"): a grid-free kernel with a windowed
+    // operand is lowered as the same kernel on a grid of one step.
+    let one_step;
+    let k = if flavor == Flavor::Mosaic
+        && k.grid.dims.is_empty()
+        && k.operands.iter().any(|o| o.space != MemorySpace::Any)
+    {
+        let mut g = k.clone();
+        g.grid.dims.push(kernel_ir::GridDim {
+            bound: 1,
+            semantics: DimSemantics::Arbitrary,
+        });
+        one_step = g;
+        &one_step
+    } else {
+        k
+    };
     let module = Module::new(ir.loc());
     let space = |s: MemorySpace| -> Result<_, LoweringError> {
         if opts.no_memory_spaces {

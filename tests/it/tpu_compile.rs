@@ -1019,3 +1019,33 @@ fn the_collective_kernels_compile_for_every_multichip_topology() {
         }
     }
 }
+
+/// A grid-free kernel whose operands are VMEM blocks (found by the mesh
+/// mutants: the all-to-all with a VMEM input): Mosaic takes window
+/// parameters only with iteration bounds, so it is lowered as a grid of one
+/// step, and libtpu compiles it on every generation.
+#[test]
+fn a_grid_free_kernel_with_vmem_blocks_compiles() {
+    let text = "kernel @gridless {
+  target v5e, vmem_limit default
+  grid []
+  in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+  out @o: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+  store @o[0:8, 0:128], %0 : f32[8, 128]
+}
+";
+    let k = kernel_ir::parse(text).unwrap().verify().unwrap();
+    let module = lowering::mosaic_module(&k).unwrap();
+    assert!(
+        module.contains("iteration_bounds = array<i64: 1>"),
+        "{module}"
+    );
+    let tpu = tpu();
+    for t in Target::ALL {
+        if let Err(e) = tpu.compile_kernel(&k, t) {
+            panic!("{t}: {e}");
+        }
+    }
+}

@@ -73,7 +73,85 @@ pub fn seed_kernels() -> Vec<Kernel> {
     });
     o.store(.., s);
     ks.push(k.finish().unwrap());
+    // Kernels across chips: a ring all-gather in a kernel loop, the
+    // collective matmul's handshake, the all-to-all, and the barrier.
+    use kernels::collective::*;
+    ks.push(all_gather(F32, 4, 8, 128).unwrap().into_kernel());
+    let dims = all_gather_matmul_kernel::Dims {
+        m: 8,
+        k: 128,
+        n: 128,
+    };
+    ks.push(
+        all_gather_matmul(F32, 4, Protocol::Handshake, dims)
+            .unwrap()
+            .into_kernel(),
+    );
+    ks.push(all_to_all(F32, 4, 8, 128).unwrap().into_kernel());
+    let barrier = include_str!("../filetests/lower/barrier-handshake-tpu-custom-call.kir");
+    ks.push(kernel_ir::parse(barrier).unwrap());
     ks
+}
+
+/// One random change to what makes a kernel span chips: the mesh's size
+/// or presence, a remote copy's or signal's device, a copy's semaphores.
+fn mutate_mesh(k: &mut Kernel, r: &mut SplitMix64) {
+    let device = |r: &mut SplitMix64| IndexValue::Static(r.below(10) as i64 - 2);
+    match r.below(4) {
+        0 => match &mut k.mesh {
+            Some(m) if r.below(3) > 0 => {
+                let a = r
+                    .below(m.axes.len().max(1))
+                    .min(m.axes.len().saturating_sub(1));
+                if let Some(axis) = m.axes.get_mut(a) {
+                    axis.1 = pick(r, &[0, 1, 2, 3, 4, 8, 300]);
+                }
+            }
+            Some(_) => k.mesh = None,
+            None => {
+                k.mesh = Some(kernel_ir::Mesh {
+                    axes: vec![("x".into(), pick(r, &[1, 2, 4]))],
+                    loc: None,
+                })
+            }
+        },
+        _ => {
+            let Some(kind) = random_op(k, r) else {
+                return;
+            };
+            let pick_slot = |r: &mut SplitMix64, s: &mut kernel_ir::SemaphoreSlot| {
+                s.array = r.below(5);
+                if let Some(i) = s.at.first_mut() {
+                    *i = IndexValue::Static(r.below(5) as i64 - 1);
+                }
+            };
+            match kind {
+                OpKind::DmaStart(c) | OpKind::DmaWait(c) | OpKind::DmaWaitSend(c) => {
+                    match (&mut c.remote, r.below(3)) {
+                        (Some(remote), 0) => remote.device = device(r),
+                        (Some(remote), 1) => pick_slot(r, &mut remote.send_sem),
+                        (Some(_), _) => c.remote = None,
+                        (None, 0) => pick_slot(r, &mut c.sem),
+                        (None, _) => {
+                            c.remote = Some(kernel_ir::RemoteTarget {
+                                device: device(r),
+                                send_sem: c.sem.clone(),
+                            })
+                        }
+                    }
+                }
+                OpKind::RemoteSignal { device: d, sem, .. } => {
+                    if r.below(2) == 0 {
+                        *d = device(r);
+                    } else {
+                        pick_slot(r, sem);
+                    }
+                }
+                OpKind::SemSignal { sem, .. } | OpKind::SemWait { sem, .. } => pick_slot(r, sem),
+                _ => {}
+            }
+        }
+    }
 }
 
 const DIMS: [usize; 8] = [0, 1, 3, 8, 16, 100, 128, 256];
@@ -319,6 +397,7 @@ pub fn mutate(k: &mut Kernel, r: &mut SplitMix64) {
             k.operands[o].dtype = pick(r, &DType::ALL);
         }
         10 => k.target = pick(r, &Target::ALL),
+        11 if k.mesh.is_some() || r.below(8) == 0 => mutate_mesh(k, r),
         _ => {
             if let Some(op) = k.body.region.ops.last_mut() {
                 op.results.push(ValueId(r.below(nvals as usize) as u32));
