@@ -22,6 +22,7 @@ mod lib_ops;
 mod lib_ragged;
 mod library_paths;
 mod lowered;
+mod masks;
 mod native;
 mod parse;
 mod paths;

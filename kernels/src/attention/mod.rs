@@ -53,9 +53,11 @@
 
 pub mod backward;
 pub mod band;
+pub mod block_table;
 pub mod decode;
 pub mod decode_dma;
 pub mod decode_fp8;
+pub mod mask;
 pub mod ragged;
 mod vjp;
 
