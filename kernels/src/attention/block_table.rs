@@ -48,6 +48,10 @@ pub struct BlockTables {
     pub mask_index: Vec<i32>,
     /// The distinct element masks of partial blocks, each `[bq, bk]`.
     pub masks: Vec<Vec<bool>>,
+    /// `[heads, q_blocks, k_blocks]`: the element mask each step's index
+    /// map names: a partial step's own, any other step the one named
+    /// before it (so only a partial step with a new mask fetches one).
+    pub mask_fetch: Vec<i32>,
 }
 
 /// Sizes the tables cannot be built for.
@@ -146,6 +150,16 @@ impl BlockTables {
             }
         }
         let fetch = fetch_indices(&kind, h, nq, nk);
+        let first = mask_index.iter().copied().find(|&i| i >= 0).unwrap_or(0);
+        let mask_fetch = mask_index
+            .iter()
+            .scan(first, |last, &i| {
+                if i >= 0 {
+                    *last = i;
+                }
+                Some(*last)
+            })
+            .collect();
         Ok(BlockTables {
             heads: h,
             q_blocks: nq,
@@ -156,6 +170,7 @@ impl BlockTables {
             fetch,
             mask_index,
             masks,
+            mask_fetch,
         })
     }
 

@@ -58,6 +58,7 @@ pub mod decode;
 pub mod decode_dma;
 pub mod decode_fp8;
 pub mod mask;
+pub mod masked;
 pub mod ragged;
 mod vjp;
 
