@@ -1049,3 +1049,41 @@ body:
         }
     }
 }
+
+/// Masked attention (block tables by scalar prefetch, segment ids)
+/// compiles with libtpu for every generation, f32 and bf16, at blocks of
+/// 128 × 128.
+#[test]
+fn masked_attention_compiles_for_every_generation() {
+    use kernel_ir::DType;
+    use kernels::attention::masked::{MaskedConfig, masked_attention};
+    let tpu = tpu();
+    let (b, h, hkv, sq, skv, d, n) = (1usize, 4usize, 2usize, 512usize, 512usize, 128usize, 2usize);
+    let (nq, nk) = (sq / 128, skv / 128);
+    let dims = kernels::attention::masked::masked_attention::Dims::from_shapes(&[
+        &[h, nq, nk],
+        &[h, nq, nk],
+        &[h, nq, nk],
+        &[b, h, sq, d],
+        &[b, hkv, skv, d],
+        &[b, hkv, skv, d],
+        &[n, 128, 128],
+        &[b, sq, 1],
+        &[b, 1, skv],
+    ])
+    .unwrap();
+    for dt in [DType::F32, DType::BF16] {
+        let cfg = MaskedConfig {
+            sm_scale: 0.088,
+            softcap: Some(30.0),
+            block_q: 128,
+            block_k: 128,
+        };
+        let k = masked_attention(&cfg, dt, dims.clone()).unwrap();
+        for t in Target::ALL {
+            if let Err(e) = tpu.compile_kernel(&k, t) {
+                panic!("masked_attention ({dt:?}) on {t}: {e}");
+            }
+        }
+    }
+}
