@@ -127,6 +127,13 @@ pub mod guide {
         #![doc = include_str!("../doc/across_chips.md")]
     }
 
+    /// Attention with any mask: mask descriptions, their block tables,
+    /// the table-driven kernel with segment ids (packed sequences as the
+    /// worked example).
+    pub mod masks {
+        #![doc = include_str!("../doc/masks.md")]
+    }
+
     /// Where low-precision GEMMs drift: an FP8 GEMM's measured error by
     /// depth and accumulation scheme, and the command that measures it.
     pub mod numerics {
