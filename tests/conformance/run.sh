@@ -76,3 +76,8 @@ mkdir -p "$out/jax"
 # and compiled with libtpu for the 4 chips of v5e, v6e, v5p and v7x slices
 # (target/conformance/spmd/report.md).
 "$venv/bin/python" tests/conformance/jax_spmd.py ./target/release/tessera "$out"
+# Masked attention beside splash attention on the same masks and segment ids:
+# outputs against splash (interpret mode) and f64, and Tessera must move no more
+# q/k/v bytes than splash's index maps over its own mask info
+# (target/conformance/splash.md).
+"$venv/bin/python" tests/conformance/splash.py ./target/release/tessera "$out"

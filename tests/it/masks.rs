@@ -298,3 +298,31 @@ proptest! {
         }
     }
 }
+
+/// Mask descriptions parse as the command writes them, and bad ones are
+/// errors naming the grammar.
+#[test]
+fn mask_descriptions_parse() {
+    let m: Mask = "chunked:64&causal|prefix:4".parse().unwrap();
+    assert_eq!(
+        m,
+        Mask::ChunkedCausal { chunk: 64 }
+            .and(Mask::Causal { offset: 0 })
+            .or(Mask::Prefix { len: 4 })
+    );
+    assert_eq!(
+        "local:-:0".parse::<Mask>().unwrap(),
+        Mask::Local {
+            left: None,
+            right: Some(0)
+        }
+    );
+    assert_eq!(
+        "causal:-2".parse::<Mask>().unwrap(),
+        Mask::Causal { offset: -2 }
+    );
+    for bad in ["", "diagonal", "local:1", "chunked:0", "prefix:x"] {
+        let e = bad.parse::<Mask>().unwrap_err().to_string();
+        assert!(e.contains("write full, causal[:OFFSET]"), "{bad}: {e}");
+    }
+}

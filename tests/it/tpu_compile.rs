@@ -1079,7 +1079,7 @@ fn masked_attention_compiles_for_every_generation() {
             block_q: 128,
             block_k: 128,
         };
-        let k = masked_attention(&cfg, dt, dims.clone()).unwrap();
+        let k = masked_attention(&cfg, dt, dims).unwrap();
         for t in Target::ALL {
             if let Err(e) = tpu.compile_kernel(&k, t) {
                 panic!("masked_attention ({dt:?}) on {t}: {e}");

@@ -12,6 +12,7 @@ mod demo;
 mod estimate;
 mod kernel_args;
 mod lower;
+mod masked;
 mod numerics;
 mod profile;
 mod run;
@@ -44,6 +45,8 @@ COMMANDS:
     diff     compare two back ends (or one with the f64 reference) on one input
     bench    benchmarks with their XLA baselines, one table with ratios
     numerics the FP8 GEMM's error by depth and accumulation scheme
+    masked   attention with any mask (causal, local, chunked, prefix, per head,
+             segment ids) on .npy inputs through its block tables
     cost     the HBM<->VMEM bytes each kernel's pipeline moves, its flops, and a
              roofline bound per TPU generation
     profile  a traced run through the graph runtime: a Perfetto trace and a
@@ -283,6 +286,30 @@ FILES:
     Scalar-prefetch inputs (lengths, block tables) are int32.
 ";
 
+const HELP_MASKED: &str = "\
+tessera masked: attention with any mask on .npy inputs
+
+USAGE:
+    tessera masked --mask SPEC[;SPEC..] --input q=Q.npy --input k=K.npy --input v=V.npy
+                   [--input q_seg=S.npy --input kv_seg=S.npy] [--block-q N] [--block-k N]
+                   [--softcap C] [--backend B] [--cost] --out DIR
+
+The mask is described, preprocessed into block tables (empty, partial and full
+steps; the block a skipped step names; deduplicated partial masks) and run by the
+table-driven kernel (kernels::attention::masked). SPEC is full, causal[:OFFSET],
+local:LEFT:RIGHT (`-` for an open side), chunked:CHUNK or prefix:LEN, combined with
+& and | left to right; one for every head or one per head, `;`-separated.
+
+OPTIONS:
+    --input q, k, v       q [b, h, sq, d], k and v [b, hkv, skv, d] (float32)
+    --input q_seg, kv_seg segment ids (int32, [b, sq] and [b, skv]): a query sees only
+                          keys of its own segment (packed sequences); default all 0
+    --block-q, --block-k  block sizes of the tables and the kernel [default: 128]
+    --backend B           interp | jit | pjrt | pjrt-ffi              [default: jit]
+    --cost                also print the HBM bytes its pipeline moves, as JSON
+    --out DIR             where o.npy and lse.npy ([b, h, sq, 1]) go
+";
+
 const HELP_DIFF: &str = "\
 tessera diff: how two back ends differ on one input
 
@@ -476,6 +503,7 @@ fn run(args: &[String]) -> ExitCode {
             "bench" => help(HELP_BENCH),
             "numerics" => help(HELP_NUMERICS),
             "cost" => help(HELP_COST),
+            "masked" => help(HELP_MASKED),
             "estimate" => help(HELP_ESTIMATE),
             "tune" => help(HELP_TUNE),
             "profile" => help(HELP_PROFILE),
@@ -502,6 +530,7 @@ fn run(args: &[String]) -> ExitCode {
         "bench" => bench::bench(rest),
         "numerics" => numerics::numerics(rest),
         "cost" => cost::cost_cmd(rest),
+        "masked" => masked::masked(rest),
         "estimate" => estimate::estimate(rest),
         "tune" => tune::tune(rest),
         "profile" => profile::profile(rest),

@@ -242,3 +242,71 @@ impl MultiHeadMask {
         }
     }
 }
+
+/// A mask description that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("mask `{text}`: {why}; write full, causal[:OFFSET], local:LEFT:RIGHT (`-` for open), chunked:CHUNK or prefix:LEN, combined with & and | (left to right)")]
+pub struct MaskParseError {
+    /// The text.
+    pub text: String,
+    /// What is wrong.
+    pub why: String,
+}
+
+impl std::str::FromStr for Mask {
+    type Err = MaskParseError;
+
+    /// `causal`, `causal:-2`, `local:127:0`, `local:-:0`, `chunked:8192`,
+    /// `prefix:16`, `full`, and `a&b`, `a|b` of them, left to right.
+    fn from_str(text: &str) -> Result<Mask, MaskParseError> {
+        let err = |why: String| MaskParseError {
+            text: text.to_string(),
+            why,
+        };
+        let mut out: Option<Mask> = None;
+        let mut op = None;
+        let mut rest = text.trim();
+        loop {
+            let end = rest.find(['&', '|']).unwrap_or(rest.len());
+            let term = rest[..end].trim();
+            let parts: Vec<&str> = term.split(':').map(str::trim).collect();
+            let num = |s: &str| -> Result<u64, MaskParseError> {
+                s.parse().map_err(|_| err(format!("`{s}` is not a whole number")))
+            };
+            let open = |s: &str| -> Result<Option<u64>, MaskParseError> {
+                if s == "-" { Ok(None) } else { num(s).map(Some) }
+            };
+            let m = match parts.as_slice() {
+                ["full"] => Mask::Full,
+                ["causal"] => Mask::Causal { offset: 0 },
+                ["causal", o] => Mask::Causal {
+                    offset: o.parse().map_err(|_| err(format!("`{o}` is not an offset")))?,
+                },
+                ["local", l, r] => Mask::Local {
+                    left: open(l)?,
+                    right: open(r)?,
+                },
+                ["chunked", c] => {
+                    let chunk = num(c)?;
+                    if chunk == 0 {
+                        return Err(err("a chunk of 0 positions".into()));
+                    }
+                    Mask::ChunkedCausal { chunk }
+                }
+                ["prefix", n] => Mask::Prefix { len: num(n)? },
+                _ => return Err(err(format!("`{term}` is no mask"))),
+            };
+            out = Some(match (out, op) {
+                (None, _) => m,
+                (Some(a), Some('&')) => a.and(m),
+                (Some(a), _) => a.or(m),
+            });
+            if end == rest.len() {
+                break;
+            }
+            op = rest[end..].chars().next();
+            rest = &rest[end + 1..];
+        }
+        out.ok_or_else(|| err("empty".into()))
+    }
+}

@@ -1,0 +1,171 @@
+//! `tessera masked`: attention with any mask on `.npy` inputs, its block
+//! tables built from a mask description, and the bytes its pipeline moves.
+
+use std::path::Path;
+
+use kernel_ir::{Array, DType};
+use kernels::attention::block_table::BlockTables;
+use kernels::attention::mask::{Mask, MultiHeadMask};
+use kernels::attention::masked::{MaskedConfig, masked_attention};
+use runtime::backend::Prepared;
+
+use crate::args::Args;
+use crate::run::backend;
+use crate::{Failure, usage};
+
+fn read(a: &Args, name: &str) -> Result<Option<Array>, String> {
+    for (k, path) in a.pairs("input")? {
+        if k == name {
+            return tooling::npy::read(Path::new(&path))
+                .map(Some)
+                .map_err(|e| e.to_string());
+        }
+    }
+    Ok(None)
+}
+
+fn ints(shape: Vec<usize>, v: impl Iterator<Item = i64>) -> Array {
+    let data: Vec<f64> = v.map(|x| x as f64).collect();
+    Array::new(DType::I32, shape.clone(), data).unwrap_or_else(|_| Array::zeros(DType::I32, shape))
+}
+
+/// `tessera masked --mask SPEC[;SPEC..] --input q=.. --input k=.. --input v=..
+/// [--input q_seg=.. --input kv_seg=..] [--block-q N] [--block-k N]
+/// [--backend B] [--cost] --out DIR`.
+pub fn masked(args: &[String]) -> Result<(), Failure> {
+    let a = Args::parse(
+        "masked",
+        args,
+        &[
+            "mask", "input", "block-q", "block-k", "backend", "out", "softcap",
+        ],
+        &["cost"],
+    )
+    .map_err(usage)?;
+    let spec = a.one("mask").map_err(usage)?.ok_or_else(|| {
+        usage("give --mask, e.g. causal, local:127:0 or chunked:8192&causal".into())
+    })?;
+    let out = a
+        .one("out")
+        .map_err(usage)?
+        .ok_or_else(|| usage("give --out DIR, where o.npy and lse.npy go".into()))?;
+    let need = |n: &str| -> Result<Array, Failure> {
+        read(&a, n)
+            .map_err(usage)?
+            .ok_or_else(|| usage(format!("missing --input {n}=FILE.npy")))
+    };
+    let (q, k, v) = (need("q")?, need("k")?, need("v")?);
+    if q.shape().len() != 4 || k.shape().len() != 4 || v.shape() != k.shape() {
+        return Err(usage(format!(
+            "q must be [b, h, sq, d] and k, v one [b, hkv, skv, d]; got q {:?}, k {:?}, v {:?}",
+            q.shape(),
+            k.shape(),
+            v.shape()
+        )));
+    }
+    let (b, h, sq, d) = (q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]);
+    let skv = k.shape()[2];
+    let heads: Vec<Mask> = spec
+        .split(';')
+        .map(|s| s.parse::<Mask>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| usage(e.to_string()))?;
+    let heads = match heads.len() {
+        1 => vec![heads[0].clone(); h],
+        n if n == h => heads,
+        n => {
+            return Err(usage(format!(
+                "--mask names {n} head masks but q has {h} heads; give one mask or one per head (`;`-separated)"
+            )));
+        }
+    };
+    let block = |name: &str, default: usize, len: usize| -> Result<usize, Failure> {
+        let v =
+            match a.one(name).map_err(usage)? {
+                None => default.min(len),
+                Some(s) => s.parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| {
+                    usage(format!("--{name} {s}: give a block size of at least 1"))
+                })?,
+            };
+        Ok(v)
+    };
+    let (bq, bk) = (block("block-q", 128, sq)?, block("block-k", 128, skv)?);
+    let mask = MultiHeadMask { heads };
+    let t = BlockTables::build(&mask, sq, skv, bq, bk).map_err(|e| usage(e.to_string()))?;
+    let seg = |name: &str, shape: Vec<usize>| -> Result<Array, Failure> {
+        match read(&a, name).map_err(usage)? {
+            None => Ok(Array::zeros(DType::I32, shape)),
+            Some(s) if s.len() == shape.iter().product::<usize>() => {
+                Array::new(DType::I32, shape, s.data().to_vec()).map_err(|e| usage(e.to_string()))
+            }
+            Some(s) => Err(usage(format!(
+                "--input {name} has {} ids; give one per position ([b, len])",
+                s.len()
+            ))),
+        }
+    };
+    let q_seg = seg("q_seg", vec![b, sq, 1])?;
+    let kv_seg = seg("kv_seg", vec![b, 1, skv])?;
+    let cells = vec![t.heads, t.q_blocks, t.k_blocks];
+    let n = t.masks.len().max(1);
+    let mut elems = vec![0i64; n * bq * bk];
+    for (i, m) in t.masks.iter().enumerate() {
+        for (j, &x) in m.iter().enumerate() {
+            elems[i * bq * bk + j] = x as i64;
+        }
+    }
+    let args = vec![
+        ints(cells.clone(), t.kind.iter().map(|&x| x as i64)),
+        ints(cells.clone(), t.fetch.iter().map(|&x| x as i64)),
+        ints(cells, t.mask_fetch.iter().map(|&x| x as i64)),
+        q,
+        k,
+        v,
+        ints(vec![n, bq, bk], elems.into_iter()),
+        q_seg,
+        kv_seg,
+    ];
+    let softcap = match a.one("softcap").map_err(usage)? {
+        None => None,
+        Some(s) => Some(
+            s.parse::<f32>()
+                .map_err(|_| usage(format!("--softcap {s}: give a number")))?,
+        ),
+    };
+    let cfg = MaskedConfig {
+        sm_scale: 1.0 / (d as f32).sqrt(),
+        softcap,
+        block_q: bq,
+        block_k: bk,
+    };
+    let shapes: Vec<&[usize]> = args.iter().map(|x| x.shape()).collect();
+    let dims = kernels::attention::masked::masked_attention::Dims::from_shapes(&shapes)
+        .map_err(|e| usage(e.to_string()))?;
+    let dtype = args[3].dtype();
+    let kernel = masked_attention(&cfg, dtype, dims).map_err(|e| Failure::Run(e.to_string()))?;
+    let b_name = a.one("backend").map_err(usage)?.unwrap_or("jit");
+    let be = backend(b_name).map_err(usage)?;
+    let outs = Prepared::new(be, &kernel)
+        .and_then(|p| p.run(&args))
+        .map_err(|e| Failure::Run(format!("{be}: {e}")))?;
+    let dir = Path::new(out);
+    std::fs::create_dir_all(dir).map_err(|e| Failure::Run(format!("cannot create {out}: {e}")))?;
+    let files = vec![
+        (dir.join("o.npy"), tooling::npy::encode(&outs[0])),
+        (dir.join("lse.npy"), tooling::npy::encode(&outs[1])),
+    ];
+    tooling::atomic_file::write_all(&files).map_err(Failure::Run)?;
+    let computed = t.kind.iter().filter(|&&x| x != 0).count();
+    println!(
+        "masked_attention on {be}: {computed} of {} steps computed, {} distinct partial masks, tables {} B; wrote {}/o.npy, lse.npy",
+        t.kind.len(),
+        t.partial_masks(),
+        t.bytes(),
+        dir.display()
+    );
+    if a.flag("cost") {
+        let c = tooling::cost::cost(&kernel, &args).map_err(Failure::Run)?;
+        println!("{}", c.to_json());
+    }
+    Ok(())
+}
