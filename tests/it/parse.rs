@@ -204,9 +204,17 @@ fn a_kernel_across_chips_reads_back_as_itself() {
         e.to_string().contains("runs on the 4 devices of its mesh"),
         "{e}"
     );
-    let e = lowering::decomposed(&kernel).unwrap_err();
+    let Err(e) = lowering::HostKernel::compile(&kernel) else {
+        panic!("the host JIT must refuse a kernel across chips");
+    };
     assert!(
         e.to_string().contains("runs on the 4 devices of its mesh"),
         "{e}"
+    );
+    // The decomposed form is its SPMD program: a permute around the ring.
+    let spmd = lowering::decomposed(&kernel).unwrap();
+    assert!(
+        spmd.contains("mhlo.num_replicas = 4") && spmd.contains("stablehlo.collective_permute"),
+        "{spmd}"
     );
 }
