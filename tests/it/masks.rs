@@ -238,7 +238,7 @@ fn masked_reference(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
 
     /// Masked attention from random masks (per head), segment layouts and
     /// GQA on every CPU path against the f64 reference, dead rows included.
