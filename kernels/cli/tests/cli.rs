@@ -1014,3 +1014,62 @@ fn kernel_files_lower_and_compile() {
         assert_eq!(stderr(&o).lines().count(), 1, "{args:?}: {}", stderr(&o));
     }
 }
+
+/// `tessera masked`: a causal mask through its block tables gives causal
+/// attention (the f64 reference); a bad mask, a head count the masks do
+/// not match and a missing input are usage errors naming the fix.
+#[test]
+fn masked_runs_attention_with_a_described_mask() {
+    let d = dir("masked");
+    let mk = |s| Array::random(DType::F32, [1, 2, 64, 128], s, -1.0, 1.0);
+    let (q, k, v) = (mk(1), mk(2), mk(3));
+    let args = [save(&d, "q", &q), save(&d, "k", &k), save(&d, "v", &v)];
+    let out = d.join("out");
+    let run = |mask: &str| {
+        tessera(&[
+            "masked",
+            "--mask",
+            mask,
+            "--input",
+            &args[0],
+            "--input",
+            &args[1],
+            "--input",
+            &args[2],
+            "--block-q",
+            "16",
+            "--cost",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let o = run("causal");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = tooling::npy::read(&out.join("o.npy")).unwrap();
+    let want = kernels::reference::attention(&q, &k, &v, true, 1.0 / (128f64).sqrt());
+    let s = ErrorStats::between(&got, &want, Tolerance::for_dtype(DType::F32));
+    assert!(s.passes(), "{s}");
+    assert!(
+        stdout(&o).contains("steps computed") && stdout(&o).contains("\"bytes_in\""),
+        "{}",
+        stdout(&o)
+    );
+    for (mask, says) in [
+        ("diagonal", "write full, causal[:OFFSET]"),
+        (
+            "causal;causal;causal",
+            "names 3 head masks but q has 2 heads",
+        ),
+    ] {
+        let o = run(mask);
+        assert_eq!(o.status.code(), Some(2), "{mask}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{mask}: {}", stderr(&o));
+    }
+    let o = tessera(&["masked", "--mask", "causal", "--out", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("missing --input q=FILE.npy"),
+        "{}",
+        stderr(&o)
+    );
+}
