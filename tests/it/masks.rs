@@ -176,27 +176,6 @@ fn bad_mask_sizes_are_errors() {
     assert!(e.to_string().contains("heads is 0"), "{e}");
 }
 
-/// The tables and arrays [`masked_attention`] takes for `m` at `cfg`'s
-/// blocks: prefetch `kind`, `fetch`, `mask_fetch`, then `masks`.
-fn table_args(t: &BlockTables) -> (Vec<kernel_ir::Array>, kernel_ir::Array) {
-    use kernel_ir::{Array, DType};
-    let shape = [t.heads, t.q_blocks, t.k_blocks];
-    let ints =
-        |v: &[i32]| Array::new(DType::I32, shape, v.iter().map(|&x| x as f64).collect()).unwrap();
-    let kind: Vec<i32> = t.kind.iter().map(|&k| k as i32).collect();
-    let n = t.masks.len().max(1);
-    let mut data = vec![0.0; n * t.bq * t.bk];
-    for (i, m) in t.masks.iter().enumerate() {
-        for (j, &v) in m.iter().enumerate() {
-            data[i * t.bq * t.bk + j] = v as i32 as f64;
-        }
-    }
-    (
-        vec![ints(&kind), ints(&t.fetch), ints(&t.mask_fetch)],
-        Array::new(DType::I32, [n, t.bq, t.bk], data).unwrap(),
-    )
-}
-
 /// f64 attention of one (batch, head) under `mask` and segment ids:
 /// `(o [sq, d], lse [sq])`, rows with no visible key 0 and −∞.
 #[allow(clippy::too_many_arguments)]
@@ -256,7 +235,7 @@ proptest! {
         let skv = kv_blocks * bk + ragged * 40;
         let m = MultiHeadMask { heads };
         let t = BlockTables::build(&m, sq, skv, bq, bk).unwrap();
-        let (pre, masks) = table_args(&t);
+        let (pre, masks) = t.arrays();
         let mut r = kernel_ir::SplitMix64(seed);
         let mut seg = |n: usize| -> Vec<i32> {
             let mut s: Vec<i32> = (0..n).map(|_| r.below(segments as usize) as i32).collect();
@@ -276,7 +255,7 @@ proptest! {
             masks.shape(), qseg.shape(), kseg.shape(),
         ]).unwrap();
         let kern = masked_attention(&cfg, DType::F32, dims).unwrap();
-        let mut args = pre.clone();
+        let mut args = pre.to_vec();
         args.extend([q.clone(), k.clone(), v.clone(), masks.clone(), qseg, kseg]);
         for backend in Backend::ALL {
             let out = Prepared::new(backend, &kern).and_then(|p| p.run(&args))

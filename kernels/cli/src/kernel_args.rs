@@ -148,14 +148,7 @@ pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec
     let out: Vec<Array> = arrays
         .into_iter()
         .zip(kernel.arguments())
-        .map(|(a, arg)| {
-            let narrower = arg.dtype == DType::BF16 || arg.dtype.is_fp8();
-            if a.dtype() == DType::F32 && narrower && a.shape() == arg.shape {
-                a.cast(arg.dtype)
-            } else {
-                tooling::npy::reinterpret_fp8(a, arg.dtype)
-            }
-        })
+        .map(|(a, arg)| for_argument(a, arg.dtype, arg.shape))
         .collect();
     kernel
         .check_arguments(out.iter().map(|a| (Some(a.dtype()), a.shape())))
@@ -164,6 +157,19 @@ pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec
         .check_inputs(&c.config, &kernel, &out)
         .map_err(|e| e.to_string())?;
     Ok((kernel, out))
+}
+
+/// A `.npy` file's array as an argument of `dtype` and `shape` takes it:
+/// a float32 file of that shape given to a bf16 or fp8 argument is rounded
+/// to it, a uint8 (fp8 bits) file read as f8e4m3fn is taken as the f8e5m2
+/// an argument may be; anything else is left for the shared argument check.
+pub fn for_argument(a: Array, dtype: DType, shape: &[usize]) -> Array {
+    let narrower = dtype == DType::BF16 || dtype.is_fp8();
+    if a.dtype() == DType::F32 && narrower && a.shape() == shape {
+        a.cast(dtype)
+    } else {
+        tooling::npy::reinterpret_fp8(a, dtype)
+    }
 }
 
 /// The shared argument check's error in the words of `--input` files.

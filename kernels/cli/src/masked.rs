@@ -24,11 +24,6 @@ fn read(a: &Args, name: &str) -> Result<Option<Array>, String> {
     Ok(None)
 }
 
-fn ints(shape: Vec<usize>, v: impl Iterator<Item = i64>) -> Array {
-    let data: Vec<f64> = v.map(|x| x as f64).collect();
-    Array::new(DType::I32, shape.clone(), data).unwrap_or_else(|_| Array::zeros(DType::I32, shape))
-}
-
 /// `tessera masked --mask SPEC[;SPEC..] --input q=.. --input k=.. --input v=..
 /// [--input q_seg=.. --input kv_seg=..] [--block-q N] [--block-k N]
 /// [--backend B] [--cost] --out DIR`.
@@ -106,25 +101,8 @@ pub fn masked(args: &[String]) -> Result<(), Failure> {
     };
     let q_seg = seg("q_seg", vec![b, sq, 1])?;
     let kv_seg = seg("kv_seg", vec![b, 1, skv])?;
-    let cells = vec![t.heads, t.q_blocks, t.k_blocks];
-    let n = t.masks.len().max(1);
-    let mut elems = vec![0i64; n * bq * bk];
-    for (i, m) in t.masks.iter().enumerate() {
-        for (j, &x) in m.iter().enumerate() {
-            elems[i * bq * bk + j] = x as i64;
-        }
-    }
-    let args = vec![
-        ints(cells.clone(), t.kind.iter().map(|&x| x as i64)),
-        ints(cells.clone(), t.fetch.iter().map(|&x| x as i64)),
-        ints(cells, t.mask_fetch.iter().map(|&x| x as i64)),
-        q,
-        k,
-        v,
-        ints(vec![n, bq, bk], elems.into_iter()),
-        q_seg,
-        kv_seg,
-    ];
+    let ([kind, fetch, mask_fetch], masks) = t.arrays();
+    let args = vec![kind, fetch, mask_fetch, q, k, v, masks, q_seg, kv_seg];
     let softcap = match a.one("softcap").map_err(usage)? {
         None => None,
         Some(s) => Some(

@@ -53,11 +53,7 @@ fn inputs(k: &VerifiedKernel, a: &Args, devices: Option<usize>) -> Result<Vec<Ar
                 k.name
             ));
         }
-        out.push(if f.dtype() == DType::F32 && *dtype == DType::BF16 {
-            f.cast(DType::BF16)
-        } else {
-            tooling::npy::reinterpret_fp8(f, *dtype)
-        });
+        out.push(crate::kernel_args::for_argument(f, *dtype, &want));
     }
     Ok(out)
 }

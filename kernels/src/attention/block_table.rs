@@ -24,6 +24,8 @@
 
 use std::collections::HashMap;
 
+use kernel_ir::{Array, DType};
+
 use super::mask::{BlockKind, MultiHeadMask};
 
 /// The tables of a [`MultiHeadMask`] at given sequence and block sizes.
@@ -193,6 +195,29 @@ impl BlockTables {
     /// fetch, mask index) plus the element masks (one byte each).
     pub fn bytes(&self) -> usize {
         3 * 4 * self.kind.len() + self.masks.len() * self.bq * self.bk
+    }
+
+    /// The tables as the arrays [`super::masked::masked_attention`] takes:
+    /// the scalar prefetch `[kind, fetch, mask_fetch]` (i32 `[heads,
+    /// q_blocks, k_blocks]`) and the element masks (i32 `[n, bq, bk]`,
+    /// nonzero visible; one all-hidden mask when no step is partial, which
+    /// no step reads).
+    pub fn arrays(&self) -> ([Array; 3], Array) {
+        let cells = [self.heads, self.q_blocks, self.k_blocks];
+        let ints = |shape: &[usize], v: Vec<f64>| {
+            Array::new(DType::I32, shape.to_vec(), v).expect("a table has one value per cell")
+        };
+        let table = |v: &[i32]| ints(&cells, v.iter().map(|&x| x as f64).collect());
+        let kind: Vec<i32> = self.kind.iter().map(|&k| k as i32).collect();
+        let n = self.masks.len().max(1);
+        let mut elems = vec![0.0; n * self.bq * self.bk];
+        for (dst, &v) in elems.iter_mut().zip(self.masks.iter().flatten()) {
+            *dst = f64::from(u8::from(v));
+        }
+        (
+            [table(&kind), table(&self.fetch), table(&self.mask_fetch)],
+            ints(&[n, self.bq, self.bk], elems),
+        )
     }
 
     /// The kind of step (`head`, `qi`, `ki`).
