@@ -110,11 +110,11 @@ impl AttnSpec {
             && self.kv_len.is_none_or(|n| j < n as i64)
     }
 
-    /// A scaled score after the soft-cap (if any).
-    fn cap(&self, s: f64) -> f64 {
-        match self.softcap {
-            Some(c) => c * (s / c).tanh(),
-            None => s,
+    fn scoring<'a>(&self, visible: &'a dyn Fn(usize, usize, usize, usize) -> bool) -> Scoring<'a> {
+        Scoring {
+            scale: self.scale,
+            softcap: self.softcap,
+            visible,
         }
     }
 }
@@ -124,10 +124,14 @@ impl AttnSpec {
 /// `[b, h, sq, d]` and the row logsumexp `[b, h, sq, 1]` of the scores. A
 /// row with no visible key gets output 0 and logsumexp −∞.
 pub fn attention_full(q: &Array, k: &Array, v: &Array, spec: &AttnSpec) -> (Vec<f64>, Vec<f64>) {
+    forward(q, k, v, &spec.scoring(&|_, _, i, j| spec.visible(i, j)))
+}
+
+fn forward(q: &Array, k: &Array, v: &Array, sc: &Scoring<'_>) -> (Vec<f64>, Vec<f64>) {
     let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
     let mut out = vec![0.0; b * h * sq * d];
     let mut lse = vec![f64::NEG_INFINITY; b * h * sq];
-    for_each_query_row(q, k, spec, |r| {
+    for_each_query_row(q, k, sc, |r| {
         out[r.q_at..r.q_at + d].copy_from_slice(&r.output(v.data(), d));
         lse[r.row] = r.lse;
     });
@@ -168,9 +172,26 @@ impl QueryRow {
     }
 }
 
+/// How scores are formed and who sees whom: `visible(batch, head, query,
+/// key)`, then `scale · q·k`, then the soft-cap.
+struct Scoring<'a> {
+    scale: f64,
+    softcap: Option<f64>,
+    visible: &'a dyn Fn(usize, usize, usize, usize) -> bool,
+}
+
+impl Scoring<'_> {
+    fn cap(&self, s: f64) -> f64 {
+        match self.softcap {
+            Some(c) => c * (s / c).tanh(),
+            None => s,
+        }
+    }
+}
+
 /// Calls `visit` for every query row of `q: [b, h, sq, d]` against
-/// `k: [b, hkv, skv, d]` that sees at least one key under `spec`.
-fn for_each_query_row(q: &Array, k: &Array, spec: &AttnSpec, mut visit: impl FnMut(QueryRow)) {
+/// `k: [b, hkv, skv, d]` that sees at least one key under `sc`.
+fn for_each_query_row(q: &Array, k: &Array, sc: &Scoring<'_>, mut visit: impl FnMut(QueryRow)) {
     let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
     let (hkv, skv) = (k.shape()[1], k.shape()[2]);
     let group = h / hkv.max(1);
@@ -179,7 +200,7 @@ fn for_each_query_row(q: &Array, k: &Array, spec: &AttnSpec, mut visit: impl FnM
         for hi in 0..h {
             let kv_at = (bi * hkv + hi / group) * skv * d;
             for i in 0..sq {
-                let keys: Vec<usize> = (0..skv).filter(|&j| spec.visible(i, j)).collect();
+                let keys: Vec<usize> = (0..skv).filter(|&j| (sc.visible)(bi, hi, i, j)).collect();
                 if keys.is_empty() {
                     continue;
                 }
@@ -191,10 +212,10 @@ fn for_each_query_row(q: &Array, k: &Array, spec: &AttnSpec, mut visit: impl FnM
                         (0..d)
                             .map(|t| qd[q_at + t] * kd[kv_at + j * d + t])
                             .sum::<f64>()
-                            * spec.scale
+                            * sc.scale
                     })
                     .collect();
-                let capped: Vec<f64> = scaled.iter().map(|&z| spec.cap(z)).collect();
+                let capped: Vec<f64> = scaled.iter().map(|&z| sc.cap(z)).collect();
                 let (probs, lse) = softmax_lse(&capped);
                 visit(QueryRow {
                     row,
@@ -243,30 +264,114 @@ pub fn attention_backward(
     d_o: &Array,
     spec: &AttnSpec,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    backward(
+        q,
+        k,
+        v,
+        d_o,
+        &spec.scoring(&|_, _, i, j| spec.visible(i, j)),
+    )
+}
+
+fn backward(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    d_o: &Array,
+    sc: &Scoring<'_>,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let d = q.shape()[3];
     let (qd, kd, vd, gd) = (q.data(), k.data(), v.data(), d_o.data());
     let mut dq = vec![0.0; qd.len()];
     let mut dk = vec![0.0; kd.len()];
     let mut dv = vec![0.0; vd.len()];
-    for_each_query_row(q, k, spec, |r| {
+    for_each_query_row(q, k, sc, |r| {
         let (qa, ka, p) = (r.q_at, r.kv_at, &r.probs);
         let g = &gd[qa..qa + d];
         let delta: f64 = g.iter().zip(r.output(vd, d)).map(|(a, b)| a * b).sum();
         for (n, &j) in r.keys.iter().enumerate() {
             let dp: f64 = (0..d).map(|t| g[t] * vd[ka + j * d + t]).sum();
             let mut dz = p[n] * (dp - delta);
-            if let Some(c) = spec.softcap {
+            if let Some(c) = sc.softcap {
                 let t = (r.scaled[n] / c).tanh();
                 dz *= 1.0 - t * t;
             }
             for t in 0..d {
-                dq[qa + t] += spec.scale * dz * kd[ka + j * d + t];
-                dk[ka + j * d + t] += spec.scale * dz * qd[qa + t];
+                dq[qa + t] += sc.scale * dz * kd[ka + j * d + t];
+                dk[ka + j * d + t] += sc.scale * dz * qd[qa + t];
                 dv[ka + j * d + t] += p[n] * g[t];
             }
         }
     });
     (dq, dk, dv)
+}
+
+/// What [`masked_attention`] computes: a mask per query head, segment
+/// ids (a query sees only keys of its own segment), the score scale and
+/// the soft-cap.
+#[derive(Clone, Copy, Debug)]
+pub struct MaskedSpec<'a> {
+    /// The mask of each query head.
+    pub mask: &'a crate::attention::mask::MultiHeadMask,
+    /// `[b, sq]` segment id of each query.
+    pub q_seg: &'a [i32],
+    /// `[b, skv]` segment id of each key.
+    pub kv_seg: &'a [i32],
+    /// Score scale.
+    pub scale: f64,
+    /// Scores become `cap · tanh(s / cap)`.
+    pub softcap: Option<f64>,
+}
+
+impl MaskedSpec<'_> {
+    /// Whether key `j` of batch `b` is visible to query `i` of head `h`,
+    /// for `sq` queries and `skv` keys per batch.
+    pub fn visible(
+        &self,
+        (sq, skv): (usize, usize),
+        b: usize,
+        h: usize,
+        i: usize,
+        j: usize,
+    ) -> bool {
+        self.q_seg[b * sq + i] == self.kv_seg[b * skv + j]
+            && self.mask.heads[h].visible(i as u64, j as u64)
+    }
+
+    fn with<R>(&self, q: &Array, k: &Array, f: impl FnOnce(&Scoring<'_>) -> R) -> R {
+        let sizes = (q.shape()[2], k.shape()[2]);
+        let visible = |b, h, i, j| self.visible(sizes, b, h, i, j);
+        f(&Scoring {
+            scale: self.scale,
+            softcap: self.softcap,
+            visible: &visible,
+        })
+    }
+}
+
+/// Attention with a mask per head and segment ids ([`MaskedSpec`]) over
+/// `[b, h, sq, d]` queries and `[b, hkv, skv, d]` keys and values: the
+/// output and the row logsumexp `[b, h, sq, 1]`; a row with no visible key
+/// gets 0 and −∞.
+pub fn masked_attention(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    spec: &MaskedSpec<'_>,
+) -> (Vec<f64>, Vec<f64>) {
+    spec.with(q, k, |sc| forward(q, k, v, sc))
+}
+
+/// Gradients of [`masked_attention`]'s output for the output gradient
+/// `d_o`: `(dq, dk, dv)` (kv-head gradients summed over their query heads).
+pub fn masked_attention_backward(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    d_o: &Array,
+    spec: &MaskedSpec<'_>,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    spec.with(q, k, |sc| backward(q, k, v, d_o, sc))
 }
 
 /// `rowsum(dO ∘ O)` over `[b, h, sq, d]` arrays, `[b, h, sq, 1]`.

@@ -278,6 +278,193 @@ proptest! {
     }
 }
 
+/// A random masked-attention case: tables of `heads` at `bq × bk`, sorted
+/// random segment ids in `0..segments`, and q, k, v, dO.
+struct Case {
+    m: MultiHeadMask,
+    t: BlockTables,
+    q: kernel_ir::Array,
+    k: kernel_ir::Array,
+    v: kernel_ir::Array,
+    g: kernel_ir::Array,
+    qs: Vec<i32>,
+    ks: Vec<i32>,
+}
+
+impl Case {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        heads: Vec<Mask>,
+        hkv: usize,
+        (sq, skv): (usize, usize),
+        (bq, bk): (usize, usize),
+        d: usize,
+        dtype: kernel_ir::DType,
+        segments: i32,
+        seed: u64,
+    ) -> Case {
+        use kernel_ir::Array;
+        let h = heads.len();
+        let m = MultiHeadMask { heads };
+        let t = BlockTables::build(&m, sq, skv, bq, bk).unwrap();
+        let mut r = kernel_ir::SplitMix64(seed);
+        let mut seg = |n: usize| -> Vec<i32> {
+            let mut s: Vec<i32> = (0..n).map(|_| r.below(segments as usize) as i32).collect();
+            s.sort();
+            s
+        };
+        let (qs, ks) = (seg(sq), seg(skv));
+        let rnd = |shape: Vec<usize>, s: u64| Array::random(dtype, shape, s, -1.0, 1.0);
+        Case {
+            q: rnd(vec![1, h, sq, d], seed ^ 1),
+            k: rnd(vec![1, hkv, skv, d], seed ^ 2),
+            v: rnd(vec![1, hkv, skv, d], seed ^ 3),
+            g: rnd(vec![1, h, sq, d], seed ^ 4),
+            m,
+            t,
+            qs,
+            ks,
+        }
+    }
+
+    fn segs(&self) -> (kernel_ir::Array, kernel_ir::Array) {
+        use kernel_ir::{Array, DType};
+        let ids = |v: &[i32], shape: [usize; 3]| {
+            Array::new(DType::I32, shape, v.iter().map(|&x| x as f64).collect()).unwrap()
+        };
+        (
+            ids(&self.qs, [1, self.qs.len(), 1]),
+            ids(&self.ks, [1, 1, self.ks.len()]),
+        )
+    }
+
+    fn spec(&self, scale: f64, softcap: Option<f64>) -> kernels::reference::MaskedSpec<'_> {
+        kernels::reference::MaskedSpec {
+            mask: &self.m,
+            q_seg: &self.qs,
+            kv_seg: &self.ks,
+            scale,
+            softcap,
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    /// The dq and dk/dv kernels, driven by the forward's tables and their
+    /// transpose, on every CPU path against the f64 gradients: random
+    /// per-head masks, packed segments (dead rows included), GQA, ragged
+    /// ends, soft-cap, f32 and bf16.
+    #[test]
+    fn masked_attention_backward_matches_f64_on_every_path(
+        heads in prop::collection::vec(mask(), 2..3),
+        gqa in any::<bool>(),
+        seq_blocks in 1usize..4, kv_blocks in 1usize..3, ragged_q in 0usize..2, ragged_kv in 0usize..3,
+        segments in 1i32..4, softcap in prop::option::of(5.0f32..30.0), bf in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        use kernel_ir::{Array, DType};
+        use kernels::attention::backward::attention_delta;
+        use kernels::attention::masked::MaskedConfig;
+        use kernels::attention::masked_backward::{masked_attention_dkv, masked_attention_dq};
+        use kernels::tolerance::Tolerance;
+        let dtype = if bf { DType::BF16 } else { DType::F32 };
+        let (hkv, d, bk) = (if gqa { 1 } else { 2 }, 128usize, 128usize);
+        let sq = seq_blocks * 16 - ragged_q * 5;
+        let skv = kv_blocks * bk + ragged_kv * 40;
+        // A block spans at most the sequence.
+        let bq = 16.min(sq);
+        let c = Case::new(heads, hkv, (sq, skv), (bq, bk), d, dtype, segments, seed);
+        let h = c.m.heads.len();
+        let cfg = MaskedConfig { sm_scale: 1.0 / (d as f32).sqrt(), softcap, block_q: bq, block_k: bk };
+        let spec = c.spec(cfg.sm_scale as f64, softcap.map(f64::from));
+        let (o, lse) = kernels::reference::masked_attention(&c.q, &c.k, &c.v, &spec);
+        let (dq, dk, dv) = kernels::reference::masked_attention_backward(&c.q, &c.k, &c.v, &c.g, &spec);
+        let o_arr = Array::new(dtype, [1, h, sq, d], o).unwrap();
+        let lse_arr = Array::new(DType::F32, [1, h, sq, 1], lse).unwrap();
+        let delta = kernels::reference::attention_delta(o_arr.data(), &c.g);
+        let delta_arr = Array::new(DType::F32, [1, h, sq, 1], delta.clone()).unwrap();
+        crate::common::all_paths(
+            attention_delta(bq, dtype, attention_delta::Dims { b: 1, h, sq, d }),
+            &[o_arr, c.g.clone()],
+            vec![delta],
+            &[Tolerance { abs: 1e-4, rel: 1e-4 }],
+        )?;
+        let (pre, masks) = c.t.arrays();
+        let pre_t = c.t.transposed_arrays();
+        let (qseg, kseg) = c.segs();
+        let rest = [c.q.clone(), c.k.clone(), c.v.clone(), c.g.clone(), lse_arr, delta_arr, masks, qseg, kseg];
+        let (nq, nk) = (c.t.q_blocks, c.t.k_blocks);
+        let n = rest[6].shape()[0];
+        let tol = Tolerance::attention_grad(dtype);
+        let mut args = pre.to_vec();
+        args.extend(rest.iter().cloned());
+        crate::common::all_paths(
+            masked_attention_dq(&cfg, dtype, masked_attention_dq::Dims { h, nq, nk, b: 1, sq, d, hkv, skv, n }),
+            &args,
+            vec![dq],
+            &[tol],
+        )?;
+        let mut args = pre_t.to_vec();
+        args.extend(rest.iter().cloned());
+        crate::common::all_paths(
+            masked_attention_dkv(&cfg, dtype, masked_attention_dkv::Dims { h, nk, nq, b: 1, sq, d, hkv, skv, n }),
+            &args,
+            vec![dk, dv],
+            &[tol],
+        )?;
+    }
+}
+
+/// The transposed tables are the forward's cells read by key block, and a
+/// skipped step names the query block the next computed one needs.
+#[test]
+fn the_transposed_tables_are_the_forwards_read_by_key_block() {
+    let m = MultiHeadMask {
+        heads: vec![
+            Mask::Causal { offset: 0 },
+            Mask::Local {
+                left: Some(20),
+                right: Some(3),
+            },
+        ],
+    };
+    let t = BlockTables::build(&m, 100, 90, 16, 16).unwrap();
+    let [kind, fetch, mask_fetch] = t.transposed_arrays();
+    let (nq, nk) = (t.q_blocks, t.k_blocks);
+    assert_eq!(kind.shape(), &[2, nk, nq]);
+    let at = |a: &kernel_ir::Array, h: usize, ki: usize, qi: usize| {
+        a.data()[(h * nk + ki) * nq + qi] as i32
+    };
+    for h in 0..2 {
+        for ki in 0..nk {
+            for qi in 0..nq {
+                let want = match t.kind_at(h, qi, ki) {
+                    BlockKind::Empty => 0,
+                    BlockKind::Partial => 1,
+                    BlockKind::Full => 2,
+                };
+                assert_eq!(
+                    at(&kind, h, ki, qi),
+                    want,
+                    "head {h} k block {ki} q block {qi}"
+                );
+                let f = at(&fetch, h, ki, qi);
+                if want != 0 {
+                    assert_eq!(f, qi as i32);
+                } else if let Some(next) = (qi..nq).find(|&j| at(&kind, h, ki, j) != 0) {
+                    assert_eq!(f, next as i32);
+                }
+                let cell = (h * nq + qi) * nk + ki;
+                if want == 1 {
+                    assert_eq!(at(&mask_fetch, h, ki, qi), t.mask_index[cell]);
+                }
+            }
+        }
+    }
+}
+
 /// Mask descriptions parse as the command writes them, and bad ones are
 /// errors naming the grammar.
 #[test]

@@ -88,7 +88,7 @@ fn probs_and_dscores(
 
 /// Rows `≥ limit` of a block starting at `start · rows` set to 0.
 #[kernel_fn]
-fn zero_tail(x: Tile, start: Tile, rows: usize, limit: usize) -> Tile {
+pub(crate) fn zero_tail(x: Tile, start: Tile, rows: usize, limit: usize) -> Tile {
     if limit.is_multiple_of(rows) {
         x
     } else {

@@ -151,17 +151,8 @@ impl BlockTables {
                 }
             }
         }
-        let fetch = fetch_indices(&kind, h, nq, nk);
-        let first = mask_index.iter().copied().find(|&i| i >= 0).unwrap_or(0);
-        let mask_fetch = mask_index
-            .iter()
-            .scan(first, |last, &i| {
-                if i >= 0 {
-                    *last = i;
-                }
-                Some(*last)
-            })
-            .collect();
+        let fetch = fetch_indices(&kind, h * nq, nk);
+        let mask_fetch = mask_fetches(&mask_index);
         Ok(BlockTables {
             heads: h,
             q_blocks: nq,
@@ -220,6 +211,36 @@ impl BlockTables {
         )
     }
 
+    /// The tables of the dk/dv pass, whose grid walks each head's key
+    /// blocks outside and query blocks inside: `[kind, fetch, mask_fetch]`
+    /// as i32 `[heads, k_blocks, q_blocks]`, `fetch` naming the query block
+    /// each step's index maps name (a skipped step the next computed one of
+    /// its key block, or the block named before), `mask_fetch` indexing the
+    /// same element masks as [`BlockTables::arrays`] (`[bq, bk]`, not
+    /// transposed: the kernel forms scores as the forward does).
+    pub fn transposed_arrays(&self) -> [Array; 3] {
+        let (h, nq, nk) = (self.heads, self.q_blocks, self.k_blocks);
+        let mut kind = vec![0u8; self.kind.len()];
+        let mut mask_index = vec![-1i32; self.kind.len()];
+        for hh in 0..h {
+            for qi in 0..nq {
+                for ki in 0..nk {
+                    let (src, dst) = ((hh * nq + qi) * nk + ki, (hh * nk + ki) * nq + qi);
+                    kind[dst] = self.kind[src];
+                    mask_index[dst] = self.mask_index[src];
+                }
+            }
+        }
+        let fetch = fetch_indices(&kind, h * nk, nq);
+        let mask_fetch = mask_fetches(&mask_index);
+        let kind: Vec<i32> = kind.iter().map(|&k| k as i32).collect();
+        let table = |v: &[i32]| {
+            Array::new(DType::I32, [h, nk, nq], v.iter().map(|&x| x as f64).collect())
+                .expect("a table has one value per cell")
+        };
+        [table(&kind), table(&fetch), table(&mask_fetch)]
+    }
+
     /// The kind of step (`head`, `qi`, `ki`).
     pub fn kind_at(&self, head: usize, qi: usize, ki: usize) -> BlockKind {
         match self.kind[(head * self.q_blocks + qi) * self.k_blocks + ki] {
@@ -230,14 +251,14 @@ impl BlockTables {
     }
 }
 
-/// The key block each step names, in grid order (head, query block, key
-/// block): a computed step its own; a skipped one the next computed step's
+/// The block each step names, in grid order (`rows` of `nk` steps: head
+/// and query block, then key block; or transposed): a computed step its own; a skipped one the next computed step's
 /// block in its row, or when its row computes nothing more the block the
 /// step before named, so no skipped step starts a fetch that is not used.
-fn fetch_indices(kind: &[u8], h: usize, nq: usize, nk: usize) -> Vec<i32> {
+fn fetch_indices(kind: &[u8], rows: usize, nk: usize) -> Vec<i32> {
     let mut fetch = vec![0i32; kind.len()];
     let mut last = 0i32;
-    for row in 0..h * nq {
+    for row in 0..rows {
         let base = row * nk;
         let mut next_needed: Option<i32> = None;
         // Walk the row backwards to know each step's next computed block.
@@ -259,4 +280,19 @@ fn fetch_indices(kind: &[u8], h: usize, nq: usize, nk: usize) -> Vec<i32> {
         }
     }
     fetch
+}
+
+/// The element mask each step names, in grid order: a partial step's own,
+/// any other the one named before it (the first partial step's before any).
+fn mask_fetches(mask_index: &[i32]) -> Vec<i32> {
+    let first = mask_index.iter().copied().find(|&i| i >= 0).unwrap_or(0);
+    mask_index
+        .iter()
+        .scan(first, |last, &i| {
+            if i >= 0 {
+                *last = i;
+            }
+            Some(*last)
+        })
+        .collect()
 }

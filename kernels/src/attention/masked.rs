@@ -23,6 +23,66 @@ pub struct MaskedConfig {
     pub block_k: usize,
 }
 
+/// `[bq, bk]` bools: the pairs of computed step (`qi`, `ki`) of kind
+/// `step` (1 partial, 2 full) that are visible: same segment, in the
+/// element mask unless the block is full, and inside both sequences. The
+/// padding of the last blocks (whose segment ids and mask rows are
+/// garbage or stale) is never visible.
+#[kernel_fn]
+pub(crate) fn visible_pairs(
+    cfg: &MaskedConfig,
+    (sq, skv): (usize, usize),
+    (q_seg, kv_seg, masks): (Ref, Ref, Ref),
+    step: Tile,
+    (qi, ki): (Tile, Tile),
+) -> Tile {
+    let (bq, bk) = (cfg.block_q, cfg.block_k);
+    // Segment ids of the last blocks' padding are garbage: cleared before
+    // they meet each other.
+    let kseg_pos = iota(I32, [1, bk], 1) + ki * bk;
+    let kseg = select(kseg_pos < skv as i32, kv_seg.load((0, .., ..)), -1);
+    let mut qseg = q_seg.load((0, .., ..));
+    if !sq.is_multiple_of(bq) {
+        let qseg_pos = iota(I32, [bq, 1], 0) + qi * bq;
+        qseg = select(qseg_pos < sq as i32, qseg, -2);
+    }
+    let same = qseg.broadcast_to([bq, bk]) == kseg.broadcast_to([bq, bk]);
+    let elem = masks.load((0, .., ..)) != 0;
+    let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
+    let mut visible = same & (elem | (step == 2)) & (k_pos < skv as i32);
+    if !sq.is_multiple_of(bq) {
+        let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
+        visible = visible & (q_pos < sq as i32);
+    }
+    visible
+}
+
+/// Tables of the wrong size for the grid are refused before they can index
+/// past their ends: `(h, rows, cols)` must be `(h, nq, nk)` (`(h, nk, nq)`
+/// when `transposed`, the dk/dv pass's).
+pub(crate) fn check_tables(
+    cfg: &MaskedConfig,
+    (h, rows, cols): (usize, usize, usize),
+    (sq, skv): (usize, usize),
+    transposed: bool,
+) -> Result<(), KernelErrors> {
+    let (nq, nk) = (sq.div_ceil(cfg.block_q), skv.div_ceil(cfg.block_k));
+    let want = if transposed { (nk, nq) } else { (nq, nk) };
+    if (rows, cols) == want {
+        return Ok(());
+    }
+    Err(KernelErrors::from(kernel_ir::KernelError::from(
+        kernel_ir::ErrorKind::Builder(format!(
+            "the block tables are [{h}, {rows}, {cols}] but {sq} queries and {skv} keys in blocks of {} x {} need [{h}, {}, {}]{}; build them with BlockTables::build for these sizes",
+            cfg.block_q,
+            cfg.block_k,
+            want.0,
+            want.1,
+            if transposed { " (transposed)" } else { "" }
+        )),
+    )))
+}
+
 /// Forward over `[b, h, sq, d]` queries and `[b, hkv, skv, d]` keys and
 /// values, driven by the tables of an `h`-head mask at `block_q` ×
 /// `block_k`: `kind`, `fetch`, `mask_fetch` (`[h, nq, nk]` i32) and the
@@ -78,15 +138,7 @@ pub fn masked_attention<T: Element>(
         if let Some(cap) = cfg.softcap {
             s = (s * (1.0 / cap)).tanh() * cap;
         }
-        // Segment ids of the last block's padding are garbage: cleared
-        // before they meet the queries'.
-        let kseg_pos = iota(I32, [1, bk], 1) + ki * bk;
-        let kseg = select(kseg_pos < skv as i32, kv_seg.load((0, .., ..)), -1);
-        let same = q_seg.load((0, .., ..)).broadcast_to([bq, bk]) == kseg.broadcast_to([bq, bk]);
-        // A full block (kind 2) needs no element mask.
-        let elem = masks.load((0, .., ..)) != 0;
-        let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
-        let visible = same & (elem | (step == 2)) & (k_pos < skv as i32);
+        let visible = visible_pairs(cfg, (sq, skv), (q_seg, kv_seg, masks), step, (qi, ki));
         s = select(visible, s, MASK_VALUE);
         let mut vb = v.load((0, 0, .., ..));
         if !skv.is_multiple_of(bk) {
@@ -109,5 +161,6 @@ pub fn masked_attention(
     dims: masked_attention::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
     super::check_heads(dims.h, dims.hkv)?;
+    check_tables(cfg, (dims.h, dims.nq, dims.nk), (dims.sq, dims.skv), false)?;
     with_float!("masked_attention", dtype, T => masked_attention::build::<T>(cfg, dims))
 }

@@ -59,6 +59,7 @@ pub mod decode_dma;
 pub mod decode_fp8;
 pub mod mask;
 pub mod masked;
+pub mod masked_backward;
 pub mod ragged;
 mod vjp;
 
