@@ -43,6 +43,9 @@ pub enum ParamKind {
     Scale,
     /// One of these words.
     Choice(&'static [&'static str]),
+    /// A mask description ([`crate::attention::mask::Mask`]'s text form),
+    /// or one per head separated by `;`.
+    Mask,
 }
 
 impl ParamKind {
@@ -59,6 +62,9 @@ impl ParamKind {
             ParamKind::OptPositiveNumber => "none or a positive number".into(),
             ParamKind::Scale => "auto or a number".into(),
             ParamKind::Choice(c) => c.join(", "),
+            ParamKind::Mask => {
+                "a mask (full, causal[:OFFSET], local:LEFT:RIGHT, chunked:CHUNK, prefix:LEN, joined with & and |), or one per head separated by ;".into()
+            }
         }
     }
 
@@ -76,6 +82,7 @@ impl ParamKind {
             }
             ParamKind::Scale => v == "auto" || number(v),
             ParamKind::Choice(c) => c.contains(&v),
+            ParamKind::Mask => crate::attention::mask::parse_heads(v).is_ok(),
         }
     }
 }
@@ -463,6 +470,17 @@ impl Config {
     pub fn scale(&self, k: &'static str, d: usize) -> Result<f32, EntryError> {
         let v = self.get(k, ParamKind::Scale)?;
         Ok(v.parse().unwrap_or_else(|_| 1.0 / (d.max(1) as f32).sqrt()))
+    }
+
+    /// A [`ParamKind::Mask`] value for `heads` heads.
+    pub fn mask(
+        &self,
+        k: &'static str,
+        heads: usize,
+    ) -> Result<crate::attention::mask::MultiHeadMask, EntryError> {
+        let v = self.get(k, ParamKind::Mask)?;
+        crate::attention::mask::MultiHeadMask::parse(v, heads)
+            .map_err(|e| EntryError::Shape(format!("config `{k}`: {e}")))
     }
 
     /// A [`ParamKind::Choice`] value.

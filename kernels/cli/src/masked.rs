@@ -5,7 +5,7 @@ use std::path::Path;
 
 use kernel_ir::{Array, DType};
 use kernels::attention::block_table::BlockTables;
-use kernels::attention::mask::{Mask, MultiHeadMask};
+use kernels::attention::mask::MultiHeadMask;
 use kernels::attention::masked::{MaskedConfig, masked_attention};
 use runtime::backend::Prepared;
 
@@ -60,20 +60,7 @@ pub fn masked(args: &[String]) -> Result<(), Failure> {
     }
     let (b, h, sq, d) = (q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]);
     let skv = k.shape()[2];
-    let heads: Vec<Mask> = spec
-        .split(';')
-        .map(|s| s.parse::<Mask>())
-        .collect::<Result<_, _>>()
-        .map_err(|e| usage(e.to_string()))?;
-    let heads = match heads.len() {
-        1 => vec![heads[0].clone(); h],
-        n if n == h => heads,
-        n => {
-            return Err(usage(format!(
-                "--mask names {n} head masks but q has {h} heads; give one mask or one per head (`;`-separated)"
-            )));
-        }
-    };
+    let mask = MultiHeadMask::parse(spec, h).map_err(|e| usage(e.to_string()))?;
     let block = |name: &str, default: usize, len: usize| -> Result<usize, Failure> {
         let v =
             match a.one(name).map_err(usage)? {
@@ -85,7 +72,6 @@ pub fn masked(args: &[String]) -> Result<(), Failure> {
         Ok(v)
     };
     let (bq, bk) = (block("block-q", 128, sq)?, block("block-k", 128, skv)?);
-    let mask = MultiHeadMask { heads };
     let t = BlockTables::build(&mask, sq, skv, bq, bk).map_err(|e| usage(e.to_string()))?;
     let seg = |name: &str, shape: Vec<usize>| -> Result<Array, Failure> {
         match read(&a, name).map_err(usage)? {

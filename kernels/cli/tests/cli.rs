@@ -1058,7 +1058,7 @@ fn masked_runs_attention_with_a_described_mask() {
         ("diagonal", "write full, causal[:OFFSET]"),
         (
             "causal;causal;causal",
-            "names 3 head masks but q has 2 heads",
+            "names 3 head masks but there are 2 heads",
         ),
     ] {
         let o = run(mask);

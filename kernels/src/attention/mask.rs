@@ -241,6 +241,34 @@ impl MultiHeadMask {
             heads: vec![mask; heads],
         }
     }
+
+    /// The masks of `heads` heads from text: one [`Mask`] for all of them,
+    /// or one per head separated by `;`.
+    ///
+    /// ```
+    /// use kernels::attention::mask::{Mask, MultiHeadMask};
+    /// let m = MultiHeadMask::parse("local:127:0;causal", 2).unwrap();
+    /// assert_eq!(m.heads[1], Mask::Causal { offset: 0 });
+    /// assert!(MultiHeadMask::parse("causal;causal", 4).is_err());
+    /// ```
+    pub fn parse(text: &str, heads: usize) -> Result<MultiHeadMask, MaskParseError> {
+        let masks = parse_heads(text)?;
+        match masks.len() {
+            1 => Ok(MultiHeadMask::uniform(masks[0].clone(), heads)),
+            n if n == heads => Ok(MultiHeadMask { heads: masks }),
+            n => Err(MaskParseError {
+                text: text.to_string(),
+                why: format!(
+                    "it names {n} head masks but there are {heads} heads; give one mask or one per head (`;`-separated)"
+                ),
+            }),
+        }
+    }
+}
+
+/// The `;`-separated masks of `text`, in order.
+pub fn parse_heads(text: &str) -> Result<Vec<Mask>, MaskParseError> {
+    text.split(';').map(str::parse).collect()
 }
 
 /// A mask description that does not parse.

@@ -73,7 +73,8 @@ fn probs_and_dscores(
     let p = select(visible, (s - lse).exp(), 0.0);
     let mut ds = p * (dot(dob, vb.t()) - delta);
     if let Some(cap) = cfg.softcap {
-        let t = raw * (1.0 / cap);
+        // d(cap · tanh(x / cap))/dx = 1 − tanh², from the capped scores.
+        let t = s * (1.0 / cap);
         ds *= 1.0 - t * t;
     }
     (p, select(visible, ds, 0.0), qb, kb, vb, dob)

@@ -60,6 +60,8 @@ pub mod decode_fp8;
 pub mod mask;
 pub mod masked;
 pub mod masked_backward;
+mod masked_entries;
+mod masked_vjp;
 pub mod ragged;
 mod vjp;
 
@@ -553,13 +555,14 @@ fn forward(
     with_float!(name, dtype, T => flash_attention::build::<T>(cfg, with_len, dims))
 }
 
-mod entries;
+pub(crate) mod entries;
 
 pub use entries::{
     ATTENTION_DELTA, FLASH_ATTENTION, FLASH_ATTENTION_KV_LEN, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DKV_KV_LEN, FLASH_ATTENTION_DQ,
     FLASH_ATTENTION_DQ_KV_LEN,
 };
 pub use decode::PAGED_DECODE_ATTENTION;
+pub use masked_entries::{MASKED_ATTENTION, MASKED_ATTENTION_DKV, MASKED_ATTENTION_DQ};
 pub use decode_dma::PAGED_DECODE_ATTENTION_DMA;
 pub use decode_fp8::PAGED_DECODE_ATTENTION_FP8;
 pub use ragged::RAGGED_PAGED_ATTENTION;
