@@ -73,3 +73,16 @@ fn layer_norm_ir() {
     .unwrap();
     crate::common::snapshot_in!("ir", "layer_norm_ir", k.to_string());
 }
+
+/// The printed IR of masked attention's forward and dk/dv kernels: the
+/// tables read by scalar prefetch in the index maps, the skipped steps.
+#[test]
+fn masked_attention_ir() {
+    for name in [
+        "masked_attention_local_and_global",
+        "masked_attention_dkv_chunked_gqa_bf16",
+    ] {
+        let k = kernels::preset(name).unwrap().build().unwrap();
+        crate::common::snapshot_in!("ir", format!("{name}_ir"), k.to_string());
+    }
+}

@@ -679,6 +679,12 @@ fn every_library_kernel_and_preset_compiles_for_every_generation() {
                 }
                 variants.push(v);
             }
+            if has("mask") {
+                variants.push(vec![
+                    ("mask".into(), "prefix:32|local:15:15;chunked:100&causal".into()),
+                    ("softcap".into(), "30".into()),
+                ]);
+            }
             for mut pairs in variants {
                 if has("dtype") {
                     pairs.push(("dtype".into(), dtype.into()));
