@@ -572,6 +572,42 @@ fn export_gives_a_module_over_the_named_inputs() {
     assert!(rt.iota(&[4], 1, I32).is_err());
 }
 
+/// Program constants (`Runtime::constant`): their values reach the
+/// program (two constants of one shape give two answers, never a cached
+/// program of the other's), an export that reads one needs no input for
+/// it and carries its values, and a float constant keeps its dtype.
+#[test]
+fn program_constants_are_part_of_the_program() {
+    let rt = crate::common::fresh_runtime();
+    let x = rt
+        .tensor(&Array::new(I32, [2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap())
+        .unwrap();
+    let c1 = rt
+        .constant(&Array::new(I32, [2, 3], vec![10.0, 20.0, 30.0, 40.0, 50.0, 60.0]).unwrap())
+        .unwrap();
+    let c2 = rt
+        .constant(&Array::new(I32, [2, 3], vec![-1.0, -2.0, -3.0, -4.0, -5.0, -6.0]).unwrap())
+        .unwrap();
+    assert_eq!(
+        x.add(&c1).unwrap().to_host().unwrap().data(),
+        &[11.0, 22.0, 33.0, 44.0, 55.0, 66.0]
+    );
+    assert_eq!(x.add(&c2).unwrap().to_host().unwrap().data(), &[0.0; 6]);
+    let y = x.add(&c1).unwrap();
+    let text = rt.export(&[&x], &[&y]).unwrap();
+    assert!(
+        text.contains("dense<[[10, 20, 30], [40, 50, 60]]> : tensor<2x3xi32>"),
+        "{text}"
+    );
+    let f = rt
+        .constant(&Array::new(F32, [2], vec![0.5, -1.5]).unwrap())
+        .unwrap();
+    let g = rt
+        .tensor(&Array::new(F32, [2], vec![2.0, 2.0]).unwrap())
+        .unwrap();
+    assert_eq!(f.mul(&g).unwrap().to_host().unwrap().data(), &[1.0, -3.0]);
+}
+
 /// fp8 tensors in the graph runtime: uploaded as their bit patterns, cast
 /// to f32 and back (XLA's fp8 conversions, which agree with
 /// `DType::round`), and an fp8 matmul through a cast to f32, within the

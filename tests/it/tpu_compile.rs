@@ -681,7 +681,10 @@ fn every_library_kernel_and_preset_compiles_for_every_generation() {
             }
             if has("mask") {
                 variants.push(vec![
-                    ("mask".into(), "prefix:32|local:15:15;chunked:100&causal".into()),
+                    (
+                        "mask".into(),
+                        "prefix:32|local:15:15;chunked:100&causal".into(),
+                    ),
                     ("softcap".into(), "30".into()),
                 ]);
             }

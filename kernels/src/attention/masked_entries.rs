@@ -226,8 +226,11 @@ fn sample(c: &Config, k: &VerifiedKernel, seed: u64, backward: bool, transposed:
     v
 }
 
-/// The reference gradients `(dq, dk, dv)` of a backward entry's inputs.
-fn reference_grads(c: &Config, a: &[Array]) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>), EntryError> {
+/// `(dq, dk, dv)`, flat.
+type Grads = (Vec<f64>, Vec<f64>, Vec<f64>);
+
+/// The reference gradients of a backward entry's inputs.
+fn reference_grads(c: &Config, a: &[Array]) -> Result<Grads, EntryError> {
     let s = Setup::new(c, a[3].shape(), a[4].shape())?;
     let segs = segments(&a[10], &a[11]);
     Ok(reference::masked_attention_backward(

@@ -52,7 +52,7 @@ fn backward(
     }
     let [kind_t, fetch_t, mask_fetch_t] = transposed
         .iter()
-        .map(|a| rt.tensor(a))
+        .map(|a| rt.constant(a))
         .collect::<Result<Vec<_>, _>>()?
         .try_into()
         .expect("three tables");

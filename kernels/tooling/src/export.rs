@@ -32,6 +32,10 @@ pub struct Artifact {
     /// The mesh of a kernel across chips, `(axis, size)` outermost first
     /// (empty for one device): the manifest's `mesh_axes`.
     mesh: Vec<(String, usize)>,
+    /// A VJP's: the forward inputs (call order) whose cotangents it
+    /// returns, when not all are (integer inputs have none): the
+    /// manifest's `grad_inputs`.
+    grad_inputs: Option<Vec<usize>>,
 }
 
 impl Artifact {
@@ -48,6 +52,10 @@ impl Artifact {
                 .map(|(n, size)| format!("[{}, {size}]", json_str(n)))
                 .collect();
             extra.push(("mesh_axes", format!("[{}]", axes.join(", "))));
+        }
+        if let Some(g) = &self.grad_inputs {
+            let ix: Vec<String> = g.iter().map(usize::to_string).collect();
+            extra.push(("grad_inputs", format!("[{}]", ix.join(", "))));
         }
         manifest(&self.kernel, &extra, &self.inputs, &self.outputs)
     }
@@ -359,14 +367,17 @@ fn multi_platform(
         inputs: entries(ins),
         outputs: entries(outs),
         mesh: Vec::new(),
+        grad_inputs: None,
     })
 }
 
 /// The VJP artifact of `entry` built as `forward` with `cfg`, in
 /// jax.export's VJP convention (the primals and the outputs' cotangents
 /// in, the inputs' cotangents out), or `None` when the entry declares no
-/// backward or an input is not floating point (its cotangent would be
-/// jax's float0, which the convention cannot carry here).
+/// backward. Integer inputs (tables, segment ids, lengths) have no
+/// cotangent: the VJP returns those of the float inputs only, and its
+/// manifest's `grad_inputs` names them (the loader gives the others
+/// none, JAX's float0 zeros).
 ///
 /// It is the backward `grad` runs: the forward call is recorded on a CPU
 /// graph runtime through [`Entry::call`], [`runtime::graph::vjp`] records
@@ -387,7 +398,8 @@ pub fn vjp_for(
         .arguments()
         .map(|a| (a.name.to_string(), a.shape.to_vec(), a.dtype))
         .collect();
-    if ins.iter().any(|(_, _, d)| !d.is_float()) {
+    let float_ins: Vec<usize> = (0..ins.len()).filter(|&i| ins[i].2.is_float()).collect();
+    if float_ins.is_empty() {
         return Ok(None);
     }
     let fail = |what: &str| {
@@ -398,12 +410,17 @@ pub fn vjp_for(
     let primals: Vec<Tensor> = ins
         .iter()
         .map(|(_, s, d)| {
-            rt.tensor(&kernel_ir::Array::zeros(*d, s.clone()))
-                .and_then(|t| t.requires_grad())
+            let t = rt.tensor(&kernel_ir::Array::zeros(*d, s.clone()))?;
+            if d.is_float() {
+                t.requires_grad()
+            } else {
+                Ok(t)
+            }
         })
         .collect::<Result<_, _>>()
         .map_err(fail("its inputs"))?;
     let primal_refs: Vec<&Tensor> = primals.iter().collect();
+    let wrt: Vec<&Tensor> = float_ins.iter().map(|&i| &primals[i]).collect();
     let outputs = entry
         .call(&rt, cfg, &primal_refs)
         .map_err(fail("recording the forward"))?;
@@ -418,8 +435,8 @@ pub fn vjp_for(
         .map_err(fail("the cotangents"))?;
     let out_refs: Vec<&Tensor> = outputs.iter().collect();
     let ct_refs: Vec<&Tensor> = cts.iter().collect();
-    let grads = runtime::graph::vjp(&out_refs, &ct_refs, &primal_refs)
-        .map_err(fail("recording the backward"))?;
+    let grads =
+        runtime::graph::vjp(&out_refs, &ct_refs, &wrt).map_err(fail("recording the backward"))?;
     let params: Vec<&Tensor> = primal_refs.iter().chain(&ct_refs).copied().collect();
     let grad_refs: Vec<&Tensor> = grads.iter().collect();
     let branch = |form: KernelForm, name: &str| -> Result<String, String> {
@@ -435,18 +452,24 @@ pub fn vjp_for(
         outs.iter()
             .map(|(n, s, d)| (format!("ct_{n}"), s.clone(), *d)),
     );
-    let vjp_outs: Signature = ins
+    let vjp_outs: Signature = float_ins
         .iter()
-        .map(|(n, s, d)| (format!("d{n}"), s.clone(), *d))
+        .map(|&i| {
+            let (n, s, d) = &ins[i];
+            (format!("d{n}"), s.clone(), *d)
+        })
         .collect();
-    multi_platform(
+    let mut art = multi_platform(
         &format!("{}_vjp", forward.name),
         &vjp_ins,
         &vjp_outs,
         &cpu,
         &tpu,
-    )
-    .map(Some)
+    )?;
+    if float_ins.len() < ins.len() {
+        art.grad_inputs = Some(float_ins);
+    }
+    Ok(Some(art))
 }
 
 #[cfg(test)]
@@ -483,8 +506,8 @@ mod tests {
     /// The VJP is the entry's own backward (what `grad` runs), exported:
     /// the primals and both cotangents in, the forward recomputed and the
     /// three backward kernels on each platform, the lse cotangent entering
-    /// through delta. Entries without a backward, or with integer inputs,
-    /// have none.
+    /// through delta. Entries without a backward have none; integer
+    /// inputs get no cotangent.
     #[test]
     fn the_vjp_is_the_entry_backward_on_both_platforms() {
         let p = kernels::preset("flash_attention_causal_bf16").unwrap();
@@ -518,9 +541,18 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+        // Integer inputs get no cotangent; the manifest names the others.
         let e = kernels::find("flash_attention_kv_len").unwrap();
         let c = Config::parse(e, &[]).unwrap();
         let k = e.build_at_default_shapes(&c).unwrap();
-        assert!(vjp_for(e, &c, &k).unwrap().is_none(), "an int input");
+        let art = vjp_for(e, &c, &k).unwrap().unwrap();
+        let man = art.manifest(&[]);
+        assert!(man.contains("\"grad_inputs\": [1, 2, 3]"), "{man}");
+        assert!(!man.contains("\"dkv_len\""), "{man}");
+        let e = kernels::find("masked_attention").unwrap();
+        let c = Config::parse(e, &[("mask".into(), "local:31:0;causal".into())]).unwrap();
+        let k = e.build_at_default_shapes(&c).unwrap();
+        let man = vjp_for(e, &c, &k).unwrap().unwrap().manifest(&[]);
+        assert!(man.contains("\"grad_inputs\": [3, 4, 5]"), "{man}");
     }
 }

@@ -81,11 +81,14 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
             }
         }
     }
-    for (n, _, _) in &order {
+    for (n, op, _) in &order {
         let held = internal.get(&n.id).copied().unwrap_or(0);
         // One more reference: `order`'s own entry.
         let is_output = outputs.iter().any(|o| o.id == n.id);
-        if !is_output && Arc::strong_count(n) > 1 + held {
+        // A program constant stays one: every program that reads it
+        // carries it, so it is never stored as a buffer on the way.
+        let literal = matches!(op, super::node::Op::Literal(_));
+        if !is_output && !literal && Arc::strong_count(n) > 1 + held {
             outputs.push(n.clone());
         }
     }

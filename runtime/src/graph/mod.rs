@@ -609,6 +609,39 @@ impl Runtime {
         Ok(Tensor::from_node(self.clone(), node))
     }
 
+    /// `array` as a constant of the program: unlike [`Runtime::tensor`]'s
+    /// buffers it is written into the program text, so a program that
+    /// reads it exports without it as an input (a kernel backward's host
+    /// tables, say). Keep it small: the program's text, its cache key and
+    /// every export carry it. Programs that read it never store it as a
+    /// buffer; reading it back itself ([`Tensor::to_host`]) does, and from
+    /// then on it is an input like any uploaded tensor.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use kernel_ir::{Array, DType};
+    /// let rt = runtime::graph::Runtime::cpu()?;
+    /// let t = rt.constant(&Array::new(DType::I32, [2], vec![3.0, 1.0])?)?;
+    /// assert_eq!(t.add(&t)?.to_host()?.data(), &[6.0, 2.0]);
+    /// # Ok(()) }
+    /// ```
+    #[track_caller]
+    pub fn constant(&self, array: &Array) -> Result<Tensor, RuntimeError> {
+        let node = Arc::new(Node {
+            id: self.inner.next_id(),
+            shape: array.shape().to_vec(),
+            dtype: array.dtype(),
+            dims: vec![None; array.shape().len()],
+            loc: std::panic::Location::caller().to_string(),
+            state: Mutex::new(State::Deferred {
+                op: node::Op::Literal(Arc::new(array.clone())),
+                inputs: Vec::new(),
+            }),
+            tape: node::Tape::Off,
+        });
+        Ok(Tensor::from_node(self.clone(), node))
+    }
+
     /// Uploads `array` padded along `dim` to the smallest bucket that holds
     /// it; the tensor remembers the valid length, which graph ops use as a
     /// mask and kernels get through [`Tensor::valid_length`]. A new length

@@ -45,6 +45,9 @@ pub(crate) enum Op {
     Constant(f64),
     /// Indices along dim `n` of the node's shape.
     Iota(usize),
+    /// An array that is part of the program (a table a backward builds on
+    /// the host): a dense constant in the program text, exported with it.
+    Literal(Arc<kernel_ir::Array>),
     Unary(UnaryOp),
     Binary(BinaryOp),
     Compare(CompareOp),
@@ -94,6 +97,7 @@ impl Op {
         match self {
             Op::Constant(_) => "constant",
             Op::Iota(_) => "iota",
+            Op::Literal(_) => "literal",
             Op::Unary(u) => u.name(),
             Op::Binary(b) => b.name(),
             Op::Compare(_) => "compare",

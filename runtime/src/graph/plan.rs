@@ -99,6 +99,13 @@ pub(crate) fn shape_of(order: &[Pending], outputs: &[Arc<Node>], salt: &str) -> 
                 scalars.push((*v, n.dtype));
                 h.update(b"scalar");
             }
+            Op::Literal(a) => {
+                h.update(b"literal");
+                put_list(&mut h, a.shape());
+                for v in a.data() {
+                    put(&mut h, v.to_bits());
+                }
+            }
             Op::Kernel { call, output } => {
                 // The kernel's identity is its printed IR.
                 h.update(crate::host_call::kernel_key(&call.kernel).as_bytes());

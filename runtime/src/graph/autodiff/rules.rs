@@ -133,7 +133,7 @@ fn op_vjp(
 ) -> Result<Cots, RuntimeError> {
     let float = |t: &Tensor| t.dtype().is_float();
     Ok(match op {
-        Op::Constant(_) | Op::Iota(_) | Op::Compare(_) => vec![None; ins.len()],
+        Op::Constant(_) | Op::Iota(_) | Op::Literal(_) | Op::Compare(_) => vec![None; ins.len()],
         Op::Unary(u) => vec![unary(*u, &ins[0], y, g)?],
         Op::Binary(b) => {
             if !float(&ins[0]) {
