@@ -123,8 +123,17 @@ class TesseraExported(jax.export.Exported):
             return f(*a), a
 
         def bwd(primals, cts):
-            grads = self.vjp().call(*primals, *cts)
-            return tuple(varying(g, want) for g, want in zip(grads, vary))
+            vjp = self.vjp()
+            grads = vjp.call(*primals, *cts)
+            # Integer inputs (segment ids, lengths) get no cotangent: the
+            # VJP returns the float inputs' only, `grad_inputs` says which.
+            which = getattr(vjp, "_tessera_grad_inputs", None)
+            if which is None:
+                which = range(len(primals))
+            out = [None] * len(primals)
+            for i, g in zip(which, grads):
+                out[i] = varying(g, vary[i])
+            return tuple(out)
 
         f.defvjp(fwd, bwd)
         return f(*args)
@@ -183,6 +192,10 @@ def _vjp_of(d, man):
     if f"{sub}/manifest.json" not in man["files"]:
         raise ArtifactError(f"{d / 'manifest.json'}: names a VJP it has no digest of")
     vjp = load(d / sub)
+    grad_inputs = manifest(d / sub).get("grad_inputs")
+    if grad_inputs is not None:
+        # Exported is a frozen dataclass; the loader's own note on it.
+        object.__setattr__(vjp, "_tessera_grad_inputs", tuple(grad_inputs))
     return lambda _primal: vjp
 
 

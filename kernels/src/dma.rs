@@ -79,6 +79,7 @@ pub fn double_buffered_rows(
 /// [`double_buffered_rows()`] in the library.
 pub const DOUBLE_BUFFERED_ROWS: Entry = Entry {
     name: "double_buffered_rows",
+    fixed_inputs: None,
     backward: None,
     about: "manual DMA in its smallest form: rows copied from HBM, double-buffered across steps, a scoped buffer, a regular semaphore",
     params: &[DTYPE],

@@ -197,10 +197,19 @@ pub type Outputs = Vec<Vec<f64>>;
 /// runtime (see [`Entry::call`]).
 pub type Backward = fn(&Config, &[Vec<usize>]) -> Result<Arc<dyn KernelVjp>, EntryError>;
 
+/// The inputs a config and the inputs' shapes determine (a mask's block
+/// tables), by argument index, with their values.
+pub type FixedInputs = fn(&Config, &[Vec<usize>]) -> Result<Vec<(usize, Array)>, EntryError>;
+
 /// A kernel of the library.
 pub struct Entry {
     /// Name, as the command takes it.
     pub name: &'static str,
+    /// The inputs that are a function of the config and the shapes, not
+    /// data: `tessera export` writes them into the artifact as constants,
+    /// so its program takes only the others (a JAX caller never builds a
+    /// mask's tables).
+    pub fixed_inputs: Option<FixedInputs>,
     /// Its backward, if it has one: [`Entry::call`] records calls that
     /// [`runtime::graph::grad`] differentiates with it.
     pub backward: Option<Backward>,

@@ -124,6 +124,7 @@ pub fn matmul_epilogue(c: &EpilogueConfig) -> Result<VerifiedKernel, KernelError
 /// [`matmul_epilogue()`] in the library.
 pub const MATMUL_EPILOGUE: Entry = Entry {
     name: "matmul_epilogue",
+    fixed_inputs: None,
     backward: Some(|c, _| {
         let act = activation(c)?;
         Ok(Arc::new(move |call: &VjpCall<'_>| matmul_epilogue_backward(act, call)))

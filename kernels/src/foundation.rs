@@ -289,6 +289,7 @@ pub fn layer_norm(c: &LayerNormConfig) -> Result<VerifiedKernel, KernelErrors> {
 /// [`add()`] in the library.
 pub const ADD: Entry = Entry {
     name: "add",
+    fixed_inputs: None,
     backward: None,
     about: "tiled elementwise add",
     params: &[
@@ -336,6 +337,7 @@ const MATMUL_BLOCKS: [crate::Param; 3] = [
 /// [`matmul()`] in the library.
 pub const MATMUL: Entry = Entry {
     name: "matmul",
+    fixed_inputs: None,
     backward: None,
     about: "tiled matmul with an f32 accumulator in scratch",
     params: &[
@@ -382,6 +384,7 @@ pub const MATMUL: Entry = Entry {
 /// [`softmax()`] in the library.
 pub const SOFTMAX: Entry = Entry {
     name: "softmax",
+    fixed_inputs: None,
     backward: None,
     about: "row softmax, whole rows per block",
     params: &[DTYPE, param("block_rows", ParamKind::Positive, "16", "rows per block")],
@@ -410,6 +413,7 @@ pub const SOFTMAX: Entry = Entry {
 /// [`layer_norm()`] in the library.
 pub const LAYER_NORM: Entry = Entry {
     name: "layer_norm",
+    fixed_inputs: None,
     backward: Some(|c, s| {
         let cfg = crate::norm::norm_config(c, &s[0])?;
         Ok(crate::norm::norm_vjp(crate::norm::layer_norm_bwd, cfg))

@@ -229,6 +229,7 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
 /// [`fp8_gemm()`] in the library.
 pub const FP8_GEMM: Entry = Entry {
     name: "fp8_gemm",
+    fixed_inputs: None,
     backward: None,
     about: "the CUTLASS FP8 GEMM: fp8 x fp8 in f32, per-tensor or per-row scales, the matmul_epilogue epilogue, bf16/f32 out",
     params: &[

@@ -281,6 +281,7 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
 /// [`grouped_matmul()`] in the library.
 pub const GROUPED_MATMUL: Entry = Entry {
     name: "grouped_matmul",
+    fixed_inputs: None,
     backward: None,
     about: "MoE grouped matmul: rows sorted by expert, o[r] = x[r] * w[g(r)] (or * w_t[g(r)]^T); schedule from kernels::moe::group_metadata as scalar prefetch",
     params: &[

@@ -264,6 +264,7 @@ const NORM_PRESET: &[(&str, &[usize])] = &[("x", &[40, 256]), ("dy", &[40, 256])
 /// [`rms_norm()`] in the library.
 pub const RMS_NORM: Entry = Entry {
     name: "rms_norm",
+    fixed_inputs: None,
     backward: Some(|c, s| Ok(norm_vjp(rms_norm_bwd, norm_config(c, &s[0])?))),
     about: "RMS norm over the last dim",
     params: NORM_PARAMS,
@@ -290,6 +291,7 @@ pub const RMS_NORM: Entry = Entry {
 /// [`rms_norm_bwd()`] in the library.
 pub const RMS_NORM_BWD: Entry = Entry {
     name: "rms_norm_bwd",
+    fixed_inputs: None,
     backward: None,
     about: "RMS norm backward: dx and dgamma",
     params: NORM_PARAMS,
@@ -313,6 +315,7 @@ pub const RMS_NORM_BWD: Entry = Entry {
 /// [`layer_norm_bwd()`] in the library.
 pub const LAYER_NORM_BWD: Entry = Entry {
     name: "layer_norm_bwd",
+    fixed_inputs: None,
     backward: None,
     about: "layer norm backward: dx, dgamma and dbeta",
     params: NORM_PARAMS,

@@ -71,6 +71,7 @@ pub fn rope_tables(seq: usize, d: usize, base: f64) -> (kernel_ir::Array, kernel
 /// [`rope()`] in the library.
 pub const ROPE: Entry = Entry {
     name: "rope",
+    fixed_inputs: None,
     backward: Some(|c, s| {
         let dims = rope::Dims::from_shapes(&refs(s))?;
         let block_s = c.usize("block_s")?.min(dims.s);

@@ -116,6 +116,7 @@ fn fp8_of(c: &Config) -> Result<DType, EntryError> {
 /// [`scaled_mm()`] in the library.
 pub const SCALED_MM: Entry = Entry {
     name: "scaled_mm",
+    fixed_inputs: None,
     backward: None,
     about: "block-scaled FP8 GEMM (TorchTPU's scaled_mm_1x128_128x128): a scale per row per 128 k for a, per 128x128 tile for b, applied per k block in f32",
     params: &[

@@ -99,6 +99,7 @@ pub fn call_swiglu(
 /// [`swiglu()`] in the library.
 pub const SWIGLU: Entry = Entry {
     name: "swiglu",
+    fixed_inputs: None,
     backward: Some(|_, _| Ok(Arc::new(swiglu_backward))),
     about: "fused SwiGLU: silu(x*w_gate) * (x*w_up)",
     params: &[

@@ -83,6 +83,7 @@ pub fn reference(x: &Array, w: &Array, scale: &Array) -> Vec<f64> {
 /// [`w8a16_matmul()`] in the library.
 pub const W8A16_MATMUL: Entry = Entry {
     name: "w8a16_matmul",
+    fixed_inputs: None,
     backward: None,
     about: "int8 weight-only matmul (w8a16): bf16 activations, int8 weights dequantized in VMEM, per-channel f32 scales",
     params: &[

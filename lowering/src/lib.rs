@@ -93,7 +93,7 @@ pub use decomposed::{Spmd, decomposed, decomposed_as};
 pub use embed::{private_function, private_functions};
 pub use host::{HostKernel, HostOptions, host_module};
 pub use kernel_module::MOSAIC_VERSION;
-pub use mlir::literal_text;
+pub use mlir::{dense_literal, literal_text};
 
 use kernel_ir::VerifiedKernel;
 

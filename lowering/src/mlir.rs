@@ -389,6 +389,34 @@ impl<'c> Ir<'c> {
     }
 }
 
+/// `dense<..>` of `a`'s values nested by its shape (the attribute of a
+/// `stablehlo.constant` of `a`'s tensor type, which the caller appends).
+pub fn dense_literal(a: &kernel_ir::Array) -> String {
+    fn nest(out: &mut String, shape: &[usize], vals: &[f64], d: DType) {
+        match shape.split_first() {
+            None => out.push_str(&literal_text(vals[0], d)),
+            Some((&n, rest)) => {
+                let step: usize = rest.iter().product();
+                out.push('[');
+                for i in 0..n {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    nest(out, rest, &vals[i * step..(i + 1) * step], d);
+                }
+                out.push(']');
+            }
+        }
+    }
+    let mut body = String::new();
+    if a.is_empty() {
+        body.push_str("[]");
+    } else {
+        nest(&mut body, a.shape(), a.data(), a.dtype());
+    }
+    format!("dense<{body}>")
+}
+
 /// The text of one element of dtype `d` with value `v` in MLIR syntax
 /// (floats as exact bit patterns, so infinities and NaN need no special
 /// form).

@@ -7,7 +7,10 @@ o with jax.nn.dot_product_attention and o and lse with a float64 numpy
 reference, and jax.grad through the artifact's exported VJP with JAX's
 autodiff of the reference; then exports a JAX function that calls the artifact with
 platforms=["tpu"] and compiles it with libtpu for v5e and v6e
-(`tessera compile --module`). Exits non-zero on any failure.
+(`tessera compile --module`). Masked attention too: its block tables are
+constants of the artifact; forward (dead rows included) against float64 and
+jax.grad against JAX's autodiff, its gradient program compiled for every
+generation. Exits non-zero on any failure.
 """
 import pathlib
 import subprocess
@@ -165,6 +168,8 @@ def main():
             lines.append(f"- {case}: max |o - jnp reference| {e_fwd:.1e}; jax.grad against JAX's autodiff, max error / max |grad|: {', '.join(f'{e:.1e}' for e in errs)}: {'ok' if ok else 'FAILED'}")
             if not ok:
                 failures.append(case)
+    lines += ["", "## Masked attention (tables inside the artifact)", ""]
+    failures += masked_checks(tessera, out, lines)
     lines += ["", "## Every other exported VJP against a central difference of its forward", ""]
     failures += directional_checks(tessera, out, lines)
     lines += ["", "## Valid lengths out of range (not checked by the artifact)", ""]
@@ -177,6 +182,114 @@ def main():
     (out / "report.md").write_text(report)
     print(report)
     sys.exit(1 if failures else 0)
+
+
+# Masked attention: (config, k/v heads, per-head visibility of (i, j) for
+# the mask written in the config, soft-cap).
+MASKED = {
+    "local_and_causal_gqa_f32": ([("mask", "local:63:0;causal")], 1,
+                                  [lambda i, j: (j <= i) & (i - j <= 63), lambda i, j: j <= i], None),
+    "dead_rows_and_prefix_bf16": ([("mask", "causal:-2;prefix:32"), ("dtype", "bf16"), ("softcap", "30")], 2,
+                                   [lambda i, j: j <= i - 2, lambda i, j: (j < 32) | (j <= i)], 30.0),
+}
+
+
+def masked_reference_jnp(q, k, v, vis, cap):
+    """Masked attention in jnp (f32) with dead rows 0 and -inf, written so
+    JAX's autodiff of it stays finite: `vis` is [h, sq, skv] bool (the mask
+    and the segments)."""
+    q, k, v = (x.astype(jnp.float32) for x in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    k, v = jnp.repeat(k, g, axis=1), jnp.repeat(v, g, axis=1)
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    if cap is not None:
+        s = cap * jnp.tanh(s / cap)
+    s = jnp.where(vis, s, -1e30)
+    m = s.max(-1, keepdims=True)
+    p = jnp.where(vis, jnp.exp(s - m), 0.0)
+    l = p.sum(-1, keepdims=True)
+    alive = l > 0
+    o = jnp.einsum("bhqk,bhkd->bhqd", p, v) / jnp.where(alive, l, 1.0)
+    lse = jnp.where(alive, m + jnp.log(jnp.where(alive, l, 1.0)), -jnp.inf)
+    return o, lse
+
+
+def masked_checks(tessera, out, lines):
+    """`tessera export masked_attention` in JAX: the mask's block tables are
+    constants of the artifact, so JAX passes q, k, v and the segment ids
+    only. Forward against a float64 numpy reference (dead rows 0 and -inf),
+    jax.grad through the exported VJP (Tessera's table-driven dq and dk/dv
+    kernels) against JAX's autodiff of the jnp reference, and a JAX program
+    calling its gradient exported for TPU and compiled with libtpu."""
+    failures = []
+    for case, (config, hkv, masks, cap) in MASKED.items():
+        d = out / f"masked_{case}"
+        cfg = [x for kv in config for x in ("--config", f"{kv[0]}={kv[1]}")]
+        shapes = ["--shape", f"k=1x{hkv}x256x64", "--shape", f"v=1x{hkv}x256x64"]
+        subprocess.run([str(tessera), "export", "masked_attention", *cfg, *shapes, "--out", str(d)], check=True, capture_output=True)
+        exp = tessera_jax.load(d)
+        names = [e["name"] for e in tessera_jax.manifest(d)["inputs"]]
+        if names != ["q", "k", "v", "q_seg", "kv_seg"]:
+            lines.append(f"- {case}: the artifact takes {names}, not q, k, v and the segment ids: FAILED")
+            failures.append(f"masked {case} (inputs)")
+            continue
+        rng = np.random.default_rng(5)
+        q, k, v = (jnp.asarray(rng.uniform(-1, 1, a.shape), a.dtype) for a in exp.in_avals[:3])
+        seg = np.sort(rng.integers(0, 3, 256)).astype(np.int32)
+        q_seg, kv_seg = jnp.asarray(seg.reshape(1, 256, 1)), jnp.asarray(seg.reshape(1, 1, 256))
+        i, j = np.indices((256, 256))
+        vis = np.stack([m(i, j) & (seg[:, None] == seg[None, :]) for m in masks])
+        o, lse = jax.jit(exp.call)(q, k, v, q_seg, kv_seg)
+        # float64 numpy reference.
+        qd, kd, vd = (np.asarray(x, np.float64) for x in (q, k, v))
+        g = qd.shape[1] // kd.shape[1]
+        kd, vd = np.repeat(kd, g, axis=1), np.repeat(vd, g, axis=1)
+        sc = qd @ kd.transpose(0, 1, 3, 2) / 8.0
+        if cap is not None:
+            sc = cap * np.tanh(sc / cap)
+        sc = np.where(vis, sc, -np.inf)
+        dead = ~vis.any(-1, keepdims=True)
+        m = np.where(dead, 0.0, sc.max(-1, keepdims=True))
+        pr = np.where(vis, np.exp(sc - m), 0.0)
+        lsum = pr.sum(-1, keepdims=True)
+        ro = np.where(dead, 0.0, (pr / np.where(dead, 1.0, lsum)) @ vd)
+        rlse = np.where(dead, -np.inf, m + np.log(np.where(dead, 1.0, lsum)))
+        o64, l64 = np.asarray(o, np.float64), np.asarray(lse, np.float64)
+        err_o = float(np.abs(o64 - ro).max())
+        fin = np.isfinite(rlse)
+        err_l = float(np.abs(l64[fin] - rlse[fin]).max())
+        dead_ok = bool(np.all(l64[~fin] == -np.inf)) and bool(np.all(o64[np.broadcast_to(dead, o64.shape)] == 0.0))
+        tol = 2e-5 if exp.in_avals[0].dtype == jnp.float32 else 3e-2
+        ok = err_o <= tol and err_l <= 1e-4 and dead_ok and not np.isnan(o64).any()
+        lines.append(f"- {case}: {int(dead.sum())} dead rows; max |o - f64| {err_o:.2e}, max |lse - f64| {err_l:.2e}, dead rows 0 and -inf: {'ok' if ok else 'FAILED'}")
+        if not ok:
+            failures.append(f"masked {case}")
+        wo = jnp.asarray(rng.standard_normal(exp.out_avals[0].shape), jnp.float32)
+        wl = jnp.asarray(rng.standard_normal(exp.out_avals[1].shape), jnp.float32)
+        live = jnp.asarray(~dead)
+
+        def loss(f):
+            def l(q, k, v):
+                o, lse = f(q, k, v)
+                return (o.astype(jnp.float32) * wo).sum() + jnp.where(live, lse * wl, 0.0).sum()
+            return l
+        gt = jax.jit(jax.grad(loss(lambda q, k, v: exp.call(q, k, v, q_seg, kv_seg)), argnums=(0, 1, 2)))(q, k, v)
+        gj = jax.grad(loss(lambda q, k, v: masked_reference_jnp(q, k, v, vis[None], cap)), argnums=(0, 1, 2))(q, k, v)
+        errs = [float(jnp.abs(a.astype(jnp.float32) - b).max() / jnp.abs(b).max()) for a, b in zip(gt, gj)]
+        gok = max(errs) <= (1e-4 if tol < 1e-3 else 3e-2) and not any(bool(jnp.isnan(a.astype(jnp.float32)).any()) for a in gt)
+        lines.append(f"  - jax.grad (dq, dk, dv) against JAX's autodiff of the jnp reference, max error / max |grad|: {', '.join(f'{e:.1e}' for e in errs)}: {'ok' if gok else 'FAILED'}")
+        if not gok:
+            failures.append(f"masked {case} (grad)")
+        args = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exp.in_avals[:3]]
+        grad = jax.grad(loss(lambda q, k, v: exp.call(q, k, v, q_seg, kv_seg)), argnums=(0, 1, 2))
+        module = jax.export.export(jax.jit(grad), platforms=["tpu"])(*args).mlir_module()
+        path = out / f"masked_{case}.grad.jax_tpu.mlir"
+        path.write_text(module)
+        r = subprocess.run([str(tessera), "compile", "--module", str(path), "--tpu", "all"], capture_output=True, text=True)
+        lines.append(f"  - a JAX program calling its gradient, exported for TPU, compiled with libtpu for v5e, v6e, v5p and v7x: {'ok' if r.returncode == 0 else 'FAILED'}")
+        if r.returncode != 0:
+            failures.append(f"masked {case} (TPU compile): {r.stdout[-400:]} {r.stderr[-400:]}")
+    return failures
 
 
 def directional_checks(tessera, out, lines):

@@ -257,8 +257,15 @@ fn artifact(
     cfg: &Config,
     prov: &Provenance,
 ) -> Result<(Files, bool), String> {
-    let art = export::export(kernel)?;
-    let vjp = export::vjp_for(entry, cfg, kernel)?;
+    let fixed = match entry.fixed_inputs {
+        Some(f) => {
+            let shapes: Vec<Vec<usize>> = kernel.arguments().map(|a| a.shape.to_vec()).collect();
+            f(cfg, &shapes).map_err(|e| e.to_string())?
+        }
+        None => Vec::new(),
+    };
+    let art = export::export_fixed(kernel, &fixed)?;
+    let vjp = export::vjp_fixed(entry, cfg, kernel, &fixed)?;
     Ok((
         export::artifact_files(&art, vjp.as_ref(), prov),
         vjp.is_some(),

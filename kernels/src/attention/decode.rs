@@ -104,6 +104,7 @@ pub fn paged_decode_attention(
 /// [`paged_decode_attention()`] in the library.
 pub const PAGED_DECODE_ATTENTION: Entry = Entry {
     name: "paged_decode_attention",
+    fixed_inputs: None,
     backward: None,
     about: "decode attention over a paged KV cache (lengths and block tables as scalar prefetch)",
     params: &[

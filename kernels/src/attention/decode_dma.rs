@@ -151,6 +151,7 @@ pub fn paged_decode_attention_dma(
 /// [`paged_decode_attention_dma()`] in the library.
 pub const PAGED_DECODE_ATTENTION_DMA: Entry = Entry {
     name: "paged_decode_attention_dma",
+    fixed_inputs: None,
     backward: None,
     about: "paged decode attention with K/V pages copied by hand (manual DMA), several pages per step, double-buffered across steps",
     params: &[

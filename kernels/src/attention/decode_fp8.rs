@@ -101,6 +101,7 @@ fn fp8_reference(c: &Config, a: &[Array]) -> Result<Vec<Vec<f64>>, EntryError> {
 /// [`paged_decode_attention_fp8()`] in the library.
 pub const PAGED_DECODE_ATTENTION_FP8: Entry = Entry {
     name: "paged_decode_attention_fp8",
+    fixed_inputs: None,
     backward: None,
     about: "paged decode attention over an fp8 KV cache with per-tensor k/v scales",
     params: &[

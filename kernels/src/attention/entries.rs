@@ -143,6 +143,7 @@ pub(crate) const GQA_SHAPES: &[(&str, &[usize])] = &[
 /// [`flash_attention()`] in the library.
 pub const FLASH_ATTENTION: Entry = Entry {
     name: "flash_attention",
+    fixed_inputs: None,
     backward: Some(|c, s| {
         let (q, k) = (&s[0], &s[1]);
         let cfg = attn_config(c, q[2], k[2], q[3])?;
@@ -192,6 +193,7 @@ pub const FLASH_ATTENTION: Entry = Entry {
 /// [`flash_attention_kv_len()`] in the library.
 pub const FLASH_ATTENTION_KV_LEN: Entry = Entry {
     name: "flash_attention_kv_len",
+    fixed_inputs: None,
     backward: Some(|c, s| {
         let (q, k) = (&s[1], &s[2]);
         let cfg = attn_config(c, q[2], k[2], q[3])?;
@@ -294,6 +296,7 @@ const GQA_BACKWARD_SHAPES: &[(&str, &[usize])] = &[
 /// [`attention_delta()`] in the library.
 pub const ATTENTION_DELTA: Entry = Entry {
     name: "attention_delta",
+    fixed_inputs: None,
     backward: None,
     about: "flash attention backward: delta = rowsum(dO * O)",
     params: &[
@@ -329,6 +332,7 @@ pub const ATTENTION_DELTA: Entry = Entry {
 /// [`flash_attention_dq()`] in the library.
 pub const FLASH_ATTENTION_DQ: Entry = Entry {
     name: "flash_attention_dq",
+    fixed_inputs: None,
     backward: None,
     about: "flash attention backward: dq from q, k, v, dO, lse, delta",
     params: ATTN_PARAMS,
@@ -361,6 +365,7 @@ pub const FLASH_ATTENTION_DQ: Entry = Entry {
 /// [`flash_attention_dkv()`] in the library.
 pub const FLASH_ATTENTION_DKV: Entry = Entry {
     name: "flash_attention_dkv",
+    fixed_inputs: None,
     backward: None,
     about: "flash attention backward: dk and dv (summed over GQA groups)",
     params: ATTN_PARAMS,
@@ -443,6 +448,7 @@ fn check_kv_len(c: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), Entry
 /// [`flash_attention_dq_kv_len()`] in the library.
 pub const FLASH_ATTENTION_DQ_KV_LEN: Entry = Entry {
     name: "flash_attention_dq_kv_len",
+    fixed_inputs: None,
     backward: None,
     about: "flash attention backward over keys padded to a bucket: dq; kv_len[0] valid keys",
     params: ATTN_PARAMS,
@@ -475,6 +481,7 @@ pub const FLASH_ATTENTION_DQ_KV_LEN: Entry = Entry {
 /// [`flash_attention_dkv_kv_len()`] in the library.
 pub const FLASH_ATTENTION_DKV_KV_LEN: Entry = Entry {
     name: "flash_attention_dkv_kv_len",
+    fixed_inputs: None,
     backward: None,
     about: "flash attention backward over keys padded to a bucket: dk and dv; kv_len[0] valid keys",
     params: ATTN_PARAMS,

@@ -10,7 +10,9 @@
 //! [`BlockTables::arrays`]; the dk/dv entry takes
 //! [`BlockTables::transposed_arrays`]): [`crate::Entry::check_inputs`]
 //! refuses any other, and the backward builds its transposed tables from
-//! the mask.
+//! the mask. They are the entries' fixed inputs, so `tessera export`
+//! writes them into the artifact and a JAX caller passes only q, k, v and
+//! the segment ids.
 
 use kernel_ir::{Array, DType, VerifiedKernel};
 
@@ -109,6 +111,30 @@ impl Setup {
 fn segments(q_seg: &Array, kv_seg: &Array) -> (Vec<i32>, Vec<i32>) {
     let ids = |a: &Array| a.data().iter().map(|&x| x as i32).collect();
     (ids(q_seg), ids(kv_seg))
+}
+
+/// The fixed inputs: the tables (transposed for the dk/dv entry) at
+/// arguments 0..3 and the element masks at `masks_at`, of the config's
+/// mask at the shapes of q (argument 3) and k (argument 4).
+fn fixed(
+    c: &Config,
+    s: &[Vec<usize>],
+    transposed: bool,
+    masks_at: usize,
+) -> Result<Vec<(usize, Array)>, EntryError> {
+    let (Some(q), Some(k)) = (s.get(3), s.get(4)) else {
+        return Err(EntryError::Shape("masked attention takes the tables, then q and k".into()));
+    };
+    let setup = Setup::new(c, q, k)?;
+    let (pre, masks) = setup.tables.arrays();
+    let pre = if transposed {
+        setup.tables.transposed_arrays()
+    } else {
+        pre
+    };
+    let mut v: Vec<(usize, Array)> = pre.into_iter().enumerate().collect();
+    v.push((masks_at, masks));
+    Ok(v)
 }
 
 /// The inputs around the tables: `(tables, q, k, v, [backward extras],
@@ -261,6 +287,7 @@ const GQA: &[(&str, &[usize])] = &[("k", &[1, 1, 256, 64]), ("v", &[1, 1, 256, 6
 /// [`masked_attention()`] in the library.
 pub const MASKED_ATTENTION: Entry = Entry {
     name: "masked_attention",
+    fixed_inputs: Some(|c, s| fixed(c, s, false, 6)),
     backward: Some(|c, s| {
         let setup = Setup::new(c, &s[3], &s[4])?;
         Ok(super::masked_vjp::vjp(setup))
@@ -304,6 +331,7 @@ pub const MASKED_ATTENTION: Entry = Entry {
 /// [`masked_attention_dq()`] in the library.
 pub const MASKED_ATTENTION_DQ: Entry = Entry {
     name: "masked_attention_dq",
+    fixed_inputs: Some(|c, s| fixed(c, s, false, 9)),
     backward: None,
     about: "masked attention backward: dq, over the forward's block tables",
     params: MASKED_PARAMS,
@@ -328,6 +356,7 @@ pub const MASKED_ATTENTION_DQ: Entry = Entry {
 /// [`masked_attention_dkv()`] in the library.
 pub const MASKED_ATTENTION_DKV: Entry = Entry {
     name: "masked_attention_dkv",
+    fixed_inputs: Some(|c, s| fixed(c, s, true, 9)),
     backward: None,
     about: "masked attention backward: dk and dv, over the transposed block tables",
     params: MASKED_PARAMS,

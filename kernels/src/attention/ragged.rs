@@ -378,6 +378,7 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
 /// [`ragged_paged_attention()`] in the library.
 pub const RAGGED_PAGED_ATTENTION: Entry = Entry {
     name: "ragged_paged_attention",
+    fixed_inputs: None,
     backward: None,
     about: "ragged paged attention: one call over mixed prefill and decode sequences (cu_q_lens, kv_lens, page tables in scalar prefetch), causal per sequence, GQA, manual DMA",
     params: &[

@@ -13,7 +13,7 @@
 
 use std::fmt::Write;
 
-use kernel_ir::{DType, VerifiedKernel, sha256_hex};
+use kernel_ir::{Array, DType, VerifiedKernel, sha256_hex};
 
 use kernels::{Config, Entry};
 
@@ -251,6 +251,14 @@ type Signature = Vec<(String, Vec<usize>, DType)>;
 
 /// Exports `kernel` (see the module docs).
 pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
+    export_fixed(kernel, &[])
+}
+
+/// Exports `kernel` with the arguments in `fixed` (index, value) written
+/// into the module as constants: its `@main` takes the other arguments
+/// only (an entry's [`kernels::entry::FixedInputs`], such as a mask's
+/// block tables).
+pub fn export_fixed(kernel: &VerifiedKernel, fixed: &[(usize, Array)]) -> Result<Artifact, String> {
     let err = |e: lowering::LoweringError| e.to_string();
     // A kernel across chips is called per shard inside `jax.shard_map`,
     // whose program is partitioned: its CPU branch numbers devices by
@@ -267,7 +275,7 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
         .outputs()
         .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
         .collect();
-    let mut art = multi_platform(&kernel.name, &ins, &outs, &cpu, &tpu)?;
+    let mut art = multi_platform(&kernel.name, &ins, &outs, &cpu, &tpu, fixed)?;
     art.mesh = kernel
         .mesh
         .as_ref()
@@ -279,18 +287,56 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
 /// The artifact of a program given as its two branches, each a private
 /// function (`@tessera_cpu`, `@tessera_tpu`, with any functions they call)
 /// taking `ins` and returning `outs`: `@main` takes the platform index
-/// first and branches with `stablehlo.case`.
+/// first, then the inputs not in `fixed` (those are constants in `@main`,
+/// checked against their signature), and branches with `stablehlo.case`.
 fn multi_platform(
     name: &str,
     ins: &Signature,
     outs: &Signature,
     cpu: &str,
     tpu: &str,
+    fixed: &[(usize, Array)],
 ) -> Result<Artifact, String> {
     let err = |e: lowering::LoweringError| e.to_string();
+    for (i, a) in fixed {
+        match ins.get(*i) {
+            Some((n, shape, d)) if shape.as_slice() == a.shape() && *d == a.dtype() => {
+                let _ = n;
+            }
+            other => {
+                return Err(format!(
+                    "fixed input {i} of `{name}` is {:?} {:?}, but the program's input is {other:?}",
+                    a.dtype(),
+                    a.shape()
+                ));
+            }
+        }
+    }
+    let is_fixed = |i: usize| fixed.iter().any(|(j, _)| *j == i);
     let in_types: Vec<String> = ins.iter().map(|(_, s, d)| tensor(s, *d)).collect();
     let out_types: Vec<String> = outs.iter().map(|(_, s, d)| tensor(s, *d)).collect();
-    let args: Vec<String> = (1..=ins.len()).map(|i| format!("%arg{i}")).collect();
+    // Free inputs are %arg1.. in order; fixed ones are the constants %cN.
+    let mut next = 0;
+    let args: Vec<String> = (0..ins.len())
+        .map(|i| {
+            if is_fixed(i) {
+                format!("%c{i}")
+            } else {
+                next += 1;
+                format!("%arg{next}")
+            }
+        })
+        .collect();
+    let constants: String = fixed
+        .iter()
+        .map(|(i, a)| {
+            let t = &in_types[*i];
+            format!(
+                "    %c{i} = \"stablehlo.constant\"() {{value = {} : {t}}} : () -> {t}\n",
+                lowering::dense_literal(a)
+            )
+        })
+        .collect();
     let sig = format!("({}) -> ({})", in_types.join(", "), out_types.join(", "));
     let n = outs.len();
     let results = |v: &str| -> String {
@@ -313,7 +359,9 @@ fn multi_platform(
     let params: Vec<String> = in_types
         .iter()
         .enumerate()
-        .map(|(i, t)| format!("%arg{}: {t}", i + 1))
+        .filter(|(i, _)| !is_fixed(*i))
+        .enumerate()
+        .map(|(k, (_, t))| format!("%arg{}: {t}", k + 1))
         .collect();
     let out_attrs: Vec<String> = outs
         .iter()
@@ -341,6 +389,7 @@ fn multi_platform(
         params.join(", "),
         out_attrs.join(", ")
     );
+    m += &constants;
     let _ = writeln!(m, "    {} = \"stablehlo.case\"(%arg0) ({{", bind("%0"));
     m += &branch("tessera_cpu", "%1");
     m += "    }, {\n";
@@ -361,10 +410,16 @@ fn multi_platform(
             .map(|(n, s, d)| manifest_entry(n, s, *d))
             .collect()
     };
+    let free: Signature = ins
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !is_fixed(*i))
+        .map(|(_, x)| x.clone())
+        .collect();
     Ok(Artifact {
         module: m,
         kernel: name.to_string(),
-        inputs: entries(ins),
+        inputs: entries(&free),
         outputs: entries(outs),
         mesh: Vec::new(),
         grad_inputs: None,
@@ -390,6 +445,18 @@ pub fn vjp_for(
     cfg: &Config,
     forward: &VerifiedKernel,
 ) -> Result<Option<Artifact>, String> {
+    vjp_fixed(entry, cfg, forward, &[])
+}
+
+/// [`vjp_for`] of the artifact [`export_fixed`] makes with `fixed`: those
+/// primals are constants of the VJP too, and `grad_inputs` counts the
+/// forward's free inputs only.
+pub fn vjp_fixed(
+    entry: &Entry,
+    cfg: &Config,
+    forward: &VerifiedKernel,
+    fixed: &[(usize, Array)],
+) -> Result<Option<Artifact>, String> {
     use runtime::graph::{KernelForm, Runtime, Tensor};
     if entry.backward.is_none() {
         return Ok(None);
@@ -409,8 +476,13 @@ pub fn vjp_for(
     let rt = Runtime::cpu().map_err(fail("starting the CPU runtime"))?;
     let primals: Vec<Tensor> = ins
         .iter()
-        .map(|(_, s, d)| {
-            let t = rt.tensor(&kernel_ir::Array::zeros(*d, s.clone()))?;
+        .enumerate()
+        .map(|(i, (_, s, d))| {
+            let value = match fixed.iter().find(|(j, _)| *j == i) {
+                Some((_, a)) => a.clone(),
+                None => kernel_ir::Array::zeros(*d, s.clone()),
+            };
+            let t = rt.tensor(&value)?;
             if d.is_float() {
                 t.requires_grad()
             } else {
@@ -465,9 +537,19 @@ pub fn vjp_for(
         &vjp_outs,
         &cpu,
         &tpu,
+        fixed,
     )?;
-    if float_ins.len() < ins.len() {
-        art.grad_inputs = Some(float_ins);
+    let free: Vec<usize> = (0..ins.len())
+        .filter(|i| !fixed.iter().any(|(j, _)| j == i))
+        .collect();
+    if float_ins.len() < free.len() {
+        // Positions among the forward artifact's (free) inputs.
+        art.grad_inputs = Some(
+            float_ins
+                .iter()
+                .filter_map(|i| free.iter().position(|j| j == i))
+                .collect(),
+        );
     }
     Ok(Some(art))
 }

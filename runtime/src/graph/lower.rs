@@ -78,33 +78,6 @@ fn list(v: &[usize]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-/// `dense<..>` of `a`'s values, nested by its shape, typed `ty`.
-fn dense_text(a: &kernel_ir::Array, ty: &str) -> String {
-    fn nest(out: &mut String, shape: &[usize], vals: &[f64], d: DType) {
-        match shape.split_first() {
-            None => out.push_str(&lowering::literal_text(vals[0], d)),
-            Some((&n, rest)) => {
-                let step: usize = rest.iter().product();
-                out.push('[');
-                for i in 0..n {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    nest(out, rest, &vals[i * step..(i + 1) * step], d);
-                }
-                out.push(']');
-            }
-        }
-    }
-    let mut body = String::new();
-    if a.is_empty() {
-        body.push_str("[]");
-    } else {
-        nest(&mut body, a.shape(), a.data(), a.dtype());
-    }
-    format!("dense<{body}> : {ty}")
-}
-
 /// Constants that are part of the program rather than parameters.
 pub(crate) fn is_structural(v: f64) -> bool {
     v == 0.0 || v == 1.0 || v == -1.0
@@ -315,8 +288,8 @@ impl Emitter<'_> {
             Op::Literal(a) => {
                 let v = self.fresh();
                 self.line(format!(
-                    "{v} = \"stablehlo.constant\"() {{value = {}}} : () -> {rt}",
-                    dense_text(a, &rt)
+                    "{v} = \"stablehlo.constant\"() {{value = {} : {rt}}} : () -> {rt}",
+                    lowering::dense_literal(a)
                 ));
                 v
             }
