@@ -82,7 +82,9 @@ impl ParamKind {
             }
             ParamKind::Scale => v == "auto" || number(v),
             ParamKind::Choice(c) => c.contains(&v),
-            ParamKind::Mask => crate::attention::mask::parse_heads(v).is_ok(),
+            // Parsed where it is read (`attention::mask` depends on this
+            // module, not the other way round): an error names the grammar.
+            ParamKind::Mask => !v.trim().is_empty(),
         }
     }
 }
@@ -481,15 +483,10 @@ impl Config {
         Ok(v.parse().unwrap_or_else(|_| 1.0 / (d.max(1) as f32).sqrt()))
     }
 
-    /// A [`ParamKind::Mask`] value for `heads` heads.
-    pub fn mask(
-        &self,
-        k: &'static str,
-        heads: usize,
-    ) -> Result<crate::attention::mask::MultiHeadMask, EntryError> {
-        let v = self.get(k, ParamKind::Mask)?;
-        crate::attention::mask::MultiHeadMask::parse(v, heads)
-            .map_err(|e| EntryError::Shape(format!("config `{k}`: {e}")))
+    /// A [`ParamKind::Mask`] value, as text (parse it with
+    /// `attention::mask::MultiHeadMask::parse`).
+    pub fn mask_text(&self, k: &'static str) -> Result<&str, EntryError> {
+        self.get(k, ParamKind::Mask)
     }
 
     /// A [`ParamKind::Choice`] value.

@@ -309,10 +309,12 @@ fn backward(
 /// What [`masked_attention`] computes: a mask per query head, segment
 /// ids (a query sees only keys of its own segment), the score scale and
 /// the soft-cap.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct MaskedSpec<'a> {
-    /// The mask of each query head.
-    pub mask: &'a crate::attention::mask::MultiHeadMask,
+    /// The mask: whether query head `h`'s query `i` sees key `j`
+    /// (`|h, i, j| m.heads[h].visible(i, j)` of a
+    /// `attention::mask::MultiHeadMask`).
+    pub mask: &'a dyn Fn(usize, usize, usize) -> bool,
     /// `[b, sq]` segment id of each query.
     pub q_seg: &'a [i32],
     /// `[b, skv]` segment id of each key.
@@ -334,8 +336,7 @@ impl MaskedSpec<'_> {
         i: usize,
         j: usize,
     ) -> bool {
-        self.q_seg[b * sq + i] == self.kv_seg[b * skv + j]
-            && self.mask.heads[h].visible(i as u64, j as u64)
+        self.q_seg[b * sq + i] == self.kv_seg[b * skv + j] && (self.mask)(h, i, j)
     }
 
     fn with<R>(&self, q: &Array, k: &Array, f: impl FnOnce(&Scoring<'_>) -> R) -> R {

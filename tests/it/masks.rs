@@ -338,14 +338,8 @@ impl Case {
         )
     }
 
-    fn spec(&self, scale: f64, softcap: Option<f64>) -> kernels::reference::MaskedSpec<'_> {
-        kernels::reference::MaskedSpec {
-            mask: &self.m,
-            q_seg: &self.qs,
-            kv_seg: &self.ks,
-            scale,
-            softcap,
-        }
+    fn visible(&self, h: usize, i: usize, j: usize) -> bool {
+        self.m.heads[h].visible(i as u64, j as u64)
     }
 }
 
@@ -378,7 +372,10 @@ proptest! {
         let c = Case::new(heads, hkv, (sq, skv), (bq, bk), d, dtype, segments, seed);
         let h = c.m.heads.len();
         let cfg = MaskedConfig { sm_scale: 1.0 / (d as f32).sqrt(), softcap, block_q: bq, block_k: bk };
-        let spec = c.spec(cfg.sm_scale as f64, softcap.map(f64::from));
+        let visible = |h, i, j| c.visible(h, i, j);
+        let spec = kernels::reference::MaskedSpec {
+            mask: &visible, q_seg: &c.qs, kv_seg: &c.ks, scale: cfg.sm_scale as f64, softcap: softcap.map(f64::from),
+        };
         let (o, lse) = kernels::reference::masked_attention(&c.q, &c.k, &c.v, &spec);
         let (dq, dk, dv) = kernels::reference::masked_attention_backward(&c.q, &c.k, &c.v, &c.g, &spec);
         let o_arr = Array::new(dtype, [1, h, sq, d], o).unwrap();

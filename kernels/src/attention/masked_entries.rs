@@ -89,16 +89,21 @@ impl Setup {
             block_q: c.usize("block_q")?.min(sq.max(1)),
             block_k: c.usize("block_k")?.min(skv.max(1)),
         };
-        let mask = c.mask("mask", h)?;
+        let mask = MultiHeadMask::parse(c.mask_text("mask")?, h)
+            .map_err(|e| EntryError::Shape(format!("config `mask`: {e}")))?;
         let tables = BlockTables::build(&mask, sq, skv, cfg.block_q, cfg.block_k)
             .map_err(|e| EntryError::Shape(e.to_string()))?;
         Ok(Setup { cfg, mask, tables })
     }
 
     /// The reference's view, with the segment ids of `q_seg`, `kv_seg`.
-    fn spec<'a>(&'a self, segs: &'a (Vec<i32>, Vec<i32>)) -> reference::MaskedSpec<'a> {
+    fn spec<'a>(
+        &'a self,
+        segs: &'a (Vec<i32>, Vec<i32>),
+        visible: &'a dyn Fn(usize, usize, usize) -> bool,
+    ) -> reference::MaskedSpec<'a> {
         reference::MaskedSpec {
-            mask: &self.mask,
+            mask: visible,
             q_seg: &segs.0,
             kv_seg: &segs.1,
             scale: self.cfg.sm_scale as f64,
@@ -237,7 +242,7 @@ fn sample(c: &Config, k: &VerifiedKernel, seed: u64, backward: bool, transposed:
     }
     if backward {
         let segs = segments(&v[n - 2], &v[n - 1]);
-        let (o, lse) = reference::masked_attention(&v[3], &v[4], &v[5], &s.spec(&segs));
+        let (o, lse) = reference::masked_attention(&v[3], &v[4], &v[5], &s.spec(&segs, &|h, i, j| s.mask.heads[h].visible(i as u64, j as u64)));
         let o = Array::new(v[3].dtype(), qs.clone(), o).unwrap_or_else(|_| v[3].clone());
         let delta = reference::attention_delta(o.data(), &v[6]);
         let rows = vec![b, qs[1], sq, 1];
@@ -264,7 +269,7 @@ fn reference_grads(c: &Config, a: &[Array]) -> Result<Grads, EntryError> {
         &a[4],
         &a[5],
         &a[6],
-        &s.spec(&segs),
+        &s.spec(&segs, &|h, i, j| s.mask.heads[h].visible(i as u64, j as u64)),
     ))
 }
 
@@ -290,7 +295,7 @@ pub const MASKED_ATTENTION: Entry = Entry {
     fixed_inputs: Some(|c, s| fixed(c, s, false, 6)),
     backward: Some(|c, s| {
         let setup = Setup::new(c, &s[3], &s[4])?;
-        Ok(super::masked_vjp::vjp(setup))
+        Ok(super::masked_vjp::vjp(setup.cfg, setup.tables.transposed_arrays()))
     }),
     about: "attention with any mask (splash's block tables by scalar prefetch), segment ids, GQA, soft-cap: outputs o and lse",
     params: MASKED_PARAMS,
@@ -303,7 +308,7 @@ pub const MASKED_ATTENTION: Entry = Entry {
     reference: |c, a| {
         let s = Setup::new(c, a[3].shape(), a[4].shape())?;
         let segs = segments(&a[7], &a[8]);
-        let (o, lse) = reference::masked_attention(&a[3], &a[4], &a[5], &s.spec(&segs));
+        let (o, lse) = reference::masked_attention(&a[3], &a[4], &a[5], &s.spec(&segs, &|h, i, j| s.mask.heads[h].visible(i as u64, j as u64)));
         Ok(vec![o, lse])
     },
     check: |c, k, a| check(c, k, a, false),

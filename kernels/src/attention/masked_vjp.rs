@@ -9,19 +9,19 @@ use runtime::graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 
 use super::backward::attention_delta;
 use super::masked_backward::{masked_attention_dkv, masked_attention_dq};
-use super::masked_entries::Setup;
+use super::masked::MaskedConfig;
 use crate::entry::{backward_error, refs};
 
-/// The backward of a forward call recorded with `setup`.
-pub(crate) fn vjp(setup: Setup) -> Arc<dyn KernelVjp> {
-    let transposed = setup.tables.transposed_arrays();
-    Arc::new(move |call: &VjpCall<'_>| backward(&setup, &transposed, call))
+/// The backward of a forward call at `cfg`, with the dk/dv pass's tables
+/// (the transpose of the call's, from the mask).
+pub(crate) fn vjp(cfg: MaskedConfig, transposed: [kernel_ir::Array; 3]) -> Arc<dyn KernelVjp> {
+    Arc::new(move |call: &VjpCall<'_>| backward(&cfg, &transposed, call))
 }
 
 /// Inputs `kind, fetch, mask_fetch, q, k, v, masks, q_seg, kv_seg`; the
 /// cotangents of q, k and v (the tables, masks and ids have none).
 fn backward(
-    setup: &Setup,
+    cfg: &MaskedConfig,
     transposed: &[kernel_ir::Array; 3],
     call: &VjpCall<'_>,
 ) -> Result<Vec<Option<Tensor>>, RuntimeError> {
@@ -41,7 +41,7 @@ fn backward(
     let d_o = call.cotangent(0)?;
     let dtype = ins[3].dtype();
     let delta_k = attention_delta(
-        setup.cfg.block_q,
+        cfg.block_q,
         dtype,
         attention_delta::Dims::from_shapes(&[o.shape(), d_o.shape()]).map_err(|e| err(e.into()))?,
     )
@@ -62,13 +62,13 @@ fn backward(
     let shapes = |ts: &[&Tensor]| -> Vec<Vec<usize>> { ts.iter().map(|t| t.shape().to_vec()).collect() };
     let (dq_shapes, dkv_shapes) = (shapes(&dq_args), shapes(&dkv_args));
     let dq_k = masked_attention_dq(
-        &setup.cfg,
+        cfg,
         dtype,
         super::masked_backward::masked_attention_dq::Dims::from_shapes(&refs(&dq_shapes)).map_err(|e| err(e.into()))?,
     )
     .map_err(|e| err(e.into()))?;
     let dkv_k = masked_attention_dkv(
-        &setup.cfg,
+        cfg,
         dtype,
         super::masked_backward::masked_attention_dkv::Dims::from_shapes(&refs(&dkv_shapes)).map_err(|e| err(e.into()))?,
     )
