@@ -14,6 +14,33 @@ use crate::entry::{
 use crate::reference;
 use crate::tolerance::Tolerance;
 
+/// `block_q`, `block_k`, `sm_scale` and `softcap`: the parameters every
+/// attention entry has.
+pub(crate) const BLOCK_Q: Param = param(
+    "block_q",
+    ParamKind::Positive,
+    "64",
+    "query rows per block (clamped to the sequence)",
+);
+pub(crate) const BLOCK_K: Param = param(
+    "block_k",
+    ParamKind::Positive,
+    "128",
+    "keys per block (clamped to the sequence)",
+);
+pub(crate) const SM_SCALE: Param = param(
+    "sm_scale",
+    ParamKind::Scale,
+    "auto",
+    "score scale; auto = 1/sqrt(head_dim)",
+);
+pub(crate) const SOFTCAP: Param = param(
+    "softcap",
+    ParamKind::OptPositiveNumber,
+    "none",
+    "logit soft-cap: s = cap * tanh(s / cap)",
+);
+
 /// The config parameters of the attention kernels.
 const ATTN_PARAMS: &[Param] = &[
     DTYPE,
@@ -23,36 +50,16 @@ const ATTN_PARAMS: &[Param] = &[
         "false",
         "query i sees keys j <= i only",
     ),
-    param(
-        "block_q",
-        ParamKind::Positive,
-        "64",
-        "query rows per block (clamped to the sequence)",
-    ),
-    param(
-        "block_k",
-        ParamKind::Positive,
-        "128",
-        "keys per block (clamped to the sequence)",
-    ),
-    param(
-        "sm_scale",
-        ParamKind::Scale,
-        "auto",
-        "score scale; auto = 1/sqrt(head_dim)",
-    ),
+    BLOCK_Q,
+    BLOCK_K,
+    SM_SCALE,
     param(
         "window",
         ParamKind::OptPositive,
         "none",
         "sliding window: keys more than window-1 away are hidden",
     ),
-    param(
-        "softcap",
-        ParamKind::OptPositiveNumber,
-        "none",
-        "logit soft-cap: s = cap * tanh(s / cap)",
-    ),
+    SOFTCAP,
 ];
 
 /// The [`AttnConfig`] of a library config for these sequence lengths.

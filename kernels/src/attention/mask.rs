@@ -267,7 +267,7 @@ impl MultiHeadMask {
 }
 
 /// The `;`-separated masks of `text`, in order.
-pub fn parse_heads(text: &str) -> Result<Vec<Mask>, MaskParseError> {
+fn parse_heads(text: &str) -> Result<Vec<Mask>, MaskParseError> {
     text.split(';').map(str::parse).collect()
 }
 

@@ -41,8 +41,8 @@ struct Saved {
 }
 
 /// `P` and `dS` of one computed (q block `qi`, k block `ki`) step, both
-/// exactly 0 at hidden or padded pairs; also the blocks it loaded, with
-/// the padding rows of k, v (past `skv`) and of q, dO (past `sq`) zeroed.
+/// exactly 0 at hidden or padded pairs; also the q, k and dO blocks it
+/// loaded, with their padding rows (past `sq`, `skv`) zeroed.
 #[kernel_fn]
 fn probs_and_dscores(
     cfg: &MaskedConfig,
@@ -50,14 +50,13 @@ fn probs_and_dscores(
     ins: Saved,
     step: Tile,
     (qi, ki): (Tile, Tile),
-) -> (Tile, Tile, Tile, Tile, Tile, Tile) {
+) -> (Tile, Tile, Tile, Tile, Tile) {
     let (bq, bk) = (cfg.block_q, cfg.block_k);
     let qb = zero_tail(ins.q.load((0, 0, .., ..)), qi, bq, sq);
     let dob = zero_tail(ins.d_o.load((0, 0, .., ..)), qi, bq, sq);
     let kb = zero_tail(ins.k.load((0, 0, .., ..)), ki, bk, skv);
     let vb = zero_tail(ins.v.load((0, 0, .., ..)), ki, bk, skv);
-    let raw = dot(qb, kb.t()) * cfg.sm_scale;
-    let mut s = raw;
+    let mut s = dot(qb, kb.t()) * cfg.sm_scale;
     if let Some(cap) = cfg.softcap {
         s = (s * (1.0 / cap)).tanh() * cap;
     }
@@ -77,7 +76,7 @@ fn probs_and_dscores(
         let t = s * (1.0 / cap);
         ds *= 1.0 - t * t;
     }
-    (p, select(visible, ds, 0.0), qb, kb, vb, dob)
+    (p, select(visible, ds, 0.0), qb, kb, dob)
 }
 
 /// `dq` of masked attention, `[b, h, sq, d]`. Arguments: the forward's
@@ -141,7 +140,7 @@ pub fn masked_attention_dq<T: Element>(
             q_seg,
             kv_seg,
         };
-        let (_p, ds, _qb, kb, _vb, _dob) =
+        let (_p, ds, _qb, kb, _dob) =
             probs_and_dscores(cfg, (sq, skv), ins, step, (qi, ki));
         acc.store(
             ..,
@@ -233,7 +232,7 @@ pub fn masked_attention_dkv<T: Element>(
             q_seg,
             kv_seg,
         };
-        let (p, ds, qb, _kb, _vb, dob) = probs_and_dscores(cfg, (sq, skv), ins, step, (qj, ki));
+        let (p, ds, qb, _kb, dob) = probs_and_dscores(cfg, (sq, skv), ins, step, (qj, ki));
         dv_acc.store(.., dv_acc.load(..) + dot(p.convert(dob.dtype()).t(), dob));
         dk_acc.store(
             ..,

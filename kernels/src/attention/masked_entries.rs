@@ -17,7 +17,7 @@
 use kernel_ir::{Array, DType, VerifiedKernel};
 
 use super::block_table::BlockTables;
-use super::entries::check_scores;
+use super::entries::{BLOCK_K, BLOCK_Q, SM_SCALE, SOFTCAP, check_scores};
 use super::masked::{MaskedConfig, masked_attention};
 use super::masked_backward::{masked_attention_dkv, masked_attention_dq};
 use super::mask::MultiHeadMask;
@@ -35,30 +35,10 @@ const MASKED_PARAMS: &[Param] = &[
         "causal",
         "which keys each query sees: one mask, or one per head separated by ;",
     ),
-    param(
-        "block_q",
-        ParamKind::Positive,
-        "64",
-        "query rows per block (clamped to the sequence)",
-    ),
-    param(
-        "block_k",
-        ParamKind::Positive,
-        "128",
-        "keys per block (clamped to the sequence)",
-    ),
-    param(
-        "sm_scale",
-        ParamKind::Scale,
-        "auto",
-        "score scale; auto = 1/sqrt(head_dim)",
-    ),
-    param(
-        "softcap",
-        ParamKind::OptPositiveNumber,
-        "none",
-        "logit soft-cap: s = cap * tanh(s / cap)",
-    ),
+    BLOCK_Q,
+    BLOCK_K,
+    SM_SCALE,
+    SOFTCAP,
 ];
 
 /// Default q, k, v: `[1, 2, 256, 64]`.

@@ -29,15 +29,7 @@ fn backward(
     let err = |e: crate::EntryError| backward_error(name, e);
     let ins = call.inputs;
     let rt = ins[3].runtime();
-    let (o, lse) = match (call.outputs.first(), call.outputs.get(1)) {
-        (Some(Some(o)), Some(Some(l))) => (o.clone(), l.clone()),
-        _ => {
-            let all: Vec<&Tensor> = ins.iter().collect();
-            let mut r = rt.call(call.kernel, &all)?;
-            let lse = r.remove(1);
-            (r.remove(0), lse)
-        }
-    };
+    let (o, lse) = super::vjp::saved_outputs(call)?;
     let d_o = call.cotangent(0)?;
     let dtype = ins[3].dtype();
     let delta_k = attention_delta(

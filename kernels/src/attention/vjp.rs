@@ -33,17 +33,7 @@ fn backward(
     let off = usize::from(with_len);
     let (q, k, v) = (&ins[off], &ins[off + 1], &ins[off + 2]);
     let rt = q.runtime();
-    // The saved o and lse, or the forward again when the program dropped
-    // them (a loss on lse alone).
-    let (o, lse) = match (call.outputs.first(), call.outputs.get(1)) {
-        (Some(Some(o)), Some(Some(l))) => (o.clone(), l.clone()),
-        _ => {
-            let refs: Vec<&Tensor> = ins.iter().collect();
-            let mut r = rt.call(call.kernel, &refs)?;
-            let lse = r.remove(1);
-            (r.remove(0), lse)
-        }
-    };
+    let (o, lse) = saved_outputs(call)?;
     let d_o = call.cotangent(0)?;
     let dtype = q.dtype();
     let delta_k = attention_delta(
@@ -93,4 +83,20 @@ fn backward(
     }
     out.extend([Some(dq), Some(dk), Some(dv)]);
     Ok(out)
+}
+
+/// The forward's saved `o` and `lse`, or the forward again when the
+/// program dropped them (a loss on lse alone): what every attention
+/// backward starts from.
+pub(crate) fn saved_outputs(call: &VjpCall<'_>) -> Result<(Tensor, Tensor), RuntimeError> {
+    match (call.outputs.first(), call.outputs.get(1)) {
+        (Some(Some(o)), Some(Some(l))) => Ok((o.clone(), l.clone())),
+        _ => {
+            let refs: Vec<&Tensor> = call.inputs.iter().collect();
+            let rt = call.inputs[0].runtime();
+            let mut r = rt.call(call.kernel, &refs)?;
+            let lse = r.remove(1);
+            Ok((r.remove(0), lse))
+        }
+    }
 }
