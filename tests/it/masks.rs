@@ -59,6 +59,12 @@ proptest! {
                             match kind {
                                 BlockKind::Empty => prop_assert!(!v, "h{h} ({q},{k}) visible in an empty block"),
                                 BlockKind::Full => prop_assert!(v, "h{h} ({q},{k}) hidden in a full block"),
+                                // A computable mask's partial steps compute
+                                // visibility from positions: no element mask.
+                                BlockKind::Partial if m.computable() => {
+                                    prop_assert_eq!(t.mask_index[cell], -1);
+                                    prop_assert!(t.masks.is_empty());
+                                }
                                 BlockKind::Partial => {
                                     let e = &t.masks[t.mask_index[cell] as usize];
                                     prop_assert_eq!(e[(q - q0) * bk + (k - k0)], v);
@@ -95,10 +101,11 @@ proptest! {
 }
 
 /// The size stated for s = 32k in blocks of 512: 64 × 64 steps per head;
-/// causal has 2016 empty, 64 partial (one distinct mask) and 2016 full
-/// steps; a causal window of 4096 and Llama 4's chunked causal of 8192
-/// are as sparse as their bands; per head the tables are 48 KiB plus
-/// 256 KiB per distinct partial mask, whatever the sequence's content.
+/// causal has 2016 empty, 64 partial and 2016 full steps; a causal window
+/// of 4096 and Llama 4's chunked causal of 8192 are as sparse as their
+/// bands; per head the tables are 48 KiB, whatever the sequence's
+/// content. These masks are computable, so no element mask is kept (an
+/// explicit mask adds 256 KiB per distinct partial block).
 #[test]
 fn the_tables_of_32k_sequences_in_blocks_of_512() {
     let s = 32 * 1024;
@@ -119,8 +126,8 @@ fn the_tables_of_32k_sequences_in_blocks_of_512() {
         ),
         (2016, 64, 2016)
     );
-    assert_eq!(causal.partial_masks(), 1);
-    assert_eq!(causal.bytes(), 3 * 4 * 4096 + b * b);
+    assert_eq!(causal.partial_masks(), 0);
+    assert_eq!(causal.bytes(), 3 * 4 * 4096);
     let window = Mask::Local {
         left: Some(4095),
         right: Some(0),
@@ -149,8 +156,8 @@ fn the_tables_of_32k_sequences_in_blocks_of_512() {
         })
         .sum();
     assert_eq!(chunked_steps, 4 * (16 * 17 / 2));
-    // The diagonal mask is shared by every head; the window adds its edge.
-    assert!(t.partial_masks() <= 2, "{}", t.partial_masks());
+    // Partial steps compute visibility from positions.
+    assert_eq!(t.partial_masks(), 0);
     assert!(computed < 3 * 64 * 64 / 2);
     eprintln!(
         "32k, blocks of 512, 3 heads: {} steps computed of {}, {} distinct partial masks, {} KiB",
@@ -249,7 +256,7 @@ proptest! {
         let v = rnd(vec![b, hkv, skv, d], seed ^ 3);
         let qseg = Array::new(DType::I32, [b, sq, 1], qs.iter().map(|&x| x as f64).collect()).unwrap();
         let kseg = Array::new(DType::I32, [b, 1, skv], ks.iter().map(|&x| x as f64).collect()).unwrap();
-        let cfg = MaskedConfig { sm_scale: 1.0 / (d as f32).sqrt(), softcap: None, block_q: bq, block_k: bk };
+        let cfg = MaskedConfig { sm_scale: 1.0 / (d as f32).sqrt(), softcap: None, block_q: bq, block_k: bk, rule: MaskedConfig::rule_of(&m) };
         let dims = kernels::attention::masked::masked_attention::Dims::from_shapes(&[
             pre[0].shape(), pre[1].shape(), pre[2].shape(), q.shape(), k.shape(), v.shape(),
             masks.shape(), qseg.shape(), kseg.shape(),
@@ -371,7 +378,7 @@ proptest! {
         let bq = 16.min(sq);
         let c = Case::new(heads, hkv, (sq, skv), (bq, bk), d, dtype, segments, seed);
         let h = c.m.heads.len();
-        let cfg = MaskedConfig { sm_scale: 1.0 / (d as f32).sqrt(), softcap, block_q: bq, block_k: bk };
+        let cfg = MaskedConfig { sm_scale: 1.0 / (d as f32).sqrt(), softcap, block_q: bq, block_k: bk, rule: MaskedConfig::rule_of(&c.m) };
         let visible = |h, i, j| c.visible(h, i, j);
         let spec = kernels::reference::MaskedSpec {
             mask: &visible, q_seg: &c.qs, kv_seg: &c.ks, scale: cfg.sm_scale as f64, softcap: softcap.map(f64::from),
@@ -418,16 +425,21 @@ proptest! {
 /// skipped step names the query block the next computed one needs.
 #[test]
 fn the_transposed_tables_are_the_forwards_read_by_key_block() {
+    // An explicit (all-visible) array makes the mask not computable, so
+    // its partial steps keep element masks whose fetches are checked too.
+    let everything = Mask::explicit(100, 90, vec![true; 9000]).unwrap();
     let m = MultiHeadMask {
         heads: vec![
             Mask::Causal { offset: 0 },
             Mask::Local {
                 left: Some(20),
                 right: Some(3),
-            },
+            }
+            .and(everything),
         ],
     };
     let t = BlockTables::build(&m, 100, 90, 16, 16).unwrap();
+    assert!(t.partial_masks() > 1);
     let [kind, fetch, mask_fetch] = t.transposed_arrays();
     let (nq, nk) = (t.q_blocks, t.k_blocks);
     assert_eq!(kind.shape(), &[2, nk, nq]);

@@ -1087,6 +1087,7 @@ fn masked_attention_compiles_for_every_generation() {
             softcap: Some(30.0),
             block_q: 128,
             block_k: 128,
+            rule: None,
         };
         let k = masked_attention(&cfg, dt, dims).unwrap();
         for t in Target::ALL {

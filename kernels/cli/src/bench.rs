@@ -2,13 +2,21 @@
 
 use std::time::Duration;
 
-use tooling::bench::{Method, Workload, measure_isolated, suite, svg_chart, table, to_json};
+use tooling::bench::{
+    Method, Workload, masked_suite, measure_isolated, suite, svg_chart, table, to_json,
+};
 
 use crate::args::Args;
 use crate::{Failure, usage};
 
-/// Benchmark groups by the kernel names they measure.
-const GROUPS: [&str; 3] = ["matmul", "flash_attention", "flash_attention_bwd"];
+/// Benchmark groups by the kernel names they measure; `masked_attention`
+/// runs the attention workloads as masks beside the band kernels.
+const GROUPS: [&str; 4] = [
+    "matmul",
+    "flash_attention",
+    "flash_attention_bwd",
+    "masked_attention",
+];
 
 fn group(w: Workload) -> &'static str {
     match w {
@@ -77,8 +85,13 @@ pub fn bench(args: &[String]) -> Result<(), Failure> {
             "no Python with torch: PyTorch is not measured (kernels/tooling/benches/setup_torch.sh makes one)"
         );
     }
-    for (w, methods) in suite(max_s, max_bwd_s, torch) {
-        if filter.is_some_and(|f| f != group(w)) {
+    let workloads = if filter == Some("masked_attention") {
+        masked_suite(max_s, max_bwd_s)
+    } else {
+        suite(max_s, max_bwd_s, torch)
+    };
+    for (w, methods) in workloads {
+        if filter.is_some_and(|f| f != "masked_attention" && f != group(w)) {
             continue;
         }
         for m in methods {

@@ -336,9 +336,12 @@ USAGE:
 
 KERNEL picks one group: matmul (1024^3 f32, native JIT vs XLA dot_general),
 flash_attention (forward, B=1 H=8 D=128, S=1024..max-s, causal and not:
-native JIT and decomposed StableHLO vs XLA's unfused graph), or
-flash_attention_bwd (the backward kernels vs XLA's unfused backward).
-Default: all. Each measurement runs in its own process; time is the median
+native JIT and decomposed StableHLO vs XLA's unfused graph),
+flash_attention_bwd (the backward kernels vs XLA's unfused backward), or
+masked_attention (the same forward and backward workloads as masks, causal
+or full, through the table-driven kernels beside the band kernels, native
+JIT at the same blocks; the table ends with their time ratios).
+Default: all but masked_attention. Each measurement runs in its own process; time is the median
 of repeated runs, peak memory the resident-set growth of the first run.
 
 OPTIONS:

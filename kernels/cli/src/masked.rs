@@ -101,6 +101,7 @@ pub fn masked(args: &[String]) -> Result<(), Failure> {
         softcap,
         block_q: bq,
         block_k: bk,
+        rule: MaskedConfig::rule_of(&mask),
     };
     let shapes: Vec<&[usize]> = args.iter().map(|x| x.shape()).collect();
     let dims = kernels::attention::masked::masked_attention::Dims::from_shapes(&shapes)

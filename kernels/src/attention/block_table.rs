@@ -17,8 +17,13 @@
 //! let m = MultiHeadMask::uniform(Mask::Causal { offset: 0 }, 1);
 //! let t = BlockTables::build(&m, 1024, 1024, 256, 256).unwrap();
 //! // 4×4 blocks: 6 above the diagonal empty, 4 on it partial, 6 full;
-//! // every diagonal block has the same element mask.
+//! // causal is computable from positions, so no element mask is kept.
 //! assert_eq!(t.count(kernels::attention::mask::BlockKind::Empty), 6);
+//! assert_eq!(t.partial_masks(), 0);
+//! // An explicit mask's partial blocks keep theirs, deduplicated: the
+//! // same pattern in both diagonal blocks is one mask.
+//! let e = Mask::explicit(4, 4, (0..16).map(|i| i % 4 <= i / 4).collect()).unwrap();
+//! let t = BlockTables::build(&MultiHeadMask::uniform(e, 1), 4, 4, 2, 2).unwrap();
 //! assert_eq!(t.partial_masks(), 1);
 //! ```
 
@@ -46,9 +51,13 @@ pub struct BlockTables {
     /// `[heads, q_blocks, k_blocks]`: the key block each step names.
     pub fetch: Vec<i32>,
     /// `[heads, q_blocks, k_blocks]`: the partial step's element mask
-    /// (an index into `masks`), −1 for the others.
+    /// (an index into `masks`), −1 for the others (and for every step of
+    /// a [computable](MultiHeadMask::computable) mask).
     pub mask_index: Vec<i32>,
-    /// The distinct element masks of partial blocks, each `[bq, bk]`.
+    /// The distinct element masks of partial blocks, each `[bq, bk]`;
+    /// none for a computable mask, whose partial steps compute visibility
+    /// from positions (`MaskedConfig::rule`), so the kernels fetch one
+    /// unread block once instead of a mask per partial step.
     pub masks: Vec<Vec<bool>>,
     /// `[heads, q_blocks, k_blocks]`: the element mask each step's index
     /// map names: a partial step's own, any other step the one named
@@ -104,6 +113,9 @@ impl BlockTables {
         let mut mask_index = vec![-1i32; cells];
         let mut masks: Vec<Vec<bool>> = Vec::new();
         let mut seen: HashMap<Vec<bool>, i32> = HashMap::new();
+        // A computable mask's partial steps compute their visibility from
+        // positions: no element masks are kept.
+        let computed = mask.computable();
         for (hh, m) in mask.heads.iter().enumerate() {
             for qi in 0..nq {
                 let (q0, q1) = (qi * bq, ((qi + 1) * bq).min(sq));
@@ -138,6 +150,7 @@ impl BlockTables {
                     match b {
                         BlockKind::Empty => {}
                         BlockKind::Full => kind[cell] = 2,
+                        BlockKind::Partial if computed => kind[cell] = 1,
                         BlockKind::Partial => {
                             kind[cell] = 1;
                             let next = masks.len() as i32;

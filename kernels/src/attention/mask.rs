@@ -146,6 +146,18 @@ impl Mask {
         }
     }
 
+    /// Whether visibility is a function of the two positions alone (no
+    /// explicit array anywhere in it): the kernels then compute it from
+    /// positions on partial steps and read no element masks, as splash
+    /// attention does with its computable masks.
+    pub fn computable(&self) -> bool {
+        match self {
+            Mask::Explicit { .. } => false,
+            Mask::And(a, b) | Mask::Or(a, b) => a.computable() && b.computable(),
+            _ => true,
+        }
+    }
+
     /// The kind of the rectangle of queries `q0..q1` and keys `k0..k1`
     /// (both non-empty), from the mask's structure. `Partial` may be
     /// returned for a rectangle that is in fact all or nothing (an
@@ -240,6 +252,11 @@ impl MultiHeadMask {
         MultiHeadMask {
             heads: vec![mask; heads],
         }
+    }
+
+    /// Whether every head's mask is [`Mask::computable`].
+    pub fn computable(&self) -> bool {
+        self.heads.iter().all(Mask::computable)
     }
 
     /// The masks of `heads` heads from text: one [`Mask`] for all of them,

@@ -8,6 +8,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
+use super::mask::{Mask, MultiHeadMask};
 use super::{MASK_VALUE, Online, group, online_softmax_finish, online_softmax_init, online_update};
 
 /// Config of [`masked_attention()`].
@@ -21,20 +22,106 @@ pub struct MaskedConfig {
     pub block_q: usize,
     /// Keys per block (the tables' `bk`).
     pub block_k: usize,
+    /// The mask, when partial steps compute visibility from positions
+    /// instead of reading element masks: `Some` exactly when the mask is
+    /// [computable](MultiHeadMask::computable), whose tables keep no
+    /// element masks ([`MaskedConfig::rule_of`] says which).
+    pub rule: Option<MultiHeadMask>,
 }
 
-/// `[bq, bk]` bools: the pairs of computed step (`qi`, `ki`) of kind
-/// `step` (1 partial, 2 full) that are visible: same segment, in the
-/// element mask unless the block is full, and inside both sequences. The
-/// padding of the last blocks (whose segment ids and mask rows are
-/// garbage or stale) is never visible.
+impl MaskedConfig {
+    /// The [`MaskedConfig::rule`] that goes with `mask`'s tables.
+    pub fn rule_of(mask: &MultiHeadMask) -> Option<MultiHeadMask> {
+        mask.computable().then(|| mask.clone())
+    }
+}
+
+/// A position as the kernels compare it: sequences stay far below 2³⁰,
+/// so offsets and windows past that are as good as open.
+fn position(v: i128) -> i32 {
+    v.clamp(-(1 << 30), 1 << 30) as i32
+}
+
+/// `[bq, bk]` bools: which of the pairs of query positions `q` and key
+/// positions `k` (i32 tiles) `mask` leaves visible; `None` for all of
+/// them. Chunks divide positions, which are never negative, so truncating
+/// division is floor division.
+fn mask_tile(mask: &Mask, q: Tile, k: Tile) -> Option<Tile> {
+    match mask {
+        Mask::Full => None,
+        Mask::Causal { offset } => Some(k.le(q + position(*offset as i128))),
+        Mask::Local { left, right } => {
+            let lo = left.map(|l| k.ge(q - position(l as i128)));
+            let hi = right.map(|r| k.le(q + position(r as i128)));
+            match (lo, hi) {
+                (Some(a), Some(b)) => Some(a & b),
+                (a, b) => a.or(b),
+            }
+        }
+        Mask::ChunkedCausal { chunk } => {
+            let c = position((*chunk).max(1) as i128);
+            Some(k.le(q) & (k / c).eq(q / c))
+        }
+        Mask::Prefix { len } => Some(k.lt(position(*len as i128)) | k.le(q)),
+        Mask::Explicit { .. } => unreachable!("an explicit mask is not computable"),
+        Mask::And(a, b) => match (mask_tile(a, q, k), mask_tile(b, q, k)) {
+            (Some(x), Some(y)) => Some(x & y),
+            (x, y) => x.or(y),
+        },
+        Mask::Or(a, b) => match (mask_tile(a, q, k), mask_tile(b, q, k)) {
+            (Some(x), Some(y)) => Some(x | y),
+            _ => None,
+        },
+    }
+}
+
+impl MultiHeadMask {
+    /// `[bq, bk]` bools: head `hi`'s mask (`hi` an i32 scalar tile) over
+    /// query positions `q` and key positions `k` (i32 tiles), one
+    /// expression per distinct head mask, chosen by head. Only for a
+    /// [computable](MultiHeadMask::computable) mask.
+    fn visible_tile(&self, hi: Tile, q: Tile, k: Tile) -> Tile {
+        rule_tile(self, hi, q, k)
+    }
+}
+
+fn rule_tile(rule: &MultiHeadMask, hi: Tile, q: Tile, k: Tile) -> Tile {
+    let all = || k.ge(0);
+    let mut distinct: Vec<&Mask> = Vec::new();
+    for m in &rule.heads {
+        if !distinct.contains(&m) {
+            distinct.push(m);
+        }
+    }
+    let mut out = mask_tile(distinct[0], q, k).unwrap_or_else(all);
+    for m in &distinct[1..] {
+        let mut mine: Option<Tile> = None;
+        for (h, _) in rule.heads.iter().enumerate().filter(|(_, x)| x == m) {
+            let is = (k * 0 + hi).eq(h as i32);
+            mine = Some(match mine {
+                Some(x) => x | is,
+                None => is,
+            });
+        }
+        let here = mask_tile(m, q, k).unwrap_or_else(all);
+        out = select(mine.expect("a distinct mask has a head"), here, out);
+    }
+    out
+}
+
+/// `[bq, bk]` bools: the pairs of computed step (`qi`, `ki`) of head
+/// `hi` and kind `step` (1 partial, 2 full) that are visible: same
+/// segment, in the mask unless the block is full (computed from positions
+/// with a [`MaskedConfig::rule`], else the step's element mask), and
+/// inside both sequences. The padding of the last blocks (whose segment
+/// ids and mask rows are garbage or stale) is never visible.
 #[kernel_fn]
 pub(crate) fn visible_pairs(
     cfg: &MaskedConfig,
     (sq, skv): (usize, usize),
     (q_seg, kv_seg, masks): (Ref, Ref, Ref),
     step: Tile,
-    (qi, ki): (Tile, Tile),
+    (hi, qi, ki): (Tile, Tile, Tile),
 ) -> Tile {
     let (bq, bk) = (cfg.block_q, cfg.block_k);
     // Segment ids of the last blocks' padding are garbage: cleared before
@@ -47,8 +134,12 @@ pub(crate) fn visible_pairs(
         qseg = select(qseg_pos < sq as i32, qseg, -2);
     }
     let same = qseg.broadcast_to([bq, bk]) == kseg.broadcast_to([bq, bk]);
-    let elem = masks.load((0, .., ..)) != 0;
     let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
+    let elem = if let Some(rule) = &cfg.rule {
+        rule.visible_tile(hi, iota(I32, [bq, bk], 0) + qi * bq, k_pos)
+    } else {
+        masks.load((0, .., ..)) != 0
+    };
     let mut visible = same & (elem | (step == 2)) & (k_pos < skv as i32);
     if !sq.is_multiple_of(bq) {
         let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
@@ -138,7 +229,7 @@ pub fn masked_attention<T: Element>(
         if let Some(cap) = cfg.softcap {
             s = (s * (1.0 / cap)).tanh() * cap;
         }
-        let visible = visible_pairs(cfg, (sq, skv), (q_seg, kv_seg, masks), step, (qi, ki));
+        let visible = visible_pairs(cfg, (sq, skv), (q_seg, kv_seg, masks), step, (hi, qi, ki));
         s = select(visible, s, MASK_VALUE);
         let mut vb = v.load((0, 0, .., ..));
         if !skv.is_multiple_of(bk) {

@@ -40,7 +40,7 @@ struct Saved {
     kv_seg: Ref,
 }
 
-/// `P` and `dS` of one computed (q block `qi`, k block `ki`) step, both
+/// `P` and `dS` of one computed (head `hi`, q block `qi`, k block `ki`) step, both
 /// exactly 0 at hidden or padded pairs; also the q, k and dO blocks it
 /// loaded, with their padding rows (past `sq`, `skv`) zeroed.
 #[kernel_fn]
@@ -49,7 +49,7 @@ fn probs_and_dscores(
     (sq, skv): (usize, usize),
     ins: Saved,
     step: Tile,
-    (qi, ki): (Tile, Tile),
+    (hi, qi, ki): (Tile, Tile, Tile),
 ) -> (Tile, Tile, Tile, Tile, Tile) {
     let (bq, bk) = (cfg.block_q, cfg.block_k);
     let qb = zero_tail(ins.q.load((0, 0, .., ..)), qi, bq, sq);
@@ -65,7 +65,7 @@ fn probs_and_dscores(
         (sq, skv),
         (ins.q_seg, ins.kv_seg, ins.masks),
         step,
-        (qi, ki),
+        (hi, qi, ki),
     );
     let lse = ins.lse.load((0, 0, .., ..));
     let delta = ins.delta.load((0, 0, .., ..));
@@ -141,7 +141,7 @@ pub fn masked_attention_dq<T: Element>(
             kv_seg,
         };
         let (_p, ds, _qb, kb, _dob) =
-            probs_and_dscores(cfg, (sq, skv), ins, step, (qi, ki));
+            probs_and_dscores(cfg, (sq, skv), ins, step, (hi, qi, ki));
         acc.store(
             ..,
             acc.load(..) + dot(ds.convert(kb.dtype()), kb) * cfg.sm_scale,
@@ -232,7 +232,7 @@ pub fn masked_attention_dkv<T: Element>(
             q_seg,
             kv_seg,
         };
-        let (p, ds, qb, _kb, dob) = probs_and_dscores(cfg, (sq, skv), ins, step, (qj, ki));
+        let (p, ds, qb, _kb, dob) = probs_and_dscores(cfg, (sq, skv), ins, step, (hi, qj, ki));
         dv_acc.store(.., dv_acc.load(..) + dot(p.convert(dob.dtype()).t(), dob));
         dk_acc.store(
             ..,

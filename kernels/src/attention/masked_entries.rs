@@ -68,9 +68,14 @@ impl Setup {
             softcap: c.opt_f32("softcap")?,
             block_q: c.usize("block_q")?.min(sq.max(1)),
             block_k: c.usize("block_k")?.min(skv.max(1)),
+            rule: None,
         };
         let mask = MultiHeadMask::parse(c.mask_text("mask")?, h)
             .map_err(|e| EntryError::Shape(format!("config `mask`: {e}")))?;
+        let cfg = MaskedConfig {
+            rule: MaskedConfig::rule_of(&mask),
+            ..cfg
+        };
         let tables = BlockTables::build(&mask, sq, skv, cfg.block_q, cfg.block_k)
             .map_err(|e| EntryError::Shape(e.to_string()))?;
         Ok(Setup { cfg, mask, tables })

@@ -62,11 +62,11 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
             .ok_or("no Python with torch (kernels/tooling/benches/setup_torch.sh makes one)")?;
         return super::torch::measure_torch(&python, w, budget);
     }
-    let pool = w.pool()?;
+    let pool = w.pool(m)?;
     let mut run: Box<dyn FnMut() -> Result<(), String>> = match m {
         // Measured above, in Python.
         Method::Torch => return Err("torch is measured by its own child".into()),
-        Method::Jit => {
+        Method::Jit | Method::Tables => {
             let stages: Vec<(HostKernel, Vec<usize>)> = w
                 .stages(m)?
                 .into_iter()
@@ -101,7 +101,8 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
                             .collect();
                         let mut out_refs: Vec<&mut [u8]> =
                             outs.iter_mut().map(Vec::as_mut_slice).collect();
-                        k.run_bytes(&[], &refs, &mut out_refs)
+                        let (prefetch, inputs) = refs.split_at(k.kernel().prefetch.len());
+                        k.run_bytes(prefetch, inputs, &mut out_refs)
                             .map_err(|e| e.to_string())?;
                         outs
                     };

@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | matmul 1024³ f32 | native JIT of [`kernels::foundation::matmul()`] | XLA's `dot_general` on the same PJRT plugin |
 //! | attention forward, B=1 H=8 D=128, S=1024…8192, causal or not | native JIT and decomposed StableHLO of [`kernels::attention::flash_attention()`] | XLA's unfused `softmax(QKᵀ)V` graph |
+//! | the same, forward and backward, as masks (`tessera bench masked_attention`) | native JIT of the table-driven [`kernels::attention::masked`] kernels, the mask (`causal` or `full`) preprocessed into block tables | the band kernels ([`Method::Jit`]) at the same blocks |
 //!
 //! Every (workload, method) runs in its own child process (the benchmark
 //! binary re-executed with [`CHILD_FLAG`]), so that one measurement's
@@ -30,7 +31,7 @@ mod torch;
 
 use baseline::baseline;
 pub use measure::{Measurement, child_main, measure, measure_isolated};
-pub use report::{suite, svg_chart, table, to_json};
+pub use report::{masked_suite, suite, svg_chart, table, to_json};
 pub use torch::torch_python;
 
 /// The argument that makes a benchmark binary measure one case and exit.
@@ -66,7 +67,8 @@ pub enum Workload {
 pub struct Stage {
     /// The kernel.
     pub kernel: VerifiedKernel,
-    /// Indices into the pool.
+    /// Indices into the pool of its arguments in call order (scalar
+    /// prefetch first, [`kernel_ir::Kernel::arguments`]).
     pub inputs: Vec<usize>,
 }
 
@@ -114,10 +116,63 @@ impl Workload {
         }
     }
 
-    /// The arrays the workload starts from: its inputs, and for the
-    /// backward pass the forward's output and logsumexp (computed here by
-    /// the native forward kernel, outside any timing).
-    fn pool(self) -> Result<Vec<Array>, String> {
+    /// The arrays the workload starts from: its inputs, for the backward
+    /// pass the forward's output and logsumexp (computed here by the native
+    /// forward kernel, outside any timing), and for [`Method::Tables`] the
+    /// mask's block tables, element masks and (all-zero) segment ids, built
+    /// outside any timing as a caller builds them once per mask.
+    fn pool(self, m: Method) -> Result<Vec<Array>, String> {
+        let mut pool = self.data_pool()?;
+        if m == Method::Tables {
+            pool.extend(self.tables()?);
+        }
+        Ok(pool)
+    }
+
+    /// What [`Method::Tables`] adds to the pool: `kind, fetch, mask_fetch,
+    /// masks, q_seg, kv_seg` of the workload's mask, and for the backward
+    /// pass the transposed `kind_t, fetch_t, mask_fetch_t`.
+    fn tables(self) -> Result<Vec<Array>, String> {
+        use kernels::attention::block_table::BlockTables;
+        let (s, backward) = match self {
+            Workload::Attention { s, .. } => (s, false),
+            Workload::AttentionBwd { s, .. } => (s, true),
+            Workload::Matmul { .. } => return Err("a matmul has no mask".into()),
+        };
+        let b = attention_block(Method::Tables, s);
+        let tables = BlockTables::build(&self.mask(), s, s, b, b).map_err(|e| e.to_string())?;
+        let ([kind, fetch, mask_fetch], masks) = tables.arrays();
+        let zeros = |shape: [usize; 3]| Array::zeros(DType::I32, shape);
+        let mut v = vec![
+            kind,
+            fetch,
+            mask_fetch,
+            masks,
+            zeros([1, s, 1]),
+            zeros([1, 1, s]),
+        ];
+        if backward {
+            v.extend(tables.transposed_arrays());
+        }
+        Ok(v)
+    }
+
+    /// The attention workload's mask on every head: causal or full.
+    fn mask(self) -> kernels::attention::mask::MultiHeadMask {
+        use kernels::attention::mask::{Mask, MultiHeadMask};
+        let causal = matches!(
+            self,
+            Workload::Attention { causal: true, .. } | Workload::AttentionBwd { causal: true, .. }
+        );
+        let mask = if causal {
+            Mask::Causal { offset: 0 }
+        } else {
+            Mask::Full
+        };
+        MultiHeadMask::uniform(mask, HEADS)
+    }
+
+    fn data_pool(self) -> Result<Vec<Array>, String> {
         let attn = |s: usize| -> Vec<Array> {
             (0..3)
                 .map(|i| Array::random(DType::F32, [1, HEADS, s, HEAD_DIM], 10 + i, -1.0, 1.0))
@@ -160,6 +215,9 @@ impl Workload {
     /// The Tessera kernels of this workload for method `m`, in order.
     pub fn stages(self, m: Method) -> Result<Vec<Stage>, String> {
         let err = |e: KernelErrors| e.to_string();
+        if m == Method::Tables {
+            return self.table_stages();
+        }
         Ok(match self {
             Workload::AttentionBwd { s, causal } => {
                 let b = attention_block(m, s);
@@ -227,6 +285,88 @@ impl Workload {
                 }]
             }
         })
+    }
+
+    /// [`Method::Tables`]'s kernels: the table-driven forward, or delta,
+    /// dq over the tables and dk/dv over their transpose, at the blocks of
+    /// the band kernels.
+    fn table_stages(self) -> Result<Vec<Stage>, String> {
+        use kernels::attention::backward::{attention_delta, attention_delta::Dims as DeltaDims};
+        use kernels::attention::masked::{MaskedConfig, masked_attention};
+        use kernels::attention::masked_backward::{masked_attention_dkv, masked_attention_dq};
+        let err = |e: KernelErrors| e.to_string();
+        let (s, backward) = match self {
+            Workload::Attention { s, .. } => (s, false),
+            Workload::AttentionBwd { s, .. } => (s, true),
+            Workload::Matmul { .. } => return Err("a matmul has no mask".into()),
+        };
+        let b = attention_block(Method::Tables, s);
+        let cfg = MaskedConfig {
+            sm_scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+            softcap: None,
+            block_q: b,
+            block_k: b,
+            rule: MaskedConfig::rule_of(&self.mask()),
+        };
+        let (h, d, n) = (HEADS, HEAD_DIM, s.div_ceil(b));
+        let masks = self.tables()?[3].shape()[0];
+        if !backward {
+            // Pool: q k v, kind fetch mask_fetch masks q_seg kv_seg.
+            let dims = kernels::attention::masked::masked_attention::Dims {
+                b: 1,
+                h,
+                hkv: h,
+                sq: s,
+                skv: s,
+                d,
+                nq: n,
+                nk: n,
+                n: masks,
+            };
+            return Ok(vec![Stage {
+                kernel: masked_attention(&cfg, DType::F32, dims).map_err(err)?,
+                inputs: vec![3, 4, 5, 0, 1, 2, 6, 7, 8],
+            }]);
+        }
+        // Pool: q k v dO o lse (0..6), kind fetch mask_fetch masks q_seg
+        // kv_seg (6..12), kind_t fetch_t mask_fetch_t (12..15), then delta.
+        let dq = kernels::attention::masked_backward::masked_attention_dq::Dims {
+            b: 1,
+            h,
+            hkv: h,
+            sq: s,
+            skv: s,
+            d,
+            nq: n,
+            nk: n,
+            n: masks,
+        };
+        let dkv = kernels::attention::masked_backward::masked_attention_dkv::Dims {
+            b: 1,
+            h,
+            hkv: h,
+            sq: s,
+            skv: s,
+            d,
+            nq: n,
+            nk: n,
+            n: masks,
+        };
+        Ok(vec![
+            Stage {
+                kernel: attention_delta(b, DType::F32, DeltaDims { b: 1, h, sq: s, d })
+                    .map_err(err)?,
+                inputs: vec![4, 3],
+            },
+            Stage {
+                kernel: masked_attention_dq(&cfg, DType::F32, dq).map_err(err)?,
+                inputs: vec![6, 7, 8, 0, 1, 2, 3, 5, 15, 9, 10, 11],
+            },
+            Stage {
+                kernel: masked_attention_dkv(&cfg, DType::F32, dkv).map_err(err)?,
+                inputs: vec![12, 13, 14, 0, 1, 2, 3, 5, 15, 9, 10, 11],
+            },
+        ])
     }
 
     /// The Tessera kernel of this workload, configured for method `m`.
@@ -297,8 +437,10 @@ impl fmt::Display for Workload {
 
 /// Attention block size per method, tuned on this machine's CPUs: the JIT
 /// is fastest with 256 × 256 blocks (fewer block copies per multiply-add
-/// than 128, still cache-resident); XLA runs the decomposed grid loop with
-/// a per-iteration cost, so fewer, larger 512 × 512 blocks win there.
+/// than 128, still cache-resident), and the table-driven kernels run at the
+/// JIT's blocks so that they compare with it; XLA runs the decomposed grid
+/// loop with a per-iteration cost, so fewer, larger 512 × 512 blocks win
+/// there.
 pub fn attention_block(m: Method, s: usize) -> usize {
     let b = if m == Method::Decomposed { 512 } else { 256 };
     b.min(s)
@@ -317,6 +459,10 @@ pub enum Method {
     /// flash backend), in a Python child process, when a Python with torch
     /// is found ([`torch_python`]).
     Torch,
+    /// The attention workloads as masks (`causal` or `full`) through the
+    /// table-driven kernels ([`kernels::attention::masked`]), native JIT:
+    /// whether the band kernels are still worth keeping beside them.
+    Tables,
 }
 
 impl Method {
@@ -324,6 +470,7 @@ impl Method {
     pub fn name(self, w: Workload) -> &'static str {
         match (self, w) {
             (Method::Jit, _) => "tessera jit",
+            (Method::Tables, _) => "tessera jit, mask tables",
             (Method::Decomposed, _) => "tessera pjrt-decomposed",
             (Method::Xla, Workload::Matmul { .. }) => "xla dot_general",
             (Method::Xla, Workload::Attention { .. } | Workload::AttentionBwd { .. }) => {
@@ -341,12 +488,19 @@ impl Method {
             Method::Decomposed => "decomposed",
             Method::Xla => "xla",
             Method::Torch => "torch",
+            Method::Tables => "tables",
         }
     }
 
     fn parse(s: &str) -> Option<Method> {
-        [Method::Jit, Method::Decomposed, Method::Xla, Method::Torch]
-            .into_iter()
-            .find(|m| m.arg() == s)
+        [
+            Method::Jit,
+            Method::Decomposed,
+            Method::Xla,
+            Method::Torch,
+            Method::Tables,
+        ]
+        .into_iter()
+        .find(|m| m.arg() == s)
     }
 }

@@ -38,8 +38,31 @@ pub fn suite(max_s: usize, max_bwd_s: usize, torch: bool) -> Vec<(Workload, Vec<
     v
 }
 
+/// `tessera bench masked_attention`: the attention forward (up to
+/// `max_s`) and backward (up to `max_bwd_s`) workloads, causal and not, on
+/// the band kernels and as masks through the table-driven kernels, both
+/// native JIT at the same blocks.
+pub fn masked_suite(max_s: usize, max_bwd_s: usize) -> Vec<(Workload, Vec<Method>)> {
+    suite(max_s, max_bwd_s, false)
+        .into_iter()
+        .filter(|(w, _)| !matches!(w, Workload::Matmul { .. }))
+        .map(|(w, _)| (w, vec![Method::Jit, Method::Tables]))
+        .collect()
+}
+
+/// Seconds of a [`Method::Tables`] row over the band kernel's
+/// ([`Method::Jit`]) of the same workload, where both were measured.
+fn tables_vs_band(rows: &[Result<Measurement, String>], m: &Measurement) -> Option<f64> {
+    let band = rows
+        .iter()
+        .flatten()
+        .find(|b| b.workload == m.workload && b.method == Method::Jit)?;
+    (m.method == Method::Tables && band.seconds > 0.0).then(|| m.seconds / band.seconds)
+}
+
 /// A table of measurements with time and peak-memory ratios against the
-/// XLA baseline of the same workload.
+/// XLA baseline of the same workload; where the table-driven kernels ran,
+/// their time over the band kernels' follows the table.
 pub fn table(rows: &[Result<Measurement, String>]) -> String {
     let mut out = format!(
         "{:<26} {:<24} {:>10} {:>9} {:>11} {:>10} {:>10} {:>11}\n",
@@ -78,6 +101,17 @@ pub fn table(rows: &[Result<Measurement, String>]) -> String {
             Err(e) => out += &format!("error: {e}\n"),
         }
     }
+    let versus: Vec<String> = rows
+        .iter()
+        .flatten()
+        .filter_map(|m| {
+            tables_vs_band(rows, m).map(|r| format!("  {:<26} {r:.2}x\n", m.workload.to_string()))
+        })
+        .collect();
+    if !versus.is_empty() {
+        out += "\nmask tables / band kernel (time, native JIT, same blocks):\n";
+        out += &versus.concat();
+    }
     out
 }
 
@@ -104,7 +138,7 @@ pub fn to_json(rows: &[Result<Measurement, String>]) -> String {
                     _ => "null".into(),
                 };
                 format!(
-                    "{{\"workload\": \"{}\", \"method\": \"{}\", \"seconds\": {:.6}, \"runs\": {}, \"gflops\": {:.2}, \"peak_bytes\": {}, \"time_vs_xla\": {}, \"memory_vs_xla\": {}, \"time_vs_torch\": {}}}",
+                    "{{\"workload\": \"{}\", \"method\": \"{}\", \"seconds\": {:.6}, \"runs\": {}, \"gflops\": {:.2}, \"peak_bytes\": {}, \"time_vs_xla\": {}, \"memory_vs_xla\": {}, \"time_vs_torch\": {}, \"time_vs_band\": {}}}",
                     m.workload,
                     m.method.name(m.workload),
                     m.seconds,
@@ -113,7 +147,8 @@ pub fn to_json(rows: &[Result<Measurement, String>]) -> String {
                     m.peak_bytes,
                     ratio(m.seconds, b.map(|b| b.seconds)),
                     ratio(m.peak_bytes as f64, b.map(|b| b.peak_bytes as f64)),
-                    ratio(m.seconds, torch_of(m.workload).map(|t| t.seconds))
+                    ratio(m.seconds, torch_of(m.workload).map(|t| t.seconds)),
+                    tables_vs_band(rows, m).map_or("null".into(), |r| format!("{r:.4}"))
                 )
             }
             Err(e) => format!("{{\"error\": \"{}\"}}", e.replace('\\', "\\\\").replace('"', "\\\"")),

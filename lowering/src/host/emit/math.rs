@@ -28,6 +28,16 @@ impl<'c> HostEmitter<'_, 'c> {
             return self.fp8_decode(b, bits, to, w);
         }
         let from = if from.is_fp8() { DType::F16 } else { from };
+        // An integer (or bool) straight to bf16 is an LLVM `sitofp`/`uitofp .. to bfloat`,
+        // which x86 without AVX512-BF16 (Zen 3, Ice Lake) lowers to a
+        // `__truncsfbf2` call the process does not have (the engine then
+        // finds no entry point); through f32 the narrowing is one
+        // `truncf`, which the pipeline's `arith-expand` turns into integer
+        // ops.
+        if to == DType::BF16 && !from.is_float() {
+            let f = crate::body::convert_values(self.ir, b, x, &[w], from, DType::F32)?;
+            return crate::body::convert_values(self.ir, b, f, &[w], DType::F32, to);
+        }
         crate::body::convert_values(self.ir, b, x, &[w], from, to)
     }
 
