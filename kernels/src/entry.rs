@@ -323,7 +323,21 @@ impl Entry {
     }
 
     /// The kernel for `cfg` with some inputs' shapes overridden by name;
-    /// an unknown name is an error listing the inputs.
+    /// an unknown name is an error listing the inputs. Fixed inputs not
+    /// named take the shapes the config and the other shapes give them
+    /// (a mask's tables follow the sequence lengths).
+    ///
+    /// ```
+    /// let e = kernels::find("masked_attention").unwrap();
+    /// let cfg = kernels::Config::parse(e, &[]).unwrap();
+    /// let q = [1usize, 2, 512, 64];
+    /// let k = e
+    ///     .build_with_shapes(&cfg, &[("q", &q[..]), ("k", &q[..]), ("v", &q[..]),
+    ///         ("q_seg", &[1, 512, 1][..]), ("kv_seg", &[1, 1, 512][..])])
+    ///     .unwrap();
+    /// // Blocks of 128: the tables are [heads, 4, 4].
+    /// assert_eq!(k.arguments().next().unwrap().shape, &[2, 4, 4]);
+    /// ```
     pub fn build_with_shapes<N: AsRef<str>, S: AsRef<[usize]>>(
         &self,
         cfg: &Config,
@@ -341,6 +355,19 @@ impl Entry {
                 ))
             })?;
             slot.1 = v.to_vec();
+        }
+        let given = |i: usize| overrides.iter().any(|(k, _)| k.as_ref() == shapes[i].0);
+        let mut follow = Vec::new();
+        if let Some(fixed) = self.fixed_inputs {
+            let plain: Vec<Vec<usize>> = shapes.iter().map(|(_, s)| s.clone()).collect();
+            for (i, a) in fixed(cfg, &plain)? {
+                if i < shapes.len() && !given(i) {
+                    follow.push((i, a.shape().to_vec()));
+                }
+            }
+        }
+        for (i, s) in follow {
+            shapes[i].1 = s;
         }
         let shapes: Vec<Vec<usize>> = shapes.into_iter().map(|(_, s)| s).collect();
         self.build(cfg, &shapes)

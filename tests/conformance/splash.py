@@ -196,7 +196,7 @@ def main():
              f"h={H}, s={S}, d={D}, blocks {BLOCK}x{BLOCK}, f32; splash in interpret mode.", "",
              "## Forward: outputs and HBM bytes", "",
              "| mask | max abs Tessera - splash | max abs Tessera - f64 | q/k/v bytes splash | Tessera | ratio "
-             "| mask bytes splash | Tessera | segment-id bytes splash | Tessera |",
+             "| mask bytes splash (element masks or q positions) | Tessera | segment-id bytes splash | Tessera |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     grad_lines = ["", "## Backward: dq, dk, dv (max abs difference / max abs of the f64 gradient)", "",
                   "| mask | Tessera - splash (dq, dk, dv) | Tessera - f64 | splash - f64 |", "|---|---|---|---|"]
@@ -236,7 +236,9 @@ def main():
                                                   block_sizes=sk.BlockSizes(block_q=BLOCK, block_kv=BLOCK,
                                                                             block_kv_compute=BLOCK)), ids)
         s_bytes = sum(s_moved[n] for n in ("q", "k", "v"))
-        s_mask, t_mask = s_moved.get("masks", 0), t_moved.get("masks", 0)
+        # Splash's mask data: its partial blocks' element masks, or, for a
+        # mask it computes from positions, the query positions it reads.
+        s_mask, t_mask = s_moved.get("masks", 0) + s_moved.get("q_sequence", 0), t_moved.get("masks", 0)
         s_seg = s_moved.get("q_seg", 0) + s_moved.get("kv_seg", 0)
         t_seg = t_moved.get("q_seg", 0) + t_moved.get("kv_seg", 0)
         lines.append(f"| {name} | {d_s:.1e} | {d_r:.1e} | {s_bytes} | {t_bytes} | {t_bytes / s_bytes:.3f} "
@@ -266,10 +268,13 @@ def main():
         if not all(e <= 1e-4 for e in e_ts + e_tr):
             failures.append(f"{name}: gradients differ ({fmt(e_ts)} from splash, {fmt(e_tr)} from f64)")
     lines += grad_lines
-    lines += ["", "Element masks: both kernels read int32 `[bq, bk]` blocks (splash's bool masks become int32 "
-              "before its custom call), each fetched only when a partial step needs a new one. Tessera always "
-              "takes segment ids; where a case has none they are all 0 and splash has no such operand, so they "
-              "are listed, not compared."]
+    lines += ["", "Mask data: a mask computable from positions (causal, local, chunked, one kind on every head "
+              "for splash; any mask without an explicit array for Tessera) is computed in the kernel; splash "
+              "then reads its query positions as `[bq, 128]` int32 blocks, Tessera one unread mask block once. "
+              "Otherwise both read int32 `[bq, bk]` element masks (splash's bool masks become int32 before its "
+              "custom call), each fetched when a partial step needs a new one. Tessera always takes segment "
+              "ids; where a case has none they are all 0 and splash has no such operand, so they are listed, "
+              "not compared."]
     if failures:
         lines += ["", "## Failures", ""] + [f"- {f}" for f in failures]
     report = "\n".join(lines) + "\n"
