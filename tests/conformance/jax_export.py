@@ -12,6 +12,7 @@ constants of the artifact; forward (dead rows included) against float64 and
 jax.grad against JAX's autodiff, its gradient program compiled for every
 generation. Exits non-zero on any failure.
 """
+import json
 import pathlib
 import subprocess
 import sys
@@ -20,7 +21,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "kernels" / "python"))
 import tessera_jax  # noqa: E402
 
 # name: (config, q/k/v shapes [b, h, s, d], jax window (left, right) or None)
@@ -399,6 +399,19 @@ def whole_or_refused(tessera, out, lines):
     shutil.copytree(causal, missing)
     (missing / "vjp" / "module.mlir").unlink()
     refused("a VJP module missing", missing)
+    # The installed package's version against the manifest's: an artifact
+    # of another Tessera release is refused, one of this release loads.
+    other = out / "whole_other_release"
+    shutil.copytree(causal, other)
+    man = json.loads((other / "manifest.json").read_text())
+    if man.get("tessera_version") != tessera_jax.__version__:
+        lines.append(f"- the manifest names Tessera {man.get('tessera_version')!r}, the package is "
+                     f"{tessera_jax.__version__}: FAILED")
+        failures.append("package version")
+    major, minor = (int(x) for x in tessera_jax.__version__.split(".")[:2])
+    man["tessera_version"] = f"{major}.{minor + 1}.0"
+    (other / "manifest.json").write_text(json.dumps(man))
+    refused("an export of another Tessera release", other)
     fam_a, fam_b = out / "whole_fam_a", out / "whole_fam_b"
     for d, cfg in ((fam_a, ["--config", "causal=true"]), (fam_b, [])):
         subprocess.run([str(tessera), "export", "flash_attention", *cfg, "--bucket", "2=128,256", "--out", str(d)], check=True, capture_output=True)

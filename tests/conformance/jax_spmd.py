@@ -32,7 +32,6 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "kernels" / "python"))
 import tessera_jax  # noqa: E402
 
 KIR = pathlib.Path(__file__).parent / "mesh"

@@ -40,6 +40,12 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import jax' 2>/dev/nu
   "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check jax==0.11.2 jaxlib==0.11.2
 fi
+# The JAX loader as a user installs it: its package (kernels/python), this
+# checkout's, into the venv on every run (no sys.path edits in the scripts).
+if ! "$venv/bin/python" -c 'import setuptools' 2>/dev/null; then
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'setuptools>=77'
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation ./kernels/python
 
 out=target/conformance
 mkdir -p "$out"

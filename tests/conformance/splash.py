@@ -38,7 +38,6 @@ from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_ke
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 from jax._src.pallas.mosaic import lowering as mosaic_lowering
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "kernels" / "python"))
 import tessera_jax  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))

@@ -293,3 +293,30 @@ fn the_library_depends_on_no_tool() {
         "tooling depends on the command"
     );
 }
+
+/// The JAX loader's package (`kernels/python`) is Tessera's version: its
+/// `__version__` (which `pyproject.toml` reads) is the workspace's, so the
+/// loader's check of an artifact's `tessera_version` means what it says.
+#[test]
+fn the_python_package_has_the_workspace_version() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let quoted = |text: &str, key: &str| -> Option<String> {
+        let line = text.lines().find(|l| l.trim_start().starts_with(key))?;
+        Some(line.split('"').nth(1)?.to_string())
+    };
+    let cargo = read("Cargo.toml");
+    let workspace = quoted(&cargo, "version =").expect("the workspace names its version");
+    let init = read("kernels/python/src/tessera_jax/__init__.py");
+    let package = quoted(&init, "__version__ =").expect("tessera_jax names __version__");
+    assert_eq!(
+        package, workspace,
+        "set __version__ in kernels/python/src/tessera_jax/__init__.py"
+    );
+    assert_eq!(workspace, env!("CARGO_PKG_VERSION"));
+    let pyproject = read("kernels/python/pyproject.toml");
+    assert!(
+        pyproject.contains("version = { attr = \"tessera_jax.__version__\" }"),
+        "pyproject.toml must read its version from tessera_jax.__version__"
+    );
+}

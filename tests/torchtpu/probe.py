@@ -20,7 +20,6 @@ import sys
 import warnings
 
 warnings.filterwarnings("ignore")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "kernels" / "python"))
 
 import jax  # noqa: E402
 import torch  # noqa: E402

@@ -310,19 +310,26 @@ impl Workload {
         };
         let (h, d, n) = (HEADS, HEAD_DIM, s.div_ceil(b));
         let masks = self.tables()?[3].shape()[0];
+        // The three kernels' dims have the same fields, each its own type.
+        macro_rules! dims {
+            ($t:path) => {{
+                use $t as Dims;
+                Dims {
+                    b: 1,
+                    h,
+                    hkv: h,
+                    sq: s,
+                    skv: s,
+                    d,
+                    nq: n,
+                    nk: n,
+                    n: masks,
+                }
+            }};
+        }
         if !backward {
             // Pool: q k v, kind fetch mask_fetch masks q_seg kv_seg.
-            let dims = kernels::attention::masked::masked_attention::Dims {
-                b: 1,
-                h,
-                hkv: h,
-                sq: s,
-                skv: s,
-                d,
-                nq: n,
-                nk: n,
-                n: masks,
-            };
+            let dims = dims!(kernels::attention::masked::masked_attention::Dims);
             return Ok(vec![Stage {
                 kernel: masked_attention(&cfg, DType::F32, dims).map_err(err)?,
                 inputs: vec![3, 4, 5, 0, 1, 2, 6, 7, 8],
@@ -330,28 +337,8 @@ impl Workload {
         }
         // Pool: q k v dO o lse (0..6), kind fetch mask_fetch masks q_seg
         // kv_seg (6..12), kind_t fetch_t mask_fetch_t (12..15), then delta.
-        let dq = kernels::attention::masked_backward::masked_attention_dq::Dims {
-            b: 1,
-            h,
-            hkv: h,
-            sq: s,
-            skv: s,
-            d,
-            nq: n,
-            nk: n,
-            n: masks,
-        };
-        let dkv = kernels::attention::masked_backward::masked_attention_dkv::Dims {
-            b: 1,
-            h,
-            hkv: h,
-            sq: s,
-            skv: s,
-            d,
-            nq: n,
-            nk: n,
-            n: masks,
-        };
+        let dq = dims!(kernels::attention::masked_backward::masked_attention_dq::Dims);
+        let dkv = dims!(kernels::attention::masked_backward::masked_attention_dkv::Dims);
         Ok(vec![
             Stage {
                 kernel: attention_delta(b, DType::F32, DeltaDims { b: 1, h, sq: s, d })

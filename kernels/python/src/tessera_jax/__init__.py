@@ -11,10 +11,18 @@ modules (platforms cpu and tpu, the platform index first); this loader only
 serializes it with jax's own function (`_module_to_bytecode`, a StableHLO
 portable artifact) and states its avals. Checked against jax/jaxlib 0.11.2
 (the conformance venv, tests/conformance/run.sh). Depends only on jax.
+
+Installed with `pip install ./kernels/python` from a Tessera checkout; its
+version is that checkout's Tessera version, and it loads only artifacts
+whose manifest names the same release (`tessera_version`, major and minor).
 """
+from __future__ import annotations
+
 import hashlib
 import json
+import os
 import pathlib
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -22,9 +30,15 @@ from jax._src.export import _export
 from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir
 
-__all__ = ["ArtifactError", "load", "load_family", "manifest", "check"]
+__all__ = ["ArtifactError", "load", "load_family", "manifest", "check", "__version__"]
+
+# Tessera's version (the workspace's `version` in Cargo.toml; a Rust test
+# holds the two equal).
+__version__ = "0.1.0"
 
 FORMAT, FORMAT_VERSION = "tessera-export", 2
+
+PathLike = str | os.PathLike[str]
 
 
 class ArtifactError(ValueError):
@@ -32,12 +46,13 @@ class ArtifactError(ValueError):
     from another export, or a format this loader does not know."""
 
 
-def manifest(path):
+def manifest(path: PathLike) -> dict[str, Any]:
     """The manifest of an exported directory, as a dict."""
     return json.loads((pathlib.Path(path) / "manifest.json").read_text())
 
 
-def _sha256(path):
+def _sha256(path: PathLike) -> str:
+    """The hex SHA-256 of a file, read in blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -45,11 +60,17 @@ def _sha256(path):
     return h.hexdigest()
 
 
-def check(path, index="manifest.json"):
+def _release(version: str) -> list[str]:
+    """Major and minor of a version: what an artifact and a loader share."""
+    return version.split(".")[:2]
+
+
+def check(path: PathLike, index: str = "manifest.json") -> dict[str, Any]:
     """Checks that the directory's `index` (a manifest, or `buckets.json`)
-    is a Tessera export this loader knows and that every file it names is
-    there, a regular file, with the recorded SHA-256. Returns the index as a
-    dict; raises ArtifactError naming the first file that does not match."""
+    is a Tessera export this loader knows, from the same Tessera release as
+    this loader, and that every file it names is there, a regular file, with
+    the recorded SHA-256. Returns the index as a dict; raises ArtifactError
+    naming the first thing that does not match."""
     d = pathlib.Path(path)
     try:
         man = json.loads((d / index).read_text())
@@ -60,6 +81,12 @@ def check(path, index="manifest.json"):
             f"{d / index}: not a {FORMAT} version {FORMAT_VERSION} index "
             f"(format {man.get('format')!r}, version {man.get('format_version')!r}); "
             "export it again with this Tessera")
+    made_by = man.get("tessera_version")
+    if not isinstance(made_by, str) or _release(made_by) != _release(__version__):
+        raise ArtifactError(
+            f"{d / index}: exported by Tessera {made_by!r}, but this tessera-jax is {__version__}; "
+            "install the tessera-jax of the Tessera that exported it (pip install ./kernels/python "
+            "from that checkout) or export it again with this one")
     files = man.get("files")
     if not isinstance(files, dict) or not files:
         raise ArtifactError(f"{d / index}: names no files")
@@ -74,11 +101,12 @@ def check(path, index="manifest.json"):
     return man
 
 
-def _avals(entries):
+def _avals(entries: list[dict[str, Any]]) -> tuple[jax.core.ShapedArray, ...]:
+    """The abstract values of manifest entries (shape and dtype each)."""
     return tuple(jax.core.ShapedArray(tuple(e["shape"]), jnp.dtype(e["dtype"])) for e in entries)
 
 
-def _varying(x):
+def _varying(x: Any) -> frozenset[str]:
     """The mesh axes a value varies over inside `shard_map` (empty outside
     it): `manual_axis_type.varying` in jax 0.11, `vma` before."""
     t = jax.typeof(x)
@@ -96,7 +124,8 @@ class TesseraExported(jax.export.Exported):
     what `shard_map`'s varying-manual-axes check wants. Outside `shard_map`
     (no varying axes) it is exactly `jax.export.Exported.call`."""
 
-    def call(self, *args, **kwargs):
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        """Calls the exported kernel on `args` (see the class docs)."""
         plain = super().call
         if self._get_vjp is None or kwargs:
             return plain(*args, **kwargs)
@@ -139,7 +168,7 @@ class TesseraExported(jax.export.Exported):
         return f(*args)
 
 
-def load(path):
+def load(path: PathLike) -> TesseraExported:
     """The exported kernel in `path` as a `jax.export.Exported` (call it with
     `.call(*arrays)`, inside `jax.jit` or not; arrays in manifest order).
 
@@ -180,7 +209,7 @@ def load(path):
     )
 
 
-def _vjp_of(d, man):
+def _vjp_of(d: pathlib.Path, man: dict[str, Any]) -> Callable[[Any], TesseraExported] | None:
     """The loader of the exported VJP (jax.export's convention: the primals
     and the outputs' cotangents in, the inputs' cotangents out), if the
     artifact has one; `jax.grad` through `Exported.call` uses it."""
@@ -199,7 +228,7 @@ def _vjp_of(d, man):
     return lambda _primal: vjp
 
 
-def load_family(path):
+def load_family(path: PathLike) -> tuple[dict[int, TesseraExported], int]:
     """A bucketed family (`tessera export --bucket AXIS=N,..`): a dict from
     bucket size to its `Exported`, and the bucketed axis."""
     d = pathlib.Path(path)
