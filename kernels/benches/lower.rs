@@ -1,5 +1,5 @@
 //! Time to lower flash attention to all three targets (release build):
-//! `cargo bench -p kernels --bench lower`. The target is under 50 ms for all three.
+//! `cargo bench -p tessera-kernels --bench lower`. The target is under 50 ms for all three.
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! module (twice), and free everything. Run it under valgrind:
 //!
 //! ```text
-//! cargo build --release -p runtime --example pjrt_lifecycle
+//! cargo build --release -p tessera-runtime --example pjrt_lifecycle
 //! valgrind --leak-check=full target/release/examples/pjrt_lifecycle
 //! ```
 //!

@@ -49,7 +49,7 @@ fi
 
 out=target/conformance
 mkdir -p "$out"
-cargo build --quiet --release -p tessera --bin tessera
+cargo build --quiet --release -p tessera-cli --bin tessera
 for k in add_f32 matmul_bf16_f32 flash_attention_causal_bf16 double_buffered_rows_f32; do
   ./target/release/tessera lower "$k" --target mosaic --out "$out/$k.tessera.mlir"
 done

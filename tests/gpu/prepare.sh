@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${1:-target/gpu-check}"
 mkdir -p "$out"
-cargo build --quiet --release -p tessera --bin tessera
+cargo build --quiet --release -p tessera-cli --bin tessera
 for s in 1024 2048 4096; do
   for causal in false true; do
     ./target/release/tessera lower flash_attention --target decomposed \

@@ -3,12 +3,12 @@
 use kernel_ir::{Array, KernelErrors, VerifiedKernel};
 use kernels::check::Tolerance;
 use proptest::prelude::*;
-use runtime::backend::Backend;
-use tooling::paths::run_paths;
 
 /// Fails unless every backend (interpreter, native JIT, PJRT decomposed,
 /// PJRT FFI call) ran `kernel` on `args` and matched every output's
-/// reference within its tolerance (the last tolerance repeats).
+/// reference within its tolerance (the last tolerance repeats): the
+/// public [`tessera_testing::check_every_path`], as a kernel author's
+/// crate calls it.
 pub fn all_paths(
     kernel: Result<VerifiedKernel, KernelErrors>,
     args: &[Array],
@@ -16,19 +16,8 @@ pub fn all_paths(
     tols: &[Tolerance],
 ) -> Result<(), TestCaseError> {
     let kernel = kernel.map_err(|e| TestCaseError::fail(e.to_string()))?;
-    let reports = run_paths(&kernel, args, &Backend::ALL, &wants, tols);
-    let failed: Vec<String> = reports
-        .iter()
-        .filter(|r| !r.passes())
-        .map(|r| r.to_string())
-        .collect();
-    prop_assert!(
-        failed.is_empty(),
-        "kernel `{}`:\n{}",
-        kernel.name,
-        failed.join("\n")
-    );
-    prop_assert_eq!(reports.len(), 4);
+    let report = tessera_testing::check_every_path(&kernel, args, &wants, tols)?;
+    prop_assert_eq!(report.paths.len(), 4);
     Ok(())
 }
 
@@ -56,18 +45,3 @@ pub fn within(got: &[f64], want: &[f64], abs: f64, rel: f64) -> Result<(), Strin
     }
     Ok(())
 }
-
-/// Pins `$text` as the snapshot `$name` of one target: each target's
-/// snapshots sit in one folder, `tests/it/snapshots/<folder>/<name>.snap`
-/// (review changes with `cargo insta review`).
-macro_rules! snapshot_in {
-    ($folder:literal, $name:expr, $text:expr) => {
-        insta::with_settings!({
-            snapshot_path => concat!("snapshots/", $folder),
-            prepend_module_to_snapshot => false,
-        }, {
-            insta::assert_snapshot!($name, $text);
-        })
-    };
-}
-pub(crate) use snapshot_in;

@@ -5,7 +5,6 @@
 
 use kernels::{Config, ENTRIES, presets};
 use runtime::backend::Backend;
-use tooling::paths::run_paths;
 
 fn check(
     name: &str,
@@ -27,11 +26,13 @@ fn check(
     );
     let tol = e.tolerances(cfg, k);
     assert_eq!(tol.len(), want.len(), "{name}: one tolerance per output");
-    run_paths(k, &inputs, &Backend::ALL, &want, &tol)
-        .into_iter()
-        .filter(|r| !r.passes())
-        .map(|r| format!("{name}: {r}"))
-        .collect()
+    match tessera_testing::check_every_path(k, &inputs, &want, &tol) {
+        Ok(report) => {
+            assert_eq!(report.paths.len(), Backend::ALL.len(), "{name}");
+            Vec::new()
+        }
+        Err(m) => vec![format!("{name}: {m}")],
+    }
 }
 
 #[test]

@@ -70,47 +70,15 @@ pub(crate) fn catalog() -> Vec<(&'static str, VerifiedKernel)> {
     all
 }
 
+/// The printed IR and every lowering target of each catalog kernel,
+/// through the public snapshot macro a kernel author's crate uses
+/// (`snapshots/<target>/<name>.snap`; the custom call shows its Mosaic
+/// body decoded, without source lines, instead of as base64).
 #[test]
-fn kernel_modules() {
+fn every_kernel_pinned_on_every_target() {
     for (name, k) in catalog() {
-        let text = lowering::kernel_module(&k).unwrap_or_else(|e| panic!("{name}: {e}"));
-        crate::common::snapshot_in!("kernel_module", name, text);
+        tessera_testing::assert_lowered_snapshots!(name, &k);
     }
-}
-
-#[test]
-fn tpu_custom_calls_with_their_bodies() {
-    for (name, k) in catalog() {
-        let c = lowering::tpu_custom_call(&k).unwrap_or_else(|e| panic!("{name}: {e}"));
-        // The serialized body is what the call carries. It holds the
-        // kernel's source locations (line numbers), so the snapshot shows
-        // it decoded, without them, instead of as base64.
-        let b64 = lowering_base64(&c.serialized_body);
-        assert!(c.module.contains(&b64), "{name}");
-        crate::common::snapshot_in!(
-            "tpu_custom_call",
-            name,
-            format!(
-                "{}\n// ---- the Mosaic kernel module inside backend_config ----\n{}",
-                c.module
-                    .replace(&b64, "<the Mosaic body below, as bytecode>"),
-                c.body
-            )
-        );
-    }
-}
-
-#[test]
-fn decomposed_modules() {
-    for (name, k) in catalog() {
-        let text = lowering::decomposed(&k).unwrap_or_else(|e| panic!("{name}: {e}"));
-        crate::common::snapshot_in!("decomposed", name, text);
-    }
-}
-
-fn lowering_base64(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// `mlir-opt-22`, when installed (the set-up installs it).

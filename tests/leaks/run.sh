@@ -11,7 +11,7 @@ if ! command -v valgrind >/dev/null 2>&1; then
   echo "leaks: skipped, valgrind is not installed (.ci/setup.sh installs it)"
   exit 0
 fi
-cargo build --quiet --release -p runtime --example pjrt_lifecycle
+cargo build --quiet --release -p tessera-runtime --example pjrt_lifecycle
 report=target/leaks/valgrind.txt
 mkdir -p target/leaks
 valgrind --leak-check=full --num-callers=40 target/release/examples/pjrt_lifecycle >"$report" 2>&1

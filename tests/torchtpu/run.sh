@@ -31,5 +31,5 @@ fi
 
 out=target/torchtpu
 mkdir -p "$out"
-cargo build --quiet --release -p tessera --bin tessera
+cargo build --quiet --release -p tessera-cli --bin tessera
 "$venv/bin/python" tests/torchtpu/probe.py ./target/release/tessera "$out"

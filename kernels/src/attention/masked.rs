@@ -97,7 +97,7 @@ fn rule_tile(rule: &MultiHeadMask, hi: Tile, q: Tile, k: Tile) -> Tile {
     for m in &distinct[1..] {
         let mut mine: Option<Tile> = None;
         for (h, _) in rule.heads.iter().enumerate().filter(|(_, x)| x == m) {
-            let is = hi.broadcast_to(k.shape()).eq(h as i32);
+            let is = hi.eq(h as i32).broadcast_to(k.shape());
             mine = Some(match mine {
                 Some(x) => x | is,
                 None => is,

@@ -1,4 +1,4 @@
-//! `cargo bench -p tooling`: the CPU paths against their XLA baselines, in
+//! `cargo bench -p tessera-tooling`: the CPU paths against their XLA baselines, in
 //! one run (see `tooling::bench`). `TESSERA_BENCH_MAX_S` caps the attention
 //! sequence length (default 8192), `TESSERA_BENCH_MAX_BWD_S` the backward's
 //! (default 4096); `TESSERA_BENCH_BUDGET` is the seconds of

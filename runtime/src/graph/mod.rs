@@ -38,7 +38,7 @@
 //! * **A sync materializes on the syncing thread**, holding the runtime's
 //!   materialization lock (a hand-off to a worker thread cost more than the
 //!   runtime's whole own share of a small program's dispatch, ~20 µs
-//!   measured in `cargo bench -p runtime` from the trace): the requested nodes, every pending collective
+//!   measured in `cargo bench -p tessera-runtime` from the trace): the requested nodes, every pending collective
 //!   (collectives are never pruned), and every deferred node of the same
 //!   subgraph that a handle still points at (detected from `Arc` counts), so
 //!   nothing is computed twice; dead nodes are never computed. Failures (an

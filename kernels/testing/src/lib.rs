@@ -1,0 +1,219 @@
+//! Testing a kernel in its author's own crate, as Tessera tests its own:
+//!
+//! * [`check_every_path`]: the kernel on every CPU path (the reference
+//!   interpreter, the native JIT, PJRT decomposed StableHLO, PJRT calling
+//!   the JIT through XLA's FFI) against an f64 reference, each output
+//!   under a [`Tolerance`] (per dtype by default), reporting max abs and
+//!   relative error and NaN counts per path; a [`Mismatch`] names the
+//!   kernel, the input shapes and the failing paths, and turns into a
+//!   proptest failure with `?`, so shapes shrink to a minimal one;
+//! * [`assert_lowered_snapshots!`]: the printed IR and each lowering
+//!   target pinned by [`insta`], one folder per target, stable names;
+//! * [`compile_for_tpu`]: libtpu (the TPU compiler, compile-only) takes the
+//!   kernel for chosen generations, failing with the fix when libtpu is
+//!   missing.
+//!
+//! ```no_run
+//! use kernel_ir::{Array, DType};
+//! use tessera_testing::{check_every_path, Tolerance};
+//! # let kernel: kernel_ir::VerifiedKernel = unimplemented!();
+//! let x = Array::random(DType::F32, [8, 128], 1, -1.0, 1.0);
+//! let y = Array::random(DType::F32, [8, 128], 2, -1.0, 1.0);
+//! let want = vec![x.data().iter().zip(y.data()).map(|(a, b)| a + b).collect()];
+//! let report = check_every_path(&kernel, &[x, y], &want, &[]).unwrap();
+//! println!("{report}"); // per path and output: max abs, max rel, NaN count
+//! ```
+//!
+//! `proptest` and `insta` are re-exported, so a kernel crate needs only
+//! this crate among its dev-dependencies.
+
+use std::fmt;
+
+use kernel_ir::{Array, Target, VerifiedKernel};
+use runtime::backend::Backend;
+use tooling::paths::{PathReport, run_paths};
+
+pub use insta;
+pub use kernels::check::{ErrorStats, Tolerance};
+pub use proptest;
+
+/// Every CPU path one kernel ran on, with each output's error.
+#[derive(Debug)]
+pub struct Report {
+    /// The kernel's name.
+    pub kernel: String,
+    /// The input shapes it ran at.
+    pub shapes: Vec<Vec<usize>>,
+    /// One report per path, in [`Backend::ALL`] order.
+    pub paths: Vec<PathReport>,
+}
+
+impl Report {
+    /// True when every path ran and matched every output.
+    pub fn passes(&self) -> bool {
+        self.paths.iter().all(PathReport::passes)
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "kernel `{}` at input shapes {:?}:",
+            self.kernel, self.shapes
+        )?;
+        for p in &self.paths {
+            let mark = if p.passes() { "ok" } else { "FAILED" };
+            for line in p.to_string().lines() {
+                writeln!(f, "  {line} [{mark}]")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A kernel that failed on some path: the whole report, the failing
+/// paths first in its text.
+#[derive(Debug)]
+pub struct Mismatch(pub Report);
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let failing: Vec<String> = self
+            .0
+            .paths
+            .iter()
+            .filter(|p| !p.passes())
+            .map(|p| p.backend.to_string())
+            .collect();
+        writeln!(
+            f,
+            "kernel `{}` does not match its reference on {} at input shapes {:?}",
+            self.0.kernel,
+            failing.join(", "),
+            self.0.shapes
+        )?;
+        write!(f, "{}", self.0)
+    }
+}
+
+/// An error, so `?` turns it into a proptest failure (proptest takes any
+/// error) and into a `Box<dyn Error>`.
+impl std::error::Error for Mismatch {}
+
+/// Runs `kernel` with `args` (scalar prefetch first, then the inputs, as
+/// [`kernel_ir::Kernel::arguments`] lists them) on every CPU path and
+/// compares output `i` with `reference[i]` (row-major f64) under
+/// `tolerances[i]`; the last tolerance repeats, and with none each output
+/// gets [`Tolerance::for_dtype`] of its dtype. NaN never passes.
+pub fn check_every_path(
+    kernel: &VerifiedKernel,
+    args: &[Array],
+    reference: &[Vec<f64>],
+    tolerances: &[Tolerance],
+) -> Result<Report, Mismatch> {
+    let report = Report {
+        kernel: kernel.name.clone(),
+        shapes: args.iter().map(|a| a.shape().to_vec()).collect(),
+        paths: run_paths(kernel, args, &Backend::ALL, reference, tolerances),
+    };
+    if report.passes() {
+        Ok(report)
+    } else {
+        Err(Mismatch(report))
+    }
+}
+
+/// The texts [`assert_lowered_snapshots!`] pins, by folder: the printed
+/// IR (`ir`), the upstream kernel module (`kernel_module`), the StableHLO
+/// calling it through `tpu_custom_call` (`tpu_custom_call`) and the
+/// decomposed StableHLO (`decomposed`). An error names the target.
+///
+/// The custom call carries the Mosaic kernel as base64 bytecode holding
+/// the kernel's source lines, which would change the snapshot whenever a
+/// line above the kernel moves: its text shows a placeholder there and
+/// the Mosaic module printed after it, without locations.
+pub fn lowered_texts(kernel: &VerifiedKernel) -> Result<Vec<(&'static str, String)>, String> {
+    use base64::Engine;
+    let named = |what: &str, e: lowering::LoweringError| format!("{what}: {e}");
+    let call = lowering::tpu_custom_call(kernel).map_err(|e| named("tpu_custom_call", e))?;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&call.serialized_body);
+    if !call.module.contains(&b64) {
+        return Err("tpu_custom_call: the module does not carry its serialized body".into());
+    }
+    Ok(vec![
+        ("ir", kernel.to_string()),
+        (
+            "kernel_module",
+            lowering::kernel_module(kernel).map_err(|e| named("kernel_module", e))?,
+        ),
+        (
+            "tpu_custom_call",
+            format!(
+                "{}\n// ---- the Mosaic kernel module inside backend_config ----\n{}",
+                call.module
+                    .replace(&b64, "<the Mosaic body below, as bytecode>"),
+                call.body
+            ),
+        ),
+        (
+            "decomposed",
+            lowering::decomposed(kernel).map_err(|e| named("decomposed", e))?,
+        ),
+    ])
+}
+
+/// Pins a kernel's printed IR and its lowering to each target as insta
+/// snapshots: `snapshots/<target>/<name>.snap` beside the test file, one
+/// folder per target (`ir`, `kernel_module`, `tpu_custom_call`,
+/// `decomposed`), so a review (`cargo insta review`) shows one target's
+/// changes together. Fails the test on a lowering error.
+///
+/// ```no_run
+/// # let kernel: kernel_ir::VerifiedKernel = unimplemented!();
+/// tessera_testing::assert_lowered_snapshots!("my_kernel_f32", &kernel);
+/// ```
+#[macro_export]
+macro_rules! assert_lowered_snapshots {
+    ($name:expr, $kernel:expr) => {{
+        let texts = $crate::lowered_texts($kernel).unwrap_or_else(|e| panic!("{}: {e}", $name));
+        for (folder, text) in texts {
+            $crate::assert_snapshot_in!(folder, $name, text);
+        }
+    }};
+}
+
+/// Pins `text` as the snapshot `name` in the folder `snapshots/<folder>`
+/// beside the test file (what [`assert_lowered_snapshots!`] does per
+/// target).
+#[macro_export]
+macro_rules! assert_snapshot_in {
+    ($folder:expr, $name:expr, $text:expr) => {
+        $crate::insta::with_settings!({
+            snapshot_path => format!("snapshots/{}", $folder),
+            prepend_module_to_snapshot => false,
+        }, {
+            $crate::insta::assert_snapshot!($name, $text);
+        })
+    };
+}
+
+/// Compiles `kernel` with libtpu, the TPU compiler (compile-only, no TPU
+/// needed), for each of `targets`, with that generation's rules verified
+/// again first. The error names the generation and carries the
+/// compiler's message (Mosaic's own, with the kernel's source line); when
+/// libtpu is missing it says how to get it (`.ci/setup.sh`, or
+/// `TESSERA_LIBTPU`).
+///
+/// The compile runs in this process, as Tessera's own libtpu tests do for
+/// known kernels; a kernel that makes libtpu abort ends the test binary
+/// (`tessera compile` runs each compile in a child process instead).
+pub fn compile_for_tpu(kernel: &VerifiedKernel, targets: &[Target]) -> Result<(), String> {
+    let tpu = runtime::tpu::TpuCompiler::load()
+        .map_err(|e| format!("the TPU compile check needs libtpu: {e}"))?;
+    for &t in targets {
+        tpu.compile_kernel(kernel, t)
+            .map_err(|e| format!("`{}` on {t}: {e}", kernel.name))?;
+    }
+    Ok(())
+}
