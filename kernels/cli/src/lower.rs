@@ -1,7 +1,7 @@
 //! `tessera lower` and `tessera list`.
 
 use kernels::Config;
-use tooling::atomic_dir::{StageError, StagedDir};
+use tooling::atomic_dir::StageError;
 use tooling::export::{self, Provenance};
 
 use crate::args::Args;
@@ -284,9 +284,5 @@ fn publish(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), Fai
         StageError::NotADirectory(_) => usage(format!("--out {e}")),
         StageError::Io(m) => Failure::Run(m),
     };
-    let staged = StagedDir::new(dir, export::is_export_dir).map_err(fail)?;
-    for (rel, bytes) in files {
-        staged.write(rel, bytes).map_err(Failure::Run)?;
-    }
-    staged.publish().map_err(fail)
+    export::publish(dir, files).map_err(fail)
 }

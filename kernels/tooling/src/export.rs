@@ -14,6 +14,7 @@
 use std::fmt::Write;
 
 use kernel_ir::{Array, DType, VerifiedKernel, sha256_hex};
+use crate::atomic_dir::{StageError, StagedDir};
 
 use kernels::{Config, Entry};
 
@@ -248,6 +249,41 @@ fn manifest(
 
 /// A kernel's arguments and outputs as (name, shape, dtype).
 type Signature = Vec<(String, Vec<usize>, DType)>;
+
+/// Writes `files` as the directory `dir`, all or nothing: staged beside
+/// it and put in place with one rename (an earlier export there is
+/// replaced whole; any other non-empty directory is refused).
+pub fn publish(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), StageError> {
+    let staged = StagedDir::new(dir, is_export_dir)?;
+    for (rel, bytes) in files {
+        staged.write(rel, bytes).map_err(StageError::Io)?;
+    }
+    staged.publish()
+}
+
+/// Exports a kernel of a user's own crate (no library entry, so no
+/// backward) into `dir` for `tessera_jax.load`: `module.mlir` and
+/// `manifest.json`, with `name` and `config` recorded as its provenance,
+/// all or nothing ([`publish`]).
+///
+/// ```no_run
+/// # let kernel: kernel_ir::VerifiedKernel = unimplemented!();
+/// tooling::export::write_kernel(&kernel, "my_kernel", &[], std::path::Path::new("out/my_kernel"))?;
+/// # Ok::<(), String>(())
+/// ```
+pub fn write_kernel(
+    kernel: &VerifiedKernel,
+    name: &str,
+    config: &[(String, String)],
+    dir: &std::path::Path,
+) -> Result<(), String> {
+    let prov = Provenance {
+        entry: name.to_string(),
+        config: config.to_vec(),
+    };
+    let files = artifact_files(&export(kernel)?, None, &prov);
+    publish(dir, &files).map_err(|e| e.to_string())
+}
 
 /// Exports `kernel` (see the module docs).
 pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {

@@ -1,0 +1,83 @@
+//! The kernel tested as Tessera tests its own, through the public API
+//! only: every CPU path against the f64 reference over generated shapes
+//! and values, its lowered IR pinned per target, libtpu compiles for every
+//! TPU generation, and its export for JAX.
+
+use kernel_ir::{Array, DType, Target};
+use my_kernels::{RmsNormMatmul, reference, rms_norm_matmul};
+use tessera_testing::proptest::prelude::*;
+use tessera_testing::{Tolerance, assert_lowered_snapshots, check_every_path, compile_for_tpu};
+
+const CFG: RmsNormMatmul = RmsNormMatmul {
+    block_m: 16,
+    block_n: 128,
+    eps: 1e-6,
+};
+
+fn kernel(dtype: DType, m: usize, k: usize, n: usize) -> kernel_ir::VerifiedKernel {
+    rms_norm_matmul(&CFG, dtype, my_kernels::rms_norm_matmul::Dims { m, k, n }).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    /// Interpreter, native JIT, PJRT decomposed and PJRT FFI against f64
+    /// on fresh random inputs; a failure names the path and shrinks to
+    /// the smallest failing shape.
+    #[test]
+    fn matches_f64_on_every_path(
+        row_blocks in 1usize..3,
+        col_blocks in 1usize..3,
+        k in prop::sample::select(vec![128usize, 256]),
+        bf16 in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let dtype = if bf16 { DType::BF16 } else { DType::F32 };
+        let (m, n) = (row_blocks * CFG.block_m, col_blocks * CFG.block_n);
+        let x = Array::random(dtype, [m, k], seed, -2.0, 2.0);
+        let gamma = Array::random(DType::F32, [k], seed ^ 1, 0.5, 1.5);
+        let w = Array::random(dtype, [k, n], seed ^ 2, -1.0, 1.0);
+        let want = reference(&x, &gamma, &w, CFG.eps as f64);
+        let tol = Tolerance::matmul(k, dtype);
+        let report = check_every_path(&kernel(dtype, m, k, n), &[x, gamma, w], &[want], &[tol])?;
+        prop_assert_eq!(report.paths.len(), 4);
+    }
+}
+
+/// The printed IR and every lowering target, pinned
+/// (`tests/snapshots/<target>/rms_norm_matmul_*.snap`; review changes
+/// with `cargo insta review`).
+#[test]
+fn lowered_ir_is_pinned() {
+    assert_lowered_snapshots!("rms_norm_matmul_f32", &kernel(DType::F32, 32, 256, 256));
+    assert_lowered_snapshots!("rms_norm_matmul_bf16", &kernel(DType::BF16, 32, 256, 256));
+}
+
+/// The TPU compiler (libtpu, compile-only) takes it for every generation.
+#[test]
+fn compiles_with_libtpu_for_every_generation() {
+    for dtype in [DType::F32, DType::BF16] {
+        if let Err(e) = compile_for_tpu(&kernel(dtype, 256, 512, 512), &Target::ALL) {
+            panic!("{e}");
+        }
+    }
+}
+
+/// Exported for JAX: `tessera_jax.load(dir)` takes the directory (see the
+/// README); here, that it is whole and names the inputs.
+#[test]
+fn exports_for_jax() {
+    let dir = std::env::temp_dir().join(format!("my-kernels-export-{}", std::process::id()));
+    let k = kernel(DType::F32, 32, 256, 256);
+    tooling::export::write_kernel(&k, "rms_norm_matmul", &[], &dir).unwrap();
+    let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
+    for name in ["\"x\"", "\"gamma\"", "\"w\"", "module.mlir"] {
+        assert!(manifest.contains(name), "{name} missing from {manifest}");
+    }
+    assert!(
+        std::fs::read_to_string(dir.join("module.mlir"))
+            .unwrap()
+            .contains("tpu_custom_call")
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
