@@ -160,7 +160,7 @@ pub fn unsupported_dtype(what: &str, dtype: DType) -> KernelErrors {
 }
 
 /// Runs `$body` with the type alias `$t` set to the Rust type of a float
-/// dtype (`f32`, [`bf16`], [`f16`]), or is `Err(`[`unsupported_dtype`]`)`
+/// dtype (`f32`, [`bf16`], [`f16`](struct@f16)), or is `Err(`[`unsupported_dtype`]`)`
 /// for any other: the one dispatch from a runtime dtype to a generic
 /// kernel's element type.
 ///

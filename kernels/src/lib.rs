@@ -23,7 +23,7 @@
 //! * [`dma`]: every manual-DMA construct in one small kernel;
 //! * [`fp8_gemm`] (the CUTLASS FP8 GEMM), [`scaled_mm`] (block-scaled
 //!   FP8), [`w8a16`] (int8 weight-only);
-//! * [`reference`]: the plain f64 host math the entries compare with.
+//! * [`reference`](mod@reference): the plain f64 host math the entries compare with.
 //!
 //! [`ENTRIES`] lists them all, in a fixed order; adding a kernel is its
 //! module (the `#[tpu_kernel]`, a builder function, an `Entry` const) plus

@@ -10,8 +10,8 @@
 //!   load"), Pallas' f16 kernels included;
 //! * `i8-arith`: i8 vectors are loaded, stored, converted, selected,
 //!   reshaped, transposed and multiplied on the MXU, but no elementwise
-//!   arithmetic, comparison, iota or reduction takes them ("Only vector<i16>
-//!   and vector<i32> are supported");
+//!   arithmetic, comparison, iota or reduction takes them ("Only `vector<i16>`
+//!   and `vector<i32>` are supported");
 //! * `fp8-arith`: fp8 vectors are loaded, stored, converted (to wider
 //!   floats and to the other fp8 format), selected, reshaped and multiplied
 //!   on the MXU on all four generations, but no elementwise arithmetic,

@@ -6,7 +6,8 @@
 //! fetches nothing that is not used); and for partial steps an index into
 //! the deduplicated element masks.
 //!
-//! Blocks are classified from the mask's structure ([`Mask::block`]);
+//! Blocks are classified from the mask's structure
+//! ([`Mask::block`](super::mask::Mask::block));
 //! only blocks it cannot settle are visited element by element, and those
 //! turn out empty or full when their elements say so. Positions past the
 //! sequence ends (the last blocks' padding) are never visible.
@@ -201,7 +202,7 @@ impl BlockTables {
         3 * 4 * self.kind.len() + self.masks.len() * self.bq * self.bk
     }
 
-    /// The tables as the arrays [`super::masked::masked_attention`] takes:
+    /// The tables as the arrays [`super::masked::masked_attention`](fn@super::masked::masked_attention) takes:
     /// the scalar prefetch `[kind, fetch, mask_fetch]` (i32 `[heads,
     /// q_blocks, k_blocks]`) and the element masks (i32 `[n, bq, bk]`,
     /// nonzero visible; one all-hidden mask when no step is partial, which

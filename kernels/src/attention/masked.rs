@@ -244,7 +244,7 @@ pub fn masked_attention<T: Element>(
     }
 }
 
-/// The kernel for a config, dtype and shapes (see [`masked_attention`]'s
+/// The kernel for a config, dtype and shapes (see [`masked_attention`](mod@masked_attention)'s
 /// docs for the arguments).
 pub fn masked_attention(
     cfg: &MaskedConfig,

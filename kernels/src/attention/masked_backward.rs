@@ -1,4 +1,4 @@
-//! The backward of [`super::masked::masked_attention`], driven by the same
+//! The backward of [`super::masked::masked_attention`](fn@super::masked::masked_attention), driven by the same
 //! block tables as its forward:
 //!
 //! * [`masked_attention_dq()`]: grid (batch, head, q block, k block) over
@@ -153,7 +153,7 @@ pub fn masked_attention_dq<T: Element>(
 }
 
 /// The kernel for a config, dtype and shapes (see
-/// [`masked_attention_dq`]'s docs for the arguments).
+/// [`masked_attention_dq`](mod@masked_attention_dq)'s docs for the arguments).
 pub fn masked_attention_dq(
     cfg: &MaskedConfig,
     dtype: DType,
@@ -246,7 +246,7 @@ pub fn masked_attention_dkv<T: Element>(
 }
 
 /// The kernel for a config, dtype and shapes (see
-/// [`masked_attention_dkv`]'s docs for the arguments).
+/// [`masked_attention_dkv`](mod@masked_attention_dkv)'s docs for the arguments).
 pub fn masked_attention_dkv(
     cfg: &MaskedConfig,
     dtype: DType,

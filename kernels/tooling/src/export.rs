@@ -13,8 +13,8 @@
 
 use std::fmt::Write;
 
-use kernel_ir::{Array, DType, VerifiedKernel, sha256_hex};
 use crate::atomic_dir::{StageError, StagedDir};
+use kernel_ir::{Array, DType, VerifiedKernel, sha256_hex};
 
 use kernels::{Config, Entry};
 

@@ -46,8 +46,8 @@ pub struct Span {
     pub args: Vec<(&'static str, String)>,
 }
 
-/// The spans recorded between [`Runtime::start_tracing`] and
-/// [`Runtime::stop_tracing`], with each track's thread name.
+/// The spans recorded between [`Runtime::start_tracing`](super::Runtime::start_tracing) and
+/// [`Runtime::stop_tracing`](super::Runtime::stop_tracing), with each track's thread name.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Trace {
     /// Every span, in the order they ended.

@@ -55,7 +55,7 @@ pub const MAX_RUNS: usize = 100;
 
 /// Measures in this process: compile, reset the peak, run once (memory),
 /// then time runs until `budget` is spent (at least two, at most
-/// [`MAX_RUNS`]).
+/// `MAX_RUNS`).
 pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, String> {
     if m == Method::Torch {
         let python = super::torch_python()
