@@ -9,6 +9,8 @@
 //!   proptest failure with `?`, so shapes shrink to a minimal one;
 //! * [`assert_lowered_snapshots!`]: the printed IR and each lowering
 //!   target pinned by [`insta`], one folder per target, stable names;
+//! * [`check_refused_on_every_path`]: bad arguments are an error on
+//!   every path, for the caller to check each message;
 //! * [`compile_for_tpu`]: libtpu (the TPU compiler, compile-only) takes the
 //!   kernel for chosen generations, failing with the fix when libtpu is
 //!   missing.
@@ -122,6 +124,35 @@ pub fn check_every_path(
     } else {
         Err(Mismatch(report))
     }
+}
+
+/// Runs `kernel` with `args` it must refuse (an out-of-range
+/// scalar-prefetch value, a wrong shape): every CPU path has to return an
+/// error, since each edge case has one documented answer on every path.
+/// Gives each path's message, in [`Backend::ALL`] order, for the caller
+/// to check that they name the problem; an `Err` names a path that ran.
+///
+/// ```no_run
+/// # let (kernel, args): (kernel_ir::VerifiedKernel, Vec<kernel_ir::Array>) = unimplemented!();
+/// for (path, message) in tessera_testing::check_refused_on_every_path(&kernel, &args).unwrap() {
+///     assert!(message.contains("k_pages"), "{path}: {message}");
+/// }
+/// ```
+pub fn check_refused_on_every_path(
+    kernel: &VerifiedKernel,
+    args: &[Array],
+) -> Result<Vec<(Backend, String)>, String> {
+    Backend::ALL
+        .into_iter()
+        .map(|b| match runtime::backend::run(b, kernel, args) {
+            Ok(_) => Err(format!(
+                "kernel `{}` ran on {b} with arguments it should refuse (shapes {:?})",
+                kernel.name,
+                args.iter().map(Array::shape).collect::<Vec<_>>()
+            )),
+            Err(e) => Ok((b, e.to_string())),
+        })
+        .collect()
 }
 
 /// The texts [`assert_lowered_snapshots!`] pins, by folder: the printed
