@@ -1096,3 +1096,18 @@ fn masked_attention_compiles_for_every_generation() {
         }
     }
 }
+
+/// The public estimate runs libtpu in a child of the test binary through
+/// a hook test; this binary has none, and the error says what to add
+/// (instead of hanging, or running other tests in the child).
+#[test]
+fn an_estimate_without_the_child_hook_names_the_fix() {
+    let k = kernels::preset("add_f32").unwrap().build().unwrap();
+    let args: Vec<kernel_ir::Array> = k
+        .arguments()
+        .enumerate()
+        .map(|(i, a)| kernel_ir::Array::random(a.dtype, a.shape.to_vec(), i as u64, -1.0, 1.0))
+        .collect();
+    let e = tessera_testing::estimate_for_tpu(&k, &args, Target::V5e).unwrap_err();
+    assert!(e.contains("tessera_testing::tpu_child!()"), "{e}");
+}

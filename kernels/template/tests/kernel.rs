@@ -6,7 +6,13 @@
 use kernel_ir::{Array, DType, Target};
 use my_kernels::{RmsNormMatmul, reference, rms_norm_matmul};
 use tessera_testing::proptest::prelude::*;
-use tessera_testing::{Tolerance, assert_lowered_snapshots, check_every_path, compile_for_tpu};
+use tessera_testing::{
+    Tolerance, assert_lowered_snapshots, check_every_path, compile_for_tpu, estimate_for_tpu,
+};
+
+// The test through which libtpu's schedule estimates run in a child
+// process of this binary (see `estimate_is_near_its_roofline`).
+tessera_testing::tpu_child!();
 
 const CFG: RmsNormMatmul = RmsNormMatmul {
     block_m: 16,
@@ -61,6 +67,40 @@ fn compiles_with_libtpu_for_every_generation() {
             panic!("{e}");
         }
     }
+}
+
+/// libtpu's static schedule estimate on v6e (the TPU's time, without a
+/// TPU): the work is all there, and the fused kernel stays within a small
+/// factor of its roofline (the bound of its HBM traffic and MXU work).
+#[test]
+fn estimate_is_near_its_roofline() {
+    let (m, k, n) = (256, 512, 512);
+    let args = [
+        Array::random(DType::BF16, [m, k], 1, -2.0, 2.0),
+        Array::random(DType::F32, [k], 2, 0.5, 1.5),
+        Array::random(DType::BF16, [k, n], 3, -1.0, 1.0),
+    ];
+    // TPU-sized blocks: 256 rows of x per step, 256 columns of w.
+    let cfg = RmsNormMatmul {
+        block_m: 256,
+        block_n: 256,
+        ..CFG
+    };
+    let dims = my_kernels::rms_norm_matmul::Dims { m, k, n };
+    let tpu_kernel = rms_norm_matmul(&cfg, DType::BF16, dims).unwrap();
+    let e = estimate_for_tpu(&tpu_kernel, &args, Target::V6e).unwrap();
+    let over = e.over_roofline().expect("v6e has a clock");
+    eprintln!(
+        "v6e: {} cycles, {over:.2}x the roofline, guards: {}",
+        e.cycles(),
+        e.verdict.reasons()
+    );
+    assert!(e.cycles() > 0);
+    // The profiler ran all the MXU work (its trace's matmuls cover the
+    // kernel's); a memory-bound kernel's time is reported as at least its
+    // bytes over the bandwidth, which the guard notes.
+    assert!(!e.verdict.work_in_doubt(), "{}", e.verdict.reasons());
+    assert!(over < 4.0, "{over:.2}x the roofline");
 }
 
 /// Exported for JAX: `tessera_jax.load(dir)` takes the directory (see the

@@ -13,7 +13,10 @@
 //!   every path, for the caller to check each message;
 //! * [`compile_for_tpu`]: libtpu (the TPU compiler, compile-only) takes the
 //!   kernel for chosen generations, failing with the fix when libtpu is
-//!   missing.
+//!   missing;
+//! * [`estimate_for_tpu`]: libtpu's static schedule estimate of the kernel
+//!   on a generation, judged by the guards against its blind spots, from a
+//!   child process of the test binary ([`tpu_child!`]).
 //!
 //! ```no_run
 //! use kernel_ir::{Array, DType};
@@ -227,6 +230,75 @@ macro_rules! assert_snapshot_in {
             $crate::insta::assert_snapshot!($name, $text);
         })
     };
+}
+
+/// The environment variable that makes the [`tpu_child!`] test serve one
+/// libtpu compile.
+pub const TPU_CHILD_ENV: &str = "TESSERA_TESTING_TPU_CHILD";
+
+/// The test name [`tpu_child!`] defines: it must sit at the root of the
+/// test file (the child is this test binary run with `--exact` on it).
+pub const TPU_CHILD_TEST: &str = "tessera_tpu_child";
+
+/// Defines the test through which [`estimate_for_tpu`] runs libtpu in a
+/// child process of this test binary (libtpu reads its profiling flags
+/// once per process and can abort it). Put it once at the root of a test
+/// file that estimates; in a normal run it does nothing.
+///
+/// ```ignore
+/// tessera_testing::tpu_child!();
+/// ```
+#[macro_export]
+macro_rules! tpu_child {
+    () => {
+        /// Serves one libtpu compile when started by `estimate_for_tpu`.
+        #[test]
+        fn tessera_tpu_child() {
+            $crate::serve_tpu_child();
+        }
+    };
+}
+
+/// The child's side of [`tpu_child!`]: when started for a compile (its
+/// environment says so), compiles and exits with the report written;
+/// otherwise returns at once.
+pub fn serve_tpu_child() {
+    if std::env::var_os(TPU_CHILD_ENV).is_none() {
+        return;
+    }
+    // The libtest arguments come first, then TARGET MODULE REPORT.
+    let args: Vec<String> = std::env::args().collect();
+    let rest = args.len().saturating_sub(3);
+    std::process::exit(runtime::tpu::child::serve_child(&args[rest..]));
+}
+
+/// libtpu's static schedule estimate of `kernel` on `target` (cycles,
+/// seconds where the clock is known) with the guards' verdict on whether
+/// to trust it (`trusted()`; prefetch-driven control flow and concurrent
+/// DMAs are its known blind spots), for assertions such as "no slower
+/// than the previous version". `args` are sample arguments: the kernel's
+/// traffic and flops, which the guards compare with, come from running
+/// it on the interpreter. The compile runs in a child process of this
+/// test binary, so the test file needs [`tpu_child!`] at its root; the
+/// error says so when it is missing.
+pub fn estimate_for_tpu(
+    kernel: &VerifiedKernel,
+    args: &[Array],
+    target: Target,
+) -> Result<tooling::estimate::KernelEstimate, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this test binary: {e}"))?;
+    let child = runtime::tpu::child::ChildCompiler::new(
+        exe,
+        [TPU_CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"],
+    )
+    .with_env(TPU_CHILD_ENV, "1");
+    let cost = tooling::cost::cost(kernel, args)?;
+    tooling::estimate::estimate_kernel(&child, kernel, &cost, target).map_err(|e| {
+        format!(
+            "`{}` on {target}: {e} (a test file that estimates needs `tessera_testing::tpu_child!();` at its root)",
+            kernel.name
+        )
+    })
 }
 
 /// Compiles `kernel` with libtpu, the TPU compiler (compile-only, no TPU

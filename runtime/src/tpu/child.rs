@@ -165,6 +165,9 @@ pub struct ChildCompiled {
 pub struct ChildCompiler {
     program: PathBuf,
     args: Vec<OsString>,
+    /// Extra environment of the child (what tells a test binary's hook
+    /// test to serve the compile).
+    env: Vec<(OsString, OsString)>,
     /// Longest a compile may take.
     pub timeout: Duration,
     /// Whether to dump and count the executed bundle trace (`vmatmul`);
@@ -191,9 +194,20 @@ impl ChildCompiler {
         ChildCompiler {
             program: program.into(),
             args: args.into_iter().map(Into::into).collect(),
+            env: Vec::new(),
             timeout: Duration::from_secs(600),
             unrolled: true,
         }
+    }
+
+    /// The same child with `key=value` in its environment.
+    pub fn with_env(
+        mut self,
+        key: impl Into<OsString>,
+        value: impl Into<OsString>,
+    ) -> ChildCompiler {
+        self.env.push((key.into(), value.into()));
+        self
     }
 
     /// Compiles `module` (StableHLO text) for `target` in a child process
@@ -298,6 +312,7 @@ impl ChildCompiler {
         }
         let mut child = cmd
             .env("LIBTPU_INIT_ARGS", flags.trim())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
