@@ -329,7 +329,8 @@ impl Entry {
     ///
     /// ```
     /// let e = kernels::find("masked_attention").unwrap();
-    /// let cfg = kernels::Config::parse(e, &[]).unwrap();
+    /// let blocks = [("block_q".to_string(), "128".to_string()), ("block_k".into(), "128".into())];
+    /// let cfg = kernels::Config::parse(e, &blocks).unwrap();
     /// let q = [1usize, 2, 512, 64];
     /// let k = e
     ///     .build_with_shapes(&cfg, &[("q", &q[..]), ("k", &q[..]), ("v", &q[..]),

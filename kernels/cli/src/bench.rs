@@ -103,6 +103,7 @@ pub fn bench(args: &[String]) -> Result<(), Failure> {
     if a.flag("json") {
         print!("{}", to_json(&rows));
     } else {
+        println!("{}\n", tooling::bench::cpu_summary());
         print!("{}", table(&rows));
     }
     if let Some(path) = a.one("svg").map_err(usage)? {

@@ -102,6 +102,7 @@
 //! allocations whose page faults cost 4% of a 6 ms matmul. `HostKernel` is
 //! `Send + Sync`.
 
+pub(crate) mod cpu;
 mod driver;
 mod emit;
 pub(crate) mod jit;

@@ -21,6 +21,7 @@ use kernel_ir::{DType, DotDims, TileType, ValueId};
 
 use super::*;
 use crate::LoweringError;
+use crate::host::cpu::VectorRegisters;
 use crate::mlir::Raw;
 
 /// A dot operand as the micro-kernel reads it: element `(batch, row, col)`
@@ -70,11 +71,11 @@ fn tile_rows(m: usize) -> usize {
 }
 
 /// The main register tile height for `m` rows and the rows left for a
-/// tail of smaller tiles: 12 rows × 2 registers is 24 accumulators of
-/// the 32 vector registers (with the two rhs vectors and a broadcast),
-/// 0.58 loads per FMA where 8 rows take 0.63.
+/// tail of smaller tiles: as many rows of two accumulator registers as
+/// the host's register file holds beside the rhs and the broadcast
+/// ([`VectorRegisters::tile_rows`]: 12 with AVX-512, 6 with AVX2).
 fn row_tiles(m: usize) -> (usize, usize) {
-    let mr = 12;
+    let mr = VectorRegisters::host().tile_rows();
     if m >= mr {
         (mr, m % mr)
     } else {
@@ -82,10 +83,11 @@ fn row_tiles(m: usize) -> (usize, usize) {
     }
 }
 
-/// Register tile lanes for `n` elements of `d`: up to two 64-byte
-/// registers (32 lanes of f32, 16 of f64), so that the accumulators fit.
+/// Register tile lanes for `n` elements of `d`: up to two of the host's
+/// vector registers (32 lanes of f32 with AVX-512, 16 with AVX2), so that
+/// the accumulators fit.
 fn tile_lanes(n: usize, d: DType) -> usize {
-    let most = 128 / d.bytes().max(1);
+    let most = VectorRegisters::host().tile_bytes() / d.bytes().max(1);
     [32, 16, 8, 4, 2, 1]
         .into_iter()
         .filter(|&r| r <= most)
