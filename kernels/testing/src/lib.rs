@@ -245,8 +245,10 @@ pub const TPU_CHILD_TEST: &str = "tessera_tpu_child";
 /// once per process and can abort it). Put it once at the root of a test
 /// file that estimates; in a normal run it does nothing.
 ///
-/// ```ignore
+/// ```no_run
+/// // At the root of tests/my_kernel.rs:
 /// tessera_testing::tpu_child!();
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! tpu_child {
