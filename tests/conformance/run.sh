@@ -54,7 +54,7 @@ for k in add_f32 matmul_bf16_f32 flash_attention_causal_bf16 double_buffered_row
   ./target/release/tessera lower "$k" --target mosaic --out "$out/$k.tessera.mlir"
 done
 "$venv/bin/python" tests/conformance/compare.py "$out"
-# Tessera artifacts inside JAX programs (tessera export + kernels/python/tessera_jax.py):
+# Tessera artifacts inside JAX programs (tessera export + the tessera-jax package installed above):
 # called on CPU against jax.nn.dot_product_attention and f64, exported for TPU and
 # compiled with libtpu. Report in target/conformance/jax/report.md.
 mkdir -p "$out/jax"
