@@ -80,33 +80,32 @@ impl MultiHeadMask {
     /// query positions `q` and key positions `k` (i32 tiles), one
     /// expression per distinct head mask, chosen by head. Only for a
     /// [computable](MultiHeadMask::computable) mask.
+    ///
+    /// A method rather than a free function because kernel bodies may call
+    /// methods but only `#[kernel_fn]` free functions.
     fn visible_tile(&self, hi: Tile, q: Tile, k: Tile) -> Tile {
-        rule_tile(self, hi, q, k)
-    }
-}
-
-fn rule_tile(rule: &MultiHeadMask, hi: Tile, q: Tile, k: Tile) -> Tile {
-    let all = || k.ge(0);
-    let mut distinct: Vec<&Mask> = Vec::new();
-    for m in &rule.heads {
-        if !distinct.contains(&m) {
-            distinct.push(m);
+        let all = || k.ge(0);
+        let mut distinct: Vec<&Mask> = Vec::new();
+        for m in &self.heads {
+            if !distinct.contains(&m) {
+                distinct.push(m);
+            }
         }
-    }
-    let mut out = mask_tile(distinct[0], q, k).unwrap_or_else(all);
-    for m in &distinct[1..] {
-        let mut mine: Option<Tile> = None;
-        for (h, _) in rule.heads.iter().enumerate().filter(|(_, x)| x == m) {
-            let is = hi.eq(h as i32).broadcast_to(k.shape());
-            mine = Some(match mine {
-                Some(x) => x | is,
-                None => is,
-            });
+        let mut out = mask_tile(distinct[0], q, k).unwrap_or_else(all);
+        for m in &distinct[1..] {
+            let mut mine: Option<Tile> = None;
+            for (h, _) in self.heads.iter().enumerate().filter(|(_, x)| x == m) {
+                let is = hi.eq(h as i32).broadcast_to(k.shape());
+                mine = Some(match mine {
+                    Some(x) => x | is,
+                    None => is,
+                });
+            }
+            let here = mask_tile(m, q, k).unwrap_or_else(all);
+            out = select(mine.expect("a distinct mask has a head"), here, out);
         }
-        let here = mask_tile(m, q, k).unwrap_or_else(all);
-        out = select(mine.expect("a distinct mask has a head"), here, out);
+        out
     }
-    out
 }
 
 /// `[bq, bk]` bools: the pairs of computed step (`qi`, `ki`) of head
