@@ -59,22 +59,10 @@ pub enum PluginError {
 }
 
 /// The cache folder: `$TESSERA_CACHE`, else `$XDG_CACHE_HOME/tessera`, else
-/// `~/.cache/tessera` (as `.ci/setup.sh` computes it).
+/// `~/.cache/tessera` (as `.ci/setup.sh` computes it; the JIT's tuning file
+/// lives there too, so the rule is [`lowering::cache_dir`]'s).
 pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("TESSERA_CACHE") {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("tessera");
-    }
-    // `HOME` unset (or empty) falls back to the account's home directory,
-    // never to a path relative to the working directory.
-    let home = std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(PathBuf::from)
-        .or_else(std::env::home_dir)
-        .unwrap_or_else(|| PathBuf::from("/nonexistent"));
-    home.join(".cache").join("tessera")
+    lowering::cache_dir()
 }
 
 /// The plugin to use: `$TESSERA_PJRT_PLUGIN` if set, else the CPU plugin in

@@ -121,11 +121,18 @@ OPTIONS:
 ";
 
 const HELP_TUNE: &str = "\
-tessera tune: a kernel's block sizes, searched and ranked
+tessera tune: a kernel's block sizes, searched and ranked; or the JIT tuned for this CPU
 
 USAGE:
     tessera tune KERNEL (--tpu G | --cpu) [--config KEY=VALUE].. [--shape INPUT=DxDx..]..
                  [--values 128,256,512] [--top N]
+    tessera tune --cpu
+
+`tessera tune --cpu` alone measures the native JIT's dot register tiles on
+this CPU again (about two seconds), prints them and keeps the fastest in the
+cache folder for every later compile. The JIT does this by itself at its first
+compile on a CPU it has no tuning for; run it again on a quiet machine, or set
+TESSERA_HOST_TUNING=ROWSxLANES (e.g. 6x16) or =default to override it.
 
 Builds the kernel for every combination of --values (default 128,256,512) over
 its block-size parameters (block_q, block_k, bm, bn, bk, ...), keeps those the

@@ -1,6 +1,7 @@
 //! `tessera tune KERNEL --tpu G | --cpu`: the block sizes of a kernel
 //! searched and ranked, by libtpu's trusted estimate or by measured JIT
-//! time.
+//! time; `tessera tune --cpu` alone: the JIT's own per-CPU choices
+//! measured again and kept ([`lowering::HostTuning::search`]).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -80,6 +81,17 @@ pub fn tune(args: &[String]) -> Result<(), Failure> {
         &["cpu"],
     )
     .map_err(usage)?;
+    if a.positional.is_empty() && a.flag("cpu") {
+        if let Some(o) = ["config", "shape", "tpu", "values", "top"]
+            .into_iter()
+            .find(|o| !a.all(o).is_empty())
+        {
+            return Err(usage(format!(
+                "--{o} needs a KERNEL; `tessera tune --cpu` alone tunes the JIT for this CPU"
+            )));
+        }
+        return tune_host();
+    }
     let name = a.kernel("tune").map_err(usage)?;
     let entry: &'static Entry = kernels::find(name).ok_or_else(|| {
         usage(format!(
@@ -257,4 +269,37 @@ pub fn tune(args: &[String]) -> Result<(), Failure> {
     }
     println!("winner: {}", best.config_flags());
     Ok(())
+}
+
+/// `tessera tune --cpu`: every register tile measured again on this CPU,
+/// the table printed and the winner kept for every later JIT compile.
+fn tune_host() -> Result<(), Failure> {
+    let dir = lowering::cache_dir();
+    let t = lowering::HostTuning::search(Some(&dir));
+    println!("{}\n", t.cpu);
+    println!("{:<10} {:>12} {:>10}", "dot tile", "probe time", "vs best");
+    let best = t.trials.first().map_or(f64::NAN, |b| b.seconds);
+    for trial in &t.trials {
+        let mark = if trial.tiling == t.dot { "  <- kept" } else { "" };
+        println!(
+            "{:<10} {:>9.3} ms {:>9.2}x{mark}",
+            trial.tiling.to_string(),
+            trial.seconds * 1e3,
+            trial.seconds / best
+        );
+    }
+    let heuristic = lowering::DotTiling::heuristic(t.cpu.registers);
+    if t.dot == heuristic && t.trials.first().is_some_and(|b| b.tiling != heuristic) {
+        println!(
+            "\n{heuristic} (the register-count rule) is kept: the fastest is within 3 %, inside a short search's noise"
+        );
+    }
+    println!("\nJIT dot register tile {}: {}", t.dot, t.source);
+    match t.source {
+        lowering::TuningSource::Measured(Some(_)) => Ok(()),
+        _ => Err(Failure::Run(format!(
+            "could not write the tuning file in {}; later processes will measure again",
+            dir.display()
+        ))),
+    }
 }

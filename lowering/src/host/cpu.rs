@@ -1,8 +1,8 @@
-//! The host CPU's vector registers, which size the dot micro-kernel's
-//! register tile: the JIT compiles for the CPU it runs on (LLVM's host
-//! target), so a tile chosen for another CPU's register file either
-//! spills (AVX-512's 12 × 32-lane tile is 48 accumulators of AVX2's 16
-//! registers) or leaves registers idle.
+//! The host CPU's vector registers, which bound the dot micro-kernel's
+//! register tile ([`crate::DotTiling`]): the JIT compiles for the CPU it
+//! runs on (LLVM's host target), so a tile chosen for another CPU's
+//! register file either spills (AVX-512's 12 × 32-lane tile is 48
+//! accumulators of AVX2's 16 registers) or leaves registers idle.
 
 use std::sync::OnceLock;
 
@@ -22,24 +22,6 @@ impl VectorRegisters {
     pub fn host() -> VectorRegisters {
         static HOST: OnceLock<VectorRegisters> = OnceLock::new();
         *HOST.get_or_init(detect)
-    }
-
-    /// Register tile rows of the dot micro-kernel: each row holds two
-    /// registers of accumulators, and two rhs registers and a broadcast
-    /// lhs element must fit beside them. With 32 registers, 12 rows (24
-    /// accumulators, 0.58 loads per FMA) measured faster than 8 or 14;
-    /// with 16, 6 rows (12 accumulators) is the most that fits.
-    pub fn tile_rows(self) -> usize {
-        if self.count >= 32 {
-            12
-        } else {
-            (self.count - 3) / 2
-        }
-    }
-
-    /// Register tile width in bytes: two registers.
-    pub fn tile_bytes(self) -> usize {
-        2 * self.bytes
     }
 }
 
@@ -83,43 +65,5 @@ fn detect() -> VectorRegisters {
         bytes: 16,
         count: 16,
         isa: "generic",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tiles_fit_the_register_file() {
-        for r in [
-            VectorRegisters {
-                bytes: 64,
-                count: 32,
-                isa: "avx512",
-            },
-            VectorRegisters {
-                bytes: 32,
-                count: 16,
-                isa: "avx2",
-            },
-            VectorRegisters {
-                bytes: 16,
-                count: 32,
-                isa: "neon",
-            },
-        ] {
-            // Accumulators, two rhs registers and a broadcast.
-            assert!(2 * r.tile_rows() + 3 <= r.count, "{r:?}");
-        }
-        assert_eq!(
-            VectorRegisters {
-                bytes: 32,
-                count: 16,
-                isa: "avx2"
-            }
-            .tile_rows(),
-            6
-        );
     }
 }

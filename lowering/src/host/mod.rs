@@ -106,6 +106,8 @@ pub(crate) mod cpu;
 mod driver;
 mod emit;
 pub(crate) mod jit;
+pub(crate) mod tiling;
+pub(crate) mod tuning;
 
 use melior::ir::attribute::StridedLayoutAttribute;
 use melior::ir::r#type::MemRefType;
@@ -171,21 +173,34 @@ pub fn host_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
     crate::single_device(kernel, "host")?;
     let m = Mlir::new();
     let ir = Ir::new(&m.ctx, "");
-    let (module, _) = build(&ir, &kernel.with_synchronous_copies())?;
+    let tiling = tuning::HostTuning::host()?.dot;
+    let (module, _) = build(&ir, &kernel.with_synchronous_copies(), tiling)?;
     m.verify(&module, "host kernel module")?;
     Ok(module.as_operation().to_string())
 }
 
 impl HostKernel {
-    /// Builds the host module, lowers it to LLVM and JIT-compiles it.
+    /// Builds the host module, lowers it to LLVM and JIT-compiles it, with
+    /// this CPU's tuned register tile ([`HostTuning::host`](crate::HostTuning::host):
+    /// measured at the first compile on a CPU, read from disk after).
     pub fn compile(kernel: &VerifiedKernel) -> Result<HostKernel, LoweringError> {
+        HostKernel::compile_tiled(kernel, tuning::HostTuning::host()?.dot)
+    }
+
+    /// [`HostKernel::compile`] with the dot micro-kernel's register tile
+    /// given (what the tuning search measures; any tile computes the same
+    /// results, only its speed differs).
+    pub fn compile_tiled(
+        kernel: &VerifiedKernel,
+        tiling: tiling::DotTiling,
+    ) -> Result<HostKernel, LoweringError> {
         crate::single_device(kernel, "host")?;
         // The host has no DMA engine: copies become synchronous.
         let synchronous = kernel.with_synchronous_copies();
         let k: &Kernel = &synchronous;
         let m = Mlir::new();
         let ir = Ir::new(&m.ctx, "");
-        let (mut module, workspace_bytes) = build(&ir, k)?;
+        let (mut module, workspace_bytes) = build(&ir, k, tiling)?;
         m.verify(&module, "host kernel module")?;
         jit::lower_to_llvm(&m, &mut module)?;
         let engine = jit::Engine::new(&m, &module, ENTRY)?;
@@ -361,7 +376,11 @@ fn host_dtype(d: DType) -> DType {
 /// Builds the host module: `func.func @tessera_host_kernel(grid i32...,
 /// prefetch, operand windows, scratch, workspace)`. Returns it with the
 /// workspace bytes the body needs.
-fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<(Module<'c>, usize), LoweringError> {
+fn build<'c>(
+    ir: &Ir<'c>,
+    k: &Kernel,
+    tiling: tiling::DotTiling,
+) -> Result<(Module<'c>, usize), LoweringError> {
     let module = Module::new(ir.loc());
     let mut types: Vec<Type<'c>> = vec![ir.i32(); k.grid.rank()];
     for p in &k.prefetch {
@@ -388,7 +407,7 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel) -> Result<(Module<'c>, usize), LoweringErr
         scratch: a[g + np + no..a.len() - 1].to_vec(),
         workspace: a[a.len() - 1],
     };
-    let mut emitter = HostEmitter::new(ir, k, args);
+    let mut emitter = HostEmitter::new(ir, k, args, tiling);
     emitter.top(&entry)?;
     let workspace_bytes = emitter.workspace_bytes;
     ir.op(&entry, "func.return", &[], &[], Vec::new(), Vec::new())?;

@@ -35,29 +35,18 @@ pub use report::{masked_suite, suite, svg_chart, table, to_json};
 
 pub use torch::torch_python;
 
-/// The machine a run measured, for its report: the CPU model (from
-/// `/proc/cpuinfo`), its cores, and the vector registers the JIT's dot
-/// register tile was sized for.
+/// The machine a run measured, for its report: the CPU (model, cores,
+/// vector ISA, cache sizes) and the JIT's tuned dot register tile with
+/// where it came from ([`lowering::HostTuning`]).
 pub fn cpu_summary() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let r = lowering::VectorRegisters::host();
-    format!(
-        "{model}, {cores} cores; {} ({} vector registers of {} bytes): JIT dot register tile {} rows x {} f32 lanes",
-        r.isa,
-        r.count,
-        r.bytes,
-        r.tile_rows(),
-        r.tile_bytes() / 4
-    )
+    match lowering::HostTuning::host() {
+        Ok(t) => format!(
+            "{}; {cores} cores\nJIT dot register tile {} (rows x f32 lanes), {}",
+            t.cpu, t.dot, t.source
+        ),
+        Err(e) => format!("{}; {cores} cores\n{e}", lowering::CpuIdentity::host()),
+    }
 }
 
 /// The argument that makes a benchmark binary measure one case and exit.

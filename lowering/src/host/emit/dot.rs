@@ -21,7 +21,7 @@ use kernel_ir::{DType, DotDims, TileType, ValueId};
 
 use super::*;
 use crate::LoweringError;
-use crate::host::cpu::VectorRegisters;
+use crate::host::tiling::DotTiling;
 use crate::mlir::Raw;
 
 /// A dot operand as the micro-kernel reads it: element `(batch, row, col)`
@@ -71,11 +71,10 @@ fn tile_rows(m: usize) -> usize {
 }
 
 /// The main register tile height for `m` rows and the rows left for a
-/// tail of smaller tiles: as many rows of two accumulator registers as
-/// the host's register file holds beside the rhs and the broadcast
-/// ([`VectorRegisters::tile_rows`]: 12 with AVX-512, 6 with AVX2).
-fn row_tiles(m: usize) -> (usize, usize) {
-    let mr = VectorRegisters::host().tile_rows();
+/// tail of smaller tiles: the tuned tile's rows
+/// ([`crate::HostTuning`]).
+fn row_tiles(m: usize, t: DotTiling) -> (usize, usize) {
+    let mr = t.rows;
     if m >= mr {
         (mr, m % mr)
     } else {
@@ -83,12 +82,11 @@ fn row_tiles(m: usize) -> (usize, usize) {
     }
 }
 
-/// Register tile lanes for `n` elements of `d`: up to two of the host's
-/// vector registers (32 lanes of f32 with AVX-512, 16 with AVX2), so that
-/// the accumulators fit.
-fn tile_lanes(n: usize, d: DType) -> usize {
-    let most = VectorRegisters::host().tile_bytes() / d.bytes().max(1);
-    [32, 16, 8, 4, 2, 1]
+/// Register tile lanes for `n` elements of `d`: up to the tuned tile's
+/// width, the widest power of two dividing `n`.
+fn tile_lanes(n: usize, d: DType, t: DotTiling) -> usize {
+    let most = t.lanes(d.bytes());
+    [64, 32, 16, 8, 4, 2, 1]
         .into_iter()
         .filter(|&r| r <= most)
         .find(|r| n.is_multiple_of(*r))
@@ -140,7 +138,7 @@ impl<'c> HostEmitter<'_, 'c> {
         let nn = size(&rt, &rf);
         let nb = dims.lhs_batch.len();
         let a = self.lhs_view(b, &ln, &lorder, [nb, lf.len()], [bt, m, kk], acc)?;
-        let nr = tile_lanes(nn, acc);
+        let nr = tile_lanes(nn, acc, self.tiling);
         let bp = self.packed_rhs(
             b,
             &rn,
@@ -465,7 +463,7 @@ impl<'c> HostEmitter<'_, 'c> {
         nr: usize,
     ) -> Result<(), LoweringError> {
         let ir = self.ir;
-        let (mr, tail) = row_tiles(m);
+        let (mr, tail) = row_tiles(m, self.tiling);
         // Row tiles inside column panels: one packed panel (k × NR) stays
         // in L1 while every row tile of the lhs passes over it.
         self.for_each_chunk(b, &[bt, n / nr], 1, &mut |blk, oidx| {

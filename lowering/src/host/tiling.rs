@@ -1,0 +1,158 @@
+//! The dot micro-kernel's register tile: how many rows of accumulators
+//! and how wide, the one choice of the JIT's code that depends most on the
+//! CPU (its register file, its load ports, its cache sizes).
+//!
+//! [`DotTiling::candidates`] lists the tiles that fit a register file;
+//! [`crate::HostTuning`] measures them at first use and keeps the fastest.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::host::cpu::VectorRegisters;
+
+/// A register tile of the dot micro-kernel: `rows` rows of C, each
+/// `width_bytes` wide, held in vector registers over the whole k loop
+/// (the accumulators), with one rhs vector load per k step and one
+/// broadcast lhs element per row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DotTiling {
+    /// Rows of the main register tile (a tail of 8/4/2/1-row tiles covers
+    /// the rest of `m`).
+    pub rows: usize,
+    /// Bytes of accumulators per row (a whole number of vector registers;
+    /// narrower where `n` does not divide it).
+    pub width_bytes: usize,
+}
+
+impl DotTiling {
+    /// The tile chosen without measuring: two registers per row and as
+    /// many rows as fit beside two rhs registers and a broadcast, at most
+    /// 12 (12 × 2 of AVX-512's 32 registers measured faster than 8 or 14
+    /// rows on an Ice Lake; 6 × 2 of AVX2's 16 is the most that fits).
+    pub fn heuristic(r: VectorRegisters) -> DotTiling {
+        DotTiling {
+            rows: ((r.count - 3) / 2).min(12),
+            width_bytes: 2 * r.bytes,
+        }
+    }
+
+    /// Accumulator registers the tile needs on `r`.
+    pub fn accumulators(self, r: VectorRegisters) -> usize {
+        self.rows * self.width_bytes.div_ceil(r.bytes)
+    }
+
+    /// Whether the accumulators, the rhs registers of one k step and a
+    /// broadcast fit in `r`'s register file (else LLVM spills them).
+    pub fn fits(self, r: VectorRegisters) -> bool {
+        self.rows >= 1
+            && self.width_bytes >= r.bytes
+            && self.width_bytes.is_multiple_of(r.bytes)
+            // Strictly fewer: one register is left for the broadcast.
+            && self.accumulators(r) + self.width_bytes / r.bytes < r.count
+    }
+
+    /// The tiles worth measuring on `r`: one, two and four registers
+    /// wide, each with the most rows that fit, one fewer, and about two
+    /// thirds of that (fewer accumulators and more loads per FMA, but
+    /// registers left for LLVM's address arithmetic), and the heuristic
+    /// tile. Every one [`fits`](DotTiling::fits).
+    pub fn candidates(r: VectorRegisters) -> Vec<DotTiling> {
+        let mut out = vec![DotTiling::heuristic(r)];
+        for regs in [1, 2, 4] {
+            let most = r.count.saturating_sub(regs + 1) / regs;
+            for rows in [most, most.saturating_sub(1), (2 * most).div_ceil(3)] {
+                let t = DotTiling {
+                    rows,
+                    width_bytes: regs * r.bytes,
+                };
+                if rows >= 2 && t.fits(r) && !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+        }
+        out
+    }
+
+    /// Lanes of `elem_bytes`-byte elements in one row of the tile.
+    pub fn lanes(self, elem_bytes: usize) -> usize {
+        self.width_bytes / elem_bytes.max(1)
+    }
+}
+
+impl fmt::Display for DotTiling {
+    /// `ROWSxLANES`, lanes counted in f32: `6x16`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.rows, self.lanes(4))
+    }
+}
+
+impl FromStr for DotTiling {
+    type Err = String;
+
+    /// Reads `ROWSxLANES` (lanes of f32, a power of two from 4 to 64;
+    /// rows 1 to 32), the form [`DotTiling`]'s `Display` writes.
+    fn from_str(s: &str) -> Result<DotTiling, String> {
+        let bad = || {
+            format!(
+                "`{s}` is not a register tile; write ROWSxLANES, rows 1 to 32 and f32 lanes a power of two from 4 to 64, e.g. 6x16"
+            )
+        };
+        let (r, l) = s.trim().split_once('x').ok_or_else(bad)?;
+        let rows: usize = r.parse().map_err(|_| bad())?;
+        let lanes: usize = l.parse().map_err(|_| bad())?;
+        if !(1..=32).contains(&rows) || !(4..=64).contains(&lanes) || !lanes.is_power_of_two() {
+            return Err(bad());
+        }
+        Ok(DotTiling {
+            rows,
+            width_bytes: 4 * lanes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AVX512: VectorRegisters = VectorRegisters {
+        bytes: 64,
+        count: 32,
+        isa: "avx512",
+    };
+    const AVX2: VectorRegisters = VectorRegisters {
+        bytes: 32,
+        count: 16,
+        isa: "avx2",
+    };
+    const NEON: VectorRegisters = VectorRegisters {
+        bytes: 16,
+        count: 32,
+        isa: "neon",
+    };
+
+    #[test]
+    fn every_candidate_fits_its_register_file() {
+        for r in [AVX512, AVX2, NEON] {
+            let c = DotTiling::candidates(r);
+            assert!(c.len() >= 4, "{r:?}: {c:?}");
+            for t in c {
+                assert!(t.fits(r), "{t} on {r:?}");
+            }
+        }
+        // AVX-512's tile is 48 accumulators on AVX2: it does not fit.
+        assert!(!DotTiling::heuristic(AVX512).fits(AVX2));
+        assert_eq!(DotTiling::heuristic(AVX2).to_string(), "6x16");
+        assert_eq!(DotTiling::heuristic(AVX512).to_string(), "12x32");
+    }
+
+    #[test]
+    fn tiles_read_back_and_bad_ones_are_named() {
+        for t in DotTiling::candidates(AVX512) {
+            assert_eq!(t.to_string().parse::<DotTiling>(), Ok(t));
+        }
+        for bad in ["", "6", "6x", "x16", "0x16", "6x12", "6x128", "40x16", "6 x 16"] {
+            let e = bad.parse::<DotTiling>().unwrap_err();
+            assert!(e.contains("ROWSxLANES"), "{bad}: {e}");
+        }
+    }
+}
