@@ -14,6 +14,7 @@ mod fp8;
 mod grad;
 mod grad_kernels;
 mod graph;
+mod host_tiling;
 mod invalid;
 mod lib_attention;
 mod lib_lowp;

@@ -280,7 +280,11 @@ fn tune_host() -> Result<(), Failure> {
     println!("{:<10} {:>12} {:>10}", "dot tile", "probe time", "vs best");
     let best = t.trials.first().map_or(f64::NAN, |b| b.seconds);
     for trial in &t.trials {
-        let mark = if trial.tiling == t.dot { "  <- kept" } else { "" };
+        let mark = if trial.tiling == t.dot {
+            "  <- kept"
+        } else {
+            ""
+        };
         println!(
             "{:<10} {:>9.3} ms {:>9.2}x{mark}",
             trial.tiling.to_string(),

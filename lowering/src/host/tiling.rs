@@ -150,7 +150,9 @@ mod tests {
         for t in DotTiling::candidates(AVX512) {
             assert_eq!(t.to_string().parse::<DotTiling>(), Ok(t));
         }
-        for bad in ["", "6", "6x", "x16", "0x16", "6x12", "6x128", "40x16", "6 x 16"] {
+        for bad in [
+            "", "6", "6x", "x16", "0x16", "6x12", "6x128", "40x16", "6 x 16",
+        ] {
             let e = bad.parse::<DotTiling>().unwrap_err();
             assert!(e.contains("ROWSxLANES"), "{bad}: {e}");
         }

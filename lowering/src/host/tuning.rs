@@ -420,7 +420,12 @@ impl Probe {
             .map(|(i, o)| Array::random(DType::F32, o.shape.clone(), i as u64, -1.0, 1.0))
             .map(|a| a.to_le_bytes())
             .collect();
-        let output = vec![0u8; k.outputs().map(|o| o.shape.iter().product::<usize>() * 4).sum()];
+        let output = vec![
+            0u8;
+            k.outputs()
+                .map(|o| o.shape.iter().product::<usize>() * 4)
+                .sum()
+        ];
         Ok(Probe {
             kernel,
             inputs,
@@ -477,4 +482,118 @@ fn measure(tiles: &[DotTiling]) -> Vec<Trial> {
             seconds: probes.iter().map(|p| p.fastest.as_secs_f64()).sum(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh folder under the system temp dir, removed on drop.
+    struct Folder(PathBuf);
+
+    impl Folder {
+        fn new(name: &str) -> Folder {
+            let p = std::env::temp_dir().join(format!(
+                "tessera-tuning-{name}-{}-{:?}",
+                std::process::id(),
+                Instant::now()
+            ));
+            std::fs::create_dir_all(&p).unwrap();
+            Folder(p)
+        }
+    }
+
+    impl Drop for Folder {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A tuning as a search would leave it, without measuring.
+    fn measured() -> HostTuning {
+        let cpu = CpuIdentity::host().clone();
+        let c = DotTiling::candidates(cpu.registers);
+        HostTuning {
+            dot: c[1],
+            trials: vec![
+                Trial {
+                    tiling: c[1],
+                    seconds: 1.25e-3,
+                },
+                Trial {
+                    tiling: c[0],
+                    seconds: 1.5e-3,
+                },
+            ],
+            cpu,
+            source: TuningSource::Measured(None),
+        }
+    }
+
+    #[test]
+    fn a_written_tuning_reads_back_and_is_settled_on_without_measuring() {
+        let dir = Folder::new("roundtrip");
+        let t = measured();
+        let path = dir.0.join(t.cpu.file_name());
+        write_all_or_nothing(&path, t.file_text().as_bytes()).unwrap();
+        let back = HostTuning::load(&dir.0).expect("the file just written");
+        assert_eq!(back.dot, t.dot);
+        assert_eq!(back.trials, t.trials);
+        assert_eq!(back.source, TuningSource::Cached(path.clone()));
+        // `settle` takes the file: a search would have replaced it with a
+        // `Measured` source.
+        let settled = HostTuning::settle(None, &dir.0).unwrap();
+        assert_eq!(settled.source, TuningSource::Cached(path));
+        // Nothing but the file is left (no temporary).
+        let names: Vec<_> = std::fs::read_dir(&dir.0).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn a_file_not_to_trust_here_is_not_read() {
+        let t = measured();
+        let good = t.file_text();
+        let other_cpu = good.replace(&format!("cpu: {}", t.cpu), "cpu: Some Other CPU");
+        let other_release = good.replace(
+            &format!("tessera: {}", env!("CARGO_PKG_VERSION")),
+            "tessera: 0.0.1",
+        );
+        let misfit = good.replace(&format!("dot: {}", t.dot), "dot: 32x64");
+        let garbled = good.replace(&format!("dot: {}", t.dot), "dot: six by sixteen");
+        let bad_trial = format!("{good}trial: 6x16 fast\n");
+        let cases = [
+            ("empty", String::new()),
+            ("other format", good.replace("format 1", "format 0")),
+            ("truncated", good[..good.find("dot:").unwrap()].to_string()),
+            ("other CPU", other_cpu),
+            ("other release", other_release),
+            ("tile that does not fit", misfit),
+            ("garbled tile", garbled),
+            ("garbled trial", bad_trial),
+            ("binary", "\u{0}\u{1}\u{2}".into()),
+        ];
+        for (what, text) in cases {
+            let dir = Folder::new("bad");
+            std::fs::write(dir.0.join(t.cpu.file_name()), text).unwrap();
+            assert_eq!(HostTuning::load(&dir.0), None, "{what}");
+        }
+    }
+
+    #[test]
+    fn the_environment_overrides_and_a_bad_value_is_named() {
+        let dir = Folder::new("env");
+        let r = CpuIdentity::host().registers;
+        let d = HostTuning::settle(Some("default".into()), &dir.0).unwrap();
+        assert_eq!(d.dot, DotTiling::heuristic(r));
+        let f = HostTuning::settle(Some("5x16".into()), &dir.0).unwrap();
+        assert_eq!(f.dot.to_string(), "5x16");
+        assert_eq!(f.source, TuningSource::Environment("5x16".into()));
+        let e = HostTuning::settle(Some("fast".into()), &dir.0).unwrap_err();
+        assert!(
+            e.contains(TUNING_ENV) && e.contains("ROWSxLANES") && e.contains("default"),
+            "{e}"
+        );
+        // Neither measured nor wrote anything.
+        assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 0);
+    }
 }
