@@ -85,7 +85,7 @@ fn every_candidate_tile_computes_the_same_products() {
     let cases = [
         (45, 40, 48, DType::F32, false),
         (29, 32, 64, DType::F32, true),
-        (19, 24, 40, DType::Bf16, false),
+        (19, 24, 40, DType::BF16, false),
     ];
     let tiles = every_candidate();
     assert!(tiles.len() >= 12, "{tiles:?}");
