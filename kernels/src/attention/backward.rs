@@ -7,7 +7,13 @@
 //! * [`flash_attention_dkv()`]: grid (batch, kv head, k block, group head,
 //!   q block); for each k block, `dV = Σ Pᵀ·dO` and `dK = scale · Σ dSᵀ·Q`
 //!   accumulated over the query heads sharing the kv head (GQA) and all q
-//!   blocks.
+//!   blocks;
+//! * [`flash_attention_dqkv()`]: all three in one pass over the
+//!   dk/dv kernel's grid, `dq` of the kv head's query heads accumulated over
+//!   the whole sequence in scratch: five products per step instead of the
+//!   seven of the two kernels above (which each recompute the scores and
+//!   `dO·Vᵀ`), at the price of sequential k blocks and `group · sq · d` f32
+//!   of scratch.
 //!
 //! with `P = exp(S − lse)` recomputed from the scores and
 //! `dS = P ∘ (dO·Vᵀ − delta)` (times `1 − tanh²` under a soft-cap). Blocks
@@ -359,4 +365,117 @@ fn dkv_kernel(
 ) -> Result<VerifiedKernel, KernelErrors> {
     super::check_heads(dims.h, dims.hkv)?;
     with_float!("flash_attention_dkv", dtype, T => flash_attention_dkv::build::<T>(cfg, with_len, dims))
+}
+
+/// `dq`, `dk` and `dv` of flash attention in one pass: grid (batch, kv
+/// head, k block, group head, q block), as [`flash_attention_dkv()`], with
+/// `dq` of the kv head's `group` query heads summed in an f32 scratch over
+/// every k block and written once, at the kv head's last step. The k
+/// blocks are therefore sequential (`arbitrary`); batch and kv heads stay
+/// parallel.
+#[tpu_kernel(
+    grid = (b, hkv, kernel_ir::cdiv(skv, cfg.block_k), crate::attention::group(h, hkv), kernel_ir::cdiv(sq, cfg.block_q)),
+    semantics = (parallel, parallel, arbitrary, arbitrary, arbitrary),
+    name = if with_len { "flash_attention_dqkv_kv_len" } else { "flash_attention_dqkv" }
+)]
+pub fn flash_attention_dqkv<T: Element>(
+    cfg: &AttnConfig,
+    with_len: bool,
+    #[present(with_len)]
+    #[shape(1)]
+    kv_len: Option<Prefetch>,
+    #[shape(b, h, sq, d)]
+    #[block(group_q_rows(cfg, d, (h, hkv), (sq, skv)))]
+    q: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block(k_rows(cfg, d))]
+    #[col_major]
+    k: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block(k_rows(cfg, d))]
+    v: In<T>,
+    #[shape(b, h, sq, d)]
+    #[block(group_q_rows(cfg, d, (h, hkv), (sq, skv)))]
+    d_o: In<T>,
+    #[shape(b, h, sq, 1)]
+    #[block(group_q_rows(cfg, 1, (h, hkv), (sq, skv)))]
+    lse: In<f32>,
+    #[shape(b, h, sq, 1)]
+    #[block(group_q_rows(cfg, 1, (h, hkv), (sq, skv)))]
+    delta: In<f32>,
+    #[shape(b, h, sq, d)]
+    #[block([1, crate::attention::group(h, hkv), sq, d], |bi, hk, _, _, _| (bi, hk, 0, 0))]
+    dq: Out<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block(k_rows(cfg, d))]
+    dk: Out<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block(k_rows(cfg, d))]
+    dv: Out<T>,
+    #[shape(cfg.block_k, d)] dk_acc: Scratch<f32>,
+    #[shape(cfg.block_k, d)] dv_acc: Scratch<f32>,
+    #[shape(crate::attention::group(h, hkv), kernel_ir::cdiv(sq, cfg.block_q) * cfg.block_q, d)]
+    dq_acc: Scratch<f32>,
+) {
+    let (ki, g, qj) = (program_id(2), program_id(3), program_id(4));
+    let len = kv_len.load([0]);
+    let bq = cfg.block_q;
+    if ki == 0 && g == 0 && qj == 0 {
+        dq_acc.store(.., 0.0);
+    }
+    if g == 0 && qj == 0 {
+        dk_acc.store(.., 0.0);
+        dv_acc.store(.., 0.0);
+    }
+    if cfg.query_blocks(ki, skv).contains(qj) {
+        let ins = Saved { q, k, v, d_o, lse, delta };
+        let vb = zero_tail(ins.v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
+        let kb = zero_tail(ins.k.load((0, 0, .., ..)), ki, cfg.block_k, skv);
+        let qb = zero_tail(ins.q.load((0, 0, .., ..)), qj, bq, sq);
+        let dob = zero_tail(ins.d_o.load((0, 0, .., ..)), qj, bq, sq);
+        let (p, dscores) = probs_and_dscores(cfg, (sq, skv), ins, (dob, vb), (qj, ki), len);
+        dv_acc.store(.., dv_acc.load(..) + dot(p.convert(dob.dtype()).t(), dob));
+        let ds_in = dscores.convert(qb.dtype());
+        dk_acc.store(.., dk_acc.load(..) + dot(ds_in.t(), qb) * cfg.sm_scale);
+        let rows = (g, ds(qj * bq as i32, bq), ..);
+        dq_acc.store(rows, dq_acc.load(rows) + dot(ds_in, kb) * cfg.sm_scale);
+    }
+    if g == num_programs(3) - 1 && qj == num_programs(4) - 1 {
+        dk.store((0, 0, .., ..), dk_acc.load(..).cast::<T>());
+        dv.store((0, 0, .., ..), dv_acc.load(..).cast::<T>());
+        if ki == num_programs(2) - 1 {
+            dq.store((0, .., .., ..), dq_acc.load((.., 0..sq, ..)).cast::<T>());
+        }
+    }
+}
+
+/// [`flash_attention_dqkv()`] for a config, dtype and shapes (those of
+/// [`flash_attention_dkv()`]); outputs `dq, dk, dv`.
+pub fn flash_attention_dqkv(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention_dqkv::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    dqkv_kernel(cfg, false, dtype, dims)
+}
+
+/// [`flash_attention_dqkv()`] for [`crate::attention::flash_attention_kv_len()`]:
+/// keys at or past `kv_len[0]` get zero gradients and add nothing to `dq`.
+/// Arguments: `kv_len`, then those of [`flash_attention_dqkv()`].
+pub fn flash_attention_dqkv_kv_len(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention_dqkv::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    dqkv_kernel(cfg, true, dtype, dims)
+}
+
+fn dqkv_kernel(
+    cfg: &AttnConfig,
+    with_len: bool,
+    dtype: DType,
+    dims: flash_attention_dqkv::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    super::check_heads(dims.h, dims.hkv)?;
+    with_float!("flash_attention_dqkv", dtype, T => flash_attention_dqkv::build::<T>(cfg, with_len, dims))
 }

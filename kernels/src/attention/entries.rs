@@ -401,6 +401,38 @@ pub const FLASH_ATTENTION_DKV: Entry = Entry {
     }],
 };
 
+/// [`flash_attention_dqkv()`] in the library.
+pub const FLASH_ATTENTION_DQKV: Entry = Entry {
+    name: "flash_attention_dqkv",
+    fixed_inputs: None,
+    backward: None,
+    about: "flash attention backward in one pass: dq, dk and dv (dq summed in scratch over the k blocks)",
+    params: ATTN_PARAMS,
+    inputs: backward_shapes,
+    build: |c, s| {
+        let dims = flash_attention_dqkv::Dims::from_shapes(&refs(s))?;
+        Ok(flash_attention_dqkv(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = attn_spec(c, a[0].shape()[3])?;
+        let (dq, dk, dv) = reference::attention_backward(&a[0], &a[1], &a[2], &a[3], &spec);
+        Ok(vec![dq, dk, dv])
+    },
+    check: check_scores,
+    tolerance: grad_tolerance,
+    sample: backward_inputs,
+    presets: &[Preset {
+        name: "flash_attention_dqkv_gqa_window",
+        about: "flash attention backward in one pass, GQA 4/2 heads, causal, window, soft-cap",
+        config: GQA_WINDOW,
+        shapes: GQA_BACKWARD_SHAPES,
+    }],
+};
+
 /// `kv_len`, then the dq/dk/dv inputs.
 fn backward_shapes_kv_len(c: &Config) -> Result<Shapes, EntryError> {
     let mut v = vec![("kv_len", vec![1])];
@@ -451,6 +483,38 @@ fn check_kv_len(c: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), Entry
     in_range(arg(k, a, "kv_len"), "kv_len", 0.0, skv, "the keys that exist")?;
     check_scores(c, k, a)
 }
+
+/// [`flash_attention_dqkv_kv_len()`] in the library.
+pub const FLASH_ATTENTION_DQKV_KV_LEN: Entry = Entry {
+    name: "flash_attention_dqkv_kv_len",
+    fixed_inputs: None,
+    backward: None,
+    about: "flash attention backward in one pass over keys padded to a bucket: dq, dk and dv; kv_len[0] valid keys",
+    params: ATTN_PARAMS,
+    inputs: backward_shapes_kv_len,
+    build: |c, s| {
+        let dims = flash_attention_dqkv::Dims::from_shapes(&refs(&s[1..]))?;
+        Ok(flash_attention_dqkv_kv_len(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: |c, a| {
+        let spec = spec_kv_len(c, a)?;
+        let (dq, dk, dv) = reference::attention_backward(&a[1], &a[2], &a[3], &a[4], &spec);
+        Ok(vec![dq, dk, dv])
+    },
+    check: check_kv_len,
+    tolerance: grad_tolerance,
+    sample: backward_inputs_kv_len,
+    presets: &[Preset {
+        name: "flash_attention_dqkv_kv_len_causal",
+        about: "flash attention backward in one pass, causal, over a bucket of 256 keys with a valid length",
+        config: &[("causal", "true"), ("sm_scale", "0.125")],
+        shapes: &[],
+    }],
+};
 
 /// [`flash_attention_dq_kv_len()`] in the library.
 pub const FLASH_ATTENTION_DQ_KV_LEN: Entry = Entry {
