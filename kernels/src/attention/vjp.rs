@@ -1,7 +1,11 @@
 //! The backward flash attention declares in its entries: the forward saved
 //! `o` and the logsumexp; the backward runs [`attention_delta()`], then
-//! the dq and dk/dv kernels. A cotangent on the logsumexp (a loss that
-//! reads it) enters as `delta − ct_lse`, since `∂lse/∂s = p`.
+//! the one-pass [`flash_attention_dqkv()`] (five products per block pair
+//! instead of seven), or, where its whole-sequence `dq` scratch does not
+//! fit the generation's VMEM (the verifier refuses it: long sequences,
+//! many query heads per kv head), the dq and dk/dv kernels. A cotangent on
+//! the logsumexp (a loss that reads it) enters as `delta − ct_lse`, since
+//! `∂lse/∂s = p`.
 
 use std::sync::Arc;
 
@@ -10,7 +14,7 @@ use runtime::graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 
 use super::backward::{
     attention_delta, flash_attention_dkv, flash_attention_dkv_kv_len, flash_attention_dq,
-    flash_attention_dq_kv_len,
+    flash_attention_dq_kv_len, flash_attention_dqkv, flash_attention_dqkv_kv_len,
 };
 use super::AttnConfig;
 use crate::entry::{backward_error, refs};
@@ -51,31 +55,44 @@ fn backward(
         .iter()
         .map(|t| t.shape().to_vec())
         .collect();
-    let dq_dims = flash_attention_dq::Dims::from_shapes(&refs(&shapes))
-        .map_err(|e| err(e.into()))?;
-    let dkv_dims = flash_attention_dkv::Dims::from_shapes(&refs(&shapes))
-        .map_err(|e| err(e.into()))?;
-    let (dq_k, dkv_k) = if with_len {
-        (
-            flash_attention_dq_kv_len(cfg, dtype, dq_dims),
-            flash_attention_dkv_kv_len(cfg, dtype, dkv_dims),
-        )
-    } else {
-        (
-            flash_attention_dq(cfg, dtype, dq_dims),
-            flash_attention_dkv(cfg, dtype, dkv_dims),
-        )
-    };
-    let (dq_k, dkv_k) = (dq_k.map_err(|e| err(e.into()))?, dkv_k.map_err(|e| err(e.into()))?);
     let mut args: Vec<&Tensor> = Vec::new();
     if with_len {
         args.push(&ins[0]);
     }
     args.extend([q, k, v, &d_o, &lse, &delta]);
-    let dq = rt.call(&dq_k, &args)?.remove(0);
-    let mut dkv = rt.call(&dkv_k, &args)?;
-    let dv = dkv.remove(1);
-    let dk = dkv.remove(0);
+    let dqkv_dims = flash_attention_dqkv::Dims::from_shapes(&refs(&shapes))
+        .map_err(|e| err(e.into()))?;
+    let one_pass = if with_len {
+        flash_attention_dqkv_kv_len(cfg, dtype, dqkv_dims)
+    } else {
+        flash_attention_dqkv(cfg, dtype, dqkv_dims)
+    };
+    let (dq, dk, dv) = if let Ok(dqkv_k) = one_pass {
+        let mut g = rt.call(&dqkv_k, &args)?;
+        let (dv, dk) = (g.remove(2), g.remove(1));
+        (g.remove(0), dk, dv)
+    } else {
+        let dq_dims = flash_attention_dq::Dims::from_shapes(&refs(&shapes))
+            .map_err(|e| err(e.into()))?;
+        let dkv_dims = flash_attention_dkv::Dims::from_shapes(&refs(&shapes))
+            .map_err(|e| err(e.into()))?;
+        let (dq_k, dkv_k) = if with_len {
+            (
+                flash_attention_dq_kv_len(cfg, dtype, dq_dims),
+                flash_attention_dkv_kv_len(cfg, dtype, dkv_dims),
+            )
+        } else {
+            (
+                flash_attention_dq(cfg, dtype, dq_dims),
+                flash_attention_dkv(cfg, dtype, dkv_dims),
+            )
+        };
+        let (dq_k, dkv_k) = (dq_k.map_err(|e| err(e.into()))?, dkv_k.map_err(|e| err(e.into()))?);
+        let dq = rt.call(&dq_k, &args)?.remove(0);
+        let mut dkv = rt.call(&dkv_k, &args)?;
+        let dv = dkv.remove(1);
+        (dq, dkv.remove(0), dv)
+    };
     debug_assert!(lse.dtype() == DType::F32);
     let mut out = Vec::new();
     if with_len {

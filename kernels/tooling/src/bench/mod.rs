@@ -246,7 +246,9 @@ impl Workload {
                 };
                 use kernels::attention::backward as bw;
                 let (h, d) = (HEADS, HEAD_DIM);
-                // Pool: q k v dO o lse, then delta.
+                // Pool: q k v dO o lse, then delta. One pass for dq, dk
+                // and dv: five products per step, not the seven of the dq
+                // and dk/dv kernels.
                 vec![
                     Stage {
                         kernel: bw::attention_delta(
@@ -258,26 +260,10 @@ impl Workload {
                         inputs: vec![4, 3],
                     },
                     Stage {
-                        kernel: bw::flash_attention_dq(
+                        kernel: bw::flash_attention_dqkv(
                             &cfg,
                             DType::F32,
-                            bw::flash_attention_dq::Dims {
-                                b: 1,
-                                h,
-                                hkv: h,
-                                sq: s,
-                                skv: s,
-                                d,
-                            },
-                        )
-                        .map_err(err)?,
-                        inputs: vec![0, 1, 2, 3, 5, 6],
-                    },
-                    Stage {
-                        kernel: bw::flash_attention_dkv(
-                            &cfg,
-                            DType::F32,
-                            bw::flash_attention_dkv::Dims {
+                            bw::flash_attention_dqkv::Dims {
                                 b: 1,
                                 h,
                                 hkv: h,
