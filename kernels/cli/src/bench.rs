@@ -1,9 +1,9 @@
-//! `tessera bench [KERNEL] [--max-s N] [--max-bwd-s N] [--budget SECS] [--json] [--svg FILE]`.
+//! `tessera bench [KERNEL] [--max-s N] [--max-bwd-s N] [--budget SECS] [--rounds N] [--json] [--svg FILE]`.
 
 use std::time::Duration;
 
 use tooling::bench::{
-    Method, Workload, masked_suite, measure_isolated, suite, svg_chart, table, to_json,
+    Method, Workload, masked_suite, measure_interleaved, suite, svg_chart, table, to_json,
 };
 
 use crate::args::Args;
@@ -30,7 +30,7 @@ pub fn bench(args: &[String]) -> Result<(), Failure> {
     let a = Args::parse(
         "bench",
         args,
-        &["max-s", "max-bwd-s", "budget", "svg"],
+        &["max-s", "max-bwd-s", "budget", "rounds", "svg"],
         &["json"],
     )
     .map_err(usage)?;
@@ -78,6 +78,13 @@ pub fn bench(args: &[String]) -> Result<(), Failure> {
     let max_s = num("max-s", 8192.0, 65536.0)? as usize;
     let max_bwd_s = num("max-bwd-s", 4096.0, 65536.0)? as usize;
     let budget = Duration::from_secs_f64(num("budget", 3.0, 3600.0)?);
+    let rounds = num("rounds", 3.0, 100.0)?;
+    if rounds.fract() != 0.0 || rounds < 1.0 {
+        return Err(usage(format!(
+            "--rounds {rounds}: give a whole number of rounds, 1 or more"
+        )));
+    }
+    let rounds = rounds as usize;
     let mut rows = Vec::new();
     let torch = tooling::bench::torch_python().is_some();
     if !torch {
@@ -94,10 +101,14 @@ pub fn bench(args: &[String]) -> Result<(), Failure> {
         if filter.is_some_and(|f| f != "masked_attention" && f != group(w)) {
             continue;
         }
-        for m in methods {
-            eprint!("\r  measuring {w}: {} ...{:20}", m.name(w), "");
-            rows.push(measure_isolated(w, m, budget));
-        }
+        rows.extend(measure_interleaved(w, &methods, budget, rounds, |m, r| {
+            eprint!(
+                "\r  measuring {w}: {} (round {} of {rounds}) ...{:20}",
+                m.name(w),
+                r + 1,
+                ""
+            );
+        }));
     }
     eprint!("\r{:90}\r", "");
     if a.flag("json") {

@@ -339,7 +339,7 @@ const HELP_BENCH: &str = "\
 tessera bench: benchmarks with their baselines, measured in one run
 
 USAGE:
-    tessera bench [KERNEL] [--max-s N] [--max-bwd-s N] [--budget SECS] [--json] [--svg FILE]
+    tessera bench [KERNEL] [--max-s N] [--max-bwd-s N] [--budget SECS] [--rounds N] [--json] [--svg FILE]
 
 KERNEL picks one group: matmul (1024^3 f32, native JIT vs XLA dot_general),
 flash_attention (forward, B=1 H=8 D=128, S=1024..max-s, causal and not:
@@ -349,12 +349,17 @@ masked_attention (the same forward and backward workloads as masks, causal
 or full, through the table-driven kernels beside the band kernels, native
 JIT at the same blocks; the table ends with their time ratios).
 Default: all but masked_attention. Each measurement runs in its own process; time is the median
-of repeated runs, peak memory the resident-set growth of the first run.
+of repeated runs, peak memory the resident-set growth of the first run. The methods of a
+workload take turns over --rounds rounds (the order rotating), so that a change in the
+machine's speed during the run (a busy neighbour on a shared host) falls on all of them;
+a method's time is the median of its rounds.
 
 OPTIONS:
     --max-s N             largest forward sequence length [default: 8192]
     --max-bwd-s N         largest backward sequence length [default: 4096]
-    --budget SECS         seconds of timed runs per measurement [default: 3]
+    --budget SECS         seconds of timed runs per measurement, split over the
+                          rounds [default: 3]
+    --rounds N            interleaved rounds per workload [default: 3]
     --json                print JSON instead of the table
     --svg FILE            also write a chart of attention time and peak memory
                           against sequence length, fused vs unfused

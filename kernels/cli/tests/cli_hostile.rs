@@ -225,6 +225,9 @@ fn hostile_repros_get_their_documented_answers() {
         ("--budget", "inf"),
         ("--budget", "1e300"),
         ("--max-s", "1e30"),
+        ("--rounds", "0"),
+        ("--rounds", "2.5"),
+        ("--rounds", "1e9"),
     ] {
         let o = tessera(&["bench", "matmul", flag, v]);
         assert_eq!(o.status.code(), Some(2), "{flag} {v}: {}", stderr(&o));

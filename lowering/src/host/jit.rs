@@ -175,7 +175,14 @@ static ENGINE_CREATION: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// leave tens of KB in /tmp forever. This process's dumps are unlinked
 /// right after creation (the listener keeps writing to the open, unlinked
 /// file, freed when the engine goes) and their folders removed.
+///
+/// `TESSERA_KEEP_JITDUMP=1` keeps them, for profiling the kernel's native
+/// code: `perf record -k 1 …`, then `perf inject --jit` and `perf annotate`
+/// find the generated instructions through the dump.
 fn remove_jitdumps() {
+    if std::env::var_os("TESSERA_KEEP_JITDUMP").is_some_and(|v| v == "1") {
+        return;
+    }
     let base = std::env::var_os("JITDUMPDIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);

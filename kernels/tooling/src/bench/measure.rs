@@ -242,6 +242,53 @@ pub fn measure_isolated(w: Workload, m: Method, budget: Duration) -> Result<Meas
     child_result(w, m, &out)
 }
 
+/// Every method of one workload measured in `rounds` interleaved rounds
+/// (each a child process per method with `budget / rounds` of timed runs;
+/// the order rotates each round): a drift in the machine's speed (a noisy
+/// neighbour on a shared host, a thermal change) lands on every method
+/// alike, instead of on whichever ran during it. A method's time is the
+/// median of its rounds' medians; its runs add up, its peak is the
+/// largest. A method that fails in any round reports that error.
+pub fn measure_interleaved(
+    w: Workload,
+    methods: &[Method],
+    budget: Duration,
+    rounds: usize,
+    mut progress: impl FnMut(Method, usize),
+) -> Vec<Result<Measurement, String>> {
+    let rounds = rounds.max(1);
+    let each = budget / rounds as u32;
+    let mut got: Vec<Result<Vec<Measurement>, String>> = vec![Ok(Vec::new()); methods.len()];
+    for round in 0..rounds {
+        for i in 0..methods.len() {
+            let i = (i + round) % methods.len();
+            let Ok(list) = &mut got[i] else { continue };
+            progress(methods[i], round);
+            match measure_isolated(w, methods[i], each) {
+                Ok(m) => list.push(m),
+                Err(e) => got[i] = Err(e),
+            }
+        }
+    }
+    got.into_iter()
+        .zip(methods)
+        .map(|(r, &method)| {
+            let mut list = r?;
+            list.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+            let mid = list
+                .get(list.len() / 2)
+                .ok_or_else(|| format!("{} on {w}: not measured", method.name(w)))?;
+            Ok(Measurement {
+                workload: w,
+                method,
+                seconds: mid.seconds,
+                runs: list.iter().map(|m| m.runs).sum(),
+                peak_bytes: list.iter().map(|m| m.peak_bytes).max().unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
 /// The measurement a child printed (`TESSERA_BENCH seconds runs
 /// peak_bytes`), or its last line of stderr as the error.
 pub(super) fn child_result(

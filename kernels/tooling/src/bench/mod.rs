@@ -30,7 +30,7 @@ mod report;
 mod torch;
 
 use baseline::baseline;
-pub use measure::{Measurement, child_main, measure, measure_isolated};
+pub use measure::{Measurement, child_main, measure, measure_interleaved, measure_isolated};
 pub use report::{masked_suite, suite, svg_chart, table, to_json};
 
 pub use torch::torch_python;
