@@ -1073,3 +1073,42 @@ fn masked_runs_attention_with_a_described_mask() {
         stderr(&o)
     );
 }
+
+/// `tessera tune --cpu` alone measures the JIT's register tiles on this
+/// CPU, prints each one's time, and keeps the winner in the cache folder,
+/// where the next process reads it instead of measuring.
+#[test]
+fn tune_cpu_measures_the_jit_tiles_and_keeps_the_winner() {
+    let d = dir("tune-cpu");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(args)
+            .env("TESSERA_CACHE", &d)
+            .env_remove("TESSERA_HOST_TUNING")
+            .output()
+            .unwrap()
+    };
+    let o = run(&["tune", "--cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let kept: Vec<&str> = out.lines().filter(|l| l.ends_with("<- kept")).collect();
+    assert_eq!(kept.len(), 1, "{out}");
+    let tile = kept[0].split_whitespace().next().unwrap();
+    let files: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(text.starts_with("tessera host JIT tuning"), "{text}");
+    assert!(text.contains(&format!("dot: {tile}\n")), "{text}\n{out}");
+    // What a later JIT compile reads instead of measuring.
+    let tuning = lowering::HostTuning::load(&d).expect("the kept tuning reads back");
+    assert_eq!(tuning.dot.to_string(), tile);
+    // Kernel options without a kernel are a usage error naming them.
+    let o = run(&["tune", "--cpu", "--top", "3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--top"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -67,10 +67,13 @@
 //!   16 × 16 in-register transposes (`vector.shuffle`) when the rhs is
 //!   contiguous along k (`kᵀ`, `qᵀ`); the lhs is read in place when it is a
 //!   window or buffer of the accumulator type (its elements are scalar loads
-//!   broadcast to the lanes, so its stride does not matter), else computed
-//!   into a `[batch, m, k]` buffer. The micro-kernel keeps 12 rows × 32 lanes
-//!   of accumulators (24 of the 32 vector registers; a tail of 8/4/2/1-row
-//!   tiles covers the rest), `vector.fma` with broadcast lhs, k unrolled by 4,
+//!   broadcast to the lanes, so its stride does not matter), a transposed
+//!   computed value (`pᵀ`, `dSᵀ`) is written in its own order and read in
+//!   place through the transpose, anything else is computed into a `[batch,
+//!   m, k]` buffer. The micro-kernel's register tile is measured per CPU
+//!   (`DotTiling`, `HostTuning`: 12 rows × 32 lanes on AVX-512's 32
+//!   registers, 6 × 16 on AVX2's 16; a tail of 8/4/2/1-row tiles covers the
+//!   rest), `vector.fma` with broadcast lhs, k unrolled by 4,
 //!   row tiles inside column panels so a panel is reused while it is in L1;
 //!   half-float accumulation and arithmetic run in f32 and round once per op,
 //!   as the interpreter does;
