@@ -136,8 +136,11 @@ fn dq_step(
     );
 }
 
-/// One (k block, q block) step of `dk` and `dv`.
+/// One (k block, q block) step of `dk` and `dv`, and with `dq` (the
+/// one-pass kernel's scratch and the step's query head within the group)
+/// of `dq` too, from the same probabilities and score gradient.
 #[kernel_fn]
+#[allow(clippy::too_many_arguments)]
 fn dkv_step(
     cfg: &AttnConfig,
     (sq, skv): (usize, usize),
@@ -145,16 +148,20 @@ fn dkv_step(
     (dk_acc, dv_acc): (Ref, Ref),
     (qj, ki): (Tile, Tile),
     kv_len: Option<Tile>,
+    dq: Option<(Ref, Tile)>,
 ) {
     let vb = zero_tail(ins.v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
     let qb = zero_tail(ins.q.load((0, 0, .., ..)), qj, cfg.block_q, sq);
     let dob = zero_tail(ins.d_o.load((0, 0, .., ..)), qj, cfg.block_q, sq);
     let (p, ds) = probs_and_dscores(cfg, (sq, skv), ins, (dob, vb), (qj, ki), kv_len);
     dv_acc.store(.., dv_acc.load(..) + dot(p.convert(dob.dtype()).t(), dob));
-    dk_acc.store(
-        ..,
-        dk_acc.load(..) + dot(ds.convert(qb.dtype()).t(), qb) * cfg.sm_scale,
-    );
+    let ds_in = ds.convert(qb.dtype());
+    dk_acc.store(.., dk_acc.load(..) + dot(ds_in.t(), qb) * cfg.sm_scale);
+    if let Some((dq_acc, g)) = dq {
+        let kb = zero_tail(ins.k.load((0, 0, .., ..)), ki, cfg.block_k, skv);
+        let rows = (g, kernel_ir::prelude::ds(qj * cfg.block_q as i32, cfg.block_q), ..);
+        dq_acc.store(rows, dq_acc.load(rows) + dot(ds_in, kb) * cfg.sm_scale);
+    }
 }
 
 /// `dq` of flash attention: `[b, h, sq, d]`.
@@ -329,7 +336,7 @@ pub fn flash_attention_dkv<T: Element>(
     }
     if cfg.query_blocks(ki, skv).contains(qj) {
         let ins = Saved { q, k, v, d_o, lse, delta };
-        dkv_step(cfg, (sq, skv), ins, (dk_acc, dv_acc), (qj, ki), len);
+        dkv_step(cfg, (sq, skv), ins, (dk_acc, dv_acc), (qj, ki), len, None);
     }
     if g == num_programs(3) - 1 && qj == num_programs(4) - 1 {
         dk.store((0, 0, .., ..), dk_acc.load(..).cast::<T>());
@@ -419,7 +426,6 @@ pub fn flash_attention_dqkv<T: Element>(
 ) {
     let (ki, g, qj) = (program_id(2), program_id(3), program_id(4));
     let len = kv_len.load([0]);
-    let bq = cfg.block_q;
     if ki == 0 && g == 0 && qj == 0 {
         dq_acc.store(.., 0.0);
     }
@@ -429,16 +435,8 @@ pub fn flash_attention_dqkv<T: Element>(
     }
     if cfg.query_blocks(ki, skv).contains(qj) {
         let ins = Saved { q, k, v, d_o, lse, delta };
-        let vb = zero_tail(ins.v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
-        let kb = zero_tail(ins.k.load((0, 0, .., ..)), ki, cfg.block_k, skv);
-        let qb = zero_tail(ins.q.load((0, 0, .., ..)), qj, bq, sq);
-        let dob = zero_tail(ins.d_o.load((0, 0, .., ..)), qj, bq, sq);
-        let (p, dscores) = probs_and_dscores(cfg, (sq, skv), ins, (dob, vb), (qj, ki), len);
-        dv_acc.store(.., dv_acc.load(..) + dot(p.convert(dob.dtype()).t(), dob));
-        let ds_in = dscores.convert(qb.dtype());
-        dk_acc.store(.., dk_acc.load(..) + dot(ds_in.t(), qb) * cfg.sm_scale);
-        let rows = (g, ds(qj * bq as i32, bq), ..);
-        dq_acc.store(rows, dq_acc.load(rows) + dot(ds_in, kb) * cfg.sm_scale);
+        let accs = (dk_acc, dv_acc);
+        dkv_step(cfg, (sq, skv), ins, accs, (qj, ki), len, Some((dq_acc, g)));
     }
     if g == num_programs(3) - 1 && qj == num_programs(4) - 1 {
         dk.store((0, 0, .., ..), dk_acc.load(..).cast::<T>());
