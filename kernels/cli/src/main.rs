@@ -129,7 +129,7 @@ USAGE:
     tessera tune --cpu
 
 `tessera tune --cpu` alone measures the native JIT's dot register tiles on
-this CPU again (about two seconds), prints them and keeps the fastest in the
+this CPU again (about three seconds), prints them and keeps the fastest in the
 cache folder for every later compile. The JIT does this by itself at its first
 compile on a CPU it has no tuning for; run it again on a quiet machine, or set
 TESSERA_HOST_TUNING=ROWSxLANES (e.g. 6x16) or =default to override it.
