@@ -14,7 +14,7 @@
 //!    version, so another CPU or release measures again;
 //! 3. else measures every [`DotTiling::candidates`] tile on two probe
 //!    kernels (a 256³ matmul block and attention's `q·kᵀ` then `p·v`),
-//!    about two seconds, and writes the file all or nothing.
+//!    about three seconds, and writes the file all or nothing.
 //!
 //! A file that is unreadable, of another format, CPU or release, or names a
 //! tile that does not fit is measured again and replaced, never trusted.
