@@ -9,7 +9,11 @@
 #    hash-checked, unpacked into the cache folder outside git
 #    ($TESSERA_CACHE, default ~/.cache/tessera);
 #  * libtpu, the TPU compiler, from its pinned PyPI wheel, hash-checked, for
-#    the compile-only TPU check (runtime::tpu, `tessera compile`).
+#    the compile-only TPU check (runtime::tpu, `tessera compile`);
+#  * Triton, the GPU compiler (NVIDIA and AMD, compile-only here) and its CPU
+#    interpreter, with NumPy, hash-pinned, in a Python 3.12 environment in
+#    the cache folder (runtime::triton, `tessera compile --gpu`, the
+#    triton-interp path).
 set -euo pipefail
 
 log=$(mktemp)
@@ -100,4 +104,38 @@ PY
   mv "$tmp/LICENSE" "$libtpu_dir/LICENSE"
   mv "$tmp/libtpu.so" "$libtpu"
   rm -rf "$tmp"
+fi
+
+# --- Triton (the GPU compiler, compile-only, and its CPU interpreter) --------
+# Triton's wheel (cp312-abi3, no dependencies, ~290 MB, ~1 GB installed)
+# and NumPy, both hash-pinned, in their own environment: `bin/python` of
+# it is what runtime::triton runs. Built beside its final place and
+# renamed into it, so a half-made environment is never used.
+triton_version="3.9.0"
+triton_sha256="5e52ab4e2f1d64f0ac494c9aa723697b793f81a91c4cae4c36608ca0bc4267bf"
+numpy_version="2.3.5"
+numpy_sha256="0d8163f43acde9a73c2a33605353a4f1bc4798745a8b1d73183b28e5b435ae28"
+triton_env="$cache/triton-$triton_version"
+if [ ! -x "$triton_env/bin/python" ] || ! "$triton_env/bin/python" -c 'import triton, numpy' >/dev/null 2>&1; then
+  python312=""
+  for candidate in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then
+      python312=$(command -v "$candidate")
+      break
+    fi
+  done
+  if [ -z "$python312" ]; then
+    echo "setup: failed: Triton $triton_version needs Python 3.12 (python3.12 not found)" >&2
+    exit 1
+  fi
+  echo "setup: installing Triton $triton_version (the GPU compiler, ~1 GB) into $triton_env"
+  tmp="$triton_env.partial"
+  rm -rf "$tmp" "$triton_env"
+  run_quiet "$python312" -m venv --without-pip "$tmp"
+  printf 'triton==%s --hash=sha256:%s\nnumpy==%s --hash=sha256:%s\n' \
+    "$triton_version" "$triton_sha256" "$numpy_version" "$numpy_sha256" >"$tmp/requirements.txt"
+  run_quiet "$python312" -m pip --python "$tmp/bin/python" install --quiet --no-deps \
+    --require-hashes --only-binary=:all: --disable-pip-version-check -r "$tmp/requirements.txt"
+  run_quiet "$tmp/bin/python" -c 'import triton, numpy'
+  mv "$tmp" "$triton_env"
 fi

@@ -425,6 +425,11 @@ pub enum ErrorKind {
     /// device id outside the kernel's mesh.
     #[error("[mesh] {0}")]
     Mesh(String),
+    /// What a Triton program (the GPU target) cannot express: checked when
+    /// a kernel is lowered for GPUs (`VerifiedKernel::check_gpu`), not by
+    /// `Kernel::verify`, since a TPU kernel need not fit a GPU.
+    #[error("[gpu] {0}")]
+    Gpu(String),
     /// The devices of a mesh all wait and nothing in flight can wake one
     /// (each device's waiting op is listed).
     #[error("[deadlock] {0}")]

@@ -105,7 +105,7 @@ pub use spec::{
     BlockSpec, DimSemantics, Grid, GridDim, MemorySpace, Mesh, Operand, Role, ScalarPrefetch,
     Scratch,
 };
-pub use target::{LANES, ParseTargetError, Target};
+pub use target::{GpuTarget, LANES, ParseGpuTargetError, ParseTargetError, Target};
 pub use verify::VerifiedKernel;
 
 #[doc = include_str!("../doc/tpu_kernel.md")]

@@ -194,3 +194,97 @@ impl FromStr for Target {
             .ok_or_else(|| ParseTargetError(s.to_string()))
     }
 }
+
+/// A GPU a kernel is compiled for through Triton: the architecture Triton's
+/// `GPUTarget` names (`("cuda", 90, 32)`, `("hip", "gfx942", 64)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GpuTarget {
+    /// NVIDIA Ampere (A100): `sm_80`.
+    Sm80,
+    /// NVIDIA Hopper (H100, H200): `sm_90`.
+    Sm90,
+    /// NVIDIA Blackwell (B200): `sm_100`.
+    Sm100,
+    /// AMD CDNA 3 (MI300X): `gfx942`.
+    Gfx942,
+    /// AMD CDNA 4 (MI355X): `gfx950`.
+    Gfx950,
+}
+
+impl GpuTarget {
+    /// Every GPU target, NVIDIA first.
+    pub const ALL: [GpuTarget; 5] = [
+        GpuTarget::Sm80,
+        GpuTarget::Sm90,
+        GpuTarget::Sm100,
+        GpuTarget::Gfx942,
+        GpuTarget::Gfx950,
+    ];
+
+    /// Short name, as printed and parsed (`sm_90`, `gfx942`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuTarget::Sm80 => "sm_80",
+            GpuTarget::Sm90 => "sm_90",
+            GpuTarget::Sm100 => "sm_100",
+            GpuTarget::Gfx942 => "gfx942",
+            GpuTarget::Gfx950 => "gfx950",
+        }
+    }
+
+    /// Triton's back end: `cuda` or `hip`.
+    pub fn backend(self) -> &'static str {
+        match self {
+            GpuTarget::Sm80 | GpuTarget::Sm90 | GpuTarget::Sm100 => "cuda",
+            GpuTarget::Gfx942 | GpuTarget::Gfx950 => "hip",
+        }
+    }
+
+    /// The architecture as Triton's `GPUTarget` takes it: the compute
+    /// capability (`90`) on NVIDIA, the gfx name on AMD.
+    pub fn arch(self) -> &'static str {
+        match self {
+            GpuTarget::Sm80 => "80",
+            GpuTarget::Sm90 => "90",
+            GpuTarget::Sm100 => "100",
+            GpuTarget::Gfx942 => "gfx942",
+            GpuTarget::Gfx950 => "gfx950",
+        }
+    }
+
+    /// Threads per warp (wavefront): 32 on NVIDIA, 64 on AMD CDNA.
+    pub fn warp_size(self) -> usize {
+        match self.backend() {
+            "cuda" => 32,
+            _ => 64,
+        }
+    }
+
+    /// Whether Triton 3.9 takes `f8e4m3fn` (its `fp8e4nv`) on this
+    /// architecture: not on `sm_80`, whose fp8 types are `fp8e5` and
+    /// `fp8e4b15` (Triton's `supported_fp8_dtypes` for the target).
+    pub fn has_f8e4m3fn(self) -> bool {
+        self != GpuTarget::Sm80
+    }
+}
+
+impl fmt::Display for GpuTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The error of parsing a GPU target name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown GPU target `{0}`; expected one of sm_80, sm_90, sm_100, gfx942, gfx950")]
+pub struct ParseGpuTargetError(pub String);
+
+impl FromStr for GpuTarget {
+    type Err = ParseGpuTargetError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        GpuTarget::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| ParseGpuTargetError(s.to_string()))
+    }
+}

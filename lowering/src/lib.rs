@@ -82,6 +82,7 @@ mod kernel_module;
 mod lowered_values;
 mod mlir;
 pub mod op_names;
+pub mod triton;
 mod unary;
 
 pub use convention::Flavor;
@@ -97,6 +98,7 @@ pub use host::tuning::{CpuIdentity, HostTuning, TUNING_ENV, Trial, TuningSource,
 pub use host::{HostKernel, HostOptions, host_module};
 pub use kernel_module::MOSAIC_VERSION;
 pub use mlir::{dense_literal, literal_text};
+pub use triton::{ParamRole, TritonOptions, TritonParam, TritonProgram, triton, triton_with};
 
 use kernel_ir::VerifiedKernel;
 
@@ -137,6 +139,10 @@ pub enum LoweringError {
     /// its workspace could not be allocated.
     #[error("{0}")]
     Run(String),
+    /// The kernel breaks rules of the target (the GPU target's `[gpu]`
+    /// rules, [`kernel_ir::VerifiedKernel::check_gpu`]).
+    #[error("{0}")]
+    Refused(Box<kernel_ir::KernelErrors>),
     /// An internal inconsistency: a Tessera bug.
     #[error("internal lowering error (a Tessera bug, please report it): {0}")]
     Internal(String),

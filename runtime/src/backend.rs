@@ -8,6 +8,7 @@
 //! | `jit` | the native JIT ([`lowering::HostKernel`]) called directly |
 //! | `pjrt-decomposed` | the decomposed StableHLO ([`lowering::decomposed`]) on the PJRT CPU plugin |
 //! | `pjrt-ffi` | a StableHLO module calling the native kernel through the FFI handler ([`crate::host_call`]) on the PJRT CPU plugin |
+//! | `triton-interp` | the kernel's Triton program ([`lowering::triton`]), the one Triton compiles for GPUs, under Triton's interpreter ([`crate::triton`]) |
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,15 +42,18 @@ pub enum Backend {
     Decomposed,
     /// The native kernel as an FFI custom call on the PJRT CPU plugin.
     HostCall,
+    /// The GPU program (Triton) under Triton's interpreter.
+    TritonInterp,
 }
 
 impl Backend {
     /// Every backend, in the order reports list them.
-    pub const ALL: [Backend; 4] = [
+    pub const ALL: [Backend; 5] = [
         Backend::Interpreter,
         Backend::Native,
         Backend::Decomposed,
         Backend::HostCall,
+        Backend::TritonInterp,
     ];
 
     /// The name the CLI and reports use.
@@ -59,6 +63,7 @@ impl Backend {
             Backend::Native => "jit",
             Backend::Decomposed => "pjrt-decomposed",
             Backend::HostCall => "pjrt-ffi",
+            Backend::TritonInterp => "triton-interp",
         }
     }
 }
@@ -99,6 +104,9 @@ pub enum BackendError {
     /// Arrays that do not fit the kernel (the shared check).
     #[error(transparent)]
     Arguments(Box<kernel_ir::ArgumentError>),
+    /// Triton (its interpreter, or finding it) failed.
+    #[error(transparent)]
+    Triton(#[from] crate::triton::TritonError),
 }
 
 impl From<KernelError> for BackendError {
@@ -145,6 +153,13 @@ pub enum Prepared {
         /// where the path itself does not.
         kernel: Option<VerifiedKernel>,
     },
+    /// A Triton program for Triton's interpreter.
+    Triton {
+        /// The kernel it runs.
+        kernel: VerifiedKernel,
+        /// Its program.
+        program: Box<lowering::TritonProgram>,
+    },
 }
 
 impl Prepared {
@@ -171,6 +186,10 @@ impl Prepared {
                     kernel: Some(kernel.clone()),
                 }
             }
+            Backend::TritonInterp => Prepared::Triton {
+                kernel: kernel.clone(),
+                program: Box::new(lowering::triton(kernel)?),
+            },
             Backend::HostCall => {
                 let client = cpu_client()?;
                 let module = host_call::host_call_module(client.plugin(), kernel)?;
@@ -191,6 +210,7 @@ impl Prepared {
             Prepared::Interpreter(_) => Backend::Interpreter,
             Prepared::Native(_) => Backend::Native,
             Prepared::Pjrt { backend, .. } => *backend,
+            Prepared::Triton { .. } => Backend::TritonInterp,
         }
     }
 
@@ -200,6 +220,17 @@ impl Prepared {
         match self {
             Prepared::Interpreter(k) => Ok(kernel_ir::interpret(k, args)?),
             Prepared::Native(k) => Ok(k.run(args)?),
+            Prepared::Triton { kernel, program } => {
+                if !kernel.prefetch.is_empty() {
+                    kernel.check_arguments(args.iter().map(|a| (Some(a.dtype()), a.shape())))
+                        .map_err(|e| BackendError::Arguments(Box::new(e)))?;
+                    // The program reads blocks where scalar prefetch points
+                    // and cannot stop at a bad one: the same error as on
+                    // the other paths, before it runs.
+                    kernel.check_block_indices(&args[..kernel.prefetch.len()])?;
+                }
+                Ok(crate::triton::interpret(kernel, program, args)?)
+            }
             Prepared::Pjrt {
                 backend,
                 executable,

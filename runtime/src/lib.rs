@@ -15,6 +15,9 @@
 //! * [`tpu`]: the TPU compiler (libtpu) in the loop, compile-only: a
 //!   topology per generation, compiled programs with the compiler's memory
 //!   stats, cost analysis and serialized form, and its errors taken apart;
+//! * [`triton`]: Triton, the GPU compiler, in the loop: a kernel's Triton
+//!   program compiled for NVIDIA and AMD GPUs (no GPU needed) and run on
+//!   the CPU by Triton's interpreter;
 //! * [`plugin_log`]: plugin logging kept off the terminal unless asked for.
 
 pub mod across_devices;
@@ -26,3 +29,4 @@ pub mod pjrt;
 pub mod plugin;
 pub mod plugin_log;
 pub mod tpu;
+pub mod triton;

@@ -48,6 +48,7 @@ mod body;
 mod carry;
 mod dma_window;
 mod grid_walk;
+mod gpu;
 mod mosaic;
 mod scope;
 mod signature;

@@ -14,11 +14,11 @@ pub fn lower(args: &[String]) -> Result<(), Failure> {
         Args::parse("lower", args, &["config", "shape", "target", "out"], &[]).map_err(usage)?;
     let name = a.kernel("lower").map_err(usage)?;
     let target = a.one("target").map_err(usage)?.ok_or_else(|| {
-        usage("give --target: kernel, mosaic, mosaic-body, decomposed or host".into())
+        usage("give --target: kernel, mosaic, mosaic-body, decomposed, host or triton".into())
     })?;
-    if !["kernel", "mosaic", "mosaic-body", "decomposed", "host"].contains(&target) {
+    if !["kernel", "mosaic", "mosaic-body", "decomposed", "host", "triton"].contains(&target) {
         return Err(usage(format!(
-            "unknown target `{target}`; use kernel, mosaic, mosaic-body, decomposed or host"
+            "unknown target `{target}`; use kernel, mosaic, mosaic-body, decomposed, host or triton"
         )));
     }
     let kernel = kernel_for_lower(name, &a).map_err(usage)?;
@@ -27,6 +27,7 @@ pub fn lower(args: &[String]) -> Result<(), Failure> {
         "mosaic" => lowering::tpu_custom_call(&kernel).map(|c| c.module),
         "mosaic-body" => lowering::tpu_custom_call(&kernel).map(|c| c.body),
         "decomposed" => lowering::decomposed(&kernel),
+        "triton" => lowering::triton(&kernel).map(|p| p.source),
         _ => lowering::host_module(&kernel),
     }
     .map_err(|e| Failure::Run(e.to_string()))?;

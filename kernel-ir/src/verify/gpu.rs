@@ -1,0 +1,129 @@
+//! The rules of the GPU target: what one Triton program cannot express.
+//!
+//! Checked by [`VerifiedKernel::check_gpu`] when a kernel is lowered for
+//! GPUs, not by [`crate::Kernel::verify`]: a TPU kernel need not fit a GPU,
+//! and the GPU lowering asks for these before it writes anything, so a
+//! kernel it cannot take is one `[gpu]` error at the author's line.
+//!
+//! * **One device**: a kernel across chips (a mesh) runs on the devices of
+//!   its mesh; a Triton program runs on one GPU.
+//! * **Power-of-two tiles**: every value the body computes is a Triton
+//!   tensor, and Triton's tensors (`tl.arange`, every block) have
+//!   power-of-two dims, as Pallas's Triton back end requires of its blocks.
+//!   Buffers may have any shape (they are memory, indexed by pointers);
+//!   what is loaded from them may not.
+//! * **At most 2^20 elements per tensor**: Triton's `TRITON_MAX_TENSOR_NUMEL`.
+//! * **Per architecture**: `f8e4m3fn` needs an architecture whose Triton
+//!   has `fp8e4nv` ([`GpuTarget::has_f8e4m3fn`]).
+
+use super::VerifiedKernel;
+use crate::ops::ShapeDisplay;
+use crate::{DType, ErrorKind, GpuTarget, KernelError, KernelErrors, Op, Region};
+
+/// Triton's largest tensor, in elements (`TRITON_MAX_TENSOR_NUMEL`).
+pub(crate) const MAX_TENSOR_ELEMENTS: usize = 1 << 20;
+
+impl VerifiedKernel {
+    /// Checks the GPU target's rules (see the module docs); with a
+    /// `target`, also that architecture's. Every broken rule is one
+    /// `[gpu]` error at the op or declaration that breaks it.
+    ///
+    /// ```
+    /// use kernel_ir::prelude::*;
+    /// let mut k = KernelBuilder::new("odd");
+    /// k.grid([1], [Parallel]);
+    /// let x = k.input("x", F32, [8, 96]).block([8, 96], |[_]| (0, 0));
+    /// let o = k.output("o", F32, [8, 96]).block([8, 96], |[_]| (0, 0));
+    /// o.store(.., x.load(..) * 2.0);
+    /// let k = k.build().unwrap();
+    /// let e = k.check_gpu(None).unwrap_err().to_string();
+    /// assert!(e.contains("[gpu]") && e.contains("power-of-two"), "{e}");
+    /// ```
+    pub fn check_gpu(&self, target: Option<GpuTarget>) -> Result<(), KernelErrors> {
+        let mut errors = Vec::new();
+        if let Some(m) = &self.mesh {
+            errors.push(KernelError::new(
+                ErrorKind::Gpu(format!(
+                    "kernel `{}` runs across the {} devices of its mesh; a Triton program runs on one GPU, so kernels across chips have no GPU form: run it with `tessera run FILE.kir --backend interp` or lower it for TPU",
+                    self.name,
+                    m.devices()
+                )),
+                self.grid_loc.clone(),
+            ));
+            return Err(KernelErrors(errors));
+        }
+        check_region(self, &self.body.region, target, &mut errors);
+        if let Some(t) = target.filter(|t| !t.has_f8e4m3fn()) {
+            let declared = self
+                .operands
+                .iter()
+                .map(|o| (o.dtype, &o.name, &o.loc))
+                .chain(self.scratch.iter().map(|s| (s.dtype, &s.name, &s.loc)));
+            for (dtype, name, loc) in declared {
+                if dtype == DType::F8E4M3FN {
+                    errors.push(KernelError::new(
+                        ErrorKind::Gpu(no_e4m3(t, &format!("`{name}`"))),
+                        loc.clone(),
+                    ));
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(KernelErrors(errors))
+        }
+    }
+}
+
+fn no_e4m3(t: GpuTarget, what: &str) -> String {
+    format!(
+        "{what} is f8e4m3fn, which Triton has no type for on {t} (its fp8 types there are f8e5m2 and fp8e4b15); compile for sm_90 or later, gfx942 or gfx950, or use f8e5m2"
+    )
+}
+
+fn check_region(
+    k: &VerifiedKernel,
+    r: &Region,
+    target: Option<GpuTarget>,
+    errors: &mut Vec<KernelError>,
+) {
+    for op in &r.ops {
+        check_op(k, op, target, errors);
+        for sub in op.kind.regions() {
+            check_region(k, sub, target, errors);
+        }
+    }
+}
+
+fn check_op(k: &VerifiedKernel, op: &Op, target: Option<GpuTarget>, errors: &mut Vec<KernelError>) {
+    for &v in &op.results {
+        let Some(ty) = k.body.ty(v) else { continue };
+        let what = || format!("`{v} = {}` makes a {}{} tile", op.kind.mnemonic(), ty.dtype, ShapeDisplay(&ty.shape));
+        if let Some(&d) = ty.shape.iter().find(|d| !d.is_power_of_two()) {
+            let up = d.next_power_of_two();
+            let down = up / 2;
+            errors.push(KernelError::new(
+                ErrorKind::Gpu(format!(
+                    "{}; Triton's tensors have power-of-two dims, and {d} is not one: use blocks of {down} or {up} (a ragged last block is masked), or lower this kernel for TPU or CPU only",
+                    what()
+                )),
+                op.loc.clone(),
+            ));
+        } else if ty.elements() > MAX_TENSOR_ELEMENTS {
+            errors.push(KernelError::new(
+                ErrorKind::Gpu(format!(
+                    "{}, {} elements; a Triton tensor holds at most {MAX_TENSOR_ELEMENTS}: use smaller blocks",
+                    what(),
+                    ty.elements()
+                )),
+                op.loc.clone(),
+            ));
+        }
+        if ty.dtype == DType::F8E4M3FN
+            && let Some(t) = target.filter(|t| !t.has_f8e4m3fn())
+        {
+            errors.push(KernelError::new(ErrorKind::Gpu(no_e4m3(t, &what())), op.loc.clone()));
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! Triton in the loop: a kernel's Triton program ([`lowering::triton`])
+//! compiled for GPUs by Triton's compiler, and run on the CPU by Triton's
+//! interpreter, both in child processes of the Python that `.ci/setup.sh`
+//! installs Triton into (`<cache>/triton-3.9.0/`, or
+//! `$TESSERA_TRITON_PYTHON`).
+//!
+//! * [`interpret`]: the `triton-interp` path of every kernel: the program,
+//!   unchanged, run by `TRITON_INTERPRET=1` on NumPy arrays. A few
+//!   long-lived children (one per thread that asks, at most
+//!   [`MAX_INTERPRETERS`]) take requests, so a test run pays Python's
+//!   start-up once per child, not per kernel.
+//! * [`compile`]: Triton's compiler for [`GpuTarget`]s, no GPU needed,
+//!   one child per call (a compiler abort ends the child, not the
+//!   caller): per target its registers, spills, shared memory, code size
+//!   and tensor-core instructions, read from the final code with the tools
+//!   the Triton wheel ships (`cuobjdump`; the AMD kernel's metadata).
+//!
+//! What the Python side adds to Triton is in `runner.py` (its docs): only
+//! the glue a caller without PyTorch needs.
+//!
+//! ```no_run
+//! use kernel_ir::GpuTarget;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let kernel: kernel_ir::VerifiedKernel = unimplemented!();
+//! let program = lowering::triton(&kernel)?;
+//! for c in runtime::triton::compile(&program, &[GpuTarget::Sm90, GpuTarget::Gfx942], None)? {
+//!     match c.result {
+//!         Ok(s) => println!("{}: {} registers, {} bytes spilled", c.target, s.registers, s.spill_bytes),
+//!         Err(e) => println!("{}: {e}", c.target),
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kernel_ir::{Array, DType, GpuTarget, Kernel};
+use lowering::{ParamRole, TritonProgram};
+
+/// The Triton release Tessera's programs are written for and checked with.
+pub const TRITON_VERSION: &str = "3.9.0";
+
+/// The environment variable naming the Python to run Triton with.
+pub const PYTHON_ENV: &str = "TESSERA_TRITON_PYTHON";
+
+/// At most this many interpreter children live at once.
+pub const MAX_INTERPRETERS: usize = 4;
+
+const RUNNER: &str = include_str!("runner.py");
+
+/// Why Triton gave no result.
+#[derive(Debug, thiserror::Error)]
+pub enum TritonError {
+    /// No Python with Triton where Tessera looks.
+    #[error(
+        "Triton is not installed: no {path} ({why}); run .ci/setup.sh, which installs Triton {TRITON_VERSION} there, or set {PYTHON_ENV} to a Python 3.12 with triton=={TRITON_VERSION} and numpy"
+    )]
+    NotInstalled {
+        /// Where it looked.
+        path: PathBuf,
+        /// Why there.
+        why: &'static str,
+    },
+    /// The child could not be started or talked to.
+    #[error("the Triton child process failed: {0}")]
+    Child(String),
+    /// The interpreter ran the program and it failed.
+    #[error("{}Triton's interpreter: {message}", .loc.as_ref().map(|l| format!("{l}: ")).unwrap_or_default())]
+    Run {
+        /// The Rust location of the program line that failed.
+        loc: Option<String>,
+        /// What Triton said.
+        message: String,
+    },
+    /// Arrays that do not fit the kernel (the shared check).
+    #[error(transparent)]
+    Arguments(Box<kernel_ir::ArgumentError>),
+}
+
+/// The Python that runs Triton: `$TESSERA_TRITON_PYTHON`, else the one
+/// `.ci/setup.sh` installs into the cache folder.
+pub fn python() -> Result<PathBuf, TritonError> {
+    let (path, why) = match std::env::var_os(PYTHON_ENV) {
+        Some(p) if !p.is_empty() => (PathBuf::from(p), "from $TESSERA_TRITON_PYTHON"),
+        _ => (
+            crate::plugin::cache_dir()
+                .join(format!("triton-{TRITON_VERSION}"))
+                .join("bin")
+                .join("python"),
+            "the set-up's Triton environment",
+        ),
+    };
+    if !path.is_file() {
+        return Err(TritonError::NotInstalled { path, why });
+    }
+    Ok(path)
+}
+
+fn command(python: &Path, mode: &str) -> Command {
+    let mut c = Command::new(python);
+    c.arg("-c")
+        .arg(RUNNER)
+        .arg(mode)
+        .env("TRITON_DEFAULT_FP_FUSION", "1")
+        // Triton's own cache would grow with every program compiled.
+        .env("TRITON_ALWAYS_COMPILE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+// ---- the interpreter ----
+
+struct Interpreter {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Interpreter {
+    fn start() -> Result<Interpreter, TritonError> {
+        let python = python()?;
+        let mut child = command(&python, "serve")
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| TritonError::Child(format!("cannot start {}: {e}", python.display())))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(TritonError::Child("no pipes to the child".into()));
+        };
+        Ok(Interpreter {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+        })
+    }
+}
+
+impl Drop for Interpreter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+static IDLE: Mutex<Vec<Interpreter>> = Mutex::new(Vec::new());
+
+/// The name Triton's interpreter gives a dtype (PyTorch's).
+fn torch_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float32",
+        DType::BF16 => "bfloat16",
+        DType::F16 => "float16",
+        DType::I32 => "int32",
+        DType::I8 => "int8",
+        DType::Bool => "bool",
+        DType::F8E4M3FN => "float8_e4m3fn",
+        DType::F8E5M2 => "float8_e5m2",
+    }
+}
+
+/// Runs `kernel`'s Triton `program` under Triton's interpreter on host
+/// arrays (scalar prefetch, then inputs, as every path takes them) and
+/// returns the outputs.
+pub fn interpret(
+    kernel: &Kernel,
+    program: &TritonProgram,
+    args: &[Array],
+) -> Result<Vec<Array>, TritonError> {
+    kernel
+        .check_arguments(args.iter().map(|a| (Some(a.dtype()), a.shape())))
+        .map_err(|e| TritonError::Arguments(Box::new(e)))?;
+    // Prefetch then inputs, in the kernel's argument order.
+    let mut inputs: BTreeMap<ParamRole, &Array> = BTreeMap::new();
+    let mut next = args.iter();
+    for (i, _) in kernel.prefetch.iter().enumerate() {
+        if let Some(a) = next.next() {
+            inputs.insert(ParamRole::Prefetch(i), a);
+        }
+    }
+    for (i, o) in kernel.operands.iter().enumerate() {
+        if o.role.is_input()
+            && let Some(a) = next.next()
+        {
+            inputs.insert(ParamRole::Input(i), a);
+        }
+    }
+    let mut params = Vec::new();
+    let mut payload: Vec<u8> = Vec::new();
+    let mut position: BTreeMap<ParamRole, usize> = BTreeMap::new();
+    for (n, p) in program.params.iter().enumerate() {
+        let bytes = p.shape.iter().product::<usize>() * p.dtype.bytes();
+        let alias = match p.role {
+            // An in-out operand's output is its input's buffer.
+            ParamRole::Output(i) => position.get(&ParamRole::Input(i)).copied(),
+            _ => None,
+        };
+        match (alias, inputs.get(&p.role)) {
+            (Some(_), _) => {}
+            (None, Some(a)) => payload.extend(a.to_le_bytes()),
+            (None, None) => payload.resize(payload.len() + bytes, 0),
+        }
+        position.insert(p.role, n);
+        params.push(serde_json::json!({
+            "name": p.name,
+            "dtype": torch_name(p.dtype),
+            "shape": p.shape,
+            "bytes": bytes,
+            "alias": alias,
+        }));
+    }
+    let request = serde_json::json!({
+        "op": "run",
+        "source": program.source,
+        "function": program.function,
+        "grid": program.grid,
+        "params": params,
+    });
+    let taken = IDLE.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    let mut child = match taken {
+        Some(c) => c,
+        None => Interpreter::start()?,
+    };
+    let answer = exchange(&mut child, &request, &payload);
+    let (header, bodies) = match answer {
+        Ok(a) => {
+            let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+            if idle.len() < MAX_INTERPRETERS {
+                idle.push(child);
+            }
+            a
+        }
+        // A child that failed mid-request is not reused (dropping kills it).
+        Err(e) => return Err(e),
+    };
+    if header.get("ok").and_then(|v| v.as_bool()) != Some(true) {
+        return Err(TritonError::Run {
+            loc: header.get("loc").and_then(|v| v.as_str()).map(str::to_string),
+            message: header
+                .get("error")
+                .and_then(|v| v.as_str())
+                .unwrap_or("no message")
+                .to_string(),
+        });
+    }
+    let mut outputs = Vec::new();
+    for (n, p) in program.params.iter().enumerate() {
+        if let ParamRole::Output(_) = p.role {
+            let source = match &params[n]["alias"] {
+                serde_json::Value::Number(a) => a.as_u64().unwrap_or(n as u64) as usize,
+                _ => n,
+            };
+            let bytes = bodies.get(source).ok_or_else(|| {
+                TritonError::Child(format!("no bytes came back for `{}`", p.name))
+            })?;
+            let a = Array::from_le_bytes(p.dtype, p.shape.clone(), bytes)
+                .map_err(|e| TritonError::Child(e.to_string()))?;
+            outputs.push(a);
+        }
+    }
+    Ok(outputs)
+}
+
+type Answer = (serde_json::Value, Vec<Vec<u8>>);
+
+fn exchange(
+    child: &mut Interpreter,
+    request: &serde_json::Value,
+    payload: &[u8],
+) -> Result<Answer, TritonError> {
+    let io = |e: std::io::Error| TritonError::Child(format!("the interpreter child stopped: {e}"));
+    let mut line = request.to_string().into_bytes();
+    line.push(b'\n');
+    child.stdin.write_all(&line).map_err(io)?;
+    child.stdin.write_all(payload).map_err(io)?;
+    child.stdin.flush().map_err(io)?;
+    let mut header = String::new();
+    let n = child.stdout.read_line(&mut header).map_err(io)?;
+    if n == 0 {
+        let status = child.child.try_wait().ok().flatten();
+        return Err(TritonError::Child(format!(
+            "the interpreter child ended without an answer ({})",
+            status.map_or("still running".to_string(), |s| s.to_string())
+        )));
+    }
+    let header: serde_json::Value = serde_json::from_str(&header)
+        .map_err(|e| TritonError::Child(format!("a garbled answer: {e}")))?;
+    let mut bodies = Vec::new();
+    if let Some(sizes) = header.get("sizes").and_then(|v| v.as_array()) {
+        for s in sizes {
+            let n = s.as_u64().unwrap_or(0) as usize;
+            let mut b = vec![0u8; n];
+            child.stdout.read_exact(&mut b).map_err(io)?;
+            bodies.push(b);
+        }
+    }
+    Ok((header, bodies))
+}
+
+// ---- the compiler ----
+
+/// What Triton's compiler made of a program for one target.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuStats {
+    /// Seconds Triton took.
+    pub seconds: f64,
+    /// Registers per thread (VGPRs on AMD).
+    pub registers: u64,
+    /// Bytes spilled to local memory per thread (0 is the goal).
+    pub spill_bytes: u64,
+    /// Stack bytes per thread.
+    pub stack_bytes: u64,
+    /// Shared memory (LDS) the program needs, bytes.
+    pub shared_bytes: u64,
+    /// Size of the final code object (cubin, hsaco), bytes.
+    pub code_bytes: u64,
+    /// Tensor-core instructions by kind (`HGMMA`, `HMMA`, `IMMA`,
+    /// `UTCMMA`; `MFMA` on AMD), counted in the final code.
+    pub tensor_core: BTreeMap<String, u64>,
+    /// Instructions in the final code.
+    pub instructions: u64,
+}
+
+impl GpuStats {
+    /// Tensor-core instructions of every kind.
+    pub fn tensor_core_total(&self) -> u64 {
+        self.tensor_core.values().sum()
+    }
+}
+
+/// Triton's error for one target, at the Rust line it names.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{}{message}", .loc.as_ref().map(|l| format!("{l}: ")).unwrap_or_default())]
+pub struct GpuCompileError {
+    /// The Rust location of the program line Triton rejected.
+    pub loc: Option<String>,
+    /// Triton's message.
+    pub message: String,
+}
+
+/// One target's compile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuCompile {
+    /// The target.
+    pub target: GpuTarget,
+    /// Its statistics, or Triton's error.
+    pub result: Result<GpuStats, GpuCompileError>,
+}
+
+/// How long one target's compile may take.
+pub const COMPILE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Compiles `program` for each of `targets` with Triton, in one child
+/// process; `keep` names a folder that receives each target's stages
+/// (`<target>/kernel.{ttir,ttgir,llir,ptx,cubin,sass}` or `amdgcn`,
+/// `hsaco`). A target Triton rejects is an `Err` in its entry; a child
+/// that dies is the whole call's error.
+pub fn compile(
+    program: &TritonProgram,
+    targets: &[GpuTarget],
+    keep: Option<&Path>,
+) -> Result<Vec<GpuCompile>, TritonError> {
+    let python = python()?;
+    let signature: serde_json::Map<String, serde_json::Value> = program
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), serde_json::Value::from(p.signature_type())))
+        .collect();
+    let request = serde_json::json!({
+        "op": "compile",
+        "source": program.source,
+        "function": program.function,
+        "signature": signature,
+        "targets": targets
+            .iter()
+            .map(|t| serde_json::json!([t.backend(), t.arch(), t.warp_size(), t.name()]))
+            .collect::<Vec<_>>(),
+        "num_warps": program.options.num_warps,
+        "num_stages": program.options.num_stages,
+        "keep": keep.map(|k| k.display().to_string()),
+    });
+    let mut child = command(&python, "compile")
+        .spawn()
+        .map_err(|e| TritonError::Child(format!("cannot start {}: {e}", python.display())))?;
+    let io = |e: std::io::Error| TritonError::Child(format!("the compile child failed: {e}"));
+    if let Some(mut stdin) = child.stdin.take() {
+        let mut line = request.to_string().into_bytes();
+        line.push(b'\n');
+        stdin.write_all(&line).map_err(io)?;
+    }
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut e) = stderr {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    });
+    let deadline = COMPILE_TIMEOUT * targets.len().max(1) as u32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        if let Some(out) = stdout {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                lines.push(line);
+            }
+        }
+        let _ = tx.send(lines);
+    });
+    let lines = match rx.recv_timeout(deadline) {
+        Ok(l) => l,
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = reader.join();
+            return Err(TritonError::Child(format!(
+                "Triton's compile did not finish within {} s",
+                deadline.as_secs()
+            )));
+        }
+    };
+    let _ = reader.join();
+    let status = child.wait().map_err(io)?;
+    let stderr = err_reader.join().unwrap_or_default();
+    let mut out = Vec::new();
+    for line in &lines {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| TritonError::Child(format!("a garbled report ({e}): {line}")))?;
+        let name = v.get("target").and_then(|t| t.as_str()).unwrap_or("");
+        let target: GpuTarget = name
+            .parse()
+            .map_err(|e: kernel_ir::ParseGpuTargetError| TritonError::Child(e.to_string()))?;
+        out.push(GpuCompile {
+            target,
+            result: report(&v),
+        });
+    }
+    if out.len() != targets.len() {
+        let tail: String = stderr.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+        return Err(TritonError::Child(format!(
+            "Triton's compile child ended ({status}) after {} of {} targets:\n{tail}",
+            out.len(),
+            targets.len()
+        )));
+    }
+    Ok(out)
+}
+
+fn report(v: &serde_json::Value) -> Result<GpuStats, GpuCompileError> {
+    let num = |k: &str| v.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+    if v.get("ok").and_then(|x| x.as_bool()) != Some(true) {
+        return Err(GpuCompileError {
+            loc: v.get("loc").and_then(|x| x.as_str()).map(str::to_string),
+            message: v
+                .get("error")
+                .and_then(|x| x.as_str())
+                .unwrap_or("no message")
+                .to_string(),
+        });
+    }
+    let tensor_core = v
+        .get("tensor_core")
+        .and_then(|t| t.as_object())
+        .map(|m| {
+            m.iter()
+                .map(|(k, n)| (k.clone(), n.as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(GpuStats {
+        seconds: v.get("seconds").and_then(|x| x.as_f64()).unwrap_or(0.0),
+        registers: num("registers"),
+        spill_bytes: num("spill_bytes"),
+        stack_bytes: num("stack_bytes"),
+        shared_bytes: num("shared").max(num("static_shared")),
+        code_bytes: num("code_bytes"),
+        tensor_core,
+        instructions: num("instructions"),
+    })
+}

@@ -1,0 +1,365 @@
+"""Tessera's side of Triton: compiles Tessera's Triton programs for GPU
+targets and runs them under Triton's interpreter on the CPU.
+
+Run by the Tessera runtime in a child process, with the Python of the
+Triton installation that `.ci/setup.sh` makes (Triton 3.9.0, NumPy):
+
+    runner.py serve            requests on stdin, answers on stdout (below)
+    runner.py compile          one compile request on stdin, its report on stdout
+
+A request is one line of JSON, then the bytes it announces; an answer is
+one line of JSON, then the bytes it announces. `serve` answers `run`
+requests until its input ends.
+
+run:     {"op": "run", "source", "function", "grid": [x, y, z],
+          "params": [{"name", "dtype", "shape", "bytes", "alias"}]}
+         then each param's bytes (none for one that aliases an earlier
+         param: it is that buffer). Answer: {"ok": true, "sizes": [..]}
+         then every param's bytes after the run, or {"ok": false, "error",
+         "loc"}.
+compile: {"op": "compile", "source", "function", "signature": {name: type},
+          "targets": [[backend, arch, warp_size, name]], "num_warps",
+          "num_stages", "keep": dir or null}. Answer: one JSON line per
+         target.
+
+The interpreter is Triton's own (`TRITON_INTERPRET=1`); what this file adds
+is the glue a non-PyTorch caller needs, each piece the meaning of the same
+program, not a different one:
+
+* Triton's interpreter takes PyTorch tensors; `HostArray` gives it a NumPy
+  array through the three methods it calls (the data pointer, the storage,
+  the dtype's name).
+* The interpreter stores bf16 as its bits and multiplies those bits in
+  `tl.dot`; `create_dot` below widens bf16 operands to f32 first (exact),
+  which is what the tensor cores compute.
+* The interpreter has no libdevice; the three libdevice functions Tessera
+  programs call (`tanh`, `log1p`, `pow`, on f32) are given NumPy's.
+* A reduction with Tessera's NaN-propagating max/min runs through the
+  interpreter's element-by-element loop (seconds per block); it is handed
+  to NumPy's `max`/`min` (which propagate NaN, the helpers' meaning).
+"""
+
+import hashlib
+import json
+import linecache
+import os
+import re
+import sys
+import time
+import traceback
+
+INTERPRET = len(sys.argv) > 1 and sys.argv[1] == "serve"
+if INTERPRET:
+    os.environ["TRITON_INTERPRET"] = "1"
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+import numpy as np  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+LOC = re.compile(r"#\s*(\S+:\d+:\d+)\s*$")
+PROGRAMS = {}
+
+
+def program(source, function):
+    """The `@triton.jit` function `function` of `source`, executed once
+    per source (cached by its hash) as a module whose lines inspect and
+    tracebacks can read."""
+    key = hashlib.sha256(source.encode()).hexdigest()[:16]
+    if key not in PROGRAMS:
+        filename = f"<tessera:{function}:{key}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        module = {"__name__": f"tessera_{key}"}
+        exec(compile(source, filename, "exec"), module)
+        PROGRAMS[key] = (filename, module)
+    filename, module = PROGRAMS[key]
+    return filename, module[function]
+
+
+def rust_loc(filename, lineno):
+    """The Rust location a program line names, if any."""
+    lines = linecache.getlines(filename)
+    if lineno and 0 < lineno <= len(lines):
+        m = LOC.search(lines[lineno - 1].rstrip("\n"))
+        if m:
+            return m.group(1)
+    return None
+
+
+def error_loc(exc, filename):
+    """The Rust location of the program line an exception came from."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename == filename:
+            return rust_loc(filename, frame.lineno)
+    lineno = getattr(exc, "lineno", None)
+    node = getattr(exc, "node", None)
+    if lineno is None and node is not None:
+        lineno = getattr(node, "lineno", None)
+    if lineno is not None:
+        return rust_loc(filename, lineno)
+    return None
+
+
+# ---- the interpreter's glue ----
+
+NP_DTYPES = {
+    "float32": np.float32,
+    "bfloat16": np.uint16,
+    "float16": np.float16,
+    "int32": np.int32,
+    "int8": np.int8,
+    "bool": np.bool_,
+    "float8_e4m3fn": np.uint8,
+    "float8_e5m2": np.uint8,
+}
+
+
+class DTypeName:
+    """What Triton reads of a torch dtype: its name after `torch.`."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return "torch." + self.name
+
+
+# One object per dtype, alive for the process: Triton's argument
+# specialization caches what it read of a dtype object by its identity, so a
+# fresh object per array (whose identity Python reuses once it is freed)
+# would give one array another's dtype.
+DTYPE_NAMES = {name: DTypeName(name) for name in NP_DTYPES}
+
+
+class HostArray:
+    """A NumPy array as Triton's interpreter sees a tensor on the host."""
+
+    def __init__(self, array, dtype):
+        self.array = array
+        self.dtype = DTYPE_NAMES[dtype]
+
+    def data_ptr(self):
+        return self.array.ctypes.data
+
+    def untyped_storage(self):
+        return self
+
+    def cpu(self):
+        return self
+
+    def new_empty(self, *args, **kwargs):
+        return self
+
+    def set_(self, *args):
+        return self
+
+    def storage_offset(self):
+        return 0
+
+    def size(self):
+        return self.array.shape
+
+    def stride(self):
+        return tuple(s // self.array.itemsize for s in self.array.strides)
+
+    def copy_(self, other):
+        return self
+
+
+def patch_interpreter():
+    from triton.language.extra import libdevice
+    from triton.runtime import interpreter as ti
+
+    def as_f32(h):
+        if h.dtype.scalar == tl.bfloat16:
+            return ti.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+        return h
+
+    dot = ti.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return dot(self, as_f32(a), as_f32(b), d, input_precision, max_num_imprecise_acc)
+
+    ti.InterpreterBuilder.create_dot = create_dot
+
+    def numpy_fn(f):
+        def call(*args, **kwargs):
+            data = [a.handle.data for a in args]
+            with np.errstate(all="ignore"):
+                out = f(*data).astype(data[0].dtype)
+            return tl.core.tensor(ti.TensorHandle(out, args[0].handle.dtype.scalar), args[0].type)
+        return call
+
+    libdevice.tanh = numpy_fn(np.tanh)
+    libdevice.log1p = numpy_fn(np.log1p)
+    libdevice.pow = numpy_fn(np.power)
+
+    reduce = ti.ReduceOps.apply_impl
+
+    def apply_impl(self, input):
+        name = getattr(getattr(self.combine_fn, "fn", None), "__name__", "")
+        if name in ("_tsr_max", "_tsr_min"):
+            f = np.max if name == "_tsr_max" else np.min
+            return self.min_max(input[0], val_reduce_op=f)
+        return reduce(self, input)
+
+    ti.ReduceOps.apply_impl = apply_impl
+
+
+def read_exact(stream, n):
+    data = stream.read(n)
+    if len(data) != n:
+        raise EOFError(f"expected {n} bytes, got {len(data)}")
+    return data
+
+
+def run(request, stdin):
+    filename, fn = program(request["source"], request["function"])
+    arrays = []
+    for p in request["params"]:
+        if p.get("alias") is not None:
+            arrays.append(arrays[p["alias"]])
+            continue
+        raw = read_exact(stdin, p["bytes"])
+        a = np.frombuffer(raw, dtype=NP_DTYPES[p["dtype"]]).copy()
+        arrays.append(HostArray(a, p["dtype"]))
+    grid = tuple(request["grid"])
+    try:
+        with np.errstate(all="ignore"):
+            fn[grid](*arrays)
+    except Exception as e:  # noqa: BLE001 - every failure is an answer
+        cause = e.__cause__ or e
+        loc = error_loc(cause, filename) or error_loc(e, filename)
+        return {"ok": False, "error": f"{type(cause).__name__}: {cause}", "loc": loc}, []
+    out = [a.array.tobytes() for a in arrays]
+    return {"ok": True, "sizes": [len(b) for b in out]}, out
+
+
+def serve():
+    patch_interpreter()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        line = stdin.readline()
+        if not line:
+            return
+        request = json.loads(line)
+        try:
+            answer, payload = run(request, stdin)
+        except EOFError:
+            return
+        stdout.write(json.dumps(answer).encode() + b"\n")
+        for b in payload:
+            stdout.write(b)
+        stdout.flush()
+
+
+# ---- the compiler ----
+
+NVIDIA_BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+
+
+def nvidia_stats(cubin, keep):
+    """Registers, spills, shared memory and tensor-core instructions of a
+    cubin, read with the CUDA tools Triton ships (no GPU needed)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        usage = subprocess.run([os.path.join(NVIDIA_BIN, "cuobjdump"), "-res-usage", path],
+                               capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([os.path.join(NVIDIA_BIN, "cuobjdump"), "-sass", path],
+                              capture_output=True, text=True, check=True).stdout
+    if keep:
+        with open(os.path.join(keep, "kernel.sass"), "w") as f:
+            f.write(sass)
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", usage)
+    regs, stack, shared, local = (int(x) for x in m.groups()) if m else (0, 0, 0, 0)
+    hgmma = len(re.findall(r"\bHGMMA\.", sass))
+    hmma = len(re.findall(r"\bHMMA\.", sass))
+    imma = len(re.findall(r"\bIMMA\.", sass))
+    tc_sm100 = len(re.findall(r"\bUTC[A-Z]*MMA", sass))
+    return {
+        "registers": regs,
+        "spill_bytes": local,
+        "stack_bytes": stack,
+        "static_shared": shared,
+        "tensor_core": {"HGMMA": hgmma, "HMMA": hmma, "IMMA": imma, "UTCMMA": tc_sm100},
+        "instructions": len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/", sass, re.M)),
+    }
+
+
+def amd_stats(amdgcn):
+    """VGPRs, SGPRs, spills, LDS and MFMA instructions of an AMD kernel."""
+    def meta(key):
+        m = re.search(r"\." + key + r":\s+(\d+)", amdgcn)
+        return int(m.group(1)) if m else 0
+
+    return {
+        "registers": meta("vgpr_count"),
+        "sgprs": meta("sgpr_count"),
+        "spill_bytes": meta("vgpr_spill_count") * 4 + meta("sgpr_spill_count") * 4,
+        "stack_bytes": meta("private_segment_fixed_size"),
+        "static_shared": meta("group_segment_fixed_size"),
+        "tensor_core": {"MFMA": len(re.findall(r"^\s+v_mfma", amdgcn, re.M))},
+        "instructions": len(re.findall(r"^\s+[sv]_[a-z0-9_]+", amdgcn, re.M)),
+    }
+
+
+def compile_one(request, target):
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    backend, arch, warp, name = target
+    filename, fn = program(request["source"], request["function"])
+    signature = request["signature"]
+    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*")}
+    src = ASTSource(fn=fn, signature=signature, constexprs={}, attrs=attrs)
+    gpu = GPUTarget(backend, int(arch) if backend == "cuda" else arch, warp)
+    options = {"num_warps": request["num_warps"], "num_stages": request["num_stages"]}
+    start = time.perf_counter()
+    try:
+        compiled = triton.compile(src, target=gpu, options=options)
+    except Exception as e:  # noqa: BLE001 - every failure is a report
+        return {"target": name, "ok": False, "error": f"{type(e).__name__}: {e}",
+                "loc": error_loc(e, filename)}
+    seconds = time.perf_counter() - start
+    asm = compiled.asm
+    keep = request.get("keep")
+    if keep:
+        keep = os.path.join(keep, name)
+        os.makedirs(keep, exist_ok=True)
+        for kind, text in asm.items():
+            mode = "wb" if isinstance(text, bytes) else "w"
+            with open(os.path.join(keep, f"kernel.{kind}"), mode) as f:
+                f.write(text)
+    if backend == "cuda":
+        stats = nvidia_stats(asm["cubin"], keep)
+        code = len(asm["cubin"])
+    else:
+        stats = amd_stats(asm["amdgcn"])
+        code = len(asm["hsaco"])
+    report = {"target": name, "ok": True, "seconds": seconds, "code_bytes": code,
+              "shared": compiled.metadata.shared}
+    report.update(stats)
+    return report
+
+
+def compile_main():
+    request = json.loads(sys.stdin.buffer.readline())
+    for target in request["targets"]:
+        report = compile_one(request, target)
+        sys.stdout.write(json.dumps(report) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    if INTERPRET:
+        serve()
+    elif len(sys.argv) > 1 and sys.argv[1] == "compile":
+        compile_main()
+    else:
+        sys.stderr.write(__doc__)
+        sys.exit(2)
