@@ -221,9 +221,10 @@ impl Prepared {
             Prepared::Interpreter(k) => Ok(kernel_ir::interpret(k, args)?),
             Prepared::Native(k) => Ok(k.run(args)?),
             Prepared::Triton { kernel, program } => {
+                kernel
+                    .check_arguments(args.iter().map(|a| (Some(a.dtype()), a.shape())))
+                    .map_err(|e| BackendError::Arguments(Box::new(e)))?;
                 if !kernel.prefetch.is_empty() {
-                    kernel.check_arguments(args.iter().map(|a| (Some(a.dtype()), a.shape())))
-                        .map_err(|e| BackendError::Arguments(Box::new(e)))?;
                     // The program reads blocks where scalar prefetch points
                     // and cannot stop at a bad one: the same error as on
                     // the other paths, before it runs.

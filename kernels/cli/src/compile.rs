@@ -18,10 +18,26 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
     let a = Args::parse(
         "compile",
         args,
-        &["config", "shape", "tpu", "out", "module"],
+        &["config", "shape", "tpu", "gpu", "out", "module"],
         &[],
     )
     .map_err(usage)?;
+    if let Some(gpu) = a.one("gpu").map_err(usage)? {
+        if a.one("tpu").map_err(usage)?.is_some() || a.one("module").map_err(usage)?.is_some() {
+            return Err(usage(
+                "--gpu compiles with Triton, --tpu and --module with libtpu: give one of them".into(),
+            ));
+        }
+        let targets = crate::compile_gpu::parse_gpu_targets(gpu).map_err(usage)?;
+        let name = a.kernel("compile").map_err(usage)?;
+        let kernels: Vec<(String, VerifiedKernel)> =
+            crate::cost::kernels_named("compile", name, &a)?
+                .into_iter()
+                .map(|(n, k, _)| (n, k))
+                .collect();
+        let out = a.one("out").map_err(usage)?.map(PathBuf::from);
+        return crate::compile_gpu::compile_gpu(&kernels, &targets, out.as_deref());
+    }
     let targets = parse_targets(a.one("tpu").map_err(usage)?.unwrap_or(ALL)).map_err(usage)?;
     if let Some(path) = a.one("module").map_err(usage)? {
         if a.one("out").map_err(usage)?.is_some() {

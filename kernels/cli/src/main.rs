@@ -7,6 +7,7 @@
 mod args;
 mod bench;
 mod compile;
+mod compile_gpu;
 mod cost;
 mod demo;
 mod estimate;
@@ -36,7 +37,9 @@ COMMANDS:
     lower    print or write a kernel lowered to a target
     export   write a kernel as a multi-platform artifact JAX programs call
     compile  compile kernels with the real TPU compiler (libtpu, compile-only)
-             for v5e, v6e, v5p and v7x: code size and memory, or its error
+             for v5e, v6e, v5p and v7x: code size and memory, or its error;
+             with --gpu, with Triton for NVIDIA and AMD GPUs: registers,
+             spills, shared memory, tensor-core instructions
     estimate libtpu's static schedule estimate of kernels (cycles, time), checked
              against each kernel's roofline and executed dots: trusted or not
     tune     search a kernel's block sizes, ranked by trusted TPU estimate or by
@@ -215,6 +218,7 @@ OPTIONS:
                           mosaic-body  the Mosaic kernel module inside that call
                           decomposed   plain StableHLO, runnable on any PJRT back end
                           host         the CPU module the native JIT compiles
+                          triton       the Triton program (Python source) GPUs compile
     --config KEY=VALUE    set a config parameter (repeatable; see `tessera list`)
     --shape INPUT=DxD..   the shape of an input, e.g. q=1x8x1024x128 (repeatable;
                           other inputs keep their default shapes)
@@ -225,11 +229,13 @@ EXAMPLE:
 ";
 
 const HELP_COMPILE: &str = "\
-tessera compile: kernels compiled by the TPU compiler, for each generation
+tessera compile: kernels compiled by the TPU compiler, for each generation,
+or by Triton for GPUs
 
 USAGE:
     tessera compile KERNEL|PRESET|presets|kernels|all [--tpu G[,G..]|all] [--config KEY=VALUE]... [--shape INPUT=DxDx..]... [--out PATH]
     tessera compile --module FILE [--tpu G[,G..]|all]
+    tessera compile KERNEL|PRESET|presets|kernels|all --gpu T[,T..]|all [--config ..] [--shape ..] [--out DIR]
 
 Lowers the kernel to its tpu_custom_call module and compiles that with libtpu
 (the TPU compiler from PyPI, which .ci/setup.sh fetches) against a
@@ -248,16 +254,30 @@ every preset, `kernels` every catalog kernel at its defaults, `all` both.
 With --module, compiles a whole StableHLO module instead (a JAX program
 exported with platforms=[\"tpu\"] that calls a `tessera export` artifact).
 
+With --gpu, lowers the kernel to its Triton program (`tessera lower --target
+triton`) and compiles it with Triton (from PyPI, which .ci/setup.sh installs)
+for each GPU target, in a child process, no GPU needed. Prints, per target,
+ok with the compile time, registers per thread (VGPRs on AMD), bytes spilled,
+shared memory, code size and the tensor-core instructions in the final code
+(HGMMA/HMMA/IMMA on NVIDIA, MFMA on AMD), or Triton's error at the kernel's
+Rust line, or the [gpu] rule the kernel breaks (REFUSED).
+
 OPTIONS:
     --tpu G               v5e, v6e, v5p, v7x, a comma list, or all   [default: all]
+    --gpu T               sm_80, sm_90, sm_100 (NVIDIA), gfx942, gfx950 (AMD), a
+                          comma list, or all
     --config, --shape     as for `tessera lower` (one kernel only)
     --out PATH            write the serialized executables (ahead-of-time
                           artifacts a TPU host with the same libtpu loads): PATH
                           is the file for one kernel on one generation, else a
-                          directory receiving KERNEL.GEN.tpu-executable
+                          directory receiving KERNEL.GEN.tpu-executable; with
+                          --gpu, a directory receiving KERNEL/KERNEL_kernel.py
+                          and KERNEL/TARGET/kernel.{ttir,ttgir,llir,ptx,cubin,
+                          sass | amdgcn,hsaco}, written only if all compile
 
 ENVIRONMENT:
     TESSERA_LIBTPU        the libtpu.so to use [default: the set-up's cache]
+    TESSERA_TRITON_PYTHON the Python with Triton [default: the set-up's cache]
     TESSERA_PLUGIN_LOG=1  show libtpu's own logging
 
 Exit status 1 if any compile fails.

@@ -18,7 +18,8 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use kernel_ir::{Array, VerifiedKernel};
-use runtime::backend::{Backend, Prepared};
+use lowering::LoweringError;
+use runtime::backend::{Backend, BackendError, Prepared};
 
 use kernels::check::{ErrorStats, Tolerance};
 
@@ -33,14 +34,22 @@ pub struct PathReport {
     pub compile: Duration,
     /// Time of one run, including host↔device copies for PJRT.
     pub run: Duration,
+    /// The path does not take this kernel by a documented rule of its
+    /// target (the GPU target's `[gpu]` rules,
+    /// [`kernel_ir::VerifiedKernel::check_gpu`]): the rule broken. Not a
+    /// failure; every other error is.
+    pub refused: Option<String>,
 }
 
 impl PathReport {
-    /// True when the run succeeded and every output is within tolerance.
+    /// True when the run succeeded and every output is within tolerance,
+    /// or the path's target refuses the kernel by rule.
     pub fn passes(&self) -> bool {
-        self.result
-            .as_ref()
-            .is_ok_and(|s| s.iter().all(ErrorStats::passes))
+        self.refused.is_some()
+            || self
+                .result
+                .as_ref()
+                .is_ok_and(|s| s.iter().all(ErrorStats::passes))
     }
 }
 
@@ -60,6 +69,9 @@ impl fmt::Display for PathReport {
                     )?;
                 }
                 Ok(())
+            }
+            Err(e) if self.refused.is_some() => {
+                write!(f, "{}: refused by its target's rules: {e}", self.backend)
             }
             Err(e) => write!(f, "{}: error: {e}", self.backend),
         }
@@ -81,6 +93,10 @@ pub fn run_paths(
             let t = Instant::now();
             let prepared = Prepared::new(backend, kernel);
             let compile = t.elapsed();
+            let refused = match &prepared {
+                Err(BackendError::Lowering(e @ LoweringError::Refused(_))) => Some(e.to_string()),
+                _ => None,
+            };
             let t = Instant::now();
             let outputs = prepared.and_then(|p| p.run(args));
             let run = t.elapsed();
@@ -115,6 +131,7 @@ pub fn run_paths(
                     compile
                 },
                 run,
+                refused,
             }
         })
         .collect()

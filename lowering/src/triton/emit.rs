@@ -40,11 +40,72 @@ const HELPERS: &[(&str, &str)] = &[
     ),
     (
         "_tsr_to_f8e4m3fn",
-        "@triton.jit\ndef _tsr_to_f8e4m3fn(x):\n    # f32 to f8e4m3fn, rounding to nearest even; past 464 rounds beyond the\n    # largest finite value (448): NaN (the format has no infinity), where\n    # the hardware's conversion would saturate.\n    return tl.where(tl.abs(x) > 464.0, float(\"nan\"), x).to(tl.float8e4nv)\n",
+        r#"@triton.jit
+def _tsr_to_f8e4m3fn(x):
+    # f32 to f8e4m3fn by the bits, rounding to nearest even (the hardware
+    # conversion saturates, Triton's interpreter rounds ties up): past the
+    # largest finite value (448) is NaN, S.1111.111 (no infinity).
+    bits = x.to(tl.uint32, bitcast=True)
+    sign = ((bits >> 31) << 7).to(tl.uint8)
+    a = bits & 0x7FFFFFFF
+    # Below 2^-6: multiples of 2^-9, rounded by an f32 add.
+    q = (a.to(tl.float32, bitcast=True) * 512.0 + 8388608.0) - 8388608.0
+    sub = q.to(tl.uint32)
+    # Normal: keep 3 of f32's 23 mantissa bits, then rebias 127 -> 7.
+    r = ((a + 0x7FFFF + ((a >> 20) & 1)) >> 20) - (120 << 3)
+    mag = tl.where(a < 0x3C800000, sub, r)
+    mag = tl.where((mag > 0x7E) | (a > 0x7F800000), 0x7F, mag)
+    return (sign | mag.to(tl.uint8)).to(tl.float8e4nv, bitcast=True)
+"#,
+    ),
+    (
+        "_tsr_from_f8e4m3fn",
+        r#"@triton.jit
+def _tsr_from_f8e4m3fn(x):
+    # f8e4m3fn to f32 by the bits: S.1111.111 is NaN (no infinity).
+    b = x.to(tl.uint8, bitcast=True).to(tl.uint32)
+    e = (b >> 3) & 0xF
+    m = b & 7
+    normal = ((e + 120) << 23) | (m << 20)
+    mag = tl.where(e == 0, (m.to(tl.float32) * 0.001953125).to(tl.uint32, bitcast=True), normal)
+    mag = tl.where((b & 0x7F) == 0x7F, 0x7FC00000, mag)
+    return (mag | ((b >> 7) << 31)).to(tl.float32, bitcast=True)
+"#,
+    ),
+    (
+        "_tsr_from_f8e5m2",
+        r#"@triton.jit
+def _tsr_from_f8e5m2(x):
+    # f8e5m2 to f32 by the bits (exponent 31: infinity or NaN).
+    b = x.to(tl.uint8, bitcast=True).to(tl.uint32)
+    e = (b >> 2) & 0x1F
+    m = b & 3
+    normal = ((e + 112) << 23) | (m << 21)
+    mag = tl.where(e == 0, (m.to(tl.float32) * 0.0000152587890625).to(tl.uint32, bitcast=True), normal)
+    mag = tl.where(e == 31, tl.where(m == 0, 0x7F800000, 0x7FC00000), mag)
+    return (mag | ((b >> 7) << 31)).to(tl.float32, bitcast=True)
+"#,
     ),
     (
         "_tsr_to_f8e5m2",
-        "@triton.jit\ndef _tsr_to_f8e5m2(x):\n    # f32 to f8e5m2, rounding to nearest even; from 61440 on the value\n    # rounds to infinity, where the hardware's conversion would saturate.\n    big = tl.abs(x) >= 61440.0\n    bits = tl.where(big, 0.0, x).to(tl.float8e5).to(tl.uint8, bitcast=True)\n    inf = tl.where(x > 0, 0x7C, 0xFC).to(tl.uint8)\n    return tl.where(big, inf, bits).to(tl.float8e5, bitcast=True)\n",
+        r#"@triton.jit
+def _tsr_to_f8e5m2(x):
+    # f32 to f8e5m2 by the bits, rounding to nearest even (the hardware
+    # conversion saturates): past the largest finite value (57344) is
+    # infinity; NaN stays NaN.
+    bits = x.to(tl.uint32, bitcast=True)
+    sign = ((bits >> 31) << 7).to(tl.uint8)
+    a = bits & 0x7FFFFFFF
+    # Below 2^-14: multiples of 2^-16, rounded by an f32 add.
+    q = (a.to(tl.float32, bitcast=True) * 65536.0 + 8388608.0) - 8388608.0
+    sub = q.to(tl.uint32)
+    # Normal: keep 2 of f32's 23 mantissa bits, then rebias 127 -> 15.
+    r = ((a + 0xFFFFF + ((a >> 21) & 1)) >> 21) - (112 << 2)
+    mag = tl.where(a < 0x38800000, sub, r)
+    mag = tl.where(mag > 0x7C, 0x7C, mag)
+    mag = tl.where(a > 0x7F800000, 0x7E, mag)
+    return (sign | mag.to(tl.uint8)).to(tl.float8e5, bitcast=True)
+"#,
     ),
 ];
 
@@ -427,10 +488,7 @@ impl Emitter<'_> {
             let fetch = r == Residency::Fetched || (r == Residency::Registers && o.role == Role::InOut);
             if fetch {
                 let (ptr, mask) = self.window_pointers(i, &input_ptr(k, i));
-                let load = match mask {
-                    Some(m) => format!("tl.load({ptr}, mask={m}, other=0)"),
-                    None => format!("tl.load({ptr})"),
-                };
+                let load = masked_load(&ptr, mask.as_deref(), o.dtype);
                 self.line(format!("{}_w = {load}", o.name), o.loc.as_ref());
             }
         }
@@ -899,11 +957,23 @@ impl Emitter<'_> {
     // ---- values ----
 
     /// `v` in f32 when it is a narrow float.
-    fn up(&self, v: ValueId, dtype: DType) -> String {
-        if narrow(dtype) {
-            format!("{}.to(tl.float32)", Self::v(v))
-        } else {
-            Self::v(v)
+    fn up(&mut self, v: ValueId, dtype: DType) -> String {
+        self.widen(&Self::v(v), dtype)
+    }
+
+    /// Code `x` of a narrow float `dtype` in f32 (exactly).
+    fn widen(&mut self, x: &str, dtype: DType) -> String {
+        match dtype {
+            DType::F8E4M3FN => {
+                self.helpers.insert("_tsr_from_f8e4m3fn");
+                format!("_tsr_from_f8e4m3fn({x})")
+            }
+            DType::F8E5M2 => {
+                self.helpers.insert("_tsr_from_f8e5m2");
+                format!("_tsr_from_f8e5m2({x})")
+            }
+            d if narrow(d) => format!("{x}.to(tl.float32)"),
+            _ => x.to_string(),
         }
     }
 
@@ -940,11 +1010,7 @@ impl Emitter<'_> {
                 }
             }
             (_, DType::Bool) => {
-                let f = if narrow(from) {
-                    format!("{x}.to(tl.float32)")
-                } else {
-                    x.to_string()
-                };
+                let f = self.widen(x, from);
                 if from.is_float() {
                     format!("(({f}) != 0) & (({f}) == ({f}))")
                 } else {
@@ -952,11 +1018,7 @@ impl Emitter<'_> {
                 }
             }
             (f, t) if f.is_float() && t.is_float() => {
-                let f32 = if f == DType::F32 {
-                    x.to_string()
-                } else {
-                    format!("{x}.to(tl.float32)")
-                };
+                let f32 = self.widen(x, f);
                 self.down(&f32, t)
             }
             (f, t) if f.is_int() && t.is_float() => {
@@ -965,11 +1027,7 @@ impl Emitter<'_> {
             }
             (f, t) if f.is_float() && t.is_int() => {
                 self.helpers.insert("_tsr_to_int");
-                let f32 = if f == DType::F32 {
-                    x.to_string()
-                } else {
-                    format!("{x}.to(tl.float32)")
-                };
+                let f32 = self.widen(x, f);
                 format!("_tsr_to_int({f32}, {})", tl_dtype(t))
             }
             (_, t) => format!("{x}.to({})", tl_dtype(t)),
@@ -1261,10 +1319,8 @@ impl Emitter<'_> {
                     (None, Some(u)) => Some(Self::v(u)),
                     (None, None) => None,
                 };
-                Ok(match m {
-                    Some(m) => format!("tl.load({ptr}, mask={m}, other=0)"),
-                    None => format!("tl.load({ptr})"),
-                })
+                let dtype = self.k.buffer(b).map_or(DType::F32, |x| x.1);
+                Ok(masked_load(&ptr, m.as_deref(), dtype))
             }
         }
     }
@@ -1326,6 +1382,19 @@ impl Emitter<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// A load of `ptr` whose masked-off elements are zero. fp8 loads go
+/// through bytes: Triton's interpreter cannot make an fp8 `other`.
+fn masked_load(ptr: &str, mask: Option<&str>, dtype: DType) -> String {
+    match (mask, dtype) {
+        (None, _) => format!("tl.load({ptr})"),
+        (Some(m), DType::F8E4M3FN | DType::F8E5M2) => format!(
+            "tl.load(({ptr}).to(tl.pointer_type(tl.uint8), bitcast=True), mask={m}, other=0).to({}, bitcast=True)",
+            tl_dtype(dtype)
+        ),
+        (Some(m), _) => format!("tl.load({ptr}, mask={m}, other=0)"),
     }
 }
 

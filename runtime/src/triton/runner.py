@@ -32,6 +32,9 @@ program, not a different one:
 * The interpreter stores bf16 as its bits and multiplies those bits in
   `tl.dot`; `create_dot` below widens bf16 operands to f32 first (exact),
   which is what the tensor cores compute.
+* The interpreter rounds f32 to bf16 by truncation; `.to(tl.bfloat16)`
+  means rounding to nearest even (what the GPU does), so `cast_impl`
+  below rounds so.
 * The interpreter has no libdevice; the three libdevice functions Tessera
   programs call (`tanh`, `log1p`, `pow`, on f32) are given NumPy's.
 * A reduction with Tessera's NaN-propagating max/min runs through the
@@ -181,6 +184,19 @@ def patch_interpreter():
         return dot(self, as_f32(a), as_f32(b), d, input_precision, max_num_imprecise_acc)
 
     ti.InterpreterBuilder.create_dot = create_dot
+
+    cast = ti.InterpreterBuilder.cast_impl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            bits = src.data.astype(np.float32).view(np.uint32)
+            rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+            nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+            out = np.where(nan, (bits >> np.uint32(16)) | np.uint32(0x40), rounded).astype(np.uint16)
+            return ti.TensorHandle(out, dst_type.scalar)
+        return cast(self, src, dst_type)
+
+    ti.InterpreterBuilder.cast_impl = cast_impl
 
     def numpy_fn(f):
         def call(*args, **kwargs):

@@ -1,0 +1,171 @@
+//! `tessera compile --gpu`: kernels compiled by Triton's compiler for NVIDIA
+//! and AMD GPUs (no GPU needed), in a child process, with what the final
+//! code says: registers, spills, shared memory, size, tensor-core
+//! instructions.
+
+use std::path::Path;
+
+use kernel_ir::{GpuTarget, VerifiedKernel, human_bytes};
+use runtime::triton::{GpuCompile, TRITON_VERSION};
+
+use crate::{Failure, usage};
+
+/// The GPU targets `--gpu` names (`all`: every one).
+pub(crate) fn parse_gpu_targets(s: &str) -> Result<Vec<GpuTarget>, String> {
+    if s == "all" {
+        return Ok(GpuTarget::ALL.to_vec());
+    }
+    let mut out: Vec<GpuTarget> = Vec::new();
+    for t in s.split(',') {
+        let t: GpuTarget = t.parse().map_err(|_| {
+            format!("unknown GPU target `{t}`; use sm_80, sm_90, sm_100, gfx942, gfx950 or all")
+        })?;
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    Ok(out)
+}
+
+/// Compiles each kernel for each target; `out` receives the Triton source
+/// and each target's stages, all or nothing.
+pub(crate) fn compile_gpu(
+    kernels: &[(String, VerifiedKernel)],
+    targets: &[GpuTarget],
+    out: Option<&Path>,
+) -> Result<(), Failure> {
+    if let Some(dir) = out
+        && dir.exists()
+        && !is_gpu_dir(dir)
+    {
+        return Err(usage(format!(
+            "--out {} exists and is not an earlier `tessera compile --gpu --out` folder; name a new or empty directory",
+            dir.display()
+        )));
+    }
+    let staged = match out {
+        Some(dir) => Some(
+            tooling::atomic_dir::StagedDir::new(dir, is_gpu_dir)
+                .map_err(|e| Failure::Run(format!("--out {e}")))?,
+        ),
+        None => None,
+    };
+    let (mut ok, mut failed) = (0usize, 0usize);
+    for (name, kernel) in kernels {
+        let mut runnable = Vec::new();
+        for &t in targets {
+            match kernel.check_gpu(Some(t)) {
+                Ok(()) => runnable.push(t),
+                Err(e) => {
+                    failed += 1;
+                    println!("{name}: {:<6} REFUSED {}", t.name(), indent(&e.to_string()));
+                }
+            }
+        }
+        if runnable.is_empty() {
+            continue;
+        }
+        let program = match lowering::triton(kernel) {
+            Ok(p) => p,
+            Err(e) => {
+                failed += runnable.len();
+                println!("{name}: REFUSED {}", indent(&e.to_string()));
+                continue;
+            }
+        };
+        println!(
+            "{name}: Triton program, {} warps, {} stages, {} programs{}",
+            program.options.num_warps,
+            program.options.num_stages,
+            program.grid.iter().product::<u64>(),
+            if program.workspace_bytes > 0 {
+                format!(", workspace {}", human_bytes(program.workspace_bytes))
+            } else {
+                String::new()
+            }
+        );
+        let keep = staged.as_ref().map(|s| s.path().join(name));
+        if let (Some(s), Some(_)) = (&staged, &keep) {
+            s.write(&format!("{name}/{}.py", program.function), program.source.as_bytes())
+                .map_err(Failure::Run)?;
+        }
+        let compiled = runtime::triton::compile(&program, &runnable, keep.as_deref())
+            .map_err(|e| Failure::Run(format!("{name}: {e}")))?;
+        for c in compiled {
+            if print(&c) {
+                ok += 1;
+            } else {
+                failed += 1;
+            }
+        }
+    }
+    if kernels.len() * targets.len() > 1 {
+        println!(
+            "\ncompiled {ok} of {} ({} kernels x {} targets) with Triton {TRITON_VERSION}",
+            ok + failed,
+            kernels.len(),
+            targets.len()
+        );
+    }
+    if let (Some(s), Some(dir)) = (staged, out) {
+        if failed > 0 {
+            println!("nothing written to {}: not every compile passed", dir.display());
+        } else {
+            s.publish().map_err(|e| Failure::Run(format!("--out {e}")))?;
+            println!("wrote {} (each kernel's Triton source and stages)", dir.display());
+        }
+    }
+    if failed > 0 {
+        return Err(Failure::Run(format!("{failed} of {} compiles failed or were refused", ok + failed)));
+    }
+    Ok(())
+}
+
+/// One target's line; true when it compiled.
+fn print(c: &GpuCompile) -> bool {
+    match &c.result {
+        Ok(s) => {
+            let cores: Vec<String> = s
+                .tensor_core
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            println!(
+                "  {:<6} ok      {:>5.2} s  registers {:>3}  spills {:>4} B  shared {:>9}  code {:>9}  tensor cores: {}",
+                c.target.name(),
+                s.seconds,
+                s.registers,
+                s.spill_bytes,
+                human_bytes(s.shared_bytes),
+                human_bytes(s.code_bytes),
+                if cores.is_empty() { "none".to_string() } else { cores.join(", ") }
+            );
+            true
+        }
+        Err(e) => {
+            println!("  {:<6} FAILED  {}", c.target.name(), indent(&e.to_string()));
+            false
+        }
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines().collect::<Vec<_>>().join("\n                ")
+}
+
+/// Whether `dir` is an earlier `--gpu --out` folder: kernel folders each
+/// holding a Triton source and target folders.
+fn is_gpu_dir(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().all(|e| {
+            e.file_type().is_ok_and(|t| t.is_dir())
+                && std::fs::read_dir(e.path()).is_ok_and(|inner| {
+                    inner.flatten().all(|f| {
+                        let n = f.file_name().to_string_lossy().to_string();
+                        n.ends_with(".py") || n.parse::<GpuTarget>().is_ok()
+                    })
+                })
+        })
+    })
+}
