@@ -13,8 +13,11 @@ use crate::{Body, BufferRef, DType, Grid, Operand, ScalarPrefetch, Scratch, Targ
 pub struct Kernel {
     /// Name, used for the lowered function.
     pub name: String,
-    /// The TPU generation whose rules apply.
+    /// The TPU generation whose rules apply (when [`Kernel::platform`] is
+    /// the TPU).
     pub target: Target,
+    /// Whose rules the kernel is verified against.
+    pub platform: crate::Platform,
     /// Scoped VMEM limit in bytes; `None` means the target's default.
     pub vmem_limit: Option<u64>,
     /// Iteration space.

@@ -105,7 +105,10 @@ pub use spec::{
     BlockSpec, DimSemantics, Grid, GridDim, MemorySpace, Mesh, Operand, Role, ScalarPrefetch,
     Scratch,
 };
-pub use target::{GpuTarget, LANES, ParseGpuTargetError, ParseTargetError, Target};
+pub use target::{
+    GpuTarget, LANES, ParseGpuTargetError, ParseTargetError, Platform, Target, current_platform,
+    for_platform,
+};
 pub use verify::VerifiedKernel;
 
 #[doc = include_str!("../doc/tpu_kernel.md")]

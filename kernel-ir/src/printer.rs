@@ -41,7 +41,15 @@ impl Printer<'_> {
             Some(l) => l.to_string(),
             None => "default".into(),
         };
-        let _ = writeln!(self.out, "  target {}, vmem_limit {}", k.target, limit);
+        let platform = match k.platform {
+            crate::Platform::Tpu => "",
+            crate::Platform::Gpu => ", platform gpu",
+        };
+        let _ = writeln!(
+            self.out,
+            "  target {}, vmem_limit {}{platform}",
+            k.target, limit
+        );
         let dims: Vec<String> = k
             .grid
             .dims

@@ -288,3 +288,58 @@ impl FromStr for GpuTarget {
             .ok_or_else(|| ParseGpuTargetError(s.to_string()))
     }
 }
+
+/// The platform whose rules a kernel is verified against: the TPU's
+/// (tiling, Mosaic's limits, the VMEM budget, for its [`Target`]
+/// generation) or the GPU's (power-of-two tiles, Triton's tensor size).
+/// The CPU paths run either. One kernel source builds for both: the
+/// same `#[tpu_kernel]` built inside [`for_platform`]`(Platform::Gpu, ..)`
+/// may take blocks the TPU refuses (a 64-wide lane dim, say).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Platform {
+    /// TPU rules (the default).
+    #[default]
+    Tpu,
+    /// GPU (Triton) rules.
+    Gpu,
+}
+
+std::thread_local! {
+    static PLATFORM: std::cell::Cell<Platform> = const { std::cell::Cell::new(Platform::Tpu) };
+}
+
+/// The platform kernels built on this thread now are verified for:
+/// [`Platform::Tpu`] unless inside [`for_platform`].
+pub fn current_platform() -> Platform {
+    PLATFORM.with(std::cell::Cell::get)
+}
+
+/// Runs `f` with kernels built on this thread verified for `platform`
+/// (the `#[tpu_kernel]` builds, [`crate::KernelBuilder::new`]); restores
+/// the previous platform afterwards, also when `f` panics.
+///
+/// ```
+/// use kernel_ir::{Platform, prelude::*};
+/// let build = || {
+///     let mut k = KernelBuilder::new("narrow");
+///     k.grid([2], [Parallel]);
+///     let x = k.input("x", BF16, [16, 128]).block([16, 64], |[j]| (0, j));
+///     let o = k.output("o", BF16, [16, 128]).block([16, 64], |[j]| (0, j));
+///     o.store(.., x.load(..));
+///     k.build()
+/// };
+/// // A 64-lane block: the TPU's tiling refuses it, a GPU takes it.
+/// assert!(build().is_err());
+/// let k = kernel_ir::for_platform(Platform::Gpu, build).unwrap();
+/// assert_eq!(k.platform, Platform::Gpu);
+/// ```
+pub fn for_platform<R>(platform: Platform, f: impl FnOnce() -> R) -> R {
+    struct Restore(Platform);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PLATFORM.with(|p| p.set(self.0));
+        }
+    }
+    let _restore = Restore(PLATFORM.with(|p| p.replace(platform)));
+    f()
+}

@@ -554,7 +554,7 @@ fn module(
             /// same arguments returns the same kernel.
             pub fn build #impl_generics (#(#config_params,)* dims: Dims) -> ::core::result::Result<::kernel_ir::VerifiedKernel, ::kernel_ir::KernelErrors> #where_clause {
                 let __tessera_key = ::std::format!(
-                    "{}::{}<{}>{:?}",
+                    "{}::{}<{}>{:?}{:?}",
                     ::core::module_path!(),
                     #name_str,
                     {
@@ -562,6 +562,7 @@ fn module(
                         __types.join(",")
                     },
                     [#(&#config_names as &dyn ::core::fmt::Debug,)* &dims as &dyn ::core::fmt::Debug],
+                    ::kernel_ir::current_platform(),
                 );
                 ::kernel_ir::memo::verified(__tessera_key, move || kernel #turbofish (#(#config_names,)* dims)?.verify())
             }

@@ -58,6 +58,7 @@ pub struct TpuCustomCall {
 
 /// Lowers `kernel` to a `tpu_custom_call` module.
 pub fn tpu_custom_call(kernel: &VerifiedKernel) -> Result<TpuCustomCall, LoweringError> {
+    crate::tpu_platform(kernel, "tpu_custom_call")?;
     let k: &Kernel = kernel;
     let m = Mlir::new();
     let opts = ModuleOptions {

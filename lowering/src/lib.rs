@@ -185,6 +185,26 @@ pub(crate) fn single_device(
     }
 }
 
+/// Refuses a kernel verified for the GPU on a TPU target: its blocks need
+/// not meet the TPU's tiling, nor its buffers the VMEM budget.
+pub(crate) fn tpu_platform(
+    k: &kernel_ir::Kernel,
+    target: &'static str,
+) -> Result<(), LoweringError> {
+    match k.platform {
+        kernel_ir::Platform::Tpu => Ok(()),
+        kernel_ir::Platform::Gpu => Err(LoweringError::Unsupported {
+            op: "kernel".into(),
+            loc: k.grid_loc.clone(),
+            target,
+            reason: format!(
+                "kernel `{}` was built for the GPU's rules (`Platform::Gpu`); build it for the TPU (the default platform) to lower it for TPU, so that its blocks are checked against the TPU's tiling and VMEM",
+                k.name
+            ),
+        }),
+    }
+}
+
 /// Target 1: the kernel module in upstream dialects, printed.
 pub fn kernel_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
     printed_kernel_module(kernel, Flavor::Upstream, "kernel module")
@@ -203,6 +223,8 @@ fn printed_kernel_module(
 ) -> Result<String, LoweringError> {
     if flavor == Flavor::Upstream {
         single_device(kernel, what)?;
+    } else {
+        tpu_platform(kernel, what)?;
     }
     let m = Mlir::new();
     let ir = Ir::new(&m.ctx, "");

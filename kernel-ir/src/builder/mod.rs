@@ -63,6 +63,7 @@ impl KernelBuilder {
         let sig = Kernel {
             name: name.into(),
             target: Target::default(),
+            platform: crate::current_platform(),
             vmem_limit: None,
             grid: Grid::default(),
             grid_loc: None,
@@ -104,6 +105,12 @@ impl KernelBuilder {
     /// Sets the TPU generation whose rules apply.
     pub fn target(&mut self, target: Target) {
         state::with(self.id, |st| st.sig.target = target);
+    }
+
+    /// Sets the platform whose rules the kernel is verified against (by
+    /// default the thread's, [`crate::current_platform`]).
+    pub fn platform(&mut self, platform: crate::Platform) {
+        state::with(self.id, |st| st.sig.platform = platform);
     }
 
     /// Sets the scoped VMEM limit in bytes (`vmem_limit_bytes`).

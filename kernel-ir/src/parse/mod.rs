@@ -14,7 +14,7 @@
 //! use kernel_ir::parse;
 //! let text = "\
 //! kernel @double {
-//!   target v5e, vmem_limit default
+//!   target v5e, vmem_limit default          (`, platform gpu` for GPU rules)
 //!   grid [2 parallel]
 //!   in @x: f32[16, 128] vmem block [8, 128] at (g0, 0) row_major
 //!   out @o: f32[16, 128] vmem block [8, 128] at (g0, 0) row_major
@@ -97,6 +97,7 @@ fn read(text: &str, file: Option<&str>) -> Result<Kernel, ParseError> {
         kernel: Kernel {
             name: String::new(),
             target: Target::V5e,
+            platform: crate::Platform::Tpu,
             vmem_limit: None,
             grid: Grid::default(),
             grid_loc: None,
@@ -176,6 +177,15 @@ impl<'a> Reader<'a> {
         } else {
             Some(c.int()? as u64)
         };
+        if c.eat(",") {
+            c.word("platform")?;
+            self.kernel.platform = if c.eat_word("gpu") {
+                crate::Platform::Gpu
+            } else {
+                c.word("tpu")?;
+                crate::Platform::Tpu
+            };
+        }
         c.end()?;
         let mut c = self.line()?;
         c.word("grid")?;

@@ -18,7 +18,7 @@
 
 use super::VerifiedKernel;
 use crate::ops::ShapeDisplay;
-use crate::{DType, ErrorKind, GpuTarget, KernelError, KernelErrors, Op, Region};
+use crate::{DType, ErrorKind, GpuTarget, Kernel, KernelError, KernelErrors, Op, Region};
 
 /// Triton's largest tensor, in elements (`TRITON_MAX_TENSOR_NUMEL`).
 pub(crate) const MAX_TENSOR_ELEMENTS: usize = 1 << 20;
@@ -40,25 +40,39 @@ impl VerifiedKernel {
     /// assert!(e.contains("[gpu]") && e.contains("power-of-two"), "{e}");
     /// ```
     pub fn check_gpu(&self, target: Option<GpuTarget>) -> Result<(), KernelErrors> {
-        let mut errors = Vec::new();
-        if let Some(m) = &self.mesh {
+        let errors = check(self, target);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(KernelErrors(errors))
+        }
+    }
+}
+
+/// The GPU rules (and `target`'s), as a verifier pass: a kernel built for
+/// [`crate::Platform::Gpu`] is verified with these instead of the TPU's.
+pub(super) fn check(k: &Kernel, target: Option<GpuTarget>) -> Vec<KernelError> {
+    let mut errors = Vec::new();
+    {
+        let this = k;
+        if let Some(m) = &this.mesh {
             errors.push(KernelError::new(
                 ErrorKind::Gpu(format!(
                     "kernel `{}` runs across the {} devices of its mesh; a Triton program runs on one GPU, so kernels across chips have no GPU form: run it with `tessera run FILE.kir --backend interp` or lower it for TPU",
-                    self.name,
+                    this.name,
                     m.devices()
                 )),
-                self.grid_loc.clone(),
+                this.grid_loc.clone(),
             ));
-            return Err(KernelErrors(errors));
+            return errors;
         }
-        check_region(self, &self.body.region, target, &mut errors);
+        check_region(this, &this.body.region, target, &mut errors);
         if let Some(t) = target.filter(|t| !t.has_f8e4m3fn()) {
-            let declared = self
+            let declared = this
                 .operands
                 .iter()
                 .map(|o| (o.dtype, &o.name, &o.loc))
-                .chain(self.scratch.iter().map(|s| (s.dtype, &s.name, &s.loc)));
+                .chain(this.scratch.iter().map(|s| (s.dtype, &s.name, &s.loc)));
             for (dtype, name, loc) in declared {
                 if dtype == DType::F8E4M3FN {
                     errors.push(KernelError::new(
@@ -68,12 +82,8 @@ impl VerifiedKernel {
                 }
             }
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(KernelErrors(errors))
-        }
     }
+    errors
 }
 
 fn no_e4m3(t: GpuTarget, what: &str) -> String {
@@ -83,7 +93,7 @@ fn no_e4m3(t: GpuTarget, what: &str) -> String {
 }
 
 fn check_region(
-    k: &VerifiedKernel,
+    k: &Kernel,
     r: &Region,
     target: Option<GpuTarget>,
     errors: &mut Vec<KernelError>,
@@ -96,7 +106,7 @@ fn check_region(
     }
 }
 
-fn check_op(k: &VerifiedKernel, op: &Op, target: Option<GpuTarget>, errors: &mut Vec<KernelError>) {
+fn check_op(k: &Kernel, op: &Op, target: Option<GpuTarget>, errors: &mut Vec<KernelError>) {
     for &v in &op.results {
         let Some(ty) = k.body.ty(v) else { continue };
         let what = || format!("`{v} = {}` makes a {}{} tile", op.kind.mnemonic(), ty.dtype, ShapeDisplay(&ty.shape));

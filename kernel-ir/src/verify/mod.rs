@@ -170,14 +170,20 @@ impl Kernel {
         let typed = body_errors.is_empty();
         errors.extend(body_errors);
         errors.extend(scope::check(self));
-        if typed && mosaic_rules {
+        let tpu = self.platform == crate::Platform::Tpu;
+        if typed && mosaic_rules && tpu {
             errors.extend(mosaic::check(self));
             errors.extend(dma_window::check(self));
         }
-        errors.extend(tiling::check(self));
+        if typed && !tpu {
+            errors.extend(gpu::check(self, None));
+        }
+        if tpu {
+            errors.extend(tiling::check(self));
+        }
         errors.extend(grid_walk::check(self));
         let budget = VmemBudget::of(self);
-        if !budget.fits() {
+        if tpu && !budget.fits() {
             errors.push(KernelError::new(
                 ErrorKind::VmemOverflow(Box::new(budget)),
                 None,

@@ -27,11 +27,49 @@ pub(crate) fn parse_gpu_targets(s: &str) -> Result<Vec<GpuTarget>, String> {
     Ok(out)
 }
 
+/// `--warps` and `--stages`: a Triton launch that overrides the program's
+/// default ([`lowering::TritonOptions::for_kernel`]).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Launch {
+    warps: Option<usize>,
+    stages: Option<usize>,
+}
+
+impl Launch {
+    pub(crate) fn parse(a: &crate::args::Args) -> Result<Launch, String> {
+        let num = |flag: &str, allowed: &[usize]| -> Result<Option<usize>, String> {
+            match a.one(flag)? {
+                None => Ok(None),
+                Some(v) => match v.parse::<usize>() {
+                    Ok(n) if allowed.contains(&n) => Ok(Some(n)),
+                    _ => Err(format!(
+                        "--{flag} {v}: give one of {}",
+                        allowed.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
+                    )),
+                },
+            }
+        };
+        Ok(Launch {
+            warps: num("warps", &[1, 2, 4, 8, 16, 32])?,
+            stages: num("stages", &[1, 2, 3, 4, 5, 6, 7, 8])?,
+        })
+    }
+
+    fn options(self, kernel: &VerifiedKernel) -> lowering::TritonOptions {
+        let d = lowering::TritonOptions::for_kernel(kernel);
+        lowering::TritonOptions {
+            num_warps: self.warps.unwrap_or(d.num_warps),
+            num_stages: self.stages.unwrap_or(d.num_stages),
+        }
+    }
+}
+
 /// Compiles each kernel for each target; `out` receives the Triton source
 /// and each target's stages, all or nothing.
 pub(crate) fn compile_gpu(
     kernels: &[(String, VerifiedKernel)],
     targets: &[GpuTarget],
+    launch: Launch,
     out: Option<&Path>,
 ) -> Result<(), Failure> {
     if let Some(dir) = out
@@ -65,7 +103,7 @@ pub(crate) fn compile_gpu(
         if runnable.is_empty() {
             continue;
         }
-        let program = match lowering::triton(kernel) {
+        let program = match lowering::triton_with(kernel, launch.options(kernel), None) {
             Ok(p) => p,
             Err(e) => {
                 failed += runnable.len();

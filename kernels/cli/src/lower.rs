@@ -21,7 +21,11 @@ pub fn lower(args: &[String]) -> Result<(), Failure> {
             "unknown target `{target}`; use kernel, mosaic, mosaic-body, decomposed, host or triton"
         )));
     }
-    let kernel = kernel_for_lower(name, &a).map_err(usage)?;
+    let platform = match target {
+        "triton" => kernel_ir::Platform::Gpu,
+        _ => kernel_ir::Platform::Tpu,
+    };
+    let kernel = kernel_ir::for_platform(platform, || kernel_for_lower(name, &a)).map_err(usage)?;
     let text = match target {
         "kernel" => lowering::kernel_module(&kernel),
         "mosaic" => lowering::tpu_custom_call(&kernel).map(|c| c.module),

@@ -235,7 +235,7 @@ or by Triton for GPUs
 USAGE:
     tessera compile KERNEL|PRESET|presets|kernels|all [--tpu G[,G..]|all] [--config KEY=VALUE]... [--shape INPUT=DxDx..]... [--out PATH]
     tessera compile --module FILE [--tpu G[,G..]|all]
-    tessera compile KERNEL|PRESET|presets|kernels|all --gpu T[,T..]|all [--config ..] [--shape ..] [--out DIR]
+    tessera compile KERNEL|PRESET|presets|kernels|all --gpu T[,T..]|all [--warps N] [--stages N] [--config ..] [--shape ..] [--out DIR]
 
 Lowers the kernel to its tpu_custom_call module and compiles that with libtpu
 (the TPU compiler from PyPI, which .ci/setup.sh fetches) against a
@@ -266,6 +266,8 @@ OPTIONS:
     --tpu G               v5e, v6e, v5p, v7x, a comma list, or all   [default: all]
     --gpu T               sm_80, sm_90, sm_100 (NVIDIA), gfx942, gfx950 (AMD), a
                           comma list, or all
+    --warps N, --stages N the Triton launch with --gpu [default: 4 warps, or 8
+                          for dots of 128 x 128 and more; 3 stages]
     --config, --shape     as for `tessera lower` (one kernel only)
     --out PATH            write the serialized executables (ahead-of-time
                           artifacts a TPU host with the same libtpu loads): PATH

@@ -350,6 +350,7 @@ pub fn lower_for(
 ) -> Result<(VerifiedKernel, lowering::TpuCustomCall), KernelCompileError> {
     let mut k = kernel.kernel().clone();
     k.target = target;
+    k.platform = kernel_ir::Platform::Tpu;
     let kernel = k
         .verify()
         .map_err(|errors| KernelCompileError::Verify { target, errors })?;

@@ -299,7 +299,8 @@ def nvidia_stats(cubin, keep):
     tc_sm100 = len(re.findall(r"\bUTC[A-Z]*MMA", sass))
     return {
         "registers": regs,
-        "spill_bytes": local,
+        # Spilled registers live in the stack frame (local memory).
+        "spill_bytes": max(stack, local),
         "stack_bytes": stack,
         "static_shared": shared,
         "tensor_core": {"HGMMA": hgmma, "HMMA": hmma, "IMMA": imma, "UTCMMA": tc_sm100},
