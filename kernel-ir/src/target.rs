@@ -260,6 +260,21 @@ impl GpuTarget {
         }
     }
 
+    /// The most shared memory (LDS on AMD) one program may use, in bytes:
+    /// 163 KiB on sm_80 and 227 KiB on sm_90 and sm_100 (the CUDA C++
+    /// Programming Guide's "maximum amount of shared memory per thread
+    /// block" with opt-in, per compute capability), the CU's LDS on AMD:
+    /// 64 KiB on CDNA 3 (gfx942), 160 KiB on CDNA 4 (gfx950). Triton
+    /// compiles a program that needs more; it cannot launch.
+    pub fn max_shared_bytes(self) -> u64 {
+        match self {
+            GpuTarget::Sm80 => 163 * 1024,
+            GpuTarget::Sm90 | GpuTarget::Sm100 => 227 * 1024,
+            GpuTarget::Gfx942 => 64 * 1024,
+            GpuTarget::Gfx950 => 160 * 1024,
+        }
+    }
+
     /// Whether Triton 3.9 takes `f8e4m3fn` (its `fp8e4nv`) on this
     /// architecture: not on `sm_80`, whose fp8 types are `fp8e5` and
     /// `fp8e4b15` (Triton's `supported_fp8_dtypes` for the target).

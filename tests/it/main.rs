@@ -13,6 +13,7 @@ mod foundation;
 mod fp8;
 mod grad;
 mod grad_kernels;
+mod gpu_table;
 mod graph;
 mod host_tiling;
 mod invalid;

@@ -159,10 +159,14 @@ pub(crate) fn compile_gpu(
     Ok(())
 }
 
-/// One target's line; true when it compiled.
+/// One target's line; true when it compiled and can launch.
 fn print(c: &GpuCompile) -> bool {
     match &c.result {
         Ok(s) => {
+            if let Err(e) = runtime::triton::check_launchable(c.target, s) {
+                println!("  {:<6} TOO BIG {e}", c.target.name());
+                return false;
+            }
             let cores: Vec<String> = s
                 .tensor_core
                 .iter()

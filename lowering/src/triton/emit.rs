@@ -126,6 +126,15 @@ impl Expr {
     }
 }
 
+/// A step of a loop a branch is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// `program_id(d) == 0`.
+    First,
+    /// `program_id(d) == num_programs(d) - 1`.
+    Last,
+}
+
 struct Line {
     indent: usize,
     text: String,
@@ -143,6 +152,8 @@ struct Emitter<'a> {
     fused: HashSet<ValueId>,
     /// Per operand and dim: the element offset of its window.
     offsets: Vec<Vec<Expr>>,
+    /// The op defining each value.
+    defs: HashMap<ValueId, &'a Op>,
 }
 
 pub(super) fn program(k: &Kernel, options: TritonOptions) -> Result<TritonProgram, LoweringError> {
@@ -156,11 +167,13 @@ pub(super) fn program(k: &Kernel, options: TritonOptions) -> Result<TritonProgra
         uses: HashMap::new(),
         fused: HashSet::new(),
         offsets: vec![Vec::new(); k.operands.len()],
+        defs: HashMap::new(),
     };
     count_uses(&k.body.region, &mut e.uses);
+    definitions(&k.body.region, &mut e.defs);
     let params = params(k, &plan);
     e.prologue();
-    e.level(0)?;
+    e.level(0, &[])?;
     let function = format!("{}_kernel", k.name);
     let mut source = String::new();
     let _ = writeln!(
@@ -250,6 +263,26 @@ fn input_ptr(k: &Kernel, i: usize) -> String {
         Role::InOut => format!("{}_ptr_in", o.name),
         _ => format!("{}_ptr", o.name),
     }
+}
+
+fn definitions<'a>(r: &'a Region, defs: &mut HashMap<ValueId, &'a Op>) {
+    for op in &r.ops {
+        for &v in &op.results {
+            defs.insert(v, op);
+        }
+        for sub in op.kind.regions() {
+            definitions(sub, defs);
+        }
+    }
+}
+
+/// The shape of a lane-replicated buffer's column: its last dim 1.
+fn column(shape: &[usize]) -> Vec<usize> {
+    let mut c = shape.to_vec();
+    if let Some(l) = c.last_mut() {
+        *l = 1;
+    }
+    c
 }
 
 fn count_uses(r: &Region, uses: &mut HashMap<ValueId, usize>) {
@@ -373,7 +406,7 @@ fn fold(op: IndexOp, a: i64, b: i64) -> Option<i64> {
     })
 }
 
-impl Emitter<'_> {
+impl<'a> Emitter<'a> {
     fn line(&mut self, text: impl Into<String>, loc: Option<&Loc>) {
         self.lines.push(Line {
             indent: self.indent,
@@ -448,11 +481,16 @@ impl Emitter<'_> {
         }
         for (i, s) in k.scratch.iter().enumerate() {
             if plan.residency(BufferRef::Scratch(i)) == Residency::Registers {
+                let held = if plan.replicated.contains(&i) {
+                    column(&s.shape)
+                } else {
+                    s.shape.clone()
+                };
                 self.line(
                     format!(
                         "{}_s = tl.zeros({}, {})",
                         s.name,
-                        shape_list(&squeezed(&s.shape)),
+                        shape_list(&squeezed(&held)),
                         tl_dtype(s.dtype)
                     ),
                     s.loc.as_ref(),
@@ -475,8 +513,9 @@ impl Emitter<'_> {
     }
 
     /// Level `l` of the loop nest: its operands' windows, the next loop or
-    /// the body, the write-backs.
-    fn level(&mut self, l: usize) -> Result<(), LoweringError> {
+    /// the body (without the top-level ops in `skip`, hoisted out of the
+    /// innermost loop), the write-backs.
+    fn level(&mut self, l: usize, skip: &[usize]) -> Result<(), LoweringError> {
         let k = self.k;
         let at_level: Vec<usize> = (0..k.operands.len())
             .filter(|&i| self.plan.level[i] == l)
@@ -495,13 +534,53 @@ impl Emitter<'_> {
         if l < self.plan.loops.len() {
             let d = self.plan.loops[l];
             let bound = k.grid.dims[d].bound;
+            let innermost = l + 1 == self.plan.loops.len();
+            // The first step's prologue (`if k == 0`) runs before the loop
+            // and the last step's epilogue (`if k == last`) after it, as a
+            // GPU kernel writes them: no branch in the loop, and nothing
+            // the loop keeps live (the q block) stays live beside the
+            // epilogue's buffers.
+            let (prologue, epilogue) = if innermost {
+                (self.hoistable(d, Step::First, l + 1), self.sinkable(d, l + 1))
+            } else {
+                (None, None)
+            };
+            let body = &k.body.region;
+            let mut skip = Vec::new();
+            if let Some((at, inputs)) = &prologue {
+                self.line(format!("g{d} = tl.full([], 0, tl.int32)"), k.grid_loc.as_ref());
+                self.hoisted(body, *at, inputs)?;
+                skip.push(*at);
+            }
             self.line(format!("for g{d} in range(0, {bound}):"), k.grid_loc.as_ref());
             self.indent += 1;
-            self.level(l + 1)?;
+            if let Some((start, _)) = &epilogue {
+                skip.extend(*start..body.ops.len());
+            }
+            self.level(l + 1, &skip)?;
             self.indent -= 1;
+            if let Some((start, inputs)) = &epilogue {
+                self.line(
+                    format!("g{d} = tl.full([], {}, tl.int32)", bound - 1),
+                    k.grid_loc.as_ref(),
+                );
+                for &i in inputs {
+                    self.op(&body.ops[i], body)?;
+                }
+                for op in &body.ops[*start..] {
+                    match &op.kind {
+                        OpKind::If { then_region, .. } => self.region(then_region)?,
+                        _ => self.op(op, body)?,
+                    }
+                }
+            }
         } else {
             let body = &k.body.region;
-            self.region(body)?;
+            for (i, op) in body.ops.iter().enumerate() {
+                if !skip.contains(&i) {
+                    self.op(op, body)?;
+                }
+            }
         }
         for &i in &at_level {
             let o = &k.operands[i];
@@ -515,6 +594,251 @@ impl Emitter<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A hoisted step branch: the ops it reads values of, then its body.
+    fn hoisted(&mut self, body: &Region, at: usize, inputs: &[usize]) -> Result<(), LoweringError> {
+        for &i in inputs {
+            self.op(&body.ops[i], body)?;
+        }
+        if let OpKind::If { then_region, .. } = &body.ops[at].kind {
+            self.region(then_region)?;
+        }
+        Ok(())
+    }
+
+    /// The end of the innermost body that runs after the loop instead, once,
+    /// for the last step: what only the last step's effect of survives.
+    /// Its ops are the last-step epilogue (`if program_id(d) ==
+    /// num_programs(d) - 1 { .. }`), whole unmasked stores to an output
+    /// whose block stays put through the loop and that the body never
+    /// reads (each step's write is overwritten by the next: the TPU writes
+    /// it back once, when its index changes; a GPU writes it once, after
+    /// the loop), loads of register buffers and arithmetic. Gives the first
+    /// index of that end and the earlier top-level ops whose values it
+    /// reads (arithmetic on grid indices and constants, run again after
+    /// the loop); `None` when the body ends otherwise.
+    fn sinkable(&self, d: usize, level: usize) -> Option<(usize, Vec<usize>)> {
+        let k: &'a Kernel = self.k;
+        let body = &k.body.region;
+        let pure = |op: &Op| {
+            matches!(
+                op.kind,
+                OpKind::Constant { .. }
+                    | OpKind::ProgramId { .. }
+                    | OpKind::NumPrograms { .. }
+                    | OpKind::Binary { .. }
+                    | OpKind::Compare { .. }
+                    | OpKind::Unary { .. }
+                    | OpKind::Convert { .. }
+                    | OpKind::Select { .. }
+                    | OpKind::BroadcastInDim { .. }
+                    | OpKind::Reshape { .. }
+                    | OpKind::Iota { .. }
+            )
+        };
+        let mut loaded = HashSet::new();
+        walk_region(body, &mut |op| {
+            if let OpKind::Load { buffer, .. } = &op.kind {
+                loaded.insert(*buffer);
+            }
+        });
+        let sinks = |op: &Op| -> bool {
+            match &op.kind {
+                OpKind::If {
+                    cond,
+                    then_region,
+                    else_region,
+                } => {
+                    if !op.results.is_empty()
+                        || !else_region.ops.is_empty()
+                        || !self.is_step(*cond, d, Step::Last)
+                    {
+                        return false;
+                    }
+                    let mut moving = false;
+                    walk_region(then_region, &mut |op| {
+                        if let OpKind::Load { buffer: BufferRef::Operand(i), .. }
+                        | OpKind::Store { buffer: BufferRef::Operand(i), .. } = &op.kind
+                        {
+                            moving |= self.plan.level[*i] >= level;
+                        }
+                    });
+                    !moving
+                }
+                OpKind::Store {
+                    buffer: b @ BufferRef::Operand(i),
+                    indices,
+                    mask: None,
+                    ..
+                } => {
+                    self.plan.level[*i] < level
+                        && self.plan.residency(*b) == Residency::Memory
+                        && !loaded.contains(b)
+                        && is_whole(indices, k.operands[*i].view_shape())
+                }
+                OpKind::Load { buffer, mask: None, .. } => {
+                    matches!(self.plan.residency(*buffer), Residency::Registers)
+                }
+                _ => pure(op),
+            }
+        };
+        let mut start = body.ops.len();
+        while start > 0 && sinks(&body.ops[start - 1]) {
+            start -= 1;
+        }
+        // Only an end that writes something is worth moving.
+        let writes = body.ops[start..]
+            .iter()
+            .any(|op| matches!(op.kind, OpKind::If { .. } | OpKind::Store { .. }));
+        if !writes {
+            return None;
+        }
+        let mut free = std::collections::BTreeSet::new();
+        let mut bound = HashSet::new();
+        for op in &body.ops[start..] {
+            for v in op.kind.operands() {
+                if !bound.contains(&v) {
+                    free.insert(v);
+                }
+            }
+            for sub in op.kind.regions() {
+                free_values(sub, &mut bound.clone(), &mut free);
+            }
+            bound.extend(op.results.iter().copied());
+        }
+        let mut need: HashSet<ValueId> = free.into_iter().collect();
+        let mut picked = Vec::new();
+        for (i, op) in body.ops[..start].iter().enumerate().rev() {
+            if !op.results.iter().any(|r| need.contains(r)) {
+                continue;
+            }
+            if !pure(op) {
+                return None;
+            }
+            picked.push(i);
+            need.extend(op.kind.operands());
+        }
+        let defined: HashSet<ValueId> = picked
+            .iter()
+            .flat_map(|&i| body.ops[i].results.iter().copied())
+            .collect();
+        if need.iter().any(|v| !defined.contains(v)) {
+            return None;
+        }
+        picked.reverse();
+        Some((start, picked))
+    }
+
+    /// A top-level `if program_id(d) == 0 { .. }` (the first op with an
+    /// effect) or `if program_id(d) == num_programs(d) - 1 { .. }` (the last
+    /// op), with no results and no else, that can run outside the loop over
+    /// `d`: its index and the top-level ops whose values it reads, when
+    /// those are arithmetic on grid indices and constants and the branch
+    /// touches no window that moves with the innermost loop (`level`).
+    fn hoistable(&self, d: usize, step: Step, level: usize) -> Option<(usize, Vec<usize>)> {
+        let k: &'a Kernel = self.k;
+        let body = &k.body.region;
+        let pure = |op: &Op| {
+            matches!(
+                op.kind,
+                OpKind::Constant { .. }
+                    | OpKind::ProgramId { .. }
+                    | OpKind::NumPrograms { .. }
+                    | OpKind::Binary { .. }
+                    | OpKind::Compare { .. }
+                    | OpKind::Unary { .. }
+                    | OpKind::Convert { .. }
+                    | OpKind::Select { .. }
+                    | OpKind::BroadcastInDim { .. }
+                    | OpKind::Reshape { .. }
+                    | OpKind::Iota { .. }
+            )
+        };
+        let at = match step {
+            Step::First => body.ops.iter().position(|op| !pure(op))?,
+            Step::Last => body.ops.len().checked_sub(1)?,
+        };
+        let branch = &body.ops[at];
+        let OpKind::If {
+            cond,
+            then_region,
+            else_region,
+        } = &branch.kind
+        else {
+            return None;
+        };
+        if !branch.results.is_empty() || !else_region.ops.is_empty() || !self.is_step(*cond, d, step) {
+            return None;
+        }
+        let mut moving = false;
+        walk_region(then_region, &mut |op| {
+            if let OpKind::Load { buffer: BufferRef::Operand(i), .. } | OpKind::Store { buffer: BufferRef::Operand(i), .. } = &op.kind {
+                moving |= self.plan.level[*i] >= level;
+            }
+        });
+        if moving {
+            return None;
+        }
+        let mut free = std::collections::BTreeSet::new();
+        free_values(then_region, &mut HashSet::new(), &mut free);
+        let mut need: HashSet<ValueId> = free.into_iter().collect();
+        let mut picked = Vec::new();
+        for (i, op) in body.ops[..at].iter().enumerate().rev() {
+            if !op.results.iter().any(|r| need.contains(r)) {
+                continue;
+            }
+            if !pure(op) {
+                return None;
+            }
+            picked.push(i);
+            need.extend(op.kind.operands());
+        }
+        let defined: HashSet<ValueId> = picked
+            .iter()
+            .flat_map(|&i| body.ops[i].results.iter().copied())
+            .collect();
+        if need.iter().any(|v| !defined.contains(v)) {
+            return None;
+        }
+        picked.reverse();
+        Some((at, picked))
+    }
+
+    /// Whether bool `cond` is `program_id(d) == 0` (first) or
+    /// `program_id(d) == num_programs(d) - 1` (last).
+    fn is_step(&self, cond: ValueId, d: usize, step: Step) -> bool {
+        let bound = self.k.grid.dims[d].bound as i64;
+        let want = match step {
+            Step::First => 0,
+            Step::Last => bound - 1,
+        };
+        let def = |v: &ValueId| self.defs.get(v).map(|o| &o.kind);
+        let is_pid = |v: &ValueId| matches!(def(v), Some(OpKind::ProgramId { dim }) if *dim == d);
+        let is_want = |v: &ValueId| match def(v) {
+            Some(OpKind::Constant {
+                value: Literal::Int(c),
+                ty,
+            }) => ty.shape.is_empty() && *c == want,
+            Some(OpKind::Binary {
+                op: BinaryOp::Sub,
+                lhs,
+                rhs,
+            }) => {
+                step == Step::Last
+                    && matches!(def(lhs), Some(OpKind::NumPrograms { dim }) if *dim == d)
+                    && matches!(def(rhs), Some(OpKind::Constant { value: Literal::Int(1), .. }))
+            }
+            _ => false,
+        };
+        match def(&cond) {
+            Some(OpKind::Compare {
+                op: CompareOp::Eq,
+                lhs,
+                rhs,
+            }) => (is_pid(lhs) && is_want(rhs)) || (is_pid(rhs) && is_want(lhs)),
+            _ => false,
+        }
     }
 
     /// Defines `<name>_o<d>`, the element offsets of operand `i`'s window.
@@ -638,7 +962,7 @@ impl Emitter<'_> {
             .iter()
             .filter(|i| matches!(i, Index::Slice { .. }))
             .count();
-        let mut terms = Vec::new();
+        let (mut scalars, mut tiles) = (Vec::new(), Vec::new());
         let mut masks = Vec::new();
         let mut axis = 0;
         for (d, idx) in indices.iter().enumerate() {
@@ -662,10 +986,24 @@ impl Emitter<'_> {
                 (Expr::Const(0), e) | (e, Expr::Const(0)) => e.clone(),
                 (a, s) => Expr::Code(format!("({} + {})", a.code(), s.code())),
             };
+            // The pointer is the scalar start of the tile plus the tile's
+            // pattern, which does not change from step to step (the form
+            // Triton's tutorials write, which its compiler keeps cheap).
+            let scale = |x: String| match st[d] {
+                1 => x,
+                s => format!("{x} * {s}"),
+            };
+            let widen = |x: String| if big { format!("({x}).to(tl.int64)") } else { x };
+            match &first {
+                Expr::Const(0) => {}
+                Expr::Const(c) => scalars.push(scale(c.to_string())),
+                f => scalars.push(scale(widen(f.code()))),
+            }
             let position = match len {
                 Some(len) => {
                     let r = expand_to(&format!("tl.arange(0, {len})"), axis, rank);
                     axis += 1;
+                    tiles.push(scale(r.clone()));
                     match &first {
                         Expr::Const(0) => r,
                         f => format!("({} + {r})", f.code()),
@@ -673,24 +1011,16 @@ impl Emitter<'_> {
                 }
                 None => first.code(),
             };
-            let position64 = if big {
-                format!("({position}).to(tl.int64)")
-            } else {
-                position.clone()
-            };
-            if st[d] == 1 {
-                terms.push(position64);
-            } else {
-                terms.push(format!("{position64} * {}", st[d]));
-            }
             if edge {
                 masks.push(format!("({position} < {})", shape[d]));
             }
         }
-        let offset = if terms.is_empty() {
-            "0".to_string()
-        } else {
-            terms.join(" + ")
+        let join = |v: &[String]| if v.is_empty() { "0".to_string() } else { v.join(" + ") };
+        let offset = match (scalars.is_empty(), tiles.is_empty()) {
+            (true, true) => "0".to_string(),
+            (false, true) => join(&scalars),
+            (true, false) => join(&tiles),
+            (false, false) => format!("({}) + ({})", join(&scalars), join(&tiles)),
         };
         let ptr = format!("{base} + ({offset})");
         let mask = (!masks.is_empty()).then(|| masks.join(" & "));
@@ -809,7 +1139,8 @@ impl Emitter<'_> {
             }
             OpKind::Reshape { x, shape } => {
                 let (_, xs) = self.ty(*x);
-                let text = reshape(&Self::v(*x), &xs, shape);
+                let (dt, _) = self.ty(*x);
+                let text = reshape(&Self::v(*x), &xs, shape, dt);
                 self.line(format!("{out} = {text}"), loc);
             }
             OpKind::Transpose { x, perm } => {
@@ -823,7 +1154,10 @@ impl Emitter<'_> {
                 self.line(format!("{out} = {text}"), loc);
             }
             OpKind::Reduce { op: r, x, axes } => {
-                let text = self.reduce(*r, *x, axes);
+                let text = match self.replicated_reduce(*r, *x, axes, res(0)) {
+                    Some(t) => t,
+                    None => self.reduce(*r, *x, axes),
+                };
                 self.line(format!("{out} = {text}"), loc);
             }
             OpKind::Dot {
@@ -1228,8 +1562,8 @@ impl Emitter<'_> {
             .collect();
         let lshape = if batched { vec![b, m, k] } else { vec![m, k] };
         let rshape = if batched { vec![b, k, n] } else { vec![k, n] };
-        let a = arrange(&Self::v(lhs), &ls, &lorder, &lshape);
-        let bb = arrange(&Self::v(rhs), &rs, &rorder, &rshape);
+        let a = arrange(&Self::v(lhs), &ls, &lorder, &lshape, ldt);
+        let bb = arrange(&Self::v(rhs), &rs, &rorder, &rshape, ldt);
         let acc_tl = tl_dtype(acc_dtype);
         let product = if self.uses_tensor_cores(lhs, rhs, dims) {
             let precision = if ldt == DType::F32 {
@@ -1265,6 +1599,125 @@ impl Emitter<'_> {
         })
     }
 
+    // ---- lane-replicated scratch (held as its column) ----
+
+    /// A load from a lane-replicated buffer: the column, broadcast back
+    /// along the last dim where the load reads more than one lane.
+    fn replicated_load(&self, b: BufferRef, indices: &[Index]) -> Option<String> {
+        let BufferRef::Scratch(i) = b else {
+            return None;
+        };
+        if !self.plan.replicated.contains(&i) {
+            return None;
+        }
+        let shape = self.buffer_shape(b);
+        let (last, rest) = indices.split_last()?;
+        let mut col_idx = rest.to_vec();
+        let lanes = match last {
+            Index::Slice { len, .. } => {
+                col_idx.push(Index::Slice {
+                    start: IndexValue::Static(0),
+                    len: 1,
+                });
+                Some(*len)
+            }
+            Index::Point(_) => {
+                col_idx.push(Index::Point(IndexValue::Static(0)));
+                None
+            }
+        };
+        let dt = self.k.buffer(b).map_or(DType::F32, |x| x.1);
+        let col = slice(&self.var(b), &column(&shape), &col_idx, dt)?;
+        Some(match lanes {
+            Some(n) if n > 1 => {
+                let mut full: Vec<usize> = col_idx
+                    .iter()
+                    .filter_map(|i| match i {
+                        Index::Slice { len, .. } => Some(*len),
+                        Index::Point(_) => None,
+                    })
+                    .collect();
+                if let Some(l) = full.last_mut() {
+                    *l = n;
+                }
+                format!("tl.broadcast_to({col}, {})", shape_list(&full))
+            }
+            _ => col,
+        })
+    }
+
+    /// A max or min over the last dim of a whole-lane load of a
+    /// lane-replicated buffer: the column itself.
+    fn replicated_reduce(
+        &self,
+        r: ReduceOp,
+        x: ValueId,
+        axes: &[usize],
+        result: Option<ValueId>,
+    ) -> Option<String> {
+        if r == ReduceOp::Sum {
+            return None;
+        }
+        let def = self.defs.get(&x)?;
+        let OpKind::Load {
+            buffer: b @ BufferRef::Scratch(i),
+            indices,
+            mask: None,
+        } = &def.kind
+        else {
+            return None;
+        };
+        let (_, xs) = self.ty(x);
+        if !self.plan.replicated.contains(i) || axes != [xs.len().checked_sub(1)?] {
+            return None;
+        }
+        let shape = self.buffer_shape(*b);
+        let (_, rest) = indices.split_last()?;
+        let mut col_idx = rest.to_vec();
+        col_idx.push(Index::Point(IndexValue::Static(0)));
+        let dt = self.k.buffer(*b).map_or(DType::F32, |x| x.1);
+        let col = slice(&self.var(*b), &column(&shape), &col_idx, dt)?;
+        let want = self.ty(result?).1;
+        let got: Vec<usize> = col_idx
+            .iter()
+            .filter_map(|i| match i {
+                Index::Slice { len, .. } => Some(*len),
+                Index::Point(_) => None,
+            })
+            .collect();
+        Some(reshape(&col, &got, &want, self.k.scratch[*i].dtype))
+    }
+
+    /// The column of a value stored whole into a lane-replicated buffer of
+    /// `shape`: the broadcast's operand, or the splat constant.
+    fn replicated_value(&mut self, value: ValueId, shape: &[usize]) -> Result<String, LoweringError> {
+        let target = squeezed(&column(shape));
+        let def = self.defs.get(&value).copied().ok_or_else(|| {
+            LoweringError::Internal("a lane-replicated store of an undefined value".into())
+        })?;
+        match &def.kind {
+            OpKind::Constant { value: lit, ty } => {
+                let f = format!(
+                    "tl.full({}, {}, {})",
+                    shape_list(&target),
+                    literal(*lit, if narrow(ty.dtype) { DType::F32 } else { ty.dtype }),
+                    if narrow(ty.dtype) { "tl.float32" } else { tl_dtype(ty.dtype) }
+                );
+                Ok(if narrow(ty.dtype) { self.down(&f, ty.dtype) } else { f })
+            }
+            OpKind::BroadcastInDim { x, dims, shape: to } => {
+                let (_, xs) = self.ty(*x);
+                let col_full = column(to);
+                let b = broadcast(&Self::v(*x), &xs, &col_full, dims);
+                let (dt, _) = self.ty(*x);
+                Ok(reshape(&b, &col_full, &target, dt))
+            }
+            _ => Err(LoweringError::Internal(
+                "a lane-replicated store of a value that is no broadcast".into(),
+            )),
+        }
+    }
+
     // ---- buffers ----
 
     /// The tensor variable of a register or fetched buffer.
@@ -1297,9 +1750,16 @@ impl Emitter<'_> {
         mask: Option<ValueId>,
     ) -> Result<String, LoweringError> {
         let shape = self.buffer_shape(b);
+        if let Some(col) = self.replicated_load(b, indices) {
+            return Ok(match mask {
+                Some(m) => format!("tl.where({}, {col}, tl.zeros_like({col}))", Self::v(m)),
+                None => col,
+            });
+        }
         match self.plan.residency(b) {
             Residency::Registers | Residency::Fetched => {
-                let x = slice(&self.var(b), &shape, indices).ok_or_else(|| {
+                let dt = self.k.buffer(b).map_or(DType::F32, |x| x.1);
+                let x = slice(&self.var(b), &shape, indices, dt).ok_or_else(|| {
                     LoweringError::Internal(format!(
                         "a dynamic load from register buffer `{}`",
                         self.var(b)
@@ -1335,6 +1795,13 @@ impl Emitter<'_> {
     ) -> Result<(), LoweringError> {
         let loc = op.loc.as_ref();
         let shape = self.buffer_shape(b);
+        if let BufferRef::Scratch(i) = b
+            && self.plan.replicated.contains(&i)
+        {
+            let col = self.replicated_value(value, &shape)?;
+            self.line(format!("{} = {col}", self.var(b)), loc);
+            return Ok(());
+        }
         match self.plan.residency(b) {
             Residency::Registers => {
                 if !is_whole(indices, &shape) {
@@ -1346,10 +1813,11 @@ impl Emitter<'_> {
                 let (_, vs) = self.ty(value);
                 let var = self.var(b);
                 let sq = squeezed(&shape);
-                let val = reshape(&Self::v(value), &vs, &sq);
+                let (vd, _) = self.ty(value);
+                let val = reshape(&Self::v(value), &vs, &sq, vd);
                 let text = match mask {
                     Some(m) => {
-                        let mm = reshape(&Self::v(m), &vs, &sq);
+                        let mm = reshape(&Self::v(m), &vs, &sq, DType::Bool);
                         format!("tl.where({mm}, {val}, {var})")
                     }
                     None => val,
@@ -1398,6 +1866,40 @@ fn masked_load(ptr: &str, mask: Option<&str>, dtype: DType) -> String {
     }
 }
 
+/// Values `r` reads that are defined outside it.
+fn free_values(
+    r: &Region,
+    bound: &mut HashSet<ValueId>,
+    free: &mut std::collections::BTreeSet<ValueId>,
+) {
+    bound.extend(r.args.iter().copied());
+    for op in &r.ops {
+        for v in op.kind.operands() {
+            if !bound.contains(&v) {
+                free.insert(v);
+            }
+        }
+        for sub in op.kind.regions() {
+            free_values(sub, bound, free);
+        }
+        bound.extend(op.results.iter().copied());
+    }
+    for y in &r.yields {
+        if !bound.contains(y) {
+            free.insert(*y);
+        }
+    }
+}
+
+fn walk_region<'a>(r: &'a Region, f: &mut impl FnMut(&'a Op)) {
+    for op in &r.ops {
+        f(op);
+        for sub in op.kind.regions() {
+            walk_region(sub, f);
+        }
+    }
+}
+
 /// The op that defines `v` directly in `region`.
 fn find_def(region: &Region, v: ValueId) -> Option<&Op> {
     region.ops.iter().find(|op| op.results.contains(&v))
@@ -1419,11 +1921,11 @@ fn reshape_for_dot(
     } else {
         vec![b, m, n]
     };
-    Ok(reshape(acc, shape, &flat))
+    Ok(reshape(acc, shape, &flat, DType::F32))
 }
 
 /// `x` (of `shape`) permuted to `order` and reshaped to `to`.
-fn arrange(x: &str, shape: &[usize], order: &[usize], to: &[usize]) -> String {
+fn arrange(x: &str, shape: &[usize], order: &[usize], to: &[usize], dtype: DType) -> String {
     let identity = order.iter().enumerate().all(|(i, &o)| i == o);
     let (mut code, permuted): (String, Vec<usize>) = if identity {
         (x.to_string(), shape.to_vec())
@@ -1436,7 +1938,7 @@ fn arrange(x: &str, shape: &[usize], order: &[usize], to: &[usize]) -> String {
         )
     };
     if permuted != to {
-        code = reshape(&code, &permuted, to);
+        code = reshape(&code, &permuted, to, dtype);
     }
     code
 }
@@ -1444,7 +1946,7 @@ fn arrange(x: &str, shape: &[usize], order: &[usize], to: &[usize]) -> String {
 /// Row-major reshape of `x` from `from` to `to`: unit dims inserted by
 /// indexing (`x[:, None]`), which costs nothing, a real reshape only when
 /// the other dims change.
-fn reshape(x: &str, from: &[usize], to: &[usize]) -> String {
+fn reshape(x: &str, from: &[usize], to: &[usize], dtype: DType) -> String {
     if from == to {
         return x.to_string();
     }
@@ -1466,11 +1968,20 @@ fn reshape(x: &str, from: &[usize], to: &[usize]) -> String {
             format!("tl.broadcast_to({scalar}, {})", shape_list(to))
         };
     }
-    let squeezed = if core.len() == from.len() {
-        x.to_string()
+    // Unit dims go by a max over each (one element: no combine, and the
+    // result has the layout a reduction gives, which `x[:, None]` expands
+    // for free; `tl.reshape` would make a layout that needs converting).
+    // Triton's max widens bf16 and f16 to f32: those keep `tl.reshape`.
+    let mut squeezed = x.to_string();
+    if narrow(dtype) {
+        if core.len() != from.len() {
+            squeezed = format!("tl.reshape({x}, {})", shape_list(&core));
+        }
     } else {
-        format!("tl.reshape({x}, {})", shape_list(&core))
-    };
+        for (a, _) in from.iter().enumerate().rev().filter(|(_, d)| **d == 1) {
+            squeezed = format!("tl.max({squeezed}, axis={a})");
+        }
+    }
     if to.len() == core.len() {
         return squeezed;
     }
@@ -1514,7 +2025,7 @@ fn broadcast(x: &str, from: &[usize], to: &[usize], dims: &[usize]) -> String {
 /// A static slice of the register variable `x` of a buffer of `shape`
 /// (held squeezed, [`squeezed`]): gathers along each narrowed dim, then
 /// reshapes to the load's shape. `None` for dynamic indices.
-fn slice(x: &str, shape: &[usize], indices: &[Index]) -> Option<String> {
+fn slice(x: &str, shape: &[usize], indices: &[Index], dtype: DType) -> Option<String> {
     let mut cur = x.to_string();
     let mut cur_shape = squeezed(shape);
     let mut keep = Vec::new();
@@ -1550,5 +2061,5 @@ fn slice(x: &str, shape: &[usize], indices: &[Index]) -> Option<String> {
         }
         axis += 1;
     }
-    Some(reshape(&cur, &cur_shape, &keep))
+    Some(reshape(&cur, &cur_shape, &keep, dtype))
 }

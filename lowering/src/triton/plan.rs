@@ -86,6 +86,9 @@ pub(super) struct Plan {
     pub workspace_offset: Vec<Option<u64>>,
     /// Bytes of one program's workspace slice.
     pub workspace_per_program: u64,
+    /// Register scratch buffers that hold one value per row, repeated along
+    /// their last dim (see [`lane_replicated`]): held as that column.
+    pub replicated: Vec<usize>,
 }
 
 impl Plan {
@@ -151,6 +154,14 @@ impl Plan {
         for i in 0..k.prefetch.len() {
             residency.insert(BufferRef::Prefetch(i), Residency::Memory);
         }
+        let mut defs = HashMap::new();
+        definitions(&k.body.region, &mut defs);
+        let replicated = (0..k.scratch.len())
+            .filter(|&i| {
+                residency.get(&BufferRef::Scratch(i)) == Some(&Residency::Registers)
+                    && lane_replicated(k, i, &defs)
+            })
+            .collect();
         let barriers = access
             .iter()
             .filter(|(b, a)| {
@@ -167,6 +178,7 @@ impl Plan {
             barriers,
             workspace_offset,
             workspace_per_program: per_program,
+            replicated,
         }
     }
 
@@ -300,4 +312,60 @@ fn entry(access: &mut HashMap<BufferRef, Access>, b: BufferRef) -> &mut Access {
         loads_static: true,
         stores_whole: true,
     })
+}
+
+fn definitions<'a>(r: &'a Region, defs: &mut HashMap<kernel_ir::ValueId, &'a kernel_ir::Op>) {
+    for op in &r.ops {
+        for &v in &op.results {
+            defs.insert(v, op);
+        }
+        for sub in op.kind.regions() {
+            definitions(sub, defs);
+        }
+    }
+}
+
+/// Whether scratch `i` repeats one value per row along its last dim (a
+/// TPU kernel's online-softmax state, lane-replicated so that Mosaic
+/// broadcasts it for free): every store writes it whole, unmasked, with a
+/// splat constant or a value broadcast along the last dim. A GPU keeps the
+/// column alone (`[rows]` in registers instead of `[rows, 128]`), and a
+/// max or min over the last dim of a load is the column itself.
+fn lane_replicated(
+    k: &Kernel,
+    i: usize,
+    defs: &HashMap<kernel_ir::ValueId, &kernel_ir::Op>,
+) -> bool {
+    let s = &k.scratch[i];
+    if s.shape.last().is_none_or(|&l| l < 2) {
+        return false;
+    }
+    let mut ok = true;
+    let mut stores = 0;
+    k.body.walk(&mut |op| {
+        if let OpKind::Store {
+            buffer: BufferRef::Scratch(j),
+            value,
+            mask,
+            ..
+        } = &op.kind
+            && *j == i
+        {
+            stores += 1;
+            let splat = match defs.get(value).map(|d| &d.kind) {
+                Some(OpKind::Constant { .. }) => true,
+                Some(OpKind::BroadcastInDim { x, dims, shape }) => {
+                    let xs = &k.body.values[x.index()].shape;
+                    let last = shape.len().saturating_sub(1);
+                    match dims.iter().position(|&d| d == last) {
+                        None => true,
+                        Some(p) => xs.get(p) == Some(&1),
+                    }
+                }
+                _ => false,
+            };
+            ok &= mask.is_none() && splat;
+        }
+    });
+    ok && stores > 0
 }

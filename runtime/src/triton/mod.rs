@@ -48,6 +48,10 @@ pub const TRITON_VERSION: &str = "3.9.0";
 /// The environment variable naming the Python to run Triton with.
 pub const PYTHON_ENV: &str = "TESSERA_TRITON_PYTHON";
 
+/// When set, [`interpret`] writes each program it runs to this folder
+/// (`<function>.py`), for reading one that failed.
+pub const KEEP_ENV: &str = "TESSERA_TRITON_KEEP";
+
 /// At most this many interpreter children live at once.
 pub const MAX_INTERPRETERS: usize = 4;
 
@@ -214,6 +218,14 @@ pub fn interpret(
             "alias": alias,
         }));
     }
+    if let Some(dir) = std::env::var_os(KEEP_ENV) {
+        // Best effort: a debugging aid, never a reason to fail the run.
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(
+            std::path::Path::new(&dir).join(format!("{}.py", program.function)),
+            &program.source,
+        );
+    }
     let request = serde_json::json!({
         "op": "run",
         "source": program.source,
@@ -331,6 +343,24 @@ impl GpuStats {
     pub fn tensor_core_total(&self) -> u64 {
         self.tensor_core.values().sum()
     }
+}
+
+/// Whether a compiled program can launch on `target`: its shared memory
+/// within [`GpuTarget::max_shared_bytes`] (Triton compiles one that is not;
+/// its launch fails). `Err` says by how much and what to change.
+pub fn check_launchable(target: GpuTarget, stats: &GpuStats) -> Result<(), GpuCompileError> {
+    let max = target.max_shared_bytes();
+    if stats.shared_bytes > max {
+        return Err(GpuCompileError {
+            loc: None,
+            message: format!(
+                "needs {} KiB of shared memory and {target} gives a program at most {} KiB: it compiles but cannot launch; use fewer stages (--stages) or smaller blocks",
+                stats.shared_bytes.div_ceil(1024),
+                max / 1024
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Triton's error for one target, at the Rust line it names.
