@@ -76,7 +76,7 @@ pub(super) fn check(k: &Kernel, target: Option<GpuTarget>) -> Vec<KernelError> {
             for (dtype, name, loc) in declared {
                 if dtype == DType::F8E4M3FN {
                     errors.push(KernelError::new(
-                        ErrorKind::Gpu(no_e4m3(t, &format!("`{name}`"))),
+                        ErrorKind::Gpu(no_e4m3(t, &format!("`{name}` is f8e4m3fn"))),
                         loc.clone(),
                     ));
                 }
@@ -88,16 +88,11 @@ pub(super) fn check(k: &Kernel, target: Option<GpuTarget>) -> Vec<KernelError> {
 
 fn no_e4m3(t: GpuTarget, what: &str) -> String {
     format!(
-        "{what} is f8e4m3fn, which Triton has no type for on {t} (its fp8 types there are f8e5m2 and fp8e4b15); compile for sm_90 or later, gfx942 or gfx950, or use f8e5m2"
+        "{what}, and Triton has no f8e4m3fn on {t} (its fp8 types there are f8e5m2 and fp8e4b15): compile for sm_90 or later, gfx942 or gfx950, or use f8e5m2"
     )
 }
 
-fn check_region(
-    k: &Kernel,
-    r: &Region,
-    target: Option<GpuTarget>,
-    errors: &mut Vec<KernelError>,
-) {
+fn check_region(k: &Kernel, r: &Region, target: Option<GpuTarget>, errors: &mut Vec<KernelError>) {
     for op in &r.ops {
         check_op(k, op, target, errors);
         for sub in op.kind.regions() {
@@ -109,7 +104,14 @@ fn check_region(
 fn check_op(k: &Kernel, op: &Op, target: Option<GpuTarget>, errors: &mut Vec<KernelError>) {
     for &v in &op.results {
         let Some(ty) = k.body.ty(v) else { continue };
-        let what = || format!("`{v} = {}` makes a {}{} tile", op.kind.mnemonic(), ty.dtype, ShapeDisplay(&ty.shape));
+        let what = || {
+            format!(
+                "`{v} = {}` makes a {}{} tile",
+                op.kind.mnemonic(),
+                ty.dtype,
+                ShapeDisplay(&ty.shape)
+            )
+        };
         if let Some(&d) = ty.shape.iter().find(|d| !d.is_power_of_two()) {
             let up = d.next_power_of_two();
             let down = up / 2;
@@ -133,7 +135,10 @@ fn check_op(k: &Kernel, op: &Op, target: Option<GpuTarget>, errors: &mut Vec<Ker
         if ty.dtype == DType::F8E4M3FN
             && let Some(t) = target.filter(|t| !t.has_f8e4m3fn())
         {
-            errors.push(KernelError::new(ErrorKind::Gpu(no_e4m3(t, &what())), op.loc.clone()));
+            errors.push(KernelError::new(
+                ErrorKind::Gpu(no_e4m3(t, &what())),
+                op.loc.clone(),
+            ));
         }
     }
 }

@@ -47,8 +47,8 @@
 mod body;
 mod carry;
 mod dma_window;
-mod grid_walk;
 mod gpu;
+mod grid_walk;
 mod mosaic;
 mod scope;
 mod signature;

@@ -18,33 +18,30 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
     let a = Args::parse(
         "compile",
         args,
-        &["config", "shape", "tpu", "gpu", "out", "module", "warps", "stages"],
+        &[
+            "config", "shape", "tpu", "gpu", "out", "module", "warps", "stages",
+        ],
         &[],
     )
     .map_err(usage)?;
     if let Some(gpu) = a.one("gpu").map_err(usage)? {
         if a.one("tpu").map_err(usage)?.is_some() || a.one("module").map_err(usage)?.is_some() {
             return Err(usage(
-                "--gpu compiles with Triton, --tpu and --module with libtpu: give one of them".into(),
+                "--gpu compiles with Triton, --tpu and --module with libtpu: give one of them"
+                    .into(),
             ));
         }
         let targets = crate::compile_gpu::parse_gpu_targets(gpu).map_err(usage)?;
         let name = a.kernel("compile").map_err(usage)?;
-        // Built for the GPU's rules: blocks the TPU's tiling would refuse
-        // (a 64-lane block, say) are fine here.
-        let kernels: Vec<(String, VerifiedKernel)> =
-            kernel_ir::for_platform(kernel_ir::Platform::Gpu, || {
-                crate::cost::kernels_named("compile", name, &a)
-            })?
-            .into_iter()
-            .map(|(n, k, _)| (n, k))
-            .collect();
+        let kernels = crate::compile_gpu::gpu_kernels(name, &a)?;
         let out = a.one("out").map_err(usage)?.map(PathBuf::from);
         let launch = crate::compile_gpu::Launch::parse(&a).map_err(usage)?;
         return crate::compile_gpu::compile_gpu(&kernels, &targets, launch, out.as_deref());
     }
     if a.one("warps").map_err(usage)?.is_some() || a.one("stages").map_err(usage)?.is_some() {
-        return Err(usage("--warps and --stages set a Triton program's launch: give --gpu too".into()));
+        return Err(usage(
+            "--warps and --stages set a Triton program's launch: give --gpu too".into(),
+        ));
     }
     let targets = parse_targets(a.one("tpu").map_err(usage)?.unwrap_or(ALL)).map_err(usage)?;
     if let Some(path) = a.one("module").map_err(usage)? {

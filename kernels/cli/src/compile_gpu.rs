@@ -44,7 +44,11 @@ impl Launch {
                     Ok(n) if allowed.contains(&n) => Ok(Some(n)),
                     _ => Err(format!(
                         "--{flag} {v}: give one of {}",
-                        allowed.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
+                        allowed
+                            .iter()
+                            .map(usize::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     )),
                 },
             }
@@ -64,10 +68,95 @@ impl Launch {
     }
 }
 
+/// A kernel by name, built, or why it could not be.
+pub(crate) type NamedKernel = (String, Result<VerifiedKernel, String>);
+
+/// The kernels `name` stands for, built for the GPU's rules (blocks the
+/// TPU's tiling would refuse, a 64-lane block say, are fine here): one
+/// kernel, preset or kernel file, or `kernels`, `presets` or `all`, each
+/// with its build error, so that one refused kernel does not stop the
+/// others.
+pub(crate) fn gpu_kernels(name: &str, a: &crate::args::Args) -> Result<Vec<NamedKernel>, Failure> {
+    let gpu = |f: &dyn Fn() -> Result<VerifiedKernel, String>| {
+        kernel_ir::for_platform(kernel_ir::Platform::Gpu, f)
+    };
+    if !["all", "kernels", "presets"].contains(&name) {
+        let k = gpu(&|| crate::kernel_args::kernel_for_lower(name, a)).map_err(usage)?;
+        return Ok(vec![(name.to_string(), Ok(k))]);
+    }
+    if !a.all("config").is_empty() || !a.all("shape").is_empty() {
+        return Err(usage(format!(
+            "`{name}` compiles many kernels at their defaults; --config and --shape need one kernel"
+        )));
+    }
+    let mut out = Vec::new();
+    if name != "presets" {
+        for e in kernels::ENTRIES {
+            let k = gpu(&|| {
+                let cfg = kernels::Config::parse(e, &[]).map_err(|x| x.to_string())?;
+                e.build_at_default_shapes(&cfg).map_err(|x| x.to_string())
+            });
+            out.push((e.name.to_string(), k));
+        }
+    }
+    if name != "kernels" {
+        for p in kernels::presets() {
+            out.push((
+                p.name().to_string(),
+                gpu(&|| p.build().map_err(|x| x.to_string())),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Which GPU targets a kernel built for the GPU's rules may be compiled
+/// for, as `tessera list` shows it: `gpu (sm_80, ..)`, the targets whose
+/// `[gpu]` rules it breaks with the first reason, or why it has no GPU
+/// form at all.
+pub(crate) fn gpu_targets(kernel: &Result<VerifiedKernel, String>) -> String {
+    let k = match kernel {
+        Ok(k) => k,
+        Err(e) => return format!("gpu: none ({})", short_reason(e)),
+    };
+    let (mut ok, mut refused) = (Vec::new(), Vec::new());
+    for t in GpuTarget::ALL {
+        match k.check_gpu(Some(t)) {
+            Ok(()) => ok.push(t.name()),
+            Err(e) => refused.push((t.name(), short_reason(&e.to_string()))),
+        }
+    }
+    let mut line = if ok.is_empty() {
+        "gpu: none".to_string()
+    } else {
+        format!("gpu ({})", ok.join(", "))
+    };
+    if let Some((_, why)) = refused.first() {
+        let names: Vec<&str> = refused.iter().map(|(n, _)| *n).collect();
+        line.push_str(&format!("; not {} ({why})", names.join(", ")));
+    }
+    line
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().trim().to_string()
+}
+
+/// A verifier error's first line, short: its rule's message without the
+/// location, up to the first `:` after it (the fix follows there).
+fn short_reason(text: &str) -> String {
+    let line = first_line(text);
+    let rule = line
+        .find("[gpu] ")
+        .map_or(line.as_str(), |i| &line[i + 6..]);
+    let cut = rule.find(": ").map_or(rule, |i| &rule[..i]);
+    cut.to_string()
+}
+
 /// Compiles each kernel for each target; `out` receives the Triton source
 /// and each target's stages, all or nothing.
 pub(crate) fn compile_gpu(
-    kernels: &[(String, VerifiedKernel)],
+    kernels: &[NamedKernel],
     targets: &[GpuTarget],
     launch: Launch,
     out: Option<&Path>,
@@ -90,6 +179,14 @@ pub(crate) fn compile_gpu(
     };
     let (mut ok, mut failed) = (0usize, 0usize);
     for (name, kernel) in kernels {
+        let kernel = match kernel {
+            Ok(k) => k,
+            Err(e) => {
+                failed += targets.len();
+                println!("{name}: REFUSED {}", indent(e));
+                continue;
+            }
+        };
         let mut runnable = Vec::new();
         for &t in targets {
             match kernel.check_gpu(Some(t)) {
@@ -124,11 +221,23 @@ pub(crate) fn compile_gpu(
         );
         let keep = staged.as_ref().map(|s| s.path().join(name));
         if let (Some(s), Some(_)) = (&staged, &keep) {
-            s.write(&format!("{name}/{}.py", program.function), program.source.as_bytes())
-                .map_err(Failure::Run)?;
+            s.write(
+                &format!("{name}/{}.py", program.function),
+                program.source.as_bytes(),
+            )
+            .map_err(Failure::Run)?;
         }
-        let compiled = runtime::triton::compile(&program, &runnable, keep.as_deref())
-            .map_err(|e| Failure::Run(format!("{name}: {e}")))?;
+        let job = runtime::triton::CompileJob {
+            program: &program,
+            targets: &runnable,
+            keep: keep.as_deref(),
+            // The launch is fitted to each target unless it was given.
+            fit: launch.stages.is_none() && launch.warps.is_none(),
+        };
+        let compiled = runtime::triton::compile_many(&[job])
+            .map_err(|e| Failure::Run(format!("{name}: {e}")))?
+            .pop()
+            .unwrap_or_default();
         for c in compiled {
             if print(&c) {
                 ok += 1;
@@ -147,14 +256,24 @@ pub(crate) fn compile_gpu(
     }
     if let (Some(s), Some(dir)) = (staged, out) {
         if failed > 0 {
-            println!("nothing written to {}: not every compile passed", dir.display());
+            println!(
+                "nothing written to {}: not every compile passed",
+                dir.display()
+            );
         } else {
-            s.publish().map_err(|e| Failure::Run(format!("--out {e}")))?;
-            println!("wrote {} (each kernel's Triton source and stages)", dir.display());
+            s.publish()
+                .map_err(|e| Failure::Run(format!("--out {e}")))?;
+            println!(
+                "wrote {} (each kernel's Triton source and stages)",
+                dir.display()
+            );
         }
     }
     if failed > 0 {
-        return Err(Failure::Run(format!("{failed} of {} compiles failed or were refused", ok + failed)));
+        return Err(Failure::Run(format!(
+            "{failed} of {} compiles failed or were refused",
+            ok + failed
+        )));
     }
     Ok(())
 }
@@ -174,19 +293,29 @@ fn print(c: &GpuCompile) -> bool {
                 .map(|(k, n)| format!("{k} {n}"))
                 .collect();
             println!(
-                "  {:<6} ok      {:>5.2} s  registers {:>3}  spills {:>4} B  shared {:>9}  code {:>9}  tensor cores: {}",
+                "  {:<6} ok      {:>5.2} s  {}w/{}s  registers {:>3}  spills {:>4} B  shared {:>9}  code {:>9}  tensor cores: {}",
                 c.target.name(),
                 s.seconds,
+                s.warps,
+                s.stages,
                 s.registers,
                 s.spill_bytes,
                 human_bytes(s.shared_bytes),
                 human_bytes(s.code_bytes),
-                if cores.is_empty() { "none".to_string() } else { cores.join(", ") }
+                if cores.is_empty() {
+                    "none".to_string()
+                } else {
+                    cores.join(", ")
+                }
             );
             true
         }
         Err(e) => {
-            println!("  {:<6} FAILED  {}", c.target.name(), indent(&e.to_string()));
+            println!(
+                "  {:<6} FAILED  {}",
+                c.target.name(),
+                indent(&e.to_string())
+            );
             false
         }
     }

@@ -16,7 +16,16 @@ pub fn lower(args: &[String]) -> Result<(), Failure> {
     let target = a.one("target").map_err(usage)?.ok_or_else(|| {
         usage("give --target: kernel, mosaic, mosaic-body, decomposed, host or triton".into())
     })?;
-    if !["kernel", "mosaic", "mosaic-body", "decomposed", "host", "triton"].contains(&target) {
+    if ![
+        "kernel",
+        "mosaic",
+        "mosaic-body",
+        "decomposed",
+        "host",
+        "triton",
+    ]
+    .contains(&target)
+    {
         return Err(usage(format!(
             "unknown target `{target}`; use kernel, mosaic, mosaic-body, decomposed, host or triton"
         )));
@@ -82,6 +91,13 @@ pub fn list(args: &[String]) -> Result<(), Failure> {
             .collect();
         println!("    inputs:  {}", inputs.join(", "));
         println!("    outputs: {}", outputs.join(", "));
+        let gpu = kernel_ir::for_platform(kernel_ir::Platform::Gpu, || {
+            e.build_at_default_shapes(&cfg).map_err(|e| e.to_string())
+        });
+        println!(
+            "    targets: cpu, tpu, {}",
+            crate::compile_gpu::gpu_targets(&gpu)
+        );
         for p in e.params {
             println!("    --config {}={:<8} {}", p.name, p.default, p.help);
         }
@@ -89,6 +105,14 @@ pub fn list(args: &[String]) -> Result<(), Failure> {
     println!("\npresets (fixed config and shapes; `tessera lower PRESET --target T`):");
     for p in kernels::presets() {
         println!("    {:<32} {}", p.name(), p.preset.about);
+        let gpu = kernel_ir::for_platform(kernel_ir::Platform::Gpu, || {
+            p.build().map_err(|e| e.to_string())
+        });
+        println!(
+            "    {:<32} targets: cpu, tpu, {}",
+            "",
+            crate::compile_gpu::gpu_targets(&gpu)
+        );
     }
     Ok(())
 }

@@ -197,9 +197,14 @@ USAGE:
     tessera list
 
 For each kernel of the catalog: its inputs and outputs (at the default
-shapes), and every config parameter with its default and meaning. Then the
-presets: named instances with fixed config and shapes (what the lowering
-snapshots cover), usable with `tessera lower`.
+shapes), the targets it runs on, and every config parameter with its default
+and meaning. Then the presets: named instances with fixed config and shapes
+(what the lowering snapshots cover), usable with `tessera lower`, each with
+its targets.
+
+Targets: cpu (every CPU path), tpu (libtpu: v5e, v6e, v5p, v7x), and the GPU
+targets whose rules the kernel, built for the GPU, meets (sm_80, sm_90,
+sm_100, gfx942, gfx950; a refused one with the first reason).
 ";
 
 const HELP_LOWER: &str = "\
@@ -306,7 +311,9 @@ OPTIONS:
     --config KEY=VALUE    a config parameter (repeatable)
     --backend B           interp | jit | pjrt (decomposed StableHLO on the PJRT CPU
                           plugin; also pjrt-decomposed) | pjrt-ffi (the native kernel
-                          inside an XLA program) | all      [default: jit]
+                          inside an XLA program) | triton-interp (the kernel's Triton
+                          program, the one `compile --gpu` compiles, under Triton's
+                          interpreter) | all      [default: jit]
 
 FILES:
     .npy files of float32, float16, int32, int8 or bool, C order. NumPy has no
@@ -347,7 +354,7 @@ USAGE:
 
 OPTIONS:
     --backends A,B        two of: interp, jit, pjrt (pjrt-decomposed), pjrt-ffi,
-                          reference (the f64 host reference)
+                          triton-interp, reference (the f64 host reference)
     --input, --config     as for `tessera run`
     --first N             how many differing elements to list [default: 10]
 

@@ -1,13 +1,15 @@
 //! The kernel tested as Tessera tests its own, through the public API
-//! only: every CPU path against the f64 reference over generated shapes
-//! and values, its lowered IR pinned per target, libtpu compiles for every
-//! TPU generation, and its export for JAX.
+//! only: every CPU path (Triton's interpreter among them) against the f64
+//! reference over generated shapes and values, its lowered IR pinned per
+//! target, libtpu compiles for every TPU generation, Triton compiles for
+//! NVIDIA and AMD GPUs, and its export for JAX.
 
-use kernel_ir::{Array, DType, Target};
+use kernel_ir::{Array, DType, GpuTarget, Target};
 use my_kernels::{RmsNormMatmul, reference, rms_norm_matmul};
 use tessera_testing::proptest::prelude::*;
 use tessera_testing::{
-    Tolerance, assert_lowered_snapshots, check_every_path, compile_for_tpu, estimate_for_tpu,
+    Tolerance, assert_lowered_snapshots, check_every_path, compile_for_gpu, compile_for_tpu,
+    estimate_for_tpu,
 };
 
 // The test through which libtpu's schedule estimates run in a child
@@ -27,8 +29,9 @@ fn kernel(dtype: DType, m: usize, k: usize, n: usize) -> kernel_ir::VerifiedKern
 proptest! {
     #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
 
-    /// Interpreter, native JIT, PJRT decomposed and PJRT FFI against f64
-    /// on fresh random inputs; a failure names the path and shrinks to
+    /// Interpreter, native JIT, PJRT decomposed, PJRT FFI and the Triton
+    /// program under Triton's interpreter against f64 on fresh random
+    /// inputs; a failure names the path and shrinks to
     /// the smallest failing shape.
     #[test]
     fn matches_f64_on_every_path(
@@ -46,7 +49,7 @@ proptest! {
         let want = reference(&x, &gamma, &w, CFG.eps as f64);
         let tol = Tolerance::matmul(k, dtype);
         let report = check_every_path(&kernel(dtype, m, k, n), &[x, gamma, w], &[want], &[tol])?;
-        prop_assert_eq!(report.paths.len(), 4);
+        prop_assert_eq!(report.paths.len(), 5);
     }
 }
 
@@ -66,6 +69,24 @@ fn compiles_with_libtpu_for_every_generation() {
         if let Err(e) = compile_for_tpu(&kernel(dtype, 256, 512, 512), &Target::ALL) {
             panic!("{e}");
         }
+    }
+}
+
+/// Triton's compiler (no GPU needed) takes it for an NVIDIA H100/H200
+/// and an AMD MI300X: no spills, and the dot runs on tensor cores
+/// (HGMMA on sm_90, MFMA on gfx942).
+#[test]
+fn compiles_with_triton_for_gpus() {
+    let k = kernel(DType::BF16, 256, 512, 512);
+    let targets = [GpuTarget::Sm90, GpuTarget::Gfx942];
+    let stats = compile_for_gpu(&k, &targets).unwrap_or_else(|e| panic!("{e}"));
+    for (t, s) in targets.iter().zip(&stats) {
+        eprintln!(
+            "{t}: {} registers, {} B spilled, tensor cores {:?}",
+            s.registers, s.spill_bytes, s.tensor_core
+        );
+        assert_eq!(s.spill_bytes, 0, "{t} spills");
+        assert!(s.tensor_core_total() > 0, "{t}: the dot is not on tensor cores");
     }
 }
 

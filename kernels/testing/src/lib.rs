@@ -322,3 +322,45 @@ pub fn compile_for_tpu(kernel: &VerifiedKernel, targets: &[Target]) -> Result<()
     }
     Ok(())
 }
+
+/// Compiles `kernel` with Triton's compiler (no GPU needed) for each of
+/// `targets` (`sm_80`, `sm_90`, `sm_100`, `gfx942`, `gfx950`), in a child
+/// process, with the GPU rules verified first. Returns, per target, what
+/// the final code says (registers, spills, shared memory, tensor-core
+/// instructions) for assertions such as "no spills" or "the dots use
+/// tensor cores"; an error names the target and carries Triton's message,
+/// whose lines point at the kernel's Rust source. When Triton is missing
+/// it says how to get it (`.ci/setup.sh`, or `TESSERA_TRITON_PYTHON`).
+///
+/// ```no_run
+/// use kernel_ir::GpuTarget;
+/// # let kernel: kernel_ir::VerifiedKernel = unimplemented!();
+/// for s in tessera_testing::compile_for_gpu(&kernel, &[GpuTarget::Sm90, GpuTarget::Gfx942]).unwrap() {
+///     assert_eq!(s.spill_bytes, 0);
+///     assert!(s.tensor_core_total() > 0);
+/// }
+/// ```
+pub fn compile_for_gpu(
+    kernel: &VerifiedKernel,
+    targets: &[kernel_ir::GpuTarget],
+) -> Result<Vec<runtime::triton::GpuStats>, String> {
+    for &t in targets {
+        kernel
+            .check_gpu(Some(t))
+            .map_err(|e| format!("`{}` on {t}: {e}", kernel.name))?;
+    }
+    let program = lowering::triton(kernel).map_err(|e| format!("`{}`: {e}", kernel.name))?;
+    let compiled = runtime::triton::compile(&program, targets, None)
+        .map_err(|e| format!("`{}`: {e}", kernel.name))?;
+    compiled
+        .into_iter()
+        .map(|c| {
+            let stats = c
+                .result
+                .map_err(|e| format!("`{}` on {}: {e}", kernel.name, c.target))?;
+            runtime::triton::check_launchable(c.target, &stats)
+                .map_err(|e| format!("`{}` on {}: {e}", kernel.name, c.target))?;
+            Ok(stats)
+        })
+        .collect()
+}

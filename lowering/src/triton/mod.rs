@@ -37,8 +37,12 @@
 //!   truncating float-to-int conversion that wraps, fp8 overflow to NaN or
 //!   ∞ rather than the hardware's saturation).
 //! * **Dots**: `tl.dot` with f32 (or i32) accumulation where every dim is at
-//!   least 16 (f32 operands at IEEE precision, not TF32), a broadcast
-//!   product and sum otherwise; `acc + dot(a, b)` is one `tl.dot(a, b, acc)`.
+//!   least 16, a broadcast product and sum otherwise; `acc + dot(a, b)` is
+//!   one `tl.dot(a, b, acc)`. f32 operands take the program's `F32_DOT`
+//!   precision: IEEE in the interpreter, and for a GPU compile the most
+//!   exact scheme its tensor cores have (3xTF32 on NVIDIA, whose tensor
+//!   cores have no f32; IEEE on AMD, whose matrix cores multiply f32), so
+//!   an f32 kernel keeps f32's accuracy (plain TF32 would lose 13 bits).
 //! * **Copies**: kernels that move their own data run their copies
 //!   synchronously (`VerifiedKernel::with_synchronous_copies`, the CPU
 //!   targets' rule): a copy is a load and a store, a wait nothing.

@@ -139,8 +139,8 @@ impl Plan {
         let mut per_program = 0u64;
         for (i, s) in k.scratch.iter().enumerate() {
             let a = access.get(&BufferRef::Scratch(i));
-            let registers = fits_registers(&s.shape)
-                && a.is_none_or(|a| a.stores_whole && a.loads_static);
+            let registers =
+                fits_registers(&s.shape) && a.is_none_or(|a| a.stores_whole && a.loads_static);
             if registers {
                 residency.insert(BufferRef::Scratch(i), Residency::Registers);
                 workspace_offset.push(None);
@@ -165,7 +165,9 @@ impl Plan {
         let barriers = access
             .iter()
             .filter(|(b, a)| {
-                residency.get(b) == Some(&Residency::Memory) && a.stores > 0 && a.loads + a.stores > 1
+                residency.get(b) == Some(&Residency::Memory)
+                    && a.stores > 0
+                    && a.loads + a.stores > 1
             })
             .map(|(b, _)| *b)
             .collect();
@@ -198,11 +200,7 @@ impl Plan {
                 }
                 g
             }
-            None => [
-                self.parallel.iter().map(|&d| bound(d)).product(),
-                1,
-                1,
-            ],
+            None => [self.parallel.iter().map(|&d| bound(d)).product(), 1, 1],
         }
     }
 

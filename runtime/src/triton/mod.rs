@@ -252,7 +252,10 @@ pub fn interpret(
     };
     if header.get("ok").and_then(|v| v.as_bool()) != Some(true) {
         return Err(TritonError::Run {
-            loc: header.get("loc").and_then(|v| v.as_str()).map(str::to_string),
+            loc: header
+                .get("loc")
+                .and_then(|v| v.as_str())
+                .map(str::to_string),
             message: header
                 .get("error")
                 .and_then(|v| v.as_str())
@@ -336,6 +339,10 @@ pub struct GpuStats {
     pub tensor_core: BTreeMap<String, u64>,
     /// Instructions in the final code.
     pub instructions: u64,
+    /// Software-pipeline stages it was compiled with.
+    pub stages: u64,
+    /// Warps it was compiled with.
+    pub warps: u64,
 }
 
 impl GpuStats {
@@ -385,6 +392,21 @@ pub struct GpuCompile {
 /// How long one target's compile may take.
 pub const COMPILE_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// One program to compile for some targets ([`compile_many`]).
+pub struct CompileJob<'a> {
+    /// The program.
+    pub program: &'a TritonProgram,
+    /// Its targets.
+    pub targets: &'a [GpuTarget],
+    /// A folder that receives each target's stages.
+    pub keep: Option<&'a Path>,
+    /// Fewer pipeline stages than the program's where its buffers would
+    /// not fit a target's shared memory, and more warps where ptxas runs
+    /// out of registers ([`GpuStats::stages`] and [`GpuStats::warps`] say
+    /// what it took).
+    pub fit: bool,
+}
+
 /// Compiles `program` for each of `targets` with Triton, in one child
 /// process; `keep` names a folder that receives each target's stages
 /// (`<target>/kernel.{ttir,ttgir,llir,ptx,cubin,sass}` or `amdgcn`,
@@ -395,25 +417,53 @@ pub fn compile(
     targets: &[GpuTarget],
     keep: Option<&Path>,
 ) -> Result<Vec<GpuCompile>, TritonError> {
+    let mut all = compile_many(&[CompileJob {
+        program,
+        targets,
+        keep,
+        fit: false,
+    }])?;
+    Ok(all.pop().unwrap_or_default())
+}
+
+/// [`compile`] for several programs in one child process (Python and
+/// Triton start once): one list of compiles per job, in order.
+pub fn compile_many(jobs: &[CompileJob<'_>]) -> Result<Vec<Vec<GpuCompile>>, TritonError> {
     let python = python()?;
-    let signature: serde_json::Map<String, serde_json::Value> = program
-        .params
+    let jobs_json: Vec<serde_json::Value> = jobs
         .iter()
-        .map(|p| (p.name.clone(), serde_json::Value::from(p.signature_type())))
+        .map(|j| {
+            let signature: serde_json::Map<String, serde_json::Value> = j
+                .program
+                .params
+                .iter()
+                .map(|p| (p.name.clone(), serde_json::Value::from(p.signature_type())))
+                .collect();
+            serde_json::json!({
+                "source": j.program.source,
+                "function": j.program.function,
+                "signature": signature,
+                "targets": j.targets
+                    .iter()
+                    .map(|t| {
+                        serde_json::json!([
+                            t.backend(),
+                            t.arch(),
+                            t.warp_size(),
+                            t.name(),
+                            t.max_shared_bytes()
+                        ])
+                    })
+                    .collect::<Vec<_>>(),
+                "num_warps": j.program.options.num_warps,
+                "num_stages": j.program.options.num_stages,
+                "fit": j.fit,
+                "keep": j.keep.map(|k| k.display().to_string()),
+            })
+        })
         .collect();
-    let request = serde_json::json!({
-        "op": "compile",
-        "source": program.source,
-        "function": program.function,
-        "signature": signature,
-        "targets": targets
-            .iter()
-            .map(|t| serde_json::json!([t.backend(), t.arch(), t.warp_size(), t.name()]))
-            .collect::<Vec<_>>(),
-        "num_warps": program.options.num_warps,
-        "num_stages": program.options.num_stages,
-        "keep": keep.map(|k| k.display().to_string()),
-    });
+    let request = serde_json::json!({ "op": "compile", "jobs": jobs_json });
+    let total: usize = jobs.iter().map(|j| j.targets.len()).sum();
     let mut child = command(&python, "compile")
         .spawn()
         .map_err(|e| TritonError::Child(format!("cannot start {}: {e}", python.display())))?;
@@ -432,7 +482,7 @@ pub fn compile(
         }
         s
     });
-    let deadline = COMPILE_TIMEOUT * targets.len().max(1) as u32;
+    let deadline = COMPILE_TIMEOUT * total.max(1) as u32;
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut lines = Vec::new();
@@ -458,25 +508,34 @@ pub fn compile(
     let _ = reader.join();
     let status = child.wait().map_err(io)?;
     let stderr = err_reader.join().unwrap_or_default();
-    let mut out = Vec::new();
-    for line in &lines {
+    let mut out: Vec<Vec<GpuCompile>> = jobs.iter().map(|_| Vec::new()).collect();
+    let mut seen = 0;
+    for line in lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("tessera-report "))
+    {
         let v: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| TritonError::Child(format!("a garbled report ({e}): {line}")))?;
         let name = v.get("target").and_then(|t| t.as_str()).unwrap_or("");
         let target: GpuTarget = name
             .parse()
             .map_err(|e: kernel_ir::ParseGpuTargetError| TritonError::Child(e.to_string()))?;
-        out.push(GpuCompile {
+        let job = v.get("job").and_then(|j| j.as_u64()).unwrap_or(0) as usize;
+        let slot = out.get_mut(job).ok_or_else(|| {
+            TritonError::Child(format!("a report for job {job} of {}", jobs.len()))
+        })?;
+        slot.push(GpuCompile {
             target,
             result: report(&v),
         });
+        seen += 1;
     }
-    if out.len() != targets.len() {
-        let tail: String = stderr.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    if seen != total {
+        let tail: Vec<&str> = stderr.lines().rev().take(8).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
         return Err(TritonError::Child(format!(
-            "Triton's compile child ended ({status}) after {} of {} targets:\n{tail}",
-            out.len(),
-            targets.len()
+            "Triton's compile child ended ({status}) after {seen} of {total} compiles:\n{}",
+            tail.join("\n")
         )));
     }
     Ok(out)
@@ -512,5 +571,7 @@ fn report(v: &serde_json::Value) -> Result<GpuStats, GpuCompileError> {
         code_bytes: num("code_bytes"),
         tensor_core,
         instructions: num("instructions"),
+        stages: num("stages"),
+        warps: num("warps"),
     })
 }

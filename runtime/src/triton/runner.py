@@ -17,10 +17,13 @@ run:     {"op": "run", "source", "function", "grid": [x, y, z],
          param: it is that buffer). Answer: {"ok": true, "sizes": [..]}
          then every param's bytes after the run, or {"ok": false, "error",
          "loc"}.
-compile: {"op": "compile", "source", "function", "signature": {name: type},
-          "targets": [[backend, arch, warp_size, name]], "num_warps",
-          "num_stages", "keep": dir or null}. Answer: one JSON line per
-         target.
+compile: {"op": "compile", "jobs": [{"source", "function", "signature":
+          {name: type}, "targets": [[backend, arch, warp_size, name, max_shared]],
+          "num_warps", "num_stages", "fit": bool, "keep": dir or null}]}.
+         With "fit", a target's compile takes fewer stages until the
+         program fits its shared memory, and more warps when ptxas runs
+         out of registers. Answer: one JSON line per job and
+         target, in order, naming its job.
 
 The interpreter is Triton's own (`TRITON_INTERPRET=1`); what this file adds
 is the glue a non-PyTorch caller needs, each piece the meaning of the same
@@ -61,6 +64,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 LOC = re.compile(r"#\s*(\S+:\d+:\d+)\s*$")
+REPORT = "tessera-report "
 PROGRAMS = {}
 
 
@@ -329,19 +333,36 @@ def compile_one(request, target):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    backend, arch, warp, name = target
+    backend, arch, warp, name, max_shared = target
     filename, fn = program(request["source"], request["function"])
+    # f32 dots on tensor cores at f32's precision (the program's F32_DOT).
+    fn.fn.__globals__["F32_DOT"] = tl.constexpr("tf32x3" if backend == "cuda" else "ieee")
     signature = request["signature"]
     attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*")}
     src = ASTSource(fn=fn, signature=signature, constexprs={}, attrs=attrs)
     gpu = GPUTarget(backend, int(arch) if backend == "cuda" else arch, warp)
-    options = {"num_warps": request["num_warps"], "num_stages": request["num_stages"]}
+    stages, warps = request["num_stages"], request["num_warps"]
     start = time.perf_counter()
-    try:
-        compiled = triton.compile(src, target=gpu, options=options)
-    except Exception as e:  # noqa: BLE001 - every failure is a report
-        return {"target": name, "ok": False, "error": f"{type(e).__name__}: {e}",
-                "loc": error_loc(e, filename)}
+    while True:
+        options = {"num_warps": warps, "num_stages": stages}
+        try:
+            compiled = triton.compile(src, target=gpu, options=options)
+        except Exception as e:  # noqa: BLE001 - every failure is a report
+            # With "fit", twice the warps when ptxas runs out of registers
+            # (each thread then holds half as much of every tile).
+            if request.get("fit") and "Register allocation failed" in str(e) and warps < 8:
+                warps *= 2
+                continue
+            return {"target": name, "ok": False, "error": f"{type(e).__name__}: {e}",
+                    "loc": error_loc(e, filename)}
+        # With "fit", fewer pipeline stages until the buffers fit the
+        # target's shared memory (a program over it cannot launch).
+        shared = compiled.metadata.shared
+        if not request.get("fit") or shared <= max_shared or stages == 1:
+            break
+        # Shared memory grows about linearly with the stages: jump to the
+        # count that should fit (one compile, not one per stage dropped).
+        stages = max(1, min(stages - 1, stages * max_shared // shared))
     seconds = time.perf_counter() - start
     asm = compiled.asm
     keep = request.get("keep")
@@ -359,17 +380,20 @@ def compile_one(request, target):
         stats = amd_stats(asm["amdgcn"])
         code = len(asm["hsaco"])
     report = {"target": name, "ok": True, "seconds": seconds, "code_bytes": code,
-              "shared": compiled.metadata.shared}
+              "shared": compiled.metadata.shared, "stages": stages, "warps": warps}
     report.update(stats)
     return report
 
 
 def compile_main():
     request = json.loads(sys.stdin.buffer.readline())
-    for target in request["targets"]:
-        report = compile_one(request, target)
-        sys.stdout.write(json.dumps(report) + "\n")
-        sys.stdout.flush()
+    for n, job in enumerate(request["jobs"]):
+        for target in job["targets"]:
+            report = compile_one(job, target)
+            report["job"] = n
+            # Marked: Triton and its tools may print lines of their own.
+            sys.stdout.write(REPORT + json.dumps(report) + "\n")
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":
