@@ -122,6 +122,22 @@ pub enum ErrorKind {
         /// Its shape.
         shape: Vec<usize>,
     },
+    /// Over one of Tessera's limits ([`crate::limits`]).
+    #[error(
+        "[limit] {what} is {value}, over Tessera's limit of {limit} (kernel_ir::limits::{name}); {fix}"
+    )]
+    Limit {
+        /// What is too large.
+        what: String,
+        /// How large it is.
+        value: String,
+        /// The limit.
+        limit: u64,
+        /// The limit's name in [`crate::limits`].
+        name: &'static str,
+        /// What to do instead.
+        fix: String,
+    },
     /// The block shape has a different rank than the array.
     #[error("[block-rank] operand `{operand}` is rank {array_rank} but its block {} is rank {block_rank}; give one block dim per array dim (use 1 for dims you index one at a time)", ShapeDisplay(.block))]
     BlockRank {
@@ -334,6 +350,14 @@ pub enum ErrorKind {
         "[undefined-value] %{id} is not defined at this point (a value from another region, a later op, or another kernel)"
     )]
     UndefinedValue {
+        /// The id.
+        id: u32,
+    },
+    /// A value defined by two ops (or twice by one).
+    #[error(
+        "[redefined-value] %{id} is already defined above; values are defined once: give this one a new number"
+    )]
+    RedefinedValue {
         /// The id.
         id: u32,
     },

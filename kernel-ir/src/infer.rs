@@ -321,11 +321,27 @@ pub(crate) fn result_types(
                     scalar_i32("for", "loop bound", &ty(*v)?)?;
                 }
             }
-            if *step <= 0 {
+            if *step <= 0 || *step > i64::from(i32::MAX) {
                 return Err(ErrorKind::NotScalar {
                     op: "for",
-                    detail: format!("step is {step}; it must be positive"),
+                    detail: format!("step is {step}; it must be positive and fit i32"),
                 });
+            }
+            // The induction variable is i32: so are its bounds, and the
+            // trip count and every index value fit i64 arithmetic.
+            for b in [lower, upper] {
+                if let IndexValue::Static(n) = b
+                    && i32::try_from(*n).is_err()
+                {
+                    return Err(ErrorKind::NotScalar {
+                        op: "for",
+                        detail: format!(
+                            "the loop bound {n} is outside i32 ({} to {}); the induction variable is i32",
+                            i32::MIN,
+                            i32::MAX
+                        ),
+                    });
+                }
             }
             let init_types = init.iter().map(|v| ty(*v)).collect::<Result<Vec<_>, _>>()?;
             if body.args.len() != init.len() + 1 {

@@ -62,6 +62,7 @@ mod int_expr;
 mod interp;
 mod kernel;
 mod layout;
+pub mod limits;
 mod loc;
 pub mod memo;
 mod ops;

@@ -218,3 +218,55 @@ fn a_kernel_across_chips_reads_back_as_itself() {
         "{spmd}"
     );
 }
+
+/// Text sized to exhaust memory or the stack is refused by the limits
+/// (`kernel_ir::limits`), quickly, with the line and column: a value
+/// number the reader would size a table by (`%4000000000` asked for
+/// 128 GB), regions nested 5,000 deep and index expressions nested
+/// 50,000 deep (each overflowed the stack).
+#[test]
+fn hostile_sizes_and_nesting_are_refused_by_the_limits() {
+    let head = "kernel @k {\n  target v5e, vmem_limit default\n  grid [1 parallel]\n";
+    let out = "  out @o: f32[8, 128] vmem block [8, 128] at (0, 0) row_major\nbody:\n";
+    let value = format!("{head}{out}  %4000000000 = constant 1.0 : f32[8, 128]\n}}\n");
+    let n = 5000;
+    let nested = format!(
+        "{head}{out}  %0 = constant true : bool\n{}{}}}\n",
+        "  if %0 {\n".repeat(n),
+        "  }\n".repeat(n)
+    );
+    let deep = 50_000;
+    let expr = format!(
+        "{head}  out @o: f32[8, 128] vmem block [8, 128] at ({}g0{}, 0) row_major\nbody:\n}}\n",
+        "(".repeat(deep),
+        " + 0)".repeat(deep)
+    );
+    for (text, line, what) in [
+        (&value, 6, "value numbers are 0 to 1048575"),
+        (
+            &nested,
+            8 + kernel_ir::limits::MAX_NESTING as u32,
+            "regions",
+        ),
+        (&expr, 4, "index expressions nest more than"),
+    ] {
+        let started = std::time::Instant::now();
+        let e = parse(text).unwrap_err();
+        assert!(
+            started.elapsed().as_secs() < 5,
+            "{what}: took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(e.line, line, "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains("[limit]") && msg.contains(what), "{msg}");
+    }
+    // At the limit, nesting still reads.
+    let ok = kernel_ir::limits::MAX_NESTING;
+    let fine = format!(
+        "{head}{out}  %0 = constant true : bool\n{}{}}}\n",
+        "  if %0 {\n".repeat(ok),
+        "  }\n".repeat(ok)
+    );
+    parse(&fine).unwrap();
+}

@@ -75,7 +75,7 @@ impl Default for InterpOptions {
     fn default() -> Self {
         InterpOptions {
             shuffle_seed: None,
-            max_loop_trips: 1 << 24,
+            max_loop_trips: crate::limits::MAX_LOOP_TRIPS,
             dma_seed: None,
             mesh_seed: 0,
         }

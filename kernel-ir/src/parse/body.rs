@@ -11,6 +11,21 @@ impl<'a> Reader<'a> {
     /// Ops up to the line closing this region (`}` or `} else {`, which
     /// is returned), then its `yield`, if any, last.
     pub(super) fn region(&mut self, args: Vec<ValueId>) -> Result<(Region, &'a str), ParseError> {
+        // The body itself is one region: MAX_NESTING more may nest in it.
+        if self.depth > crate::limits::MAX_NESTING {
+            let c = self.line()?;
+            return Err(c.error(format!(
+                "[limit] regions (`if`, `for`, `scope`) nest more than {} deep here (kernel_ir::limits::MAX_NESTING); move the inner part into a region of its own or unroll it",
+                crate::limits::MAX_NESTING
+            )));
+        }
+        self.depth += 1;
+        let r = self.region_body(args);
+        self.depth -= 1;
+        r
+    }
+
+    fn region_body(&mut self, args: Vec<ValueId>) -> Result<(Region, &'a str), ParseError> {
         let mut region = Region {
             args,
             ops: Vec::new(),

@@ -152,9 +152,14 @@ impl<'a> Cursor<'a> {
     pub(super) fn value(&mut self) -> Result<ValueId, ParseError> {
         self.sym("%")?;
         let v = self.int()?;
-        u32::try_from(v)
-            .map(ValueId)
-            .map_err(|_| self.error(format!("value numbers are 0 to 2^32-1, found {v}")))
+        let max = crate::limits::MAX_VALUES;
+        match u32::try_from(v) {
+            Ok(n) if n < max => Ok(ValueId(n)),
+            _ => Err(self.error(format!(
+                "[limit] value `%{v}`: value numbers are 0 to {} (kernel_ir::limits::MAX_VALUES); number values from %0 up",
+                max - 1
+            ))),
+        }
     }
 
     /// A number or a value.

@@ -8,13 +8,15 @@
 //! file, and each op, operand and declaration gets its file and line as its
 //! location (see [`parse_file`]), so a verifier error names the line it is
 //! about. `;` starts a comment that runs to the end of the line; the reader
-//! skips it (the file tests read their expectations from it).
+//! skips it (the file tests read their expectations from it). A kernel
+//! verified by the GPU's rules says so on its target line
+//! (`target v5e, vmem_limit default, platform gpu`).
 //!
 //! ```
 //! use kernel_ir::parse;
 //! let text = "\
 //! kernel @double {
-//!   target v5e, vmem_limit default          (`, platform gpu` for GPU rules)
+//!   target v5e, vmem_limit default
 //!   grid [2 parallel]
 //!   in @x: f32[16, 128] vmem block [8, 128] at (g0, 0) row_major
 //!   out @o: f32[16, 128] vmem block [8, 128] at (g0, 0) row_major
@@ -109,6 +111,7 @@ fn read(text: &str, file: Option<&str>) -> Result<Kernel, ParseError> {
             body: Body::default(),
         },
         types: Vec::new(),
+        depth: 0,
     };
     r.kernel()?;
     let mut k = r.kernel;
@@ -127,6 +130,8 @@ struct Reader<'a> {
     kernel: Kernel,
     /// The type of each value id defined so far.
     types: Vec<Option<TileType>>,
+    /// How many regions enclose the line being read.
+    depth: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -334,9 +339,20 @@ impl<'a> Reader<'a> {
     /// An index-map expression: `g0`, `3`, `@table[g0]`, `(a + b)`,
     /// `min(a, b)`.
     fn index_expr(&self, c: &mut Cursor<'_>) -> Result<IndexExpr, ParseError> {
+        self.index_expr_in(c, 0)
+    }
+
+    fn index_expr_in(&self, c: &mut Cursor<'_>, depth: usize) -> Result<IndexExpr, ParseError> {
         c.ws();
+        if depth > crate::limits::MAX_NESTING {
+            return Err(c.error(format!(
+                "[limit] index expressions nest more than {} deep here (kernel_ir::limits::MAX_NESTING); compute part of it in a separate value",
+                crate::limits::MAX_NESTING
+            )));
+        }
+        let depth = depth + 1;
         if c.eat("(") {
-            let a = self.index_expr(c)?;
+            let a = self.index_expr_in(c, depth)?;
             c.ws();
             let op = match c.rest().chars().next() {
                 Some('+') => IndexOp::Add,
@@ -347,7 +363,7 @@ impl<'a> Reader<'a> {
                 _ => return Err(c.error("expected one of + - * / % in an index expression")),
             };
             c.at += 1;
-            let b = self.index_expr(c)?;
+            let b = self.index_expr_in(c, depth)?;
             c.sym(")")?;
             return Ok(IndexExpr::Binary(op, Box::new(a), Box::new(b)));
         }
@@ -363,15 +379,15 @@ impl<'a> Reader<'a> {
                         "`@{name}` is not a scalar-prefetch operand declared above"
                     ))
                 })?;
-            let at = c.list('[', ']', |c| self.index_expr(c))?;
+            let at = c.list('[', ']', |c| self.index_expr_in(c, depth))?;
             return Ok(IndexExpr::Prefetch { operand, at });
         }
         for (word, op) in [("min", IndexOp::Min), ("max", IndexOp::Max)] {
             if c.rest().starts_with(&format!("{word}(")) {
                 c.at += word.len() + 1;
-                let a = self.index_expr(c)?;
+                let a = self.index_expr_in(c, depth)?;
                 c.sym(",")?;
-                let b = self.index_expr(c)?;
+                let b = self.index_expr_in(c, depth)?;
                 c.sym(")")?;
                 return Ok(IndexExpr::Binary(op, Box::new(a), Box::new(b)));
             }

@@ -2,6 +2,7 @@
 
 use crate::error::{ErrorKind, KernelError};
 use crate::infer::result_types;
+use crate::limits::MAX_TILE_ELEMENTS;
 use crate::{Kernel, Region, TileType, ValueId};
 
 pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
@@ -43,7 +44,14 @@ impl Checker<'_> {
                 self.visible[v.index()] = true;
                 true
             }
-            _ => {
+            Some(_) => {
+                self.errors.push(KernelError::new(
+                    ErrorKind::RedefinedValue { id: v.0 },
+                    loc.clone(),
+                ));
+                false
+            }
+            None => {
                 self.errors.push(KernelError::new(
                     ErrorKind::UndefinedValue { id: v.0 },
                     loc.clone(),
@@ -101,6 +109,27 @@ impl Checker<'_> {
                             ));
                         }
                         for (t, v) in types.iter().zip(&op.results) {
+                            let elements = t
+                                .shape
+                                .iter()
+                                .try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+                            if elements.is_none_or(|n| n > MAX_TILE_ELEMENTS) {
+                                self.errors.push(KernelError::new(
+                                    ErrorKind::Limit {
+                                        what: format!(
+                                            "{v} = {}, a {t}, in elements",
+                                            op.kind.mnemonic()
+                                        ),
+                                        value: elements
+                                            .map_or("2^64 or more".into(), |n| n.to_string()),
+                                        limit: MAX_TILE_ELEMENTS,
+                                        name: "MAX_TILE_ELEMENTS",
+                                        fix: "use smaller blocks or tiles".into(),
+                                    },
+                                    op.loc.clone(),
+                                ));
+                                op_ok = false;
+                            }
                             if let Some(recorded) = values.get(v.index())
                                 && recorded != t
                             {

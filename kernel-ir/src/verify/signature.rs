@@ -13,7 +13,69 @@ fn is_identifier(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// The grid and mesh against [`crate::limits`]: checked before anything
+/// walks them (the grid walk visits 2^rank corners, the interpreter every
+/// step).
+fn limits(k: &Kernel) -> Vec<KernelError> {
+    use crate::limits::{MAX_GRID_RANK, MAX_GRID_STEPS, MAX_MESH_DEVICES};
+    let mut errors = Vec::new();
+    let rank = k.grid.rank();
+    if rank > MAX_GRID_RANK {
+        errors.push(KernelError::new(
+            ErrorKind::Limit {
+                what: "the grid's rank".into(),
+                value: rank.to_string(),
+                limit: MAX_GRID_RANK as u64,
+                name: "MAX_GRID_RANK",
+                fix: "fold dims together (index maps can divide a grid index)".into(),
+            },
+            k.grid_loc.clone(),
+        ));
+        return errors;
+    }
+    let steps = k
+        .grid
+        .dims
+        .iter()
+        .try_fold(1u64, |a, d| a.checked_mul(d.bound as u64));
+    if steps.is_none_or(|n| n > MAX_GRID_STEPS) {
+        errors.push(KernelError::new(
+            ErrorKind::Limit {
+                what: format!("the number of grid steps ({:?})", k.grid.bounds()),
+                value: steps.map_or("2^64 or more".into(), |n| n.to_string()),
+                limit: MAX_GRID_STEPS,
+                name: "MAX_GRID_STEPS",
+                fix: "use larger blocks, or loop inside a step with `for`".into(),
+            },
+            k.grid_loc.clone(),
+        ));
+    }
+    if let Some(m) = &k.mesh {
+        let devices = m
+            .axes
+            .iter()
+            .try_fold(1u64, |a, (_, n)| a.checked_mul(*n as u64));
+        if devices.is_none_or(|n| n > MAX_MESH_DEVICES) {
+            errors.push(KernelError::new(
+                ErrorKind::Limit {
+                    what: "the mesh's device count".into(),
+                    value: devices.map_or("2^64 or more".into(), |n| n.to_string()),
+                    limit: MAX_MESH_DEVICES,
+                    name: "MAX_MESH_DEVICES",
+                    fix: "give a smaller mesh".into(),
+                },
+                m.loc.clone(),
+            ));
+        }
+    }
+    errors
+}
+
 pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
+    let limit_errors = limits(k);
+    if !limit_errors.is_empty() {
+        return limit_errors;
+    }
     let mut errors = Vec::new();
     let mut err = |kind, loc: &Option<crate::Loc>| errors.push(KernelError::new(kind, loc.clone()));
     if !is_identifier(&k.name) {

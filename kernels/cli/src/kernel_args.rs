@@ -26,7 +26,7 @@ pub fn choose(name: &str, args: &Args) -> Result<Chosen, String> {
 }
 
 /// The largest kernel file read (a `.kir` file is text of a few KiB).
-const MAX_KIR_BYTES: u64 = 16 << 20;
+const MAX_KIR_BYTES: u64 = kernel_ir::limits::MAX_KIR_BYTES;
 
 /// Whether `name` names a kernel file (the printed IR form, `*.kir`)
 /// rather than a catalog kernel.

@@ -325,7 +325,9 @@ pub fn compile_for_tpu(kernel: &VerifiedKernel, targets: &[Target]) -> Result<()
 
 /// Compiles `kernel` with Triton's compiler (no GPU needed) for each of
 /// `targets` (`sm_80`, `sm_90`, `sm_100`, `gfx942`, `gfx950`), in a child
-/// process, with the GPU rules verified first. Returns, per target, what
+/// process, with the GPU rules verified first and the launch fitted to
+/// each target as `tessera compile --gpu` fits it (fewer pipeline stages
+/// until shared memory fits, more warps when registers run out). Returns, per target, what
 /// the final code says (registers, spills, shared memory, tensor-core
 /// instructions) for assertions such as "no spills" or "the dots use
 /// tensor cores"; an error names the target and carries Triton's message,
@@ -350,10 +352,17 @@ pub fn compile_for_gpu(
             .map_err(|e| format!("`{}` on {t}: {e}", kernel.name))?;
     }
     let program = lowering::triton(kernel).map_err(|e| format!("`{}`: {e}", kernel.name))?;
-    let compiled = runtime::triton::compile(&program, targets, None)
-        .map_err(|e| format!("`{}`: {e}", kernel.name))?;
+    let job = runtime::triton::CompileJob {
+        program: &program,
+        targets,
+        keep: None,
+        fit: true,
+    };
+    let compiled =
+        runtime::triton::compile_many(&[job]).map_err(|e| format!("`{}`: {e}", kernel.name))?;
     compiled
         .into_iter()
+        .flatten()
         .map(|c| {
             let stats = c
                 .result
