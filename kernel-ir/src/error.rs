@@ -541,4 +541,14 @@ pub enum ErrorKind {
         /// The limit.
         limit: u64,
     },
+    /// A grid with more steps than the interpreter runs.
+    #[error(
+        "[grid-limit] the grid has {steps} steps, more than the interpreter's limit of {limit} (kernel_ir::limits::MAX_INTERP_STEPS); run it on the native JIT (`--backend jit`), or raise `InterpOptions::max_grid_steps`"
+    )]
+    GridLimit {
+        /// Grid steps.
+        steps: u64,
+        /// The limit.
+        limit: u64,
+    },
 }

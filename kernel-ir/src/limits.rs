@@ -47,5 +47,11 @@ pub const MAX_MESH_DEVICES: u64 = 1 << 14;
 /// `InterpOptions::max_loop_trips`).
 pub const MAX_LOOP_TRIPS: u64 = 1 << 24;
 
+/// Grid steps the interpreter runs (the default of
+/// `InterpOptions::max_grid_steps`): it checks every access in f64, at
+/// roughly a million elements a second, so a larger grid is a job for the
+/// native JIT.
+pub const MAX_INTERP_STEPS: u64 = 1 << 24;
+
 /// Bytes of a kernel file (`.kir`).
 pub const MAX_KIR_BYTES: u64 = 16 << 20;

@@ -382,6 +382,9 @@ impl<'c> Ir<'c> {
         let elem = literal_text(v, d);
         let text = if ty.is_vector() || ty.is_ranked_tensor() {
             format!("dense<{elem}> : {ty}")
+        } else if d == DType::Bool {
+            // A scalar i1 is MLIR's `true`/`false` (`true : i1` does not parse).
+            elem
         } else {
             format!("{elem} : {ty}")
         };

@@ -59,6 +59,8 @@ pub struct InterpOptions {
     pub shuffle_seed: Option<u64>,
     /// Most iterations one `for` op may run.
     pub max_loop_trips: u64,
+    /// Most grid steps a run may have.
+    pub max_grid_steps: u64,
     /// Let each DMA wait retire a random copy of its size among those in
     /// flight on its semaphore (seeded), instead of the copy it describes:
     /// exposes copies that share a semaphore and are used before their
@@ -76,6 +78,7 @@ impl Default for InterpOptions {
         InterpOptions {
             shuffle_seed: None,
             max_loop_trips: crate::limits::MAX_LOOP_TRIPS,
+            max_grid_steps: crate::limits::MAX_INTERP_STEPS,
             dma_seed: None,
             mesh_seed: 0,
         }
@@ -472,6 +475,16 @@ impl<'a> eval::Machine<'a> {
     /// Runs every grid step; records the block fetches into `trace`.
     fn run_grid(&mut self, mut trace: Option<&mut FetchTrace>) -> Result<(), KernelError> {
         let k = self.k;
+        let steps = k.grid.steps() as u64;
+        if steps > self.opts.max_grid_steps {
+            return Err(KernelError::new(
+                ErrorKind::GridLimit {
+                    steps,
+                    limit: self.opts.max_grid_steps,
+                },
+                k.grid_loc.clone(),
+            ));
+        }
         let order = grid_order(k, self.opts.shuffle_seed);
         let parallel: Vec<usize> = (0..k.grid.rank())
             .filter(|&d| k.grid.dims[d].semantics.is_parallel())
