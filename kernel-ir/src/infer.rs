@@ -38,6 +38,24 @@ pub(crate) fn result_types(
                     detail: format!("literal {value:?} cannot be a {} constant", t.dtype),
                 });
             }
+            // An integer constant holds its value exactly or is an error
+            // (it would wrap: 1000 as i8 is -24).
+            let range = match t.dtype {
+                DType::I32 => Some((i64::from(i32::MIN), i64::from(i32::MAX))),
+                DType::I8 => Some((i64::from(i8::MIN), i64::from(i8::MAX))),
+                _ => None,
+            };
+            if let (crate::Literal::Int(n), Some((lo, hi))) = (value, range)
+                && !(lo..=hi).contains(n)
+            {
+                return Err(ErrorKind::DType {
+                    op: "constant",
+                    detail: format!(
+                        "{n} does not fit {} ({lo} to {hi}); it would wrap: use a wider type or a value in range",
+                        t.dtype
+                    ),
+                });
+            }
             one(t.clone())
         }
         OpKind::ProgramId { dim } | OpKind::NumPrograms { dim } => {

@@ -8,6 +8,7 @@ mod cost;
 mod dma;
 mod dsl;
 mod dsl_vs_builder;
+mod edge_values;
 mod filetests;
 mod foundation;
 mod fp8;

@@ -377,7 +377,16 @@ impl<'c> Step<'_, 'c> {
         let scalar = e.t(&[], d);
         let inner = ir.block(&[scalar, scalar]);
         let a = ir.args(&inner);
-        let s = ir.op1(&inner, name, &[a[0], a[1]], scalar, Vec::new())?;
+        let mut s = ir.op1(&inner, name, &[a[0], a[1]], scalar, Vec::new())?;
+        if matches!(r, ReduceOp::Max | ReduceOp::Min) && d.is_float() {
+            // NaN wins, as on every other path: XLA's CPU reductions with
+            // `maximum`/`minimum` drop it (a row [1, NaN] reduced to 1),
+            // so the combiner picks a NaN operand itself.
+            for &v in [a[1], a[0]].iter() {
+                let nan = e.compare(&inner, CompareOp::Ne, v, v, d, &[])?;
+                s = ir.op1(&inner, "stablehlo.select", &[nan, v, s], scalar, Vec::new())?;
+            }
+        }
         ir.op(
             &inner,
             "stablehlo.return",

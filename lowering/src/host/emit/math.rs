@@ -111,7 +111,8 @@ impl<'c> HostEmitter<'_, 'c> {
         let bin = |name: &str, a: Raw, c: Raw| ir.op1(b, name, &[a, c], ty, Vec::new());
         let fma = |a: Raw, m: Raw, add: Raw| ir.op1(b, "math.fma", &[a, m, add], ty, Vec::new());
         let lo = c(-87.336_544)?;
-        let hi = c(88.376_26)?;
+        // ln(f32::MAX): above it eˣ overflows to +∞.
+        let hi = c(88.722_84)?;
         let xc = bin("arith.maximumf", x, lo)?;
         let xc = bin("arith.minimumf", xc, hi)?;
         let log2e = c(std::f64::consts::LOG2_E)?;
@@ -137,27 +138,41 @@ impl<'c> HostEmitter<'_, 'c> {
         let one = c(1.0)?;
         let rp1 = bin("arith.addf", r, one)?;
         let y = fma(p, r2, rp1)?;
-        // 2ⁿ from the exponent bits.
+        // 2ⁿ as 2^⌊n/2⌋ · 2^(n-⌊n/2⌋), each from the exponent bits: n
+        // reaches 128 just below ln(f32::MAX), one past the exponent range.
         let i32v = self.vec_ty(w, DType::I32);
+        let ci = |v: f64| -> Result<Raw, LoweringError> {
+            ir.op1(
+                b,
+                "arith.constant",
+                &[],
+                i32v,
+                vec![("value", ir.literal(v, DType::I32, i32v)?)],
+            )
+        };
         let ni = ir.op1(b, "arith.fptosi", &[n], i32v, Vec::new())?;
-        let bias = ir.op1(
+        let one_i = ci(1.0)?;
+        let half_n = ir.op1(b, "arith.shrsi", &[ni, one_i], i32v, Vec::new())?;
+        let rest_n = ir.op1(b, "arith.subi", &[ni, half_n], i32v, Vec::new())?;
+        let bias = ci(127.0)?;
+        let sh = ci(23.0)?;
+        let mut y = y;
+        for part in [half_n, rest_n] {
+            let e = ir.op1(b, "arith.addi", &[part, bias], i32v, Vec::new())?;
+            let bits = ir.op1(b, "arith.shli", &[e, sh], i32v, Vec::new())?;
+            let pow2 = ir.op1(b, "arith.bitcast", &[bits], ty, Vec::new())?;
+            y = bin("arith.mulf", y, pow2)?;
+        }
+        // Above the range the result is +∞ (as +∞ gives).
+        let inf = c(f64::INFINITY)?;
+        let over = ir.op1(
             b,
-            "arith.constant",
-            &[],
-            i32v,
-            vec![("value", ir.literal(127.0, DType::I32, i32v)?)],
+            "arith.cmpf",
+            &[x, hi],
+            self.vec_ty(w, DType::Bool),
+            vec![("predicate", ir.i64_attr(2))],
         )?;
-        let e = ir.op1(b, "arith.addi", &[ni, bias], i32v, Vec::new())?;
-        let sh = ir.op1(
-            b,
-            "arith.constant",
-            &[],
-            i32v,
-            vec![("value", ir.literal(23.0, DType::I32, i32v)?)],
-        )?;
-        let bits = ir.op1(b, "arith.shli", &[e, sh], i32v, Vec::new())?;
-        let pow2 = ir.op1(b, "arith.bitcast", &[bits], ty, Vec::new())?;
-        let y = bin("arith.mulf", y, pow2)?;
+        let y = ir.op1(b, "arith.select", &[over, inf, y], ty, Vec::new())?;
         // Below the range the result is 0 (and -inf gives 0); NaN stays NaN.
         let zero = c(0.0)?;
         let under = ir.op1(

@@ -1,0 +1,112 @@
+//! Edge values give one answer on every path: NaN through max/min
+//! reductions, overflow of exp/exp2 to +inf. Each kernel runs on every
+//! `Backend` and every output element is compared with the value the
+//! IEEE rule gives (NaN must be NaN, +inf must be +inf).
+
+use kernel_ir::{Array, DType, parse};
+use runtime::backend::{Backend, Prepared};
+
+/// Runs `text` on every path and compares its one output with `want`
+/// (NaN matches NaN only, infinities exactly, others within 1e-5 relative: exp2 is exp(x·ln 2)
+/// on some paths, a few ulp off).
+fn on_every_path(text: &str, args: &[Array], want: &[f64]) {
+    let k = parse(text).unwrap().verify().unwrap();
+    let mut failures = Vec::new();
+    for b in Backend::ALL {
+        let got = Prepared::new(b, &k)
+            .and_then(|p| p.run(args))
+            .unwrap_or_else(|e| panic!("{b}: {e}"));
+        for (i, (&g, &w)) in got[0].data().iter().zip(want).enumerate() {
+            let same = if w.is_nan() {
+                g.is_nan()
+            } else if w.is_infinite() {
+                g == w
+            } else {
+                (g - w).abs() <= 1e-5 * w.abs().max(1.0)
+            };
+            if !same {
+                failures.push(format!("{b}: element {i} is {g}, want {w}"));
+                break;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A max or min over a row holding a NaN is NaN on every path (XLA's CPU
+/// reduction dropped it: the decomposed path gave 1.0).
+#[test]
+fn max_and_min_reductions_propagate_nan_on_every_path() {
+    let mut x = vec![1.0f64; 8 * 128];
+    x[5] = f64::NAN; // row 0
+    x[3 * 128 + 127] = f64::NAN; // row 3, last lane
+    x[6 * 128] = f64::NAN; // row 6, first lane
+    let x = Array::from_elems([8, 128], &x.iter().map(|&v| v as f32).collect::<Vec<_>>()).unwrap();
+    let want: Vec<f64> = (0..8)
+        .map(|r| {
+            if [0, 3, 6].contains(&r) {
+                f64::NAN
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    for op in ["max", "min"] {
+        let text = format!(
+            "kernel @reduce_{op} {{
+  target v5e, vmem_limit default
+  grid [1 parallel]
+  in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+  out @o: f32[8, 1] vmem block [8, 1] at (0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+  %1 = reduce {op} %0, axes [1] : f32[8, 128] -> f32[8]
+  %2 = reshape %1 : f32[8] -> f32[8, 1]
+  store @o[0:8, 0:1], %2 : f32[8, 1]
+}}
+"
+        );
+        on_every_path(&text, std::slice::from_ref(&x), &want);
+    }
+}
+
+/// exp and exp2 overflow to +inf on every path, and their largest finite
+/// results stay finite (the JIT's polynomial saturated at 2.4e38).
+#[test]
+fn exp_overflows_to_infinity_on_every_path() {
+    let inputs = [
+        200.0f32,
+        89.0,
+        88.0,
+        80.0,
+        -200.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+    ];
+    let mut x = Vec::new();
+    for r in 0..8 {
+        x.extend(std::iter::repeat_n(inputs[r], 128));
+    }
+    let x = Array::from_elems([8, 128], &x).unwrap();
+    for (op, f) in [("exp", f64::exp as fn(f64) -> f64), ("exp2", f64::exp2)] {
+        let want: Vec<f64> = inputs
+            .iter()
+            .flat_map(|&v| std::iter::repeat_n(DType::F32.round(f(v as f64)), 128))
+            .collect();
+        let text = format!(
+            "kernel @overflow_{op} {{
+  target v5e, vmem_limit default
+  grid [1 parallel]
+  in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+  out @o: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+  %1 = {op} %0 : f32[8, 128]
+  store @o[0:8, 0:128], %1 : f32[8, 128]
+}}
+"
+        );
+        on_every_path(&text, std::slice::from_ref(&x), &want);
+    }
+}
