@@ -84,10 +84,10 @@ fn exp_overflows_to_infinity_on_every_path() {
         f32::NEG_INFINITY,
         0.0,
     ];
-    let mut x = Vec::new();
-    for r in 0..8 {
-        x.extend(std::iter::repeat_n(inputs[r], 128));
-    }
+    let x: Vec<f32> = inputs
+        .iter()
+        .flat_map(|&v| std::iter::repeat_n(v, 128))
+        .collect();
     let x = Array::from_elems([8, 128], &x).unwrap();
     for (op, f) in [("exp", f64::exp as fn(f64) -> f64), ("exp2", f64::exp2)] {
         let want: Vec<f64> = inputs
