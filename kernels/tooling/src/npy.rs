@@ -207,14 +207,21 @@ pub fn read(path: &std::path::Path) -> Result<Array, NpyError> {
     use std::io::Read;
     let cannot = |e: std::io::Error| err(format!("cannot read {}: {e}", path.display()));
     let at = |e: NpyError| err(format!("{}: {e}", path.display()));
-    let mut file = std::fs::File::open(path).map_err(cannot)?;
-    let meta = file.metadata().map_err(cannot)?;
+    // Checked before opening: opening a FIFO blocks until someone writes.
+    let meta = std::fs::metadata(path).map_err(cannot)?;
     if meta.is_dir() {
         return Err(err(format!(
             "{} is a directory, not a .npy file",
             path.display()
         )));
     }
+    if !meta.is_file() {
+        return Err(err(format!(
+            "{} is not a regular file (a pipe or a device); give a .npy file",
+            path.display()
+        )));
+    }
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
     let mut prefix = Vec::new();
     (&mut file)
         .take((12 + MAX_HEADER) as u64)
@@ -305,5 +312,24 @@ mod tests {
                 .0
                 .contains("'<f8' is not supported")
         );
+    }
+
+    /// A FIFO or a device given as an input is refused at once (a FIFO
+    /// blocked the command until someone wrote to it).
+    #[test]
+    fn pipes_and_devices_are_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("tessera-npy-special-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("x.npy");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let started = std::time::Instant::now();
+            let e = read(&fifo).unwrap_err().0;
+            assert!(e.contains("not a regular file"), "{e}");
+            assert!(started.elapsed().as_secs() < 2);
+        }
+        let e = read(std::path::Path::new("/dev/zero")).unwrap_err().0;
+        assert!(e.contains("not a regular file"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

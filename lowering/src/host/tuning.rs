@@ -244,7 +244,7 @@ impl HostTuning {
     pub fn load(dir: &Path) -> Option<HostTuning> {
         let cpu = CpuIdentity::host().clone();
         let path = dir.join(cpu.file_name());
-        let text = std::fs::read_to_string(&path).ok()?;
+        let text = read_tuning_file(&path)?;
         let mut lines = text.lines();
         if lines.next()? != HEADER {
             return None;
@@ -329,11 +329,39 @@ impl HostTuning {
 /// The cache folder: `$TESSERA_CACHE`, else `$XDG_CACHE_HOME/tessera`,
 /// else `~/.cache/tessera` (as `.ci/setup.sh` computes it).
 pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("TESSERA_CACHE") {
+    cache_dir_from(
+        std::env::var_os("TESSERA_CACHE"),
+        std::env::var_os("XDG_CACHE_HOME"),
+    )
+}
+
+/// The tuning file's text, if it is a regular file of at most 64 KiB (it
+/// is a few hundred bytes): a FIFO there would block every JIT compile, a
+/// link to `/dev/zero` would be read without end.
+fn read_tuning_file(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > 64 << 10 {
+        return None;
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(64 << 10)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
+/// [`cache_dir`] from the two variables: an empty `TESSERA_CACHE` is unset,
+/// and an empty or relative `XDG_CACHE_HOME` is ignored (the XDG base
+/// directory rule), so no setting puts the cache in the working directory.
+fn cache_dir_from(tessera: Option<std::ffi::OsString>, xdg: Option<std::ffi::OsString>) -> PathBuf {
+    if let Some(d) = tessera.filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("tessera");
+    if let Some(d) = xdg.map(PathBuf::from).filter(|d| d.is_absolute()) {
+        return d.join("tessera");
     }
     // `HOME` unset (or empty) falls back to the account's home directory,
     // never to a path relative to the working directory.
@@ -487,6 +515,48 @@ fn measure(tiles: &[DotTiling]) -> Vec<Trial> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No setting of the variables puts the cache folder in the working
+    /// directory: an empty TESSERA_CACHE is unset, an empty or relative
+    /// XDG_CACHE_HOME ignored.
+    #[test]
+    fn the_cache_folder_is_never_relative_to_the_working_directory() {
+        let os = |s: &str| Some(std::ffi::OsString::from(s));
+        for (t, x) in [
+            (os(""), None),
+            (None, os("")),
+            (None, os("relative/cache")),
+            (os(""), os("cache")),
+        ] {
+            let d = cache_dir_from(t.clone(), x.clone());
+            assert!(d.is_absolute(), "{t:?} {x:?}: {}", d.display());
+        }
+        assert_eq!(cache_dir_from(os("/c"), os("/x")), PathBuf::from("/c"));
+        assert_eq!(cache_dir_from(None, os("/x")), PathBuf::from("/x/tessera"));
+    }
+
+    /// A FIFO or a device where the tuning file goes is not read (a FIFO
+    /// blocked every JIT compile; /dev/zero was read to gigabytes).
+    #[test]
+    fn a_tuning_file_that_is_not_a_regular_file_is_not_read() {
+        let dir = Folder::new("special");
+        let fifo = dir.0.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let started = Instant::now();
+            assert!(read_tuning_file(&fifo).is_none());
+            assert!(started.elapsed() < Duration::from_secs(2));
+        }
+        let zero = dir.0.join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        assert!(read_tuning_file(&zero).is_none());
+        let big = dir.0.join("big");
+        std::fs::write(&big, vec![b'x'; 100 << 10]).unwrap();
+        assert!(read_tuning_file(&big).is_none());
+        let fine = dir.0.join("fine");
+        std::fs::write(&fine, "tessera\n").unwrap();
+        assert_eq!(read_tuning_file(&fine).as_deref(), Some("tessera\n"));
+    }
 
     /// A fresh folder under the system temp dir, removed on drop.
     struct Folder(PathBuf);

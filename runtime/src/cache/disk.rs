@@ -132,7 +132,15 @@ impl DiskCache {
     }
 
     pub fn read(&self, key: &str) -> Read {
-        match std::fs::read(self.entry(key)) {
+        let path = self.entry(key);
+        // Only a regular file is an entry: opening a FIFO put there would
+        // block forever, a link to a device would read without end.
+        match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Read::Missing,
+            Ok(m) if m.is_file() => {}
+            _ => return Read::Corrupt,
+        }
+        match std::fs::read(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Read::Missing,
             Err(_) => Read::Corrupt,
             Ok(bytes) => match open_envelope(&bytes) {
@@ -175,3 +183,29 @@ impl DiskCache {
 
 /// `OpenOptions::mode` lives in an extension trait.
 use std::os::unix::fs::OpenOptionsExt;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A FIFO or a link to a device where an entry goes reads as a
+    /// corrupt entry (dropped and compiled again), at once: reading the
+    /// FIFO blocked `tessera train` forever.
+    #[test]
+    fn an_entry_that_is_not_a_regular_file_is_corrupt_not_read() {
+        let dir = std::env::temp_dir().join(format!("tessera-disk-special-{}", std::process::id()));
+        let cache = DiskCache::open(&dir).unwrap();
+        let started = std::time::Instant::now();
+        let made = std::process::Command::new("mkfifo")
+            .arg(cache.entry("fifo"))
+            .status();
+        if made.is_ok_and(|s| s.success()) {
+            assert!(matches!(cache.read("fifo"), Read::Corrupt));
+        }
+        std::os::unix::fs::symlink("/dev/zero", cache.entry("zero")).unwrap();
+        assert!(matches!(cache.read("zero"), Read::Corrupt));
+        assert!(matches!(cache.read("absent"), Read::Missing));
+        assert!(started.elapsed().as_secs() < 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
