@@ -110,3 +110,38 @@ body:
         on_every_path(&text, std::slice::from_ref(&x), &want);
     }
 }
+
+/// A loop whose step is larger than its span runs once on every path
+/// (XLA's CPU trip-count analysis ran `0 to 1 step 3` zero times, so the
+/// decomposed path gave 1 instead of 2), and a loop with a step of 3 over
+/// 0..7 visits 0, 3 and 6 (its index is used, not only its count).
+#[test]
+fn loops_with_large_steps_run_their_trips_on_every_path() {
+    for (lo, hi, step, want) in [
+        (0, 1, 3, 2.0),                   // one trip: 1 + 1
+        (0, 7, 3, 1.0 + 0.0 + 3.0 + 6.0), // trips at 0, 3, 6
+        (5, 2, 2, 1.0),                   // none
+        (-4, 4, 5, 1.0 - 4.0 + 1.0),      // trips at -4, 1
+    ] {
+        let body = if want == 2.0 {
+            "    %5 = add %4, %4 : f32[8, 128]\n".to_string()
+        } else {
+            "    %10 = convert %3 : i32 -> f32\n    %11 = broadcast_in_dim %10, dims [] : f32 -> f32[8, 128]\n    %5 = add %4, %11 : f32[8, 128]\n".to_string()
+        };
+        let text = format!(
+            "kernel @steps {{
+  target v5e, vmem_limit default
+  grid [1 parallel]
+  out @o: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+body:
+  %2 = constant 1.0 : f32[8, 128]
+  %9 = for %3 = {lo} to {hi} step {step} iter(%4 = %2) {{
+{body}    yield %5
+  }}
+  store @o[0:8, 0:128], %9 : f32[8, 128]
+}}
+"
+        );
+        on_every_path(&text, &[], &vec![want; 8 * 128]);
+    }
+}

@@ -458,9 +458,23 @@ impl<'c> Step<'_, 'c> {
         let mut bufs = BTreeSet::new();
         written(body, &self.slots, &mut bufs);
         let bufs: Vec<usize> = bufs.into_iter().collect();
-        // State: iv, carried values, written buffers.
+        // State: the trip counter, carried values, written buffers. The
+        // counter runs 0, 1, .. trips and the body computes its index
+        // lo + t * step: XLA's CPU trip-count analysis drops a loop whose
+        // step is larger than its span (`0 to 1 step 3` ran zero times).
+        let lo = self.start(b, lower)?;
+        let hi = self.start(b, upper)?;
+        let trips = {
+            let span = e.bin(b, "stablehlo.subtract", hi, lo, DType::I32, &[])?;
+            let round_up = e.scalar_i32(b, step - 1)?;
+            let num = e.bin(b, "stablehlo.add", span, round_up, DType::I32, &[])?;
+            let st = e.scalar_i32(b, step)?;
+            let q = e.bin(b, "stablehlo.divide", num, st, DType::I32, &[])?;
+            let zero = e.scalar_i32(b, 0)?;
+            e.bin(b, "stablehlo.maximum", q, zero, DType::I32, &[])?
+        };
         let mut types = vec![e.t(&[], DType::I32)];
-        let mut state = vec![self.start(b, lower)?];
+        let mut state = vec![e.scalar_i32(b, 0)?];
         for v in init {
             let t = self.ty(*v);
             types.push(e.t(&t.shape, t.dtype));
@@ -470,10 +484,9 @@ impl<'c> Step<'_, 'c> {
             types.push(self.buffer_type(s));
             state.push(self.bufs[s]);
         }
-        let hi = self.start(b, upper)?;
         let cond = ir.block(&types);
         let ca = ir.args(&cond);
-        let lt = e.compare(&cond, CompareOp::Lt, ca[0], hi, DType::I32, &[])?;
+        let lt = e.compare(&cond, CompareOp::Lt, ca[0], trips, DType::I32, &[])?;
         ir.op(
             &cond,
             "stablehlo.return",
@@ -484,7 +497,10 @@ impl<'c> Step<'_, 'c> {
         )?;
         let inner = ir.block(&types);
         let a = ir.args(&inner);
-        for (arg, raw) in body.args.iter().zip(&a) {
+        let st = e.scalar_i32(&inner, step)?;
+        let offset = e.bin(&inner, "stablehlo.multiply", a[0], st, DType::I32, &[])?;
+        let iv = e.bin(&inner, "stablehlo.add", lo, offset, DType::I32, &[])?;
+        for (arg, raw) in body.args.iter().zip(std::iter::once(&iv).chain(&a[1..])) {
             self.set(*arg, *raw);
         }
         let n = init.len();
@@ -493,8 +509,8 @@ impl<'c> Step<'_, 'c> {
             self.bufs[s] = a[1 + n + i];
         }
         let yields = self.region(&inner, body)?;
-        let st = e.scalar_i32(&inner, step)?;
-        let mut next = vec![e.bin(&inner, "stablehlo.add", a[0], st, DType::I32, &[])?];
+        let one = e.scalar_i32(&inner, 1)?;
+        let mut next = vec![e.bin(&inner, "stablehlo.add", a[0], one, DType::I32, &[])?];
         next.extend(yields);
         next.extend(bufs.iter().map(|&s| self.bufs[s]));
         ir.op(

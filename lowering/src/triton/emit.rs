@@ -898,7 +898,7 @@ impl<'a> Emitter<'a> {
                 Expr::Code(s) => {
                     let name = format!("{}_o{d}", o.name);
                     let s = if big {
-                        format!("({s}).to(tl.int64)")
+                        format!("tl.cast({s}, tl.int64)")
                     } else {
                         s
                     };
@@ -1044,7 +1044,7 @@ impl<'a> Emitter<'a> {
             };
             let widen = |x: String| {
                 if big {
-                    format!("({x}).to(tl.int64)")
+                    format!("tl.cast({x}, tl.int64)")
                 } else {
                     x
                 }
@@ -1419,8 +1419,10 @@ impl<'a> Emitter<'a> {
                 let f32 = self.widen(x, f);
                 self.down(&f32, t)
             }
+            // `tl.cast`, not `.to`: a loop index is a Python int under the
+            // interpreter (a tensor only when compiled).
             (f, t) if f.is_int() && t.is_float() => {
-                let f32 = format!("{x}.to(tl.float32)");
+                let f32 = format!("tl.cast({x}, tl.float32)");
                 self.down(&f32, t)
             }
             (f, t) if f.is_float() && t.is_int() => {
@@ -1428,7 +1430,7 @@ impl<'a> Emitter<'a> {
                 let f32 = self.widen(x, f);
                 format!("_tsr_to_int({f32}, {})", tl_dtype(t))
             }
-            (_, t) => format!("{x}.to({})", tl_dtype(t)),
+            (_, t) => format!("tl.cast({x}, {})", tl_dtype(t)),
         }
     }
 
