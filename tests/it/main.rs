@@ -37,3 +37,4 @@ mod tpu_dma;
 mod tpu_fp8;
 mod trace;
 mod train;
+mod triton;

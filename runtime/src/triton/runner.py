@@ -102,6 +102,15 @@ def error_loc(exc, filename):
     node = getattr(exc, "node", None)
     if lineno is None and node is not None:
         lineno = getattr(node, "lineno", None)
+    # Triton's CompilationError numbers lines within the function it was
+    # compiling (`node.lineno` in `src`): find that line in the program.
+    src = getattr(exc, "src", None)
+    if src is not None and node is not None and getattr(node, "lineno", None):
+        wanted = src.split("\n")[node.lineno - 1:node.lineno]
+        for n, text in enumerate(linecache.getlines(filename), start=1):
+            if wanted and text.rstrip("\n") == wanted[0]:
+                return rust_loc(filename, n)
+        return None
     if lineno is not None:
         return rust_loc(filename, lineno)
     return None
