@@ -53,5 +53,12 @@ pub const MAX_LOOP_TRIPS: u64 = 1 << 24;
 /// native JIT.
 pub const MAX_INTERP_STEPS: u64 = 1 << 24;
 
+/// Block-size combinations `tessera tune` tries (`--values` to the power
+/// of the kernel's block parameters).
+pub const MAX_TUNE_CANDIDATES: u64 = 4096;
+
+/// Seconds one compile (`--timeout`) may be given: a day.
+pub const MAX_TIMEOUT_SECONDS: f64 = 86_400.0;
+
 /// Bytes of a kernel file (`.kir`).
 pub const MAX_KIR_BYTES: u64 = 16 << 20;

@@ -31,8 +31,15 @@ pub fn estimate(args: &[String]) -> Result<(), Failure> {
         let secs: f64 = t
             .parse()
             .ok()
-            .filter(|s: &f64| s.is_finite() && *s > 0.0)
-            .ok_or_else(|| usage(format!("--timeout {t}: give seconds, e.g. --timeout 120")))?;
+            .filter(|s: &f64| {
+                s.is_finite() && *s > 0.0 && *s <= kernel_ir::limits::MAX_TIMEOUT_SECONDS
+            })
+            .ok_or_else(|| {
+                usage(format!(
+                    "--timeout {t}: give seconds up to {} (a day), e.g. --timeout 120",
+                    kernel_ir::limits::MAX_TIMEOUT_SECONDS
+                ))
+            })?;
         child.timeout = std::time::Duration::from_secs_f64(secs);
     }
     if let Some(path) = a.one("module").map_err(usage)? {

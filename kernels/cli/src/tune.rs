@@ -141,6 +141,22 @@ pub fn tune(args: &[String]) -> Result<(), Failure> {
                 ))
             })?,
     };
+    let mut values = values;
+    values.sort_unstable();
+    values.dedup();
+    let count = u32::try_from(params.len())
+        .ok()
+        .and_then(|p| (values.len() as u64).checked_pow(p));
+    let max = kernel_ir::limits::MAX_TUNE_CANDIDATES;
+    if count.is_none_or(|n| n > max) {
+        return Err(usage(format!(
+            "--values gives {} sizes for {} block parameters ({}), {} combinations, over the limit of {max} (kernel_ir::limits::MAX_TUNE_CANDIDATES); give fewer sizes, or fix some parameters with --config",
+            values.len(),
+            params.len(),
+            params.join(", "),
+            count.map_or("over 2^64".to_string(), |n| n.to_string())
+        )));
+    }
     let top: usize = match a.one("top").map_err(usage)? {
         None => 10,
         Some(t) => t

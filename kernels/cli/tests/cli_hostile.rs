@@ -210,6 +210,47 @@ fn hostile_repros_get_their_documented_answers() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("not a .npy file"), "{}", stderr(&o));
+    // Limits on flags: a timeout past a day, a tune search past
+    // MAX_TUNE_CANDIDATES (1,000 sizes for three blocks built 10^9
+    // combinations up front).
+    let many = (1..=1000)
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    for (args, says) in [
+        (vec!["estimate", "add", "--timeout", "1e20"], "up to 86400"),
+        (
+            vec!["tune", "matmul", "--cpu", "--values", many.as_str()],
+            "MAX_TUNE_CANDIDATES",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let o = tessera(&args);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{}", stderr(&o));
+        assert!(started.elapsed().as_secs() < 20, "{args:?}");
+    }
+    // A FIFO as an input is refused at once (opening it blocked).
+    let fifo = d.join("fifo.npy");
+    if Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let fx = format!("x={}", fifo.display());
+        let o = tessera(&[
+            "run",
+            "add",
+            "--input",
+            &fx,
+            "--input",
+            &z.replace("x=", "y="),
+            "--out",
+            out,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+    }
     // A shape too large to index.
     let o = tessera(&[
         "lower",

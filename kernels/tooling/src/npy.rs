@@ -217,7 +217,7 @@ pub fn read(path: &std::path::Path) -> Result<Array, NpyError> {
     }
     if !meta.is_file() {
         return Err(err(format!(
-            "{} is not a regular file (a pipe or a device); give a .npy file",
+            "{} is not a .npy file: not a regular file (a pipe or a device)",
             path.display()
         )));
     }
