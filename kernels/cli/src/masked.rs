@@ -13,6 +13,9 @@ use crate::args::Args;
 use crate::run::backend;
 use crate::{Failure, usage};
 
+/// The inputs `masked` takes.
+const INPUTS: [&str; 5] = ["q", "k", "v", "q_seg", "kv_seg"];
+
 fn read(a: &Args, name: &str) -> Result<Option<Array>, String> {
     for (k, path) in a.pairs("input")? {
         if k == name {
@@ -37,6 +40,20 @@ pub fn masked(args: &[String]) -> Result<(), Failure> {
         &["cost"],
     )
     .map_err(usage)?;
+    // Every input named once, and only the five masked attention takes: a
+    // misspelt `q_seg` would otherwise drop the segment mask silently.
+    let mut named = std::collections::BTreeSet::new();
+    for (k, _) in a.pairs("input").map_err(usage)? {
+        if !INPUTS.contains(&k.as_str()) {
+            return Err(usage(format!(
+                "--input {k}: masked attention takes {}",
+                INPUTS.join(", ")
+            )));
+        }
+        if !named.insert(k.clone()) {
+            return Err(usage(format!("--input {k} is given twice; give it once")));
+        }
+    }
     let spec = a.one("mask").map_err(usage)?.ok_or_else(|| {
         usage("give --mask, e.g. causal, local:127:0 or chunked:8192&causal".into())
     })?;
@@ -44,6 +61,19 @@ pub fn masked(args: &[String]) -> Result<(), Failure> {
         .one("out")
         .map_err(usage)?
         .ok_or_else(|| usage("give --out DIR, where o.npy and lse.npy go".into()))?;
+    if Path::new(out).exists() && !Path::new(out).is_dir() {
+        return Err(usage(format!(
+            "--out {out} is a file; give a folder for o.npy and lse.npy"
+        )));
+    }
+    let b_name = a.one("backend").map_err(usage)?.unwrap_or("jit");
+    if b_name == "all" {
+        return Err(usage(
+            "masked runs one backend: give one of interp, jit, pjrt, pjrt-ffi, triton-interp"
+                .into(),
+        ));
+    }
+    let be = backend(b_name).map_err(usage)?;
     let need = |n: &str| -> Result<Array, Failure> {
         read(&a, n)
             .map_err(usage)?
@@ -62,38 +92,54 @@ pub fn masked(args: &[String]) -> Result<(), Failure> {
     let skv = k.shape()[2];
     let mask = MultiHeadMask::parse(spec, h).map_err(|e| usage(e.to_string()))?;
     let block = |name: &str, default: usize, len: usize| -> Result<usize, Failure> {
-        let v =
-            match a.one(name).map_err(usage)? {
-                None => default.min(len),
-                Some(s) => s.parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| {
-                    usage(format!("--{name} {s}: give a block size of at least 1"))
+        let v = match a.one(name).map_err(usage)? {
+            None => default.min(len),
+            Some(s) => s
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| (1..=len.max(1)).contains(&n))
+                .ok_or_else(|| {
+                    usage(format!(
+                        "--{name} {s}: give a block size from 1 to the sequence length {len}"
+                    ))
                 })?,
-            };
+        };
         Ok(v)
     };
     let (bq, bk) = (block("block-q", 128, sq)?, block("block-k", 128, skv)?);
+    let blocks = (sq.div_ceil(bq) as u64).saturating_mul(skv.div_ceil(bk) as u64);
+    if blocks > kernel_ir::limits::MAX_INTERP_STEPS {
+        return Err(usage(format!(
+            "--block-q {bq} --block-k {bk} make {blocks} block pairs per head, over the limit of {} (kernel_ir::limits::MAX_INTERP_STEPS); use larger blocks",
+            kernel_ir::limits::MAX_INTERP_STEPS
+        )));
+    }
     let t = BlockTables::build(&mask, sq, skv, bq, bk).map_err(|e| usage(e.to_string()))?;
-    let seg = |name: &str, shape: Vec<usize>| -> Result<Array, Failure> {
+    // Segment ids are int32 `[b, len]`, one per position.
+    let seg = |name: &str, len: usize, shape: Vec<usize>| -> Result<Array, Failure> {
         match read(&a, name).map_err(usage)? {
             None => Ok(Array::zeros(DType::I32, shape)),
-            Some(s) if s.len() == shape.iter().product::<usize>() => {
+            Some(s) if s.dtype() == DType::I32 && s.shape() == [b, len] => {
                 Array::new(DType::I32, shape, s.data().to_vec()).map_err(|e| usage(e.to_string()))
             }
             Some(s) => Err(usage(format!(
-                "--input {name} has {} ids; give one per position ([b, len])",
-                s.len()
+                "--input {name} is {}{:?}; give int32 segment ids of shape [{b}, {len}], one per position",
+                s.dtype(),
+                s.shape()
             ))),
         }
     };
-    let q_seg = seg("q_seg", vec![b, sq, 1])?;
-    let kv_seg = seg("kv_seg", vec![b, 1, skv])?;
+    let q_seg = seg("q_seg", sq, vec![b, sq, 1])?;
+    let kv_seg = seg("kv_seg", skv, vec![b, 1, skv])?;
     let ([kind, fetch, mask_fetch], masks) = t.arrays();
     let args = vec![kind, fetch, mask_fetch, q, k, v, masks, q_seg, kv_seg];
     let softcap = match a.one("softcap").map_err(usage)? {
         None => None,
         Some(s) => Some(
             s.parse::<f32>()
-                .map_err(|_| usage(format!("--softcap {s}: give a number")))?,
+                .ok()
+                .filter(|c| c.is_finite() && *c > 0.0)
+                .ok_or_else(|| usage(format!("--softcap {s}: give a positive number")))?,
         ),
     };
     let cfg = MaskedConfig {
@@ -108,8 +154,6 @@ pub fn masked(args: &[String]) -> Result<(), Failure> {
         .map_err(|e| usage(e.to_string()))?;
     let dtype = args[3].dtype();
     let kernel = masked_attention(&cfg, dtype, dims).map_err(|e| Failure::Run(e.to_string()))?;
-    let b_name = a.one("backend").map_err(usage)?.unwrap_or("jit");
-    let be = backend(b_name).map_err(usage)?;
     let outs = Prepared::new(be, &kernel)
         .and_then(|p| p.run(&args))
         .map_err(|e| Failure::Run(format!("{be}: {e}")))?;

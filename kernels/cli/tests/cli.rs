@@ -1072,6 +1072,55 @@ fn masked_runs_attention_with_a_described_mask() {
         "{}",
         stderr(&o)
     );
+    // Inputs the kernel would misread, and flags past their range: each a
+    // usage error before anything runs (each was accepted, wrote NaN or
+    // panicked).
+    let f32_seg = save(&d, "q_seg", &Array::zeros(DType::F32, vec![1, 64]));
+    let wide_seg = save(&d, "kv_seg", &Array::zeros(DType::I32, vec![1, 64, 1]));
+    let file = d.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--input", &f32_seg],
+            "give int32 segment ids of shape [1, 64]",
+        ),
+        (
+            vec!["--input", &wide_seg],
+            "give int32 segment ids of shape [1, 64]",
+        ),
+        (
+            vec!["--input", "qseg=x.npy"],
+            "--input qseg: masked attention takes q, k, v, q_seg, kv_seg",
+        ),
+        (vec!["--input", &args[0]], "--input q is given twice"),
+        (
+            vec!["--softcap", "inf"],
+            "--softcap inf: give a positive number",
+        ),
+        (
+            vec!["--softcap", "nan"],
+            "--softcap nan: give a positive number",
+        ),
+        (
+            vec!["--block-k", "4294967296"],
+            "give a block size from 1 to the sequence length 64",
+        ),
+        (vec!["--backend", "all"], "masked runs one backend"),
+        (vec!["--out", file.to_str().unwrap()], "is a file"),
+    ];
+    for (extra, says) in cases {
+        let mut all = vec!["masked", "--mask", "causal"];
+        for a in &args {
+            all.extend(["--input", a.as_str()]);
+        }
+        all.extend(&extra);
+        if !extra.contains(&"--out") {
+            all.extend(["--out", out.to_str().unwrap()]);
+        }
+        let o = tessera(&all);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{extra:?}: {}", stderr(&o));
+    }
 }
 
 /// `tessera tune --cpu` alone measures the JIT's register tiles on this
