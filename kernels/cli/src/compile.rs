@@ -205,12 +205,17 @@ pub(crate) fn parse_targets(s: &str) -> Result<Vec<Target>, String> {
     if s == ALL {
         return Ok(Target::ALL.to_vec());
     }
-    s.split(',')
-        .map(|t| {
-            t.parse::<Target>()
-                .map_err(|_| format!("unknown TPU generation `{t}`; use v5e, v6e, v5p, v7x or all"))
-        })
-        .collect()
+    let mut out: Vec<Target> = Vec::new();
+    for t in s.split(',') {
+        let t = t
+            .parse::<Target>()
+            .map_err(|_| format!("unknown TPU generation `{t}`; use v5e, v6e, v5p, v7x or all"))?;
+        // A generation named twice is compiled once.
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    Ok(out)
 }
 
 /// `--out` is a file for one kernel on one generation, else a directory;

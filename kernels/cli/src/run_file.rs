@@ -53,7 +53,16 @@ fn inputs(k: &VerifiedKernel, a: &Args, devices: Option<usize>) -> Result<Vec<Ar
                 k.name
             ));
         }
-        out.push(crate::kernel_args::for_argument(f, *dtype, &want));
+        let arg = crate::kernel_args::for_argument(f, *dtype, &want);
+        // Checked here, before anything compiles, as for catalog kernels.
+        if arg.dtype() != *dtype {
+            return Err(format!(
+                "input `{name}` is {} but kernel `{}` takes {dtype} there; convert the file",
+                arg.dtype(),
+                k.name
+            ));
+        }
+        out.push(arg);
     }
     Ok(out)
 }

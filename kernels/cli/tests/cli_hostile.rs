@@ -230,6 +230,32 @@ fn hostile_repros_get_their_documented_answers() {
         assert!(stderr(&o).contains(says), "{}", stderr(&o));
         assert!(started.elapsed().as_secs() < 20, "{args:?}");
     }
+    // A kernel file's input of the wrong dtype is a usage error before
+    // anything compiles (it failed with exit 1 after compiling), and a
+    // generation named twice compiles once.
+    let kir = d.join("copy.kir");
+    std::fs::write(
+        &kir,
+        "kernel @copy {\n  target v5e, vmem_limit default\n  grid [1 parallel]\n  in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major\n  out @o: f32[8, 128] vmem block [8, 128] at (0, 0) row_major\nbody:\n  %0 = load @x[0:8, 0:128] : f32[8, 128]\n  store @o[0:8, 0:128], %0 : f32[8, 128]\n}\n",
+    )
+    .unwrap();
+    let ints = save(&d, "xi", &Array::zeros(DType::I32, vec![8, 128])).replace("xi=", "x=");
+    let kir_s = kir.to_str().unwrap();
+    let o = tessera(&["run", kir_s, "--input", &ints, "--out", out]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is i32 but kernel `copy` takes f32"),
+        "{}",
+        stderr(&o)
+    );
+    let o = tessera(&["compile", kir_s, "--tpu", "v5e,v5e"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        common::stdout(&o).matches("v5e  ok").count(),
+        1,
+        "{}",
+        common::stdout(&o)
+    );
     // A FIFO as an input is refused at once (opening it blocked).
     let fifo = d.join("fifo.npy");
     if Command::new("mkfifo")
