@@ -526,7 +526,7 @@ pub(crate) fn result_types(
 fn mesh_of<'k>(sig: &'k Kernel, op: &'static str) -> Result<&'k crate::Mesh, ErrorKind> {
     sig.mesh.as_ref().ok_or_else(|| ErrorKind::Dma {
         op,
-        detail: "the kernel declares no mesh; give it one (`KernelBuilder::mesh`) naming the devices it runs on together".into(),
+        detail: "the kernel declares no mesh; give it one naming the devices it runs on together (`mesh [x 4]` after the grid in a kernel file, `KernelBuilder::mesh` in Rust)".into(),
     })
 }
 

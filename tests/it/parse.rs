@@ -270,3 +270,19 @@ fn hostile_sizes_and_nesting_are_refused_by_the_limits() {
     );
     parse(&fine).unwrap();
 }
+
+/// A carriage return or a byte-order mark in a kernel file is named in the
+/// error, never echoed raw (a raw CR rewrote the terminal line).
+#[test]
+fn control_characters_are_escaped_in_parse_errors() {
+    for bad in ["\r", "\u{feff}", "\u{1b}[2J"] {
+        let text = format!(
+            "kernel @k {{\n  target v5e, vmem_limit default\n  grid [1 parallel]{bad}\n}}\n"
+        );
+        let e = parse(&text).unwrap_err().to_string();
+        assert!(
+            !e.chars().any(|c| c.is_control() || c == '\u{feff}'),
+            "{e:?}"
+        );
+    }
+}

@@ -140,7 +140,7 @@ pub fn interpret_with(
 /// single-device path.
 pub fn single_device_only(kernel: &str, mesh: &crate::Mesh) -> String {
     format!(
-        "kernel `{kernel}` runs on the {} devices of its mesh; this path runs one device: run it with `kernel_ir::interpret_mesh`, or on CPU devices as its decomposed SPMD program (`tessera lower --target decomposed`, `runtime::across_devices::PreparedMesh`), and for TPU lower it with `--target mosaic`",
+        "kernel `{kernel}` runs on the {} devices of its mesh; this path runs one device: run it on every device with `tessera run FILE.kir --backend interp` (or `pjrt`: its SPMD program on CPU devices; in Rust `kernel_ir::interpret_mesh`, `runtime::across_devices::PreparedMesh`), and for TPU lower it with `--target mosaic`",
         mesh.devices()
     )
 }

@@ -42,7 +42,19 @@ impl<'a> Cursor<'a> {
     pub(super) fn found(&self) -> String {
         match self.rest().trim_start() {
             "" => "the end of the line".into(),
-            r => format!("`{}`", r.chars().take(20).collect::<String>()),
+            // Control characters and a byte-order mark are named, not
+            // echoed (a raw CR would rewrite the terminal line).
+            r => format!(
+                "`{}`",
+                r.chars()
+                    .take(20)
+                    .flat_map(|c| match c {
+                        '\u{feff}' => "\\u{feff}".chars().collect::<Vec<_>>(),
+                        c if c.is_control() => c.escape_default().collect(),
+                        c => vec![c],
+                    })
+                    .collect::<String>()
+            ),
         }
     }
 

@@ -104,7 +104,7 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
                 what: "the grid".into(),
                 shape: k.grid.bounds(),
             },
-            &None,
+            &k.grid_loc,
         );
     }
 
