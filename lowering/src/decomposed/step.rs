@@ -458,13 +458,17 @@ impl<'c> Step<'_, 'c> {
         let mut bufs = BTreeSet::new();
         written(body, &self.slots, &mut bufs);
         let bufs: Vec<usize> = bufs.into_iter().collect();
-        // State: the trip counter, carried values, written buffers. The
-        // counter runs 0, 1, .. trips and the body computes its index
-        // lo + t * step: XLA's CPU trip-count analysis drops a loop whose
-        // step is larger than its span (`0 to 1 step 3` ran zero times).
+        // State: the index (step 1) or a trip counter, carried values,
+        // written buffers. With a step above 1 the counter runs 0, 1, ..
+        // trips and the body computes its index lo + t * step: XLA's CPU
+        // trip-count analysis drops a loop whose step is larger than its
+        // span (`0 to 1 step 3` ran zero times).
+        let counter = step != 1;
         let lo = self.start(b, lower)?;
         let hi = self.start(b, upper)?;
-        let trips = {
+        let bound = if !counter {
+            hi
+        } else {
             let span = e.bin(b, "stablehlo.subtract", hi, lo, DType::I32, &[])?;
             let round_up = e.scalar_i32(b, step - 1)?;
             let num = e.bin(b, "stablehlo.add", span, round_up, DType::I32, &[])?;
@@ -474,7 +478,7 @@ impl<'c> Step<'_, 'c> {
             e.bin(b, "stablehlo.maximum", q, zero, DType::I32, &[])?
         };
         let mut types = vec![e.t(&[], DType::I32)];
-        let mut state = vec![e.scalar_i32(b, 0)?];
+        let mut state = vec![if counter { e.scalar_i32(b, 0)? } else { lo }];
         for v in init {
             let t = self.ty(*v);
             types.push(e.t(&t.shape, t.dtype));
@@ -486,7 +490,7 @@ impl<'c> Step<'_, 'c> {
         }
         let cond = ir.block(&types);
         let ca = ir.args(&cond);
-        let lt = e.compare(&cond, CompareOp::Lt, ca[0], trips, DType::I32, &[])?;
+        let lt = e.compare(&cond, CompareOp::Lt, ca[0], bound, DType::I32, &[])?;
         ir.op(
             &cond,
             "stablehlo.return",
@@ -497,9 +501,13 @@ impl<'c> Step<'_, 'c> {
         )?;
         let inner = ir.block(&types);
         let a = ir.args(&inner);
-        let st = e.scalar_i32(&inner, step)?;
-        let offset = e.bin(&inner, "stablehlo.multiply", a[0], st, DType::I32, &[])?;
-        let iv = e.bin(&inner, "stablehlo.add", lo, offset, DType::I32, &[])?;
+        let iv = if counter {
+            let st = e.scalar_i32(&inner, step)?;
+            let offset = e.bin(&inner, "stablehlo.multiply", a[0], st, DType::I32, &[])?;
+            e.bin(&inner, "stablehlo.add", lo, offset, DType::I32, &[])?
+        } else {
+            a[0]
+        };
         for (arg, raw) in body.args.iter().zip(std::iter::once(&iv).chain(&a[1..])) {
             self.set(*arg, *raw);
         }
