@@ -33,6 +33,23 @@ fn on_every_path(text: &str, args: &[Array], want: &[f64]) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// A kernel `name` of one step: `%0` is `x: f32[8, 128]`, `body` computes
+/// `%2`, stored as `o: f32[8, cols]`.
+fn of_x(name: &str, cols: usize, body: &str) -> String {
+    format!(
+        "kernel @{name} {{
+  target v5e, vmem_limit default
+  grid [1 parallel]
+  in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+  out @o: f32[8, {cols}] vmem block [8, {cols}] at (0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+{body}  store @o[0:8, 0:{cols}], %2 : f32[8, {cols}]
+}}
+"
+    )
+}
+
 /// A max or min over a row holding a NaN is NaN on every path (XLA's CPU
 /// reduction dropped it: the decomposed path gave 1.0).
 #[test]
@@ -52,19 +69,12 @@ fn max_and_min_reductions_propagate_nan_on_every_path() {
         })
         .collect();
     for op in ["max", "min"] {
-        let text = format!(
-            "kernel @reduce_{op} {{
-  target v5e, vmem_limit default
-  grid [1 parallel]
-  in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
-  out @o: f32[8, 1] vmem block [8, 1] at (0, 0) row_major
-body:
-  %0 = load @x[0:8, 0:128] : f32[8, 128]
-  %1 = reduce {op} %0, axes [1] : f32[8, 128] -> f32[8]
-  %2 = reshape %1 : f32[8] -> f32[8, 1]
-  store @o[0:8, 0:1], %2 : f32[8, 1]
-}}
-"
+        let text = of_x(
+            &format!("reduce_{op}"),
+            1,
+            &format!(
+                "  %1 = reduce {op} %0, axes [1] : f32[8, 128] -> f32[8]\n  %2 = reshape %1 : f32[8] -> f32[8, 1]\n"
+            ),
         );
         on_every_path(&text, std::slice::from_ref(&x), &want);
     }
@@ -94,18 +104,10 @@ fn exp_overflows_to_infinity_on_every_path() {
             .iter()
             .flat_map(|&v| std::iter::repeat_n(DType::F32.round(f(v as f64)), 128))
             .collect();
-        let text = format!(
-            "kernel @overflow_{op} {{
-  target v5e, vmem_limit default
-  grid [1 parallel]
-  in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
-  out @o: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
-body:
-  %0 = load @x[0:8, 0:128] : f32[8, 128]
-  %1 = {op} %0 : f32[8, 128]
-  store @o[0:8, 0:128], %1 : f32[8, 128]
-}}
-"
+        let text = of_x(
+            &format!("overflow_{op}"),
+            128,
+            &format!("  %2 = {op} %0 : f32[8, 128]\n"),
         );
         on_every_path(&text, std::slice::from_ref(&x), &want);
     }

@@ -47,7 +47,17 @@ proptest! {
         let gamma = Array::random(DType::F32, [k], seed ^ 1, 0.5, 1.5);
         let w = Array::random(dtype, [k, n], seed ^ 2, -1.0, 1.0);
         let want = reference(&x, &gamma, &w, CFG.eps as f64);
-        let tol = Tolerance::matmul(k, dtype);
+        // In bf16 the kernel rounds the normalized row to bf16 before the
+        // dot (the MXU's input type), which the f64 reference does not: k
+        // products each off by up to 2^-9, a random walk of about
+        // sqrt(k) * 2^-9 * |x̂||w| (6e-3 * sqrt(k) is five of its sigmas).
+        let tol = match dtype {
+            DType::BF16 => Tolerance {
+                abs: 6e-3 * (k as f64).sqrt(),
+                ..Tolerance::matmul(k, dtype)
+            },
+            _ => Tolerance::matmul(k, dtype),
+        };
         let report = check_every_path(&kernel(dtype, m, k, n), &[x, gamma, w], &[want], &[tol])?;
         prop_assert_eq!(report.paths.len(), 5);
     }
