@@ -8,7 +8,7 @@
 //! | `jit` | the native JIT ([`lowering::HostKernel`]) called directly |
 //! | `pjrt-decomposed` | the decomposed StableHLO ([`lowering::decomposed`]) on the PJRT CPU plugin |
 //! | `pjrt-ffi` | a StableHLO module calling the native kernel through the FFI handler ([`crate::host_call`]) on the PJRT CPU plugin |
-//! | `triton-interp` | the kernel's Triton program ([`lowering::triton`]), the one Triton compiles for GPUs, under Triton's interpreter ([`crate::triton`]) |
+//! | `triton-interp` | the kernel's Triton program ([`lowering::triton()`](fn@lowering::triton)), the one Triton compiles for GPUs, under Triton's interpreter ([`crate::triton`]) |
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

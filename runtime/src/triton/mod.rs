@@ -1,4 +1,4 @@
-//! Triton in the loop: a kernel's Triton program ([`lowering::triton`])
+//! Triton in the loop: a kernel's Triton program ([`lowering::triton()`](fn@lowering::triton))
 //! compiled for GPUs by Triton's compiler, and run on the CPU by Triton's
 //! interpreter, both in child processes of the Python that `.ci/setup.sh`
 //! installs Triton into (`<cache>/triton-3.9.0/`, or
