@@ -66,7 +66,7 @@ def jax_reference(q, k, v, window):
 
 def main():
     tessera, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-    failures, lines = [], ["# Tessera artifacts in JAX (jax 0.11.2)", ""]
+    failures, lines = [], [f"# Tessera artifacts in JAX (jax {jax.__version__})", ""]
     for name, (config, (b, h, s, d), hkv, window) in CASES.items():
         for dtype in ("float32", "bfloat16"):
             case = f"{name}_{dtype}"
