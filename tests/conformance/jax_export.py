@@ -372,6 +372,9 @@ def whole_or_refused(tessera, out, lines):
     import shutil
     import time
     failures = []
+    # The damaged copies of an earlier run would stop copytree: start clean.
+    for d in out.glob("whole_*"):
+        shutil.rmtree(d, ignore_errors=True)
     causal, plain = out / "whole_causal", out / "whole_plain"
     for d, cfg in ((causal, ["--config", "causal=true"]), (plain, [])):
         subprocess.run([str(tessera), "export", "flash_attention", *cfg, "--out", str(d)], check=True, capture_output=True)
