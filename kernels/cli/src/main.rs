@@ -558,6 +558,18 @@ fn run(args: &[String]) -> ExitCode {
             }
         };
     }
+    // A malformed TESSERA_HOST_TUNING is a bad invocation, said before any
+    // work (the JIT would report it at its first compile, as a run failure).
+    if let Ok(v) = std::env::var(lowering::TUNING_ENV) {
+        let v = v.trim();
+        if !v.is_empty()
+            && v != "default"
+            && let Err(e) = v.parse::<lowering::DotTiling>()
+        {
+            eprintln!("tessera {cmd}: {}: {e}, or `default`", lowering::TUNING_ENV);
+            return ExitCode::from(2);
+        }
+    }
     let result = match cmd {
         "--help" | "-h" | "help" => return help(HELP),
         "demo" if rest.is_empty() => return demo::demo(),

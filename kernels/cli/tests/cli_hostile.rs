@@ -256,6 +256,19 @@ fn hostile_repros_get_their_documented_answers() {
         "{}",
         common::stdout(&o)
     );
+    // A malformed TESSERA_HOST_TUNING is a bad invocation (exit 2), said
+    // before anything compiles (it was a run failure, exit 1).
+    let o = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["run", kir_s, "--input", &ints, "--out", out])
+        .env("TESSERA_HOST_TUNING", "banana")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("TESSERA_HOST_TUNING: `banana` is not a register tile"),
+        "{}",
+        stderr(&o)
+    );
     // A FIFO as an input is refused at once (opening it blocked).
     let fifo = d.join("fifo.npy");
     if Command::new("mkfifo")
