@@ -84,7 +84,22 @@ pub fn kernel_for_lower(name: &str, args: &Args) -> Result<VerifiedKernel, Strin
     }
     c.entry
         .build_with_shapes(&c.config, &shapes)
-        .map_err(|e| e.to_string())
+        .map_err(|e| given_flags(args, e.to_string()))
+}
+
+/// A build error led by the `--config`/`--shape` flags that made the kernel
+/// (the error's location is the library's line, not the user's input).
+fn given_flags(args: &Args, error: String) -> String {
+    let mut flags: Vec<String> = Vec::new();
+    for k in ["config", "shape"] {
+        flags.extend(args.all(k).iter().map(|v| format!("--{k} {v}")));
+    }
+    if flags.is_empty() {
+        error
+    } else {
+        let error = error.strip_prefix("error: ").unwrap_or(&error);
+        format!("with {}: {error}", flags.join(" "))
+    }
 }
 
 /// For `run` and `diff`: the kernel built for the shapes of the `.npy`
@@ -140,7 +155,7 @@ pub fn kernel_and_inputs(c: &Chosen, args: &Args) -> Result<(VerifiedKernel, Vec
     let kernel = c
         .entry
         .build(&c.config, &shapes)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| given_flags(args, e.to_string()))?;
     // The files were matched in argument order: prefetch, then inputs.
     // A float32 file given to a bf16 or fp8 input is rounded to it, a
     // uint8 (fp8 bits) file read as f8e4m3fn is taken as the f8e5m2 an

@@ -269,6 +269,15 @@ fn hostile_repros_get_their_documented_answers() {
         "{}",
         stderr(&o)
     );
+    // A kernel the flags make invalid is reported with the flags first
+    // (the location after them is the library's line).
+    let o = tessera(&["lower", "matmul", "--config", "bm=1", "--target", "mosaic"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("tessera lower: with --config bm=1: "),
+        "{}",
+        stderr(&o)
+    );
     // A FIFO as an input is refused at once (opening it blocked).
     let fifo = d.join("fifo.npy");
     if Command::new("mkfifo")
