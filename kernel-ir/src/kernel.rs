@@ -24,6 +24,10 @@ pub struct Kernel {
     pub grid: Grid,
     /// Where the grid was set (what grid errors point at).
     pub grid_loc: Option<crate::Loc>,
+    /// Where the kernel is declared (its `kernel @name {` line in a file,
+    /// the `KernelBuilder::new` call in Rust): what errors about the whole
+    /// kernel point at (its name, `vmem_limit`, a top-level `yield`).
+    pub loc: Option<crate::Loc>,
     /// The devices it runs on together, for kernels that copy or signal
     /// across chips; `None` for a single-chip kernel.
     pub mesh: Option<crate::Mesh>,

@@ -18,6 +18,7 @@ fn same<E: std::fmt::Debug>(
         k.operands.iter_mut().for_each(|o| o.loc = None);
         k.scratch.iter_mut().for_each(|s| s.loc = None);
         k.grid_loc = None;
+        k.loc = None;
         k.body = kernel_ir::Body::default();
         k
     };

@@ -19,6 +19,7 @@ fn without_locs(k: &Kernel) -> Kernel {
     }
     let mut k = k.clone();
     k.grid_loc = None;
+    k.loc = None;
     if let Some(m) = &mut k.mesh {
         m.loc = None;
     }

@@ -59,7 +59,9 @@ pub struct KernelBuilder {
 impl KernelBuilder {
     /// Starts a kernel called `name`, for the default target (v5e), with a
     /// rank-0 grid (one step) until [`KernelBuilder::grid`] is called.
+    #[track_caller]
     pub fn new(name: impl Into<String>) -> KernelBuilder {
+        let loc = Loc::caller();
         let sig = Kernel {
             name: name.into(),
             target: Target::default(),
@@ -67,6 +69,7 @@ impl KernelBuilder {
             vmem_limit: None,
             grid: Grid::default(),
             grid_loc: None,
+            loc: Some(loc),
             mesh: None,
             prefetch: Vec::new(),
             operands: Vec::new(),

@@ -103,6 +103,7 @@ fn read(text: &str, file: Option<&str>) -> Result<Kernel, ParseError> {
             vmem_limit: None,
             grid: Grid::default(),
             grid_loc: None,
+            loc: None,
             mesh: None,
             prefetch: Vec::new(),
             operands: Vec::new(),
@@ -167,6 +168,7 @@ impl<'a> Reader<'a> {
 
     fn kernel(&mut self) -> Result<(), ParseError> {
         let mut c = self.line()?;
+        self.kernel.loc = self.loc(&c);
         c.word("kernel")?;
         self.kernel.name = c.name()?.to_string();
         c.sym("{")?;

@@ -14,13 +14,13 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
     };
     let top = &k.body.region;
     if !top.args.is_empty() || !top.yields.is_empty() {
-        c.errors.push(
+        c.errors.push(KernelError::new(
             ErrorKind::Yield {
                 op: "kernel body",
                 detail: "the top-level region takes no args and yields nothing".into(),
-            }
-            .into(),
-        );
+            },
+            k.loc.clone(),
+        ));
     }
     c.region(top);
     c.errors

@@ -83,7 +83,7 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
             ErrorKind::BadName {
                 name: k.name.clone(),
             },
-            &None,
+            &k.loc,
         );
     }
     if let Some(limit) = k.vmem_limit
@@ -95,7 +95,7 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
                 target: k.target,
                 physical: k.target.vmem_bytes(),
             },
-            &None,
+            &k.loc,
         );
     }
     if k.grid.dims.iter().any(|d| d.bound == 0) {
