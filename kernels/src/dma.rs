@@ -25,7 +25,9 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use crate::entry::{DTYPE, Entry, EntryError, Preset, dims, dtype_tolerance, no_check, uniform_inputs};
+use crate::entry::{
+    DTYPE, Entry, EntryError, Preset, dims, dtype_tolerance, no_check, uniform_inputs,
+};
 
 /// Rows of the top half copied per step, from `2r` rows.
 fn half(two_r: usize) -> usize {
@@ -53,9 +55,19 @@ pub fn double_buffered_rows<T: Element>(
     }
     if i + 1 < num_programs(0) {
         let next = (i + 1) % 2;
-        make_async_copy(x.slice((i + 1, 0..r, ..)), buf.slice((next, .., ..)), sems.at(next)).start();
+        make_async_copy(
+            x.slice((i + 1, 0..r, ..)),
+            buf.slice((next, .., ..)),
+            sems.at(next),
+        )
+        .start();
     }
-    make_async_copy(x.slice((i, 0..r, ..)), buf.slice((slot, .., ..)), sems.at(slot)).wait();
+    make_async_copy(
+        x.slice((i, 0..r, ..)),
+        buf.slice((slot, .., ..)),
+        sems.at(slot),
+    )
+    .wait();
     counter.at(0).signal(1);
     let one = counter.at(0).read();
     counter.at(0).wait(1);

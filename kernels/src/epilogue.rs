@@ -8,12 +8,12 @@ use std::sync::Arc;
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use crate::foundation::accumulate_k_step;
+use crate::entry::{Config, EntryError};
 use crate::entry::{
     DTYPE, Entry, ParamKind, Preset, matmul_shapes, matmul_tolerance, no_check, param,
     uniform_inputs,
 };
-use crate::entry::{Config, EntryError};
+use crate::foundation::accumulate_k_step;
 use crate::reference;
 use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
@@ -127,7 +127,9 @@ pub const MATMUL_EPILOGUE: Entry = Entry {
     fixed_inputs: None,
     backward: Some(|c, _| {
         let act = activation(c)?;
-        Ok(Arc::new(move |call: &VjpCall<'_>| matmul_epilogue_backward(act, call)))
+        Ok(Arc::new(move |call: &VjpCall<'_>| {
+            matmul_epilogue_backward(act, call)
+        }))
     }),
     about: "matmul with a fused epilogue: act(x*w + bias) [+ residual]",
     params: &[
@@ -218,11 +220,10 @@ fn activation_slope(act: Activation, z: &Tensor) -> Result<Tensor, RuntimeError>
                 .erf()?
                 .add_scalar(1.0)?
                 .scale(0.5)?;
-            let pdf = z
-                .mul(z)?
-                .scale(-0.5)?
-                .exp()?
-                .scale(0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2)?;
+            let pdf =
+                z.mul(z)?.scale(-0.5)?.exp()?.scale(
+                    0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2,
+                )?;
             cdf.add(&z.mul(&pdf)?)?
         }
         // σ(z)·(1 + z·(1 − σ(z)))
@@ -231,7 +232,10 @@ fn activation_slope(act: Activation, z: &Tensor) -> Result<Tensor, RuntimeError>
             let one = z.runtime().scalar(1.0, DType::F32);
             s.mul(&z.mul(&one.sub(&s)?)?.add(&one)?)?
         }
-        Activation::Identity => z.runtime().scalar(1.0, DType::F32).broadcast_to(z.shape())?,
+        Activation::Identity => z
+            .runtime()
+            .scalar(1.0, DType::F32)
+            .broadcast_to(z.shape())?,
     })
 }
 
@@ -255,7 +259,9 @@ fn matmul_epilogue_backward(
     let (x, w, bias) = (&call.inputs[0], &call.inputs[1], &call.inputs[2]);
     let (xf, wf) = (x.cast(DType::F32)?, w.cast(DType::F32)?);
     let (m, n) = (x.shape()[0], w.shape()[1]);
-    let z = xf.matmul(&wf)?.add(&bias.broadcast_in_dim(&[m, n], &[0, 1])?)?;
+    let z = xf
+        .matmul(&wf)?
+        .add(&bias.broadcast_in_dim(&[m, n], &[0, 1])?)?;
     let g = call.cotangent(0)?;
     let dz = g.cast(DType::F32)?.mul(&activation_slope(act, &z)?)?;
     let dx = dz.matmul(&wf.transpose(&[1, 0])?)?.cast(x.dtype())?;

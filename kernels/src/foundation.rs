@@ -9,8 +9,8 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 use crate::entry::{
-    DTYPE, Entry, ParamKind, Preset, dims, dtype_tolerance, matmul_shapes, matmul_tolerance, no_check, param,
-    uniform_inputs,
+    DTYPE, Entry, ParamKind, Preset, dims, dtype_tolerance, matmul_shapes, matmul_tolerance,
+    no_check, param, uniform_inputs,
 };
 use crate::reference;
 use crate::tolerance::Tolerance;
@@ -295,7 +295,12 @@ pub const ADD: Entry = Entry {
     params: &[
         DTYPE,
         param("block_rows", ParamKind::Positive, "16", "rows per block"),
-        param("block_cols", ParamKind::Positive, "128", "columns per block"),
+        param(
+            "block_cols",
+            ParamKind::Positive,
+            "128",
+            "columns per block",
+        ),
     ],
     inputs: |_| Ok(vec![("x", vec![64, 256]), ("y", vec![64, 256])]),
     build: |c, s| {
@@ -342,7 +347,12 @@ pub const MATMUL: Entry = Entry {
     about: "tiled matmul with an f32 accumulator in scratch",
     params: &[
         DTYPE,
-        param("out_dtype", ParamKind::FloatDType, "f32", "output element type"),
+        param(
+            "out_dtype",
+            ParamKind::FloatDType,
+            "f32",
+            "output element type",
+        ),
         MATMUL_BLOCKS[0],
         MATMUL_BLOCKS[1],
         MATMUL_BLOCKS[2],
@@ -387,7 +397,10 @@ pub const SOFTMAX: Entry = Entry {
     fixed_inputs: None,
     backward: None,
     about: "row softmax, whole rows per block",
-    params: &[DTYPE, param("block_rows", ParamKind::Positive, "16", "rows per block")],
+    params: &[
+        DTYPE,
+        param("block_rows", ParamKind::Positive, "16", "rows per block"),
+    ],
     inputs: |_| Ok(vec![("x", vec![64, 512])]),
     build: |c, s| {
         let [rows, cols] = dims(&s[0], "x")?;

@@ -23,11 +23,11 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use crate::epilogue::{Activation, activate};
-use crate::foundation::k_block_operands;
 use crate::entry::{
     Config, Entry, EntryError, ParamKind, Preset, dims, matmul_tolerance, no_check, param,
 };
+use crate::epilogue::{Activation, activate};
+use crate::foundation::k_block_operands;
 
 /// How the fp8 operands are scaled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,12 +141,24 @@ pub fn fp8_gemm(c: &Fp8GemmConfig) -> Result<VerifiedKernel, KernelErrors> {
         sm,
         sn,
     };
-    let args = (c.bm, c.bn, c.bk, per_row, c.activation, c.residual, c.bf16_partials);
+    let args = (
+        c.bm,
+        c.bn,
+        c.bk,
+        per_row,
+        c.activation,
+        c.residual,
+        c.bf16_partials,
+    );
     macro_rules! build {
         ($t:ty) => {
             match c.out_dtype {
-                DType::BF16 => fp8_gemm::build::<$t, bf16>(args.0, args.1, args.2, args.3, args.4, args.5, args.6, dims),
-                DType::F32 => fp8_gemm::build::<$t, f32>(args.0, args.1, args.2, args.3, args.4, args.5, args.6, dims),
+                DType::BF16 => fp8_gemm::build::<$t, bf16>(
+                    args.0, args.1, args.2, args.3, args.4, args.5, args.6, dims,
+                ),
+                DType::F32 => fp8_gemm::build::<$t, f32>(
+                    args.0, args.1, args.2, args.3, args.4, args.5, args.6, dims,
+                ),
                 other => Err(kernel_ir::unsupported_dtype("fp8_gemm (output)", other)),
             }
         };
@@ -154,7 +166,10 @@ pub fn fp8_gemm(c: &Fp8GemmConfig) -> Result<VerifiedKernel, KernelErrors> {
     match c.dtype {
         DType::F8E4M3FN => build!(f8e4m3fn),
         DType::F8E5M2 => build!(f8e5m2),
-        other => Err(kernel_ir::unsupported_dtype("fp8_gemm (inputs: f8e4m3fn or f8e5m2)", other)),
+        other => Err(kernel_ir::unsupported_dtype(
+            "fp8_gemm (inputs: f8e4m3fn or f8e5m2)",
+            other,
+        )),
     }
 }
 
@@ -170,7 +185,13 @@ pub fn reference(
 ) -> Vec<f64> {
     let (m, n) = (x.shape()[0], w.shape()[1]);
     let prod = crate::reference::matmul(x, w);
-    let scale = |a: &Array, i: usize| if a.len() == 1 { a.data()[0] } else { a.data()[i] };
+    let scale = |a: &Array, i: usize| {
+        if a.len() == 1 {
+            a.data()[0]
+        } else {
+            a.data()[i]
+        }
+    };
     let scaled: Vec<f64> = (0..m * n)
         .map(|e| prod[e] * scale(sx, e / n) * scale(sw, e % n))
         .collect();
@@ -185,7 +206,11 @@ fn config(c: &Config, m: usize, n: usize, k: usize) -> Result<Fp8GemmConfig, Ent
         bm: c.usize("bm")?.min(m),
         bn: c.usize("bn")?.min(n),
         bk: c.usize("bk")?.min(k),
-        scaling: if c.choice("scaling")? == "row" { Scaling::Row } else { Scaling::Tensor },
+        scaling: if c.choice("scaling")? == "row" {
+            Scaling::Row
+        } else {
+            Scaling::Tensor
+        },
         activation: match c.choice("activation")? {
             "gelu" => Activation::Gelu,
             "silu" => Activation::Silu,
@@ -210,7 +235,9 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
         .collect();
     let depth = args.first().map_or(1, |a| a.1[1]) as f64;
     // Positive scales in lo..hi.
-    let scales = |shape: &[usize], s: u64, lo: f64, hi: f64| Array::random(DType::F32, shape.to_vec(), s, lo, hi);
+    let scales = |shape: &[usize], s: u64, lo: f64, hi: f64| {
+        Array::random(DType::F32, shape.to_vec(), s, lo, hi)
+    };
     args.iter()
         .enumerate()
         .map(|(i, (d, shape, name))| {
@@ -233,19 +260,53 @@ pub const FP8_GEMM: Entry = Entry {
     backward: None,
     about: "the CUTLASS FP8 GEMM: fp8 x fp8 in f32, per-tensor or per-row scales, the matmul_epilogue epilogue, bf16/f32 out",
     params: &[
-        param("fp8", ParamKind::Choice(&["e4m3", "e5m2"]), "e4m3", "fp8 format of x and w: e4m3 (f8e4m3fn) or e5m2"),
-        param("out_dtype", ParamKind::FloatDType, "bf16", "output (and residual) element type: bf16 or f32"),
-        param("scaling", ParamKind::Choice(&["tensor", "row"]), "row", "per-tensor scales, or per row of x and per column of w"),
-        param("activation", ParamKind::Choice(&["none", "gelu", "silu"]), "none", "none, gelu or silu"),
-        param("residual", ParamKind::Bool, "false", "add a [m, n] residual input"),
-        param("accumulate", ParamKind::Choice(&["f32", "bf16"]), "f32", "the running sum in f32, or rounded to bf16 after each k step"),
+        param(
+            "fp8",
+            ParamKind::Choice(&["e4m3", "e5m2"]),
+            "e4m3",
+            "fp8 format of x and w: e4m3 (f8e4m3fn) or e5m2",
+        ),
+        param(
+            "out_dtype",
+            ParamKind::FloatDType,
+            "bf16",
+            "output (and residual) element type: bf16 or f32",
+        ),
+        param(
+            "scaling",
+            ParamKind::Choice(&["tensor", "row"]),
+            "row",
+            "per-tensor scales, or per row of x and per column of w",
+        ),
+        param(
+            "activation",
+            ParamKind::Choice(&["none", "gelu", "silu"]),
+            "none",
+            "none, gelu or silu",
+        ),
+        param(
+            "residual",
+            ParamKind::Bool,
+            "false",
+            "add a [m, n] residual input",
+        ),
+        param(
+            "accumulate",
+            ParamKind::Choice(&["f32", "bf16"]),
+            "f32",
+            "the running sum in f32, or rounded to bf16 after each k step",
+        ),
         param("bm", ParamKind::Positive, "128", "block rows"),
         param("bn", ParamKind::Positive, "128", "block columns"),
         param("bk", ParamKind::Positive, "128", "block depth along k"),
     ],
     inputs: |c| {
         let (m, n, k) = (256, 256, 512);
-        let (sm, sn) = if c.choice("scaling")? == "row" { (m, n) } else { (1, 1) };
+        let (sm, sn) = if c.choice("scaling")? == "row" {
+            (m, n)
+        } else {
+            (1, 1)
+        };
         let mut v = vec![
             ("x", vec![m, k]),
             ("w", vec![k, n]),
@@ -262,10 +323,16 @@ pub const FP8_GEMM: Entry = Entry {
         let [m, k] = dims(&s[0], "x")?;
         let [k2, n] = dims(&s[1], "w")?;
         if k != k2 {
-            return Err(EntryError::Shape(format!("x is [{m}, {k}] but w is [{k2}, {n}]: the inner dims differ")));
+            return Err(EntryError::Shape(format!(
+                "x is [{m}, {k}] but w is [{k2}, {n}]: the inner dims differ"
+            )));
         }
         let cfg = config(c, m, n, k)?;
-        let want = if cfg.scaling == Scaling::Row { ([m, 1], [1, n]) } else { ([1, 1], [1, 1]) };
+        let want = if cfg.scaling == Scaling::Row {
+            ([m, 1], [1, n])
+        } else {
+            ([1, 1], [1, 1])
+        };
         if s[2] != want.0 || s[3] != want.1 {
             return Err(EntryError::Shape(format!(
                 "with scaling = {}, sx must be {:?} and sw {:?}, got {:?} and {:?}",
@@ -278,7 +345,17 @@ pub const FP8_GEMM: Entry = Entry {
         }
         Ok(fp8_gemm(&cfg)?)
     },
-    reference: |c, a| Ok(vec![reference(&a[0], &a[1], &a[2], &a[3], &a[4], c.choice("activation")?, a.get(5))]),
+    reference: |c, a| {
+        Ok(vec![reference(
+            &a[0],
+            &a[1],
+            &a[2],
+            &a[3],
+            &a[4],
+            c.choice("activation")?,
+            a.get(5),
+        )])
+    },
     check: no_check,
     tolerance: matmul_tolerance,
     sample,

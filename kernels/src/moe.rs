@@ -191,7 +191,11 @@ pub fn grouped_matmul(c: &GroupedMatmulConfig) -> Result<VerifiedKernel, KernelE
 /// `offsets[g]..offsets[g + 1]` of group `g`.
 pub fn reference(x: &Array, w: &Array, offsets: &[usize], transpose: bool) -> Vec<f64> {
     let (m, k) = (x.shape()[0], x.shape()[1]);
-    let n = if transpose { w.shape()[1] } else { w.shape()[2] };
+    let n = if transpose {
+        w.shape()[1]
+    } else {
+        w.shape()[2]
+    };
     let mut o = vec![0.0; m * n];
     for (g, span) in offsets.windows(2).enumerate() {
         // w[g] as a [k, n] matrix.
@@ -237,7 +241,11 @@ fn check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> 
         )));
     }
     let sizes: Vec<usize> = offsets_of(off).windows(2).map(|w| w[1] - w[0]).collect();
-    let bm = k.operands.iter().find(|o| o.name == "x").map_or(1, |o| o.block.shape[0]);
+    let bm = k
+        .operands
+        .iter()
+        .find(|o| o.name == "x")
+        .map_or(1, |o| o.block.shape[0]);
     let want = group_metadata(&sizes, m, bm);
     let as_i32 = |a: &Array| a.data().iter().map(|&v| v as i32).collect::<Vec<_>>();
     if as_i32(ids) != want.group_ids || as_i32(tiles) != want.m_tile_ids {
@@ -251,7 +259,8 @@ fn check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> 
 /// Random tokens and weights, and random group sizes (an empty group
 /// included when there are three or more) with their schedule.
 fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
-    let shapes: Vec<(DType, Vec<usize>)> = k.arguments().map(|a| (a.dtype, a.shape.to_vec())).collect();
+    let shapes: Vec<(DType, Vec<usize>)> =
+        k.arguments().map(|a| (a.dtype, a.shape.to_vec())).collect();
     let (m, e) = (shapes[3].1[0], shapes[0].1[0].saturating_sub(1));
     let mut rng = kernel_ir::SplitMix64(seed);
     let mut cuts: Vec<usize> = (0..e.saturating_sub(1)).map(|_| rng.below(m + 1)).collect();
@@ -263,7 +272,11 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     bounds.extend(cuts);
     bounds.push(m);
     let sizes: Vec<usize> = bounds.windows(2).map(|w| w[1] - w[0]).collect();
-    let bm = k.operands.iter().find(|o| o.name == "x").map_or(1, |o| o.block.shape[0]);
+    let bm = k
+        .operands
+        .iter()
+        .find(|o| o.name == "x")
+        .map_or(1, |o| o.block.shape[0]);
     let meta = group_metadata(&sizes, m, bm);
     let ints = |v: &[i32]| {
         Array::new(DType::I32, [v.len()], v.iter().map(|&x| x as f64).collect())
@@ -286,7 +299,12 @@ pub const GROUPED_MATMUL: Entry = Entry {
     about: "MoE grouped matmul: rows sorted by expert, o[r] = x[r] * w[g(r)] (or * w_t[g(r)]^T); schedule from kernels::moe::group_metadata as scalar prefetch",
     params: &[
         DTYPE,
-        param("out_dtype", ParamKind::FloatDType, "f32", "output element type"),
+        param(
+            "out_dtype",
+            ParamKind::FloatDType,
+            "f32",
+            "output element type",
+        ),
         param(
             "transpose_rhs",
             ParamKind::Bool,
@@ -305,7 +323,14 @@ pub const GROUPED_MATMUL: Entry = Entry {
             ("group_ids", vec![v]),
             ("m_tile_ids", vec![v]),
             ("x", vec![m, k]),
-            ("w", if c.bool("transpose_rhs")? { vec![e, n, k] } else { vec![e, k, n] }),
+            (
+                "w",
+                if c.bool("transpose_rhs")? {
+                    vec![e, n, k]
+                } else {
+                    vec![e, k, n]
+                },
+            ),
         ])
     },
     build: |c, s| {
@@ -317,7 +342,11 @@ pub const GROUPED_MATMUL: Entry = Entry {
             return Err(EntryError::Shape(format!(
                 "x is [{m}, {k}] but w contracts {wk} (w is {:?}{})",
                 s[4],
-                if t { ", [e, n, k] with transpose_rhs" } else { ", [e, k, n]" }
+                if t {
+                    ", [e, n, k] with transpose_rhs"
+                } else {
+                    ", [e, k, n]"
+                }
             )));
         }
         Ok(grouped_matmul(&GroupedMatmulConfig {

@@ -15,7 +15,7 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 use crate::entry::{
-    Config, DTYPE, Entry, EntryError, build_error, ParamKind, Preset, Shapes, backward_error, dims,
+    Config, DTYPE, Entry, EntryError, ParamKind, Preset, Shapes, backward_error, build_error, dims,
     dtype_tolerance, no_check, param, uniform_inputs,
 };
 use crate::reference;
@@ -26,7 +26,12 @@ use runtime::graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 pub(crate) const NORM_PARAMS: &[crate::Param] = &[
     DTYPE,
     param("block_rows", ParamKind::Positive, "8", "rows per block"),
-    param("eps", ParamKind::Number, "1e-5", "added to the mean square or variance"),
+    param(
+        "eps",
+        ParamKind::Number,
+        "1e-5",
+        "added to the mean square or variance",
+    ),
 ];
 
 /// Gammas near 1 and betas near 0, as trained norms have; the rest

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
+use crate::entry::backward_error;
 use crate::entry::{
     DTYPE, Entry, ParamKind, Preset, dtype_tolerance, no_check, param, refs, uniform_inputs,
 };
-use crate::entry::backward_error;
 use crate::reference;
 use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
@@ -75,7 +75,9 @@ pub const ROPE: Entry = Entry {
     backward: Some(|c, s| {
         let dims = rope::Dims::from_shapes(&refs(s))?;
         let block_s = c.usize("block_s")?.min(dims.s);
-        Ok(Arc::new(move |call: &VjpCall<'_>| rope_backward(block_s, call)))
+        Ok(Arc::new(move |call: &VjpCall<'_>| {
+            rope_backward(block_s, call)
+        }))
     }),
     about: "rotary position embedding with [s, d/2] cos and sin tables",
     params: &[
@@ -91,7 +93,11 @@ pub const ROPE: Entry = Entry {
     },
     build: |c, s| {
         let dims = rope::Dims::from_shapes(&refs(s))?;
-        Ok(rope(c.usize("block_s")?.min(dims.s), c.dtype("dtype")?, dims)?)
+        Ok(rope(
+            c.usize("block_s")?.min(dims.s),
+            c.dtype("dtype")?,
+            dims,
+        )?)
     },
     reference: |_, a| Ok(vec![reference::rope(&a[0], &a[1], &a[2])]),
     check: no_check,
@@ -128,7 +134,8 @@ fn rope_backward(block_s: usize, call: &VjpCall<'_>) -> Result<Vec<Option<Tensor
     let [b, h, s, d] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
     let half = d / 2;
     let part = |t: &Tensor, lo: usize| -> Result<Tensor, RuntimeError> {
-        t.slice(&[0, 0, 0, lo], &[b, h, s, lo + half])?.cast(DType::F32)
+        t.slice(&[0, 0, 0, lo], &[b, h, s, lo + half])?
+            .cast(DType::F32)
     };
     let (x1, x2, g1, g2) = (part(x, 0)?, part(x, half)?, part(&g, 0)?, part(&g, half)?);
     let dcos = g1.mul(&x1)?.add(&g2.mul(&x2)?)?.sum(&[0, 1])?;

@@ -21,9 +21,9 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use kernel_ir::cdiv;
 use crate::entry::{Config, Entry, EntryError, ParamKind, Preset, dims, no_check, param};
 use crate::tolerance::Tolerance;
+use kernel_ir::cdiv;
 
 /// The scale block: 128 along k and n.
 pub const SCALE_BLOCK: usize = 128;
@@ -84,7 +84,10 @@ pub fn scaled_mm(
     match dtype {
         DType::F8E4M3FN => build!(f8e4m3fn),
         DType::F8E5M2 => build!(f8e5m2),
-        other => Err(kernel_ir::unsupported_dtype("scaled_mm (inputs: f8e4m3fn or f8e5m2)", other)),
+        other => Err(kernel_ir::unsupported_dtype(
+            "scaled_mm (inputs: f8e4m3fn or f8e5m2)",
+            other,
+        )),
     }
 }
 
@@ -110,7 +113,11 @@ pub fn reference(a: &Array, scale_a: &Array, b: &Array, scale_b: &Array) -> Vec<
 }
 
 fn fp8_of(c: &Config) -> Result<DType, EntryError> {
-    Ok(if c.choice("fp8")? == "e5m2" { DType::F8E5M2 } else { DType::F8E4M3FN })
+    Ok(if c.choice("fp8")? == "e5m2" {
+        DType::F8E5M2
+    } else {
+        DType::F8E4M3FN
+    })
 }
 
 /// [`scaled_mm()`] in the library.
@@ -120,8 +127,18 @@ pub const SCALED_MM: Entry = Entry {
     backward: None,
     about: "block-scaled FP8 GEMM (TorchTPU's scaled_mm_1x128_128x128): a scale per row per 128 k for a, per 128x128 tile for b, applied per k block in f32",
     params: &[
-        param("fp8", ParamKind::Choice(&["e4m3", "e5m2"]), "e4m3", "fp8 format of a and b: e4m3 (f8e4m3fn) or e5m2"),
-        param("out_dtype", ParamKind::FloatDType, "bf16", "output element type: bf16 or f32"),
+        param(
+            "fp8",
+            ParamKind::Choice(&["e4m3", "e5m2"]),
+            "e4m3",
+            "fp8 format of a and b: e4m3 (f8e4m3fn) or e5m2",
+        ),
+        param(
+            "out_dtype",
+            ParamKind::FloatDType,
+            "bf16",
+            "output element type: bf16 or f32",
+        ),
         param("bm", ParamKind::Positive, "128", "block rows"),
     ],
     inputs: |_| {
@@ -148,13 +165,21 @@ pub const SCALED_MM: Entry = Entry {
                 s[1], s[3]
             )));
         }
-        Ok(scaled_mm(c.usize("bm")?.min(m), fp8_of(c)?, c.dtype("out_dtype")?, scaled_mm::Dims { m, k, n, kb, nb })?)
+        Ok(scaled_mm(
+            c.usize("bm")?.min(m),
+            fp8_of(c)?,
+            c.dtype("out_dtype")?,
+            scaled_mm::Dims { m, k, n, kb, nb },
+        )?)
     },
     reference: |_, a| Ok(vec![reference(&a[0], &a[1], &a[2], &a[3])]),
     check: no_check,
     tolerance: |c, k| {
         let depth = k.arguments().next().map_or(1, |a| a.shape[1]);
-        vec![Tolerance::matmul(depth, c.dtype("out_dtype").unwrap_or(DType::F32))]
+        vec![Tolerance::matmul(
+            depth,
+            c.dtype("out_dtype").unwrap_or(DType::F32),
+        )]
     },
     sample: |_, k, seed| {
         k.arguments()

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use crate::foundation::{k_block_operands, k_block_rhs};
 use crate::entry::{
     DTYPE, Entry, ParamKind, Preset, matmul_shapes, matmul_tolerance, no_check, param,
     uniform_inputs,
 };
+use crate::foundation::{k_block_operands, k_block_rhs};
 use crate::reference;
 use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
@@ -92,7 +92,9 @@ pub fn call_swiglu(
     w_up: &Tensor,
 ) -> Result<Tensor, RuntimeError> {
     let kernel = swiglu(cfg).map_err(|e| crate::entry::build_error("swiglu", e))?;
-    let mut out = x.runtime().call_with_vjp(&kernel, &[x, w_gate, w_up], Arc::new(swiglu_backward))?;
+    let mut out =
+        x.runtime()
+            .call_with_vjp(&kernel, &[x, w_gate, w_up], Arc::new(swiglu_backward))?;
     Ok(out.remove(0))
 }
 
@@ -133,7 +135,13 @@ pub const SWIGLU: Entry = Entry {
     sample: |c, k, seed| {
         let mut v = uniform_inputs(c, k, seed);
         for (i, w) in v.iter_mut().enumerate().skip(1) {
-            *w = Array::random(w.dtype(), w.shape().to_vec(), seed + 50 + i as u64, -0.2, 0.2);
+            *w = Array::random(
+                w.dtype(),
+                w.shape().to_vec(),
+                seed + 50 + i as u64,
+                -0.2,
+                0.2,
+            );
         }
         v
     },

@@ -16,10 +16,10 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
-use crate::foundation::k_block_operands;
 use crate::entry::{
     DTYPE, Entry, EntryError, ParamKind, Preset, dims, matmul_tolerance, no_check, param,
 };
+use crate::foundation::k_block_operands;
 
 /// `o = (x · w) ⊙ scale` with int8 `w` (see the module docs).
 #[tpu_kernel(
@@ -88,17 +88,30 @@ pub const W8A16_MATMUL: Entry = Entry {
     about: "int8 weight-only matmul (w8a16): bf16 activations, int8 weights dequantized in VMEM, per-channel f32 scales",
     params: &[
         DTYPE,
-        param("out_dtype", ParamKind::FloatDType, "bf16", "output element type"),
+        param(
+            "out_dtype",
+            ParamKind::FloatDType,
+            "bf16",
+            "output element type",
+        ),
         param("bm", ParamKind::Positive, "128", "block rows"),
         param("bn", ParamKind::Positive, "128", "block columns"),
         param("bk", ParamKind::Positive, "128", "block depth along k"),
     ],
-    inputs: |_| Ok(vec![("x", vec![128, 384]), ("w", vec![384, 256]), ("scale", vec![1, 256])]),
+    inputs: |_| {
+        Ok(vec![
+            ("x", vec![128, 384]),
+            ("w", vec![384, 256]),
+            ("scale", vec![1, 256]),
+        ])
+    },
     build: |c, s| {
         let [m, k] = dims(&s[0], "x")?;
         let [k2, n] = dims(&s[1], "w")?;
         if k != k2 {
-            return Err(EntryError::Shape(format!("x is [{m}, {k}] but w is [{k2}, {n}]: the inner dims differ")));
+            return Err(EntryError::Shape(format!(
+                "x is [{m}, {k}] but w is [{k2}, {n}]: the inner dims differ"
+            )));
         }
         Ok(w8a16_matmul(
             c.usize("bm")?.min(m),

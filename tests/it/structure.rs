@@ -376,3 +376,50 @@ fn the_sdk_crates_are_publishable() {
         );
     }
 }
+
+/// Every Rust file is rustfmt-formatted, not only what `cargo fmt` reaches:
+/// it does not enter modules declared inside a macro (the kernel library's
+/// `library!` list), the template's own workspace or the trybuild cases.
+#[test]
+fn every_rust_file_is_formatted() {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().to_string();
+            if p.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    walk(&p, out);
+                }
+            } else if name.ends_with(".rs") {
+                out.push(p);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut files = Vec::new();
+    for dir in [
+        "kernel-ir",
+        "kernel-macros",
+        "lowering",
+        "runtime",
+        "kernels",
+        "tests",
+    ] {
+        walk(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 100, "{} files", files.len());
+    let out = std::process::Command::new("rustfmt")
+        .args(["--edition", "2024", "--check", "-l"])
+        .args(&files)
+        .output()
+        .expect("rustfmt runs (it comes with the toolchain, as cargo fmt does)");
+    assert!(
+        out.status.success(),
+        "not formatted (run `rustfmt --edition 2024` on them):\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -2,8 +2,13 @@ use kernel_ir::prelude::*;
 
 #[tpu_kernel(grid = (m / 8,), semantics = (parallel,))]
 fn copy(
-    #[shape(m, 128)] #[block([8, 128], |i| (i, 0))] #[align(100)] x: In<f32>,
-    #[shape(m, 128)] #[block([8, 128], |i| (i, 0))] o: Out<f32>,
+    #[shape(m, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    #[align(100)]
+    x: In<f32>,
+    #[shape(m, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    o: Out<f32>,
 ) {
     o.store(.., x.load(..));
 }

@@ -2,7 +2,9 @@ use kernel_ir::prelude::*;
 
 #[tpu_kernel(grid = (m / 8,), semantics = (parallel,))]
 fn copy(
-    #[shape(m, 128)] #[block([8, 128], |i| (i, 0))] x: In<f32>,
+    #[shape(m, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    x: In<f32>,
 ) -> Tile {
     x.load(..)
 }

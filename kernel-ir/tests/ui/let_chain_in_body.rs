@@ -4,11 +4,17 @@ use kernel_ir::prelude::*;
 fn maybe_scale(
     factor: Option<f32>,
     double: bool,
-    #[shape(m, 128)] #[block([8, 128], |i| (i, 0))] x: In<f32>,
-    #[shape(m, 128)] #[block([8, 128], |i| (i, 0))] o: Out<f32>,
+    #[shape(m, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    x: In<f32>,
+    #[shape(m, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    o: Out<f32>,
 ) {
     let mut v = x.load(..);
-    if let Some(f) = factor && double {
+    if let Some(f) = factor
+        && double
+    {
         v = v * f * 2.0;
     }
     o.store(.., v);

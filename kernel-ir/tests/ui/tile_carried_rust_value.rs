@@ -4,8 +4,12 @@ use kernel_ir::prelude::*;
 // iteration of a loop that runs on the device.
 #[tpu_kernel(grid = (m / 8,), semantics = (parallel,))]
 fn count(
-    #[shape(m, 128)] #[block([8, 128], |i| (i, 0))] x: In<f32>,
-    #[shape(m, 128)] #[block([8, 128], |i| (i, 0))] o: Out<f32>,
+    #[shape(m, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    x: In<f32>,
+    #[shape(m, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    o: Out<f32>,
 ) {
     let mut n = 0usize;
     let mut v = x.load(..);

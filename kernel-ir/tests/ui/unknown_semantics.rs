@@ -2,8 +2,12 @@ use kernel_ir::prelude::*;
 
 #[tpu_kernel(grid = (m / 8,), semantics = (sequential,))]
 fn copy(
-    #[shape(m, 128)] #[block([8, 128], |i| (i, 0))] x: In<f32>,
-    #[shape(m, 128)] #[block([8, 128], |i| (i, 0))] o: Out<f32>,
+    #[shape(m, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    x: In<f32>,
+    #[shape(m, 128)]
+    #[block([8, 128], |i| (i, 0))]
+    o: Out<f32>,
 ) {
     o.store(.., x.load(..));
 }

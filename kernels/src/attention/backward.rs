@@ -159,7 +159,11 @@ fn dkv_step(
     dk_acc.store(.., dk_acc.load(..) + dot(ds_in.t(), qb) * cfg.sm_scale);
     if let Some((dq_acc, g)) = dq {
         let kb = zero_tail(ins.k.load((0, 0, .., ..)), ki, cfg.block_k, skv);
-        let rows = (g, kernel_ir::prelude::ds(qj * cfg.block_q as i32, cfg.block_q), ..);
+        let rows = (
+            g,
+            kernel_ir::prelude::ds(qj * cfg.block_q as i32, cfg.block_q),
+            ..,
+        );
         dq_acc.store(rows, dq_acc.load(rows) + dot(ds_in, kb) * cfg.sm_scale);
     }
 }
@@ -206,7 +210,14 @@ pub fn flash_attention_dq<T: Element>(
         acc.store(.., 0.0);
     }
     if cfg.key_blocks(qi, sq, len).contains(ki) {
-        let ins = Saved { q, k, v, d_o, lse, delta };
+        let ins = Saved {
+            q,
+            k,
+            v,
+            d_o,
+            lse,
+            delta,
+        };
         dq_step(cfg, (sq, skv), ins, acc, (qi, ki), len);
     }
     if ki == num_programs(3) - 1 {
@@ -335,7 +346,14 @@ pub fn flash_attention_dkv<T: Element>(
         dv_acc.store(.., 0.0);
     }
     if cfg.query_blocks(ki, skv).contains(qj) {
-        let ins = Saved { q, k, v, d_o, lse, delta };
+        let ins = Saved {
+            q,
+            k,
+            v,
+            d_o,
+            lse,
+            delta,
+        };
         dkv_step(cfg, (sq, skv), ins, (dk_acc, dv_acc), (qj, ki), len, None);
     }
     if g == num_programs(3) - 1 && qj == num_programs(4) - 1 {
@@ -434,7 +452,14 @@ pub fn flash_attention_dqkv<T: Element>(
         dv_acc.store(.., 0.0);
     }
     if cfg.query_blocks(ki, skv).contains(qj) {
-        let ins = Saved { q, k, v, d_o, lse, delta };
+        let ins = Saved {
+            q,
+            k,
+            v,
+            d_o,
+            lse,
+            delta,
+        };
         let accs = (dk_acc, dv_acc);
         dkv_step(cfg, (sq, skv), ins, accs, (qj, ki), len, Some((dq_acc, g)));
     }

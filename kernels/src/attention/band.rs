@@ -194,8 +194,12 @@ impl BlockRange<Tile> {
     pub fn contains(self, j: Tile) -> Predicate {
         let at_or_after = |f: Quotient<Tile>| (j * f.by as i32 + (f.by - 1) as i32).ge(f.num);
         let before = |e: Quotient<Tile>| (j * e.by as i32 + e.by as i32).le(e.num);
-        let first = self.first.map_or(Predicate::Known(true), |f| at_or_after(f).into());
-        let end = self.end.map_or(Predicate::Known(true), |e| before(e).into());
+        let first = self
+            .first
+            .map_or(Predicate::Known(true), |f| at_or_after(f).into());
+        let end = self
+            .end
+            .map_or(Predicate::Known(true), |e| before(e).into());
         first & end
     }
 }

@@ -249,8 +249,12 @@ impl BlockTables {
         let mask_fetch = mask_fetches(&mask_index);
         let kind: Vec<i32> = kind.iter().map(|&k| k as i32).collect();
         let table = |v: &[i32]| {
-            Array::new(DType::I32, [h, nk, nq], v.iter().map(|&x| x as f64).collect())
-                .expect("a table has one value per cell")
+            Array::new(
+                DType::I32,
+                [h, nk, nq],
+                v.iter().map(|&x| x as f64).collect(),
+            )
+            .expect("a table has one value per cell")
         };
         [table(&kind), table(&fetch), table(&mask_fetch)]
     }

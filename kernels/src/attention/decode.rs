@@ -59,7 +59,14 @@ pub fn paged_decode_attention<T: Element>(
     if p * page < len {
         let kb = k_pages.load((0, 0, .., ..));
         let vb = v_pages.load((0, 0, .., ..));
-        attend_tokens(cfg.sm_scale, Online { m, l, acc }, q.load((0, 0, .., ..)), (kb, vb), p * page, len);
+        attend_tokens(
+            cfg.sm_scale,
+            Online { m, l, acc },
+            q.load((0, 0, .., ..)),
+            (kb, vb),
+            p * page,
+            len,
+        );
     }
     if p == num_programs(2) - 1 {
         // A sequence of length 0 (or less) attends to nothing: o = 0.
@@ -83,7 +90,10 @@ pub(super) fn attend_tokens(
     // A tile whose op failed has no shape; its error is already recorded.
     let (qs, ks) = (qb.shape(), kb.shape());
     let g = qs.first().copied().unwrap_or(1);
-    let (tokens, d) = (ks.first().copied().unwrap_or(1), ks.get(1).copied().unwrap_or(1));
+    let (tokens, d) = (
+        ks.first().copied().unwrap_or(1),
+        ks.get(1).copied().unwrap_or(1),
+    );
     let pos = iota(I32, [g, tokens], 1) + first;
     let s = select(pos < len, dot(qb, kb.t()) * sm_scale, MASK_VALUE);
     // Slots past the length may hold anything (a freed page's data).

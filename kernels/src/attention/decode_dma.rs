@@ -64,12 +64,27 @@ pub(super) fn block_copies(
     (blk, slot): (Tile, Tile),
     wait: bool,
 ) {
-    let PageCopies { block_tables, k_pages, v_pages, kbuf, vbuf, sems } = pc;
+    let PageCopies {
+        block_tables,
+        k_pages,
+        v_pages,
+        kbuf,
+        vbuf,
+        sems,
+    } = pc;
     #[unroll]
     for j in 0..ppb {
         let page = block_tables.load((bi, blk * ppb + j));
-        let kc = make_async_copy(k_pages.slice((hk, page, .., ..)), kbuf.slice((slot, j, .., ..)), sems.at((0, slot)));
-        let vc = make_async_copy(v_pages.slice((hk, page, .., ..)), vbuf.slice((slot, j, .., ..)), sems.at((1, slot)));
+        let kc = make_async_copy(
+            k_pages.slice((hk, page, .., ..)),
+            kbuf.slice((slot, j, .., ..)),
+            sems.at((0, slot)),
+        );
+        let vc = make_async_copy(
+            v_pages.slice((hk, page, .., ..)),
+            vbuf.slice((slot, j, .., ..)),
+            sems.at((1, slot)),
+        );
         if wait {
             kc.wait();
             vc.wait();
@@ -115,7 +130,14 @@ pub fn paged_decode_attention_dma<T: Element>(
     // Blocks this sequence needs (0 for an empty one).
     let blocks = (len + (tokens as i32 - 1)) / tokens as i32;
     let slot = p % 2;
-    let pc = PageCopies { block_tables, k_pages, v_pages, kbuf, vbuf, sems };
+    let pc = PageCopies {
+        block_tables,
+        k_pages,
+        v_pages,
+        kbuf,
+        vbuf,
+        sems,
+    };
     if p == 0 {
         online_softmax_init(Online { m, l, acc });
         if blocks > 0 {
@@ -130,7 +152,14 @@ pub fn paged_decode_attention_dma<T: Element>(
         block_copies(ppb, pc, (bi, hk), (p, slot), true);
         let kb = kbuf.load((slot, .., .., ..)).reshape([tokens, d]);
         let vb = vbuf.load((slot, .., .., ..)).reshape([tokens, d]);
-        attend_tokens(cfg.sm_scale, Online { m, l, acc }, q.load((0, 0, .., ..)), (kb, vb), p * tokens, len);
+        attend_tokens(
+            cfg.sm_scale,
+            Online { m, l, acc },
+            q.load((0, 0, .., ..)),
+            (kb, vb),
+            p * tokens,
+            len,
+        );
     }
     if p == num_programs(2) - 1 {
         // A sequence of length 0 attends to nothing: o = 0.
@@ -156,8 +185,18 @@ pub const PAGED_DECODE_ATTENTION_DMA: Entry = Entry {
     about: "paged decode attention with K/V pages copied by hand (manual DMA), several pages per step, double-buffered across steps",
     params: &[
         DTYPE,
-        param("sm_scale", ParamKind::Scale, "auto", "score scale; auto = 1/sqrt(head_dim)"),
-        param("pages_per_block", ParamKind::Positive, "4", "pages copied per grid step; divides pages_per_seq"),
+        param(
+            "sm_scale",
+            ParamKind::Scale,
+            "auto",
+            "score scale; auto = 1/sqrt(head_dim)",
+        ),
+        param(
+            "pages_per_block",
+            ParamKind::Positive,
+            "4",
+            "pages copied per grid step; divides pages_per_seq",
+        ),
     ],
     inputs: paged_inputs,
     build: |c, s| {

@@ -69,29 +69,45 @@ pub fn paged_decode_attention_fp8(
     macro_rules! build {
         ($t:ty) => {
             match kv_dtype {
-                DType::F8E4M3FN => paged_decode_attention_fp8::build::<$t, f8e4m3fn>(sm_scale, dims),
+                DType::F8E4M3FN => {
+                    paged_decode_attention_fp8::build::<$t, f8e4m3fn>(sm_scale, dims)
+                }
                 DType::F8E5M2 => paged_decode_attention_fp8::build::<$t, f8e5m2>(sm_scale, dims),
-                other => Err(kernel_ir::unsupported_dtype("paged_decode_attention_fp8 (kv)", other)),
+                other => Err(kernel_ir::unsupported_dtype(
+                    "paged_decode_attention_fp8 (kv)",
+                    other,
+                )),
             }
         };
     }
     match dtype {
         DType::BF16 => build!(bf16),
         DType::F32 => build!(f32),
-        other => Err(kernel_ir::unsupported_dtype("paged_decode_attention_fp8", other)),
+        other => Err(kernel_ir::unsupported_dtype(
+            "paged_decode_attention_fp8",
+            other,
+        )),
     }
 }
 
 fn kv_dtype(c: &Config) -> Result<DType, EntryError> {
-    Ok(if c.choice("kv")? == "e5m2" { DType::F8E5M2 } else { DType::F8E4M3FN })
+    Ok(if c.choice("kv")? == "e5m2" {
+        DType::F8E5M2
+    } else {
+        DType::F8E4M3FN
+    })
 }
 
 /// The f64 reference: paged decode attention over the dequantized pages.
 fn fp8_reference(c: &Config, a: &[Array]) -> Result<Vec<Vec<f64>>, EntryError> {
     let dequant = |pages: &Array, scale: &Array| {
         let s = scale.data()[0];
-        Array::new(DType::F32, pages.shape().to_vec(), pages.data().iter().map(|v| v * s).collect())
-            .unwrap_or_else(|_| Array::zeros(DType::F32, pages.shape().to_vec()))
+        Array::new(
+            DType::F32,
+            pages.shape().to_vec(),
+            pages.data().iter().map(|v| v * s).collect(),
+        )
+        .unwrap_or_else(|_| Array::zeros(DType::F32, pages.shape().to_vec()))
     };
     let mut deq = a[..3].to_vec();
     deq.extend([dequant(&a[3], &a[5]), dequant(&a[4], &a[6])]);
@@ -106,8 +122,18 @@ pub const PAGED_DECODE_ATTENTION_FP8: Entry = Entry {
     about: "paged decode attention over an fp8 KV cache with per-tensor k/v scales",
     params: &[
         DTYPE,
-        param("kv", ParamKind::Choice(&["e4m3", "e5m2"]), "e4m3", "fp8 format of the K/V pages"),
-        param("sm_scale", ParamKind::Scale, "auto", "score scale; auto = 1/sqrt(head_dim)"),
+        param(
+            "kv",
+            ParamKind::Choice(&["e4m3", "e5m2"]),
+            "e4m3",
+            "fp8 format of the K/V pages",
+        ),
+        param(
+            "sm_scale",
+            ParamKind::Scale,
+            "auto",
+            "score scale; auto = 1/sqrt(head_dim)",
+        ),
     ],
     inputs: |_| {
         Ok(vec![
@@ -123,7 +149,12 @@ pub const PAGED_DECODE_ATTENTION_FP8: Entry = Entry {
     build: |c, s| {
         let dims = paged_decode_attention_fp8::Dims::from_shapes(&refs(s))?;
         let scale = c.scale("sm_scale", dims.d)?;
-        Ok(paged_decode_attention_fp8(scale, c.dtype("dtype")?, kv_dtype(c)?, dims)?)
+        Ok(paged_decode_attention_fp8(
+            scale,
+            c.dtype("dtype")?,
+            kv_dtype(c)?,
+            dims,
+        )?)
     },
     reference: fp8_reference,
     check: paged_check,
@@ -135,10 +166,18 @@ pub const PAGED_DECODE_ATTENTION_FP8: Entry = Entry {
         let (ks, vs) = (0.25, 0.125);
         for (i, s) in [(3, ks), (4, vs)] {
             let d = v[i].dtype();
-            v[i] = Array::random(d, v[i].shape().to_vec(), seed + 20 + i as u64, -1.0 / s, 1.0 / s);
+            v[i] = Array::random(
+                d,
+                v[i].shape().to_vec(),
+                seed + 20 + i as u64,
+                -1.0 / s,
+                1.0 / s,
+            );
         }
-        v[5] = Array::new(DType::F32, [1, 1], vec![ks]).unwrap_or_else(|_| Array::zeros(DType::F32, [1, 1]));
-        v[6] = Array::new(DType::F32, [1, 1], vec![vs]).unwrap_or_else(|_| Array::zeros(DType::F32, [1, 1]));
+        v[5] = Array::new(DType::F32, [1, 1], vec![ks])
+            .unwrap_or_else(|_| Array::zeros(DType::F32, [1, 1]));
+        v[6] = Array::new(DType::F32, [1, 1], vec![vs])
+            .unwrap_or_else(|_| Array::zeros(DType::F32, [1, 1]));
         v
     },
     presets: &[Preset {

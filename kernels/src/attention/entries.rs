@@ -232,7 +232,13 @@ pub const FLASH_ATTENTION_KV_LEN: Entry = Entry {
     },
     check: |c, k, a| {
         let skv = arg(k, a, "k").map_or(0, |k| k.shape()[2]) as f64;
-        in_range(arg(k, a, "kv_len"), "kv_len", 0.0, skv, "the keys that exist")?;
+        in_range(
+            arg(k, a, "kv_len"),
+            "kv_len",
+            0.0,
+            skv,
+            "the keys that exist",
+        )?;
         check_scores(c, k, a)
     },
     tolerance: forward_tolerance,
@@ -326,7 +332,12 @@ pub const ATTENTION_DELTA: Entry = Entry {
     },
     reference: |_, a| Ok(vec![reference::attention_delta(a[0].data(), &a[1])]),
     check: no_check,
-    tolerance: |_, _| vec![Tolerance { abs: 1e-4, rel: 1e-4 }],
+    tolerance: |_, _| {
+        vec![Tolerance {
+            abs: 1e-4,
+            rel: 1e-4,
+        }]
+    },
     sample: uniform_inputs,
     presets: &[Preset {
         name: "attention_delta_bf16",
@@ -480,7 +491,13 @@ fn spec_kv_len(c: &Config, a: &[Array]) -> Result<reference::AttnSpec, EntryErro
 /// `kv_len` in `0..=skv`, and the scores in range.
 fn check_kv_len(c: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> {
     let skv = arg(k, a, "k").map_or(0, |k| k.shape()[2]) as f64;
-    in_range(arg(k, a, "kv_len"), "kv_len", 0.0, skv, "the keys that exist")?;
+    in_range(
+        arg(k, a, "kv_len"),
+        "kv_len",
+        0.0,
+        skv,
+        "the keys that exist",
+    )?;
     check_scores(c, k, a)
 }
 

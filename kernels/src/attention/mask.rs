@@ -129,7 +129,8 @@ impl Mask {
             Mask::Full => true,
             Mask::Causal { offset } => ki <= qi + *offset as i128,
             Mask::Local { left, right } => {
-                left.is_none_or(|l| ki >= qi - l as i128) && right.is_none_or(|r| ki <= qi + r as i128)
+                left.is_none_or(|l| ki >= qi - l as i128)
+                    && right.is_none_or(|r| ki <= qi + r as i128)
             }
             Mask::ChunkedCausal { chunk } => {
                 let c = (*chunk).max(1);
@@ -137,9 +138,7 @@ impl Mask {
             }
             Mask::Prefix { len } => k < *len || k <= q,
             Mask::Explicit { rows, cols, data } => {
-                (q as usize) < *rows
-                    && (k as usize) < *cols
-                    && data[q as usize * cols + k as usize]
+                (q as usize) < *rows && (k as usize) < *cols && data[q as usize * cols + k as usize]
             }
             Mask::And(a, b) => a.visible(q, k) && b.visible(q, k),
             Mask::Or(a, b) => a.visible(q, k) || b.visible(q, k),
@@ -165,10 +164,7 @@ impl Mask {
     /// those by their elements. `Empty` and `Full` are exact.
     pub fn block(&self, q0: u64, q1: u64, k0: u64, k1: u64) -> BlockKind {
         // q − k over the rectangle runs from q0 − (k1 − 1) to (q1 − 1) − k0.
-        let (lo, hi) = (
-            q0 as i128 - (k1 as i128 - 1),
-            q1 as i128 - 1 - k0 as i128,
-        );
+        let (lo, hi) = (q0 as i128 - (k1 as i128 - 1), q1 as i128 - 1 - k0 as i128);
         let band = |min: Option<i128>, max: Option<i128>| -> BlockKind {
             // Visible iff min ≤ q − k ≤ max.
             let empty = max.is_some_and(|m| lo > m) || min.is_some_and(|m| hi < m);
@@ -290,7 +286,9 @@ fn parse_heads(text: &str) -> Result<Vec<Mask>, MaskParseError> {
 
 /// A mask description that does not parse.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("mask `{text}`: {why}; write full, causal[:OFFSET], local:LEFT:RIGHT (`-` for open), chunked:CHUNK or prefix:LEN, combined with & and | (left to right)")]
+#[error(
+    "mask `{text}`: {why}; write full, causal[:OFFSET], local:LEFT:RIGHT (`-` for open), chunked:CHUNK or prefix:LEN, combined with & and | (left to right)"
+)]
 pub struct MaskParseError {
     /// The text.
     pub text: String,
@@ -316,7 +314,8 @@ impl std::str::FromStr for Mask {
             let term = rest[..end].trim();
             let parts: Vec<&str> = term.split(':').map(str::trim).collect();
             let num = |s: &str| -> Result<u64, MaskParseError> {
-                s.parse().map_err(|_| err(format!("`{s}` is not a whole number")))
+                s.parse()
+                    .map_err(|_| err(format!("`{s}` is not a whole number")))
             };
             let open = |s: &str| -> Result<Option<u64>, MaskParseError> {
                 if s == "-" { Ok(None) } else { num(s).map(Some) }
@@ -325,7 +324,9 @@ impl std::str::FromStr for Mask {
                 ["full"] => Mask::Full,
                 ["causal"] => Mask::Causal { offset: 0 },
                 ["causal", o] => Mask::Causal {
-                    offset: o.parse().map_err(|_| err(format!("`{o}` is not an offset")))?,
+                    offset: o
+                        .parse()
+                        .map_err(|_| err(format!("`{o}` is not an offset")))?,
                 },
                 ["local", l, r] => Mask::Local {
                     left: open(l)?,

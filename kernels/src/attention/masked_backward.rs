@@ -140,8 +140,7 @@ pub fn masked_attention_dq<T: Element>(
             q_seg,
             kv_seg,
         };
-        let (_p, ds, _qb, kb, _dob) =
-            probs_and_dscores(cfg, (sq, skv), ins, step, (hi, qi, ki));
+        let (_p, ds, _qb, kb, _dob) = probs_and_dscores(cfg, (sq, skv), ins, step, (hi, qi, ki));
         acc.store(
             ..,
             acc.load(..) + dot(ds.convert(kb.dtype()), kb) * cfg.sm_scale,

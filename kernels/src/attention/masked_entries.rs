@@ -18,9 +18,9 @@ use kernel_ir::{Array, DType, VerifiedKernel};
 
 use super::block_table::BlockTables;
 use super::entries::{BLOCK_K, BLOCK_Q, SM_SCALE, SOFTCAP, check_scores};
+use super::mask::MultiHeadMask;
 use super::masked::{MaskedConfig, masked_attention};
 use super::masked_backward::{masked_attention_dkv, masked_attention_dq};
-use super::mask::MultiHeadMask;
 use crate::entry::{
     Config, DTYPE, Entry, EntryError, Param, ParamKind, Preset, Shapes, arg, param, refs,
 };
@@ -113,7 +113,9 @@ fn fixed(
     masks_at: usize,
 ) -> Result<Vec<(usize, Array)>, EntryError> {
     let (Some(q), Some(k)) = (s.get(3), s.get(4)) else {
-        return Err(EntryError::Shape("masked attention takes the tables, then q and k".into()));
+        return Err(EntryError::Shape(
+            "masked attention takes the tables, then q and k".into(),
+        ));
     };
     let setup = Setup::new(c, q, k)?;
     let (pre, masks) = setup.tables.arrays();
@@ -176,11 +178,19 @@ fn check(c: &Config, k: &VerifiedKernel, a: &[Array], transposed: bool) -> Resul
         ["kind", "fetch", "mask_fetch", "masks"]
     };
     for (name, want) in names.iter().zip(pre.iter().chain([&masks])) {
-        if arg(k, a, name).is_some_and(|got| got.shape() != want.shape() || got.data() != want.data()) {
+        if arg(k, a, name)
+            .is_some_and(|got| got.shape() != want.shape() || got.data() != want.data())
+        {
             return Err(EntryError::Input(format!(
                 "input `{name}` is not the block table of mask `{}` at these sizes; build the tables with BlockTables::build for the mask and the q and k lengths, then .arrays(){}",
-                c.values().find(|(k, _)| *k == "mask").map_or("", |(_, v)| v),
-                if transposed { " and .transposed_arrays()" } else { "" }
+                c.values()
+                    .find(|(k, _)| *k == "mask")
+                    .map_or("", |(_, v)| v),
+                if transposed {
+                    " and .transposed_arrays()"
+                } else {
+                    ""
+                }
             )));
         }
     }
@@ -191,7 +201,13 @@ fn check(c: &Config, k: &VerifiedKernel, a: &[Array], transposed: bool) -> Resul
 /// config's mask, sorted random segment ids in `0..3` (the same ids for
 /// queries and keys when the lengths agree, as packed self-attention has);
 /// for the backward entries, the lse and delta the forward would give.
-fn sample(c: &Config, k: &VerifiedKernel, seed: u64, backward: bool, transposed: bool) -> Vec<Array> {
+fn sample(
+    c: &Config,
+    k: &VerifiedKernel,
+    seed: u64,
+    backward: bool,
+    transposed: bool,
+) -> Vec<Array> {
     let mut v = crate::entry::uniform_inputs(c, k, seed);
     let (Some(q), Some(kk)) = (arg(k, &v, "q"), arg(k, &v, "k")) else {
         return v;
@@ -227,7 +243,14 @@ fn sample(c: &Config, k: &VerifiedKernel, seed: u64, backward: bool, transposed:
     }
     if backward {
         let segs = segments(&v[n - 2], &v[n - 1]);
-        let (o, lse) = reference::masked_attention(&v[3], &v[4], &v[5], &s.spec(&segs, &|h, i, j| s.mask.heads[h].visible(i as u64, j as u64)));
+        let (o, lse) = reference::masked_attention(
+            &v[3],
+            &v[4],
+            &v[5],
+            &s.spec(&segs, &|h, i, j| {
+                s.mask.heads[h].visible(i as u64, j as u64)
+            }),
+        );
         let o = Array::new(v[3].dtype(), qs.clone(), o).unwrap_or_else(|_| v[3].clone());
         let delta = reference::attention_delta(o.data(), &v[6]);
         let rows = vec![b, qs[1], sq, 1];
@@ -254,7 +277,9 @@ fn reference_grads(c: &Config, a: &[Array]) -> Result<Grads, EntryError> {
         &a[4],
         &a[5],
         &a[6],
-        &s.spec(&segs, &|h, i, j| s.mask.heads[h].visible(i as u64, j as u64)),
+        &s.spec(&segs, &|h, i, j| {
+            s.mask.heads[h].visible(i as u64, j as u64)
+        }),
     ))
 }
 
@@ -280,7 +305,10 @@ pub const MASKED_ATTENTION: Entry = Entry {
     fixed_inputs: Some(|c, s| fixed(c, s, false, 6)),
     backward: Some(|c, s| {
         let setup = Setup::new(c, &s[3], &s[4])?;
-        Ok(super::masked_vjp::vjp(setup.cfg, setup.tables.transposed_arrays()))
+        Ok(super::masked_vjp::vjp(
+            setup.cfg,
+            setup.tables.transposed_arrays(),
+        ))
     }),
     about: "attention with any mask (splash's block tables by scalar prefetch), segment ids, GQA, soft-cap: outputs o and lse",
     params: MASKED_PARAMS,
@@ -293,7 +321,14 @@ pub const MASKED_ATTENTION: Entry = Entry {
     reference: |c, a| {
         let s = Setup::new(c, a[3].shape(), a[4].shape())?;
         let segs = segments(&a[7], &a[8]);
-        let (o, lse) = reference::masked_attention(&a[3], &a[4], &a[5], &s.spec(&segs, &|h, i, j| s.mask.heads[h].visible(i as u64, j as u64)));
+        let (o, lse) = reference::masked_attention(
+            &a[3],
+            &a[4],
+            &a[5],
+            &s.spec(&segs, &|h, i, j| {
+                s.mask.heads[h].visible(i as u64, j as u64)
+            }),
+        );
         Ok(vec![o, lse])
     },
     check: |c, k, a| check(c, k, a, false),
@@ -367,10 +402,6 @@ pub const MASKED_ATTENTION_DKV: Entry = Entry {
         name: "masked_attention_dkv_chunked_gqa_bf16",
         about: "masked attention backward, dk and dv, chunked causal, GQA, bf16",
         config: CHUNKED_BF16,
-        shapes: &[
-            ("k", &[1, 1, 256, 64]),
-            ("v", &[1, 1, 256, 64]),
-        ],
+        shapes: &[("k", &[1, 1, 256, 64]), ("v", &[1, 1, 256, 64])],
     }],
 };
-

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use runtime::graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 
 use super::backward::attention_delta;
-use super::masked_backward::{masked_attention_dkv, masked_attention_dq};
 use super::masked::MaskedConfig;
+use super::masked_backward::{masked_attention_dkv, masked_attention_dq};
 use crate::entry::{backward_error, refs};
 
 /// The backward of a forward call at `cfg`, with the dk/dv pass's tables
@@ -48,26 +48,47 @@ fn backward(
         .collect::<Result<Vec<_>, _>>()?
         .try_into()
         .expect("three tables");
-    let rest: [&Tensor; 9] = [&ins[3], &ins[4], &ins[5], &d_o, &lse, &delta, &ins[6], &ins[7], &ins[8]];
-    let dq_args: Vec<&Tensor> = [&ins[0], &ins[1], &ins[2]].into_iter().chain(rest).collect();
-    let dkv_args: Vec<&Tensor> = [&kind_t, &fetch_t, &mask_fetch_t].into_iter().chain(rest).collect();
-    let shapes = |ts: &[&Tensor]| -> Vec<Vec<usize>> { ts.iter().map(|t| t.shape().to_vec()).collect() };
+    let rest: [&Tensor; 9] = [
+        &ins[3], &ins[4], &ins[5], &d_o, &lse, &delta, &ins[6], &ins[7], &ins[8],
+    ];
+    let dq_args: Vec<&Tensor> = [&ins[0], &ins[1], &ins[2]]
+        .into_iter()
+        .chain(rest)
+        .collect();
+    let dkv_args: Vec<&Tensor> = [&kind_t, &fetch_t, &mask_fetch_t]
+        .into_iter()
+        .chain(rest)
+        .collect();
+    let shapes =
+        |ts: &[&Tensor]| -> Vec<Vec<usize>> { ts.iter().map(|t| t.shape().to_vec()).collect() };
     let (dq_shapes, dkv_shapes) = (shapes(&dq_args), shapes(&dkv_args));
     let dq_k = masked_attention_dq(
         cfg,
         dtype,
-        super::masked_backward::masked_attention_dq::Dims::from_shapes(&refs(&dq_shapes)).map_err(|e| err(e.into()))?,
+        super::masked_backward::masked_attention_dq::Dims::from_shapes(&refs(&dq_shapes))
+            .map_err(|e| err(e.into()))?,
     )
     .map_err(|e| err(e.into()))?;
     let dkv_k = masked_attention_dkv(
         cfg,
         dtype,
-        super::masked_backward::masked_attention_dkv::Dims::from_shapes(&refs(&dkv_shapes)).map_err(|e| err(e.into()))?,
+        super::masked_backward::masked_attention_dkv::Dims::from_shapes(&refs(&dkv_shapes))
+            .map_err(|e| err(e.into()))?,
     )
     .map_err(|e| err(e.into()))?;
     let dq = rt.call(&dq_k, &dq_args)?.remove(0);
     let mut dkv = rt.call(&dkv_k, &dkv_args)?;
     let dv = dkv.remove(1);
     let dk = dkv.remove(0);
-    Ok(vec![None, None, None, Some(dq), Some(dk), Some(dv), None, None, None])
+    Ok(vec![
+        None,
+        None,
+        None,
+        Some(dq),
+        Some(dk),
+        Some(dv),
+        None,
+        None,
+        None,
+    ])
 }

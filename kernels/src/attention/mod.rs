@@ -514,19 +514,25 @@ fn record_forward(
     kv_len: Option<&Tensor>,
     [q, k, v]: [&Tensor; 3],
 ) -> Result<[Tensor; 2], RuntimeError> {
-    let name = if kv_len.is_some() { "flash_attention_kv_len" } else { "flash_attention" };
+    let name = if kv_len.is_some() {
+        "flash_attention_kv_len"
+    } else {
+        "flash_attention"
+    };
     // The dims come from q, k and v (the kv_len operand is `[1]` always).
     let dims = flash_attention::Dims::from_shapes(&[q.shape(), k.shape(), v.shape()])
         .map_err(|e| build_error(name, e))?;
-    let kernel = forward(name, cfg, kv_len.is_some(), q.dtype(), dims)
-        .map_err(|e| build_error(name, e))?;
+    let kernel =
+        forward(name, cfg, kv_len.is_some(), q.dtype(), dims).map_err(|e| build_error(name, e))?;
     let mut args: Vec<&Tensor> = kv_len.into_iter().collect();
     args.extend([q, k, v]);
     let vjp = vjp::vjp(cfg.clone(), kv_len.is_some());
     let mut out = q.runtime().call_with_vjp(&kernel, &args, vjp)?.into_iter();
     match (out.next(), out.next()) {
         (Some(o), Some(lse)) => Ok([o, lse]),
-        _ => Err(RuntimeError::Internal(format!("`{name}` returned fewer than 2 outputs"))),
+        _ => Err(RuntimeError::Internal(format!(
+            "`{name}` returned fewer than 2 outputs"
+        ))),
     }
 }
 
@@ -557,12 +563,13 @@ fn forward(
 
 pub(crate) mod entries;
 
-pub use entries::{
-    ATTENTION_DELTA, FLASH_ATTENTION, FLASH_ATTENTION_KV_LEN, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DKV_KV_LEN, FLASH_ATTENTION_DQ,
-    FLASH_ATTENTION_DQ_KV_LEN, FLASH_ATTENTION_DQKV, FLASH_ATTENTION_DQKV_KV_LEN,
-};
 pub use decode::PAGED_DECODE_ATTENTION;
-pub use masked_entries::{MASKED_ATTENTION, MASKED_ATTENTION_DKV, MASKED_ATTENTION_DQ};
 pub use decode_dma::PAGED_DECODE_ATTENTION_DMA;
 pub use decode_fp8::PAGED_DECODE_ATTENTION_FP8;
+pub use entries::{
+    ATTENTION_DELTA, FLASH_ATTENTION, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DKV_KV_LEN,
+    FLASH_ATTENTION_DQ, FLASH_ATTENTION_DQ_KV_LEN, FLASH_ATTENTION_DQKV,
+    FLASH_ATTENTION_DQKV_KV_LEN, FLASH_ATTENTION_KV_LEN,
+};
+pub use masked_entries::{MASKED_ATTENTION, MASKED_ATTENTION_DKV, MASKED_ATTENTION_DQ};
 pub use ragged::RAGGED_PAGED_ATTENTION;

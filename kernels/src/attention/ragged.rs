@@ -27,9 +27,7 @@ use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use super::decode_dma::{PageCopies, block_copies};
 use super::{MASK_VALUE, Online, normalized, online_softmax_init, online_update};
-use crate::entry::{
-    Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, param, refs,
-};
+use crate::entry::{Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, param, refs};
 use crate::tolerance::Tolerance;
 
 /// Config of [`ragged_paged_attention()`].
@@ -52,7 +50,8 @@ impl RaggedConfig {
     /// How far before a query its earliest visible key is: `window − 1`,
     /// or far beyond any sequence without a window.
     pub fn reach(&self) -> i32 {
-        self.window.map_or(1 << 30, |w| w.saturating_sub(1).min(1 << 30) as i32)
+        self.window
+            .map_or(1 << 30, |w| w.saturating_sub(1).min(1 << 30) as i32)
     }
 }
 
@@ -162,7 +161,14 @@ pub fn ragged_paged_attention<T: Element>(
         let start = (offset + r0 - reach).max(0) / tokens as i32;
         let end = (offset + r1 - 1 + tokens as i32) / tokens as i32;
         online_softmax_init(Online { m, l, acc });
-        let pc = PageCopies { block_tables: page_tables, k_pages, v_pages, kbuf, vbuf, sems };
+        let pc = PageCopies {
+            block_tables: page_tables,
+            k_pages,
+            v_pages,
+            kbuf,
+            vbuf,
+            sems,
+        };
         block_copies(ppb, pc, (seq, hk), (start, start * 0), false);
         let qt = q.load(..).reshape([rows, d]);
         let t = iota(I32, [g, bq, tokens], 1).reshape([rows, tokens]) + blk_start;
@@ -188,7 +194,11 @@ pub fn ragged_paged_attention<T: Element>(
             let s = select(visible, s, MASK_VALUE);
             // Slots past the length may hold anything (a freed page's data).
             let kv_row = iota(I32, [tokens, d], 0) + kb * tokens as i32;
-            let vt = select(kv_row < kv_len, vbuf.load((slot, .., .., ..)).reshape([tokens, d]), 0.0);
+            let vt = select(
+                kv_row < kv_len,
+                vbuf.load((slot, .., .., ..)).reshape([tokens, d]),
+                0.0,
+            );
             online_update(rows, Online { m, l, acc }, s, vt);
         }
         let (out, _) = normalized(Online { m, l, acc });
@@ -305,7 +315,10 @@ fn check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> 
     let (pages, page) = (kp.shape()[1], kp.shape()[2]);
     let pps = tables.shape()[1];
     let c = cu.data();
-    if c.first() != Some(&0.0) || c.windows(2).any(|w| w[0] > w[1]) || c.last().is_some_and(|&l| l > t as f64) {
+    if c.first() != Some(&0.0)
+        || c.windows(2).any(|w| w[0] > w[1])
+        || c.last().is_some_and(|&l| l > t as f64)
+    {
         return Err(EntryError::Input(format!(
             "cu_q_lens must rise from 0 to at most the {t} query tokens (the running sum of the query lengths), got {c:?}"
         )));
@@ -325,7 +338,11 @@ fn check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> 
             "page_tables entries must be pages of the pool, 0..{pages}"
         )));
     }
-    let bq = k.operands.iter().find(|o| o.name == "q").map_or(1, |o| o.block.shape[1]);
+    let bq = k
+        .operands
+        .iter()
+        .find(|o| o.name == "q")
+        .map_or(1, |o| o.block.shape[1]);
     let want = ragged_metadata(&cu, t, bq);
     let as_i32 = |a: &Array| a.data().iter().map(|&v| v as i32).collect::<Vec<_>>();
     if as_i32(seq) != want.seq_ids || as_i32(qblk) != want.qblk_ids {
@@ -339,7 +356,8 @@ fn check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> 
 /// A mixed batch: decodes (one new token) and prefills (many), random
 /// context lengths, distinct pages, its schedule.
 fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
-    let shapes: Vec<(DType, Vec<usize>)> = k.arguments().map(|a| (a.dtype, a.shape.to_vec())).collect();
+    let shapes: Vec<(DType, Vec<usize>)> =
+        k.arguments().map(|a| (a.dtype, a.shape.to_vec())).collect();
     let (seqs, pps) = (shapes[2].1[0], shapes[2].1[1]);
     let (t, pool, page) = (shapes[5].1[1], shapes[6].1[1], shapes[6].1[2]);
     let cap = pps * page;
@@ -348,7 +366,11 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     let mut kv = Vec::new();
     for s in 0..seqs {
         let room = t - cu[s];
-        let want = if s % 2 == 1 { 1 } else { 1 + rng.below(cap.min(2 * t / seqs.max(1)).max(1)) };
+        let want = if s % 2 == 1 {
+            1
+        } else {
+            1 + rng.below(cap.min(2 * t / seqs.max(1)).max(1))
+        };
         let ql = want.min(room).min(cap);
         cu.push(cu[s] + ql);
         kv.push(ql + rng.below(cap - ql + 1));
@@ -357,7 +379,11 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     for i in (1..perm.len()).rev() {
         perm.swap(i, rng.below(i + 1));
     }
-    let bq = k.operands.iter().find(|o| o.name == "q").map_or(1, |o| o.block.shape[1]);
+    let bq = k
+        .operands
+        .iter()
+        .find(|o| o.name == "q")
+        .map_or(1, |o| o.block.shape[1]);
     let meta = ragged_metadata(&cu, t, bq);
     let ints = |shape: Vec<usize>, v: Vec<f64>| {
         Array::new(DType::I32, shape.clone(), v).unwrap_or_else(|_| Array::zeros(DType::I32, shape))
@@ -367,8 +393,14 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
         ints(vec![seqs + 1], f(&cu)),
         ints(vec![seqs], f(&kv)),
         ints(vec![seqs, pps], f(&perm[..seqs * pps])),
-        ints(vec![meta.seq_ids.len()], meta.seq_ids.iter().map(|&x| x as f64).collect()),
-        ints(vec![meta.qblk_ids.len()], meta.qblk_ids.iter().map(|&x| x as f64).collect()),
+        ints(
+            vec![meta.seq_ids.len()],
+            meta.seq_ids.iter().map(|&x| x as f64).collect(),
+        ),
+        ints(
+            vec![meta.qblk_ids.len()],
+            meta.qblk_ids.iter().map(|&x| x as f64).collect(),
+        ),
         Array::random(shapes[5].0, shapes[5].1.clone(), seed + 1, -1.0, 1.0),
         Array::random(shapes[6].0, shapes[6].1.clone(), seed + 2, -1.0, 1.0),
         Array::random(shapes[7].0, shapes[7].1.clone(), seed + 3, -1.0, 1.0),
@@ -383,11 +415,36 @@ pub const RAGGED_PAGED_ATTENTION: Entry = Entry {
     about: "ragged paged attention: one call over mixed prefill and decode sequences (cu_q_lens, kv_lens, page tables in scalar prefetch), causal per sequence, GQA, manual DMA",
     params: &[
         DTYPE,
-        param("sm_scale", ParamKind::Scale, "auto", "score scale; auto = 1/sqrt(head_dim)"),
-        param("block_q", ParamKind::Positive, "16", "query tokens per block; divides the token count"),
-        param("pages_per_block", ParamKind::Positive, "4", "pages copied per kv step; divides pages_per_seq"),
-        param("window", ParamKind::OptPositive, "none", "sliding window: keys more than window-1 before a query are hidden"),
-        param("softcap", ParamKind::OptPositiveNumber, "none", "logit soft-cap: s = cap * tanh(s / cap)"),
+        param(
+            "sm_scale",
+            ParamKind::Scale,
+            "auto",
+            "score scale; auto = 1/sqrt(head_dim)",
+        ),
+        param(
+            "block_q",
+            ParamKind::Positive,
+            "16",
+            "query tokens per block; divides the token count",
+        ),
+        param(
+            "pages_per_block",
+            ParamKind::Positive,
+            "4",
+            "pages copied per kv step; divides pages_per_seq",
+        ),
+        param(
+            "window",
+            ParamKind::OptPositive,
+            "none",
+            "sliding window: keys more than window-1 before a query are hidden",
+        ),
+        param(
+            "softcap",
+            ParamKind::OptPositiveNumber,
+            "none",
+            "logit soft-cap: s = cap * tanh(s / cap)",
+        ),
     ],
     inputs: |c| {
         let (seqs, t) = (4, 64);
@@ -407,11 +464,20 @@ pub const RAGGED_PAGED_ATTENTION: Entry = Entry {
         let dims = ragged_paged_attention::Dims::from_shapes(&refs(s))?;
         let cfg = config(c, dims.d)?;
         let problem = if dims.seqs_plus_one != dims.seqs + 1 {
-            Some(format!("cu_q_lens has {} entries for {} sequences; give seqs + 1", dims.seqs_plus_one, dims.seqs))
+            Some(format!(
+                "cu_q_lens has {} entries for {} sequences; give seqs + 1",
+                dims.seqs_plus_one, dims.seqs
+            ))
         } else if dims.hkv == 0 || dims.h % dims.hkv != 0 {
-            Some(format!("q has {} heads, which the {} kv heads do not divide", dims.h, dims.hkv))
+            Some(format!(
+                "q has {} heads, which the {} kv heads do not divide",
+                dims.h, dims.hkv
+            ))
         } else if dims.t % cfg.block_q != 0 {
-            Some(format!("q has {} tokens, which block_q = {} does not divide; pad the batch", dims.t, cfg.block_q))
+            Some(format!(
+                "q has {} tokens, which block_q = {} does not divide; pad the batch",
+                dims.t, cfg.block_q
+            ))
         } else if dims.pages_per_seq % cfg.pages_per_block != 0 {
             Some(format!(
                 "page_tables has {} pages per sequence, which pages_per_block = {} does not divide",
@@ -435,14 +501,22 @@ pub const RAGGED_PAGED_ATTENTION: Entry = Entry {
         Ok(ragged_paged_attention(&cfg, c.dtype("dtype")?, dims)?)
     },
     reference: |c, a| {
-        let tables: Vec<Vec<usize>> = ints(&a[2]).chunks(a[2].shape()[1].max(1)).map(<[usize]>::to_vec).collect();
+        let tables: Vec<Vec<usize>> = ints(&a[2])
+            .chunks(a[2].shape()[1].max(1))
+            .map(<[usize]>::to_vec)
+            .collect();
         let (cu_q_lens, kv_lens) = (ints(&a[0]), ints(&a[1]));
         let batch = RaggedBatch {
             cu_q_lens: &cu_q_lens,
             kv_lens: &kv_lens,
             tables: &tables,
         };
-        Ok(vec![reference(&a[5], (&a[6], &a[7]), &batch, &config(c, a[5].shape()[2])?)])
+        Ok(vec![reference(
+            &a[5],
+            (&a[6], &a[7]),
+            &batch,
+            &config(c, a[5].shape()[2])?,
+        )])
     },
     check,
     tolerance: |c, _| vec![Tolerance::attention(c.dtype("dtype").unwrap_or(DType::F32))],

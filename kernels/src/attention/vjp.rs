@@ -12,11 +12,11 @@ use std::sync::Arc;
 use kernel_ir::DType;
 use runtime::graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 
+use super::AttnConfig;
 use super::backward::{
     attention_delta, flash_attention_dkv, flash_attention_dkv_kv_len, flash_attention_dq,
     flash_attention_dq_kv_len, flash_attention_dqkv, flash_attention_dqkv_kv_len,
 };
-use super::AttnConfig;
 use crate::entry::{backward_error, refs};
 
 /// The backward of a forward call at `cfg` (the config it ran with).
@@ -43,8 +43,7 @@ fn backward(
     let delta_k = attention_delta(
         cfg.block_q,
         dtype,
-        attention_delta::Dims::from_shapes(&[o.shape(), d_o.shape()])
-            .map_err(|e| err(e.into()))?,
+        attention_delta::Dims::from_shapes(&[o.shape(), d_o.shape()]).map_err(|e| err(e.into()))?,
     )
     .map_err(|e| err(e.into()))?;
     let mut delta = rt.call(&delta_k, &[&o, &d_o])?.remove(0);
@@ -60,8 +59,8 @@ fn backward(
         args.push(&ins[0]);
     }
     args.extend([q, k, v, &d_o, &lse, &delta]);
-    let dqkv_dims = flash_attention_dqkv::Dims::from_shapes(&refs(&shapes))
-        .map_err(|e| err(e.into()))?;
+    let dqkv_dims =
+        flash_attention_dqkv::Dims::from_shapes(&refs(&shapes)).map_err(|e| err(e.into()))?;
     let one_pass = if with_len {
         flash_attention_dqkv_kv_len(cfg, dtype, dqkv_dims)
     } else {
@@ -72,10 +71,10 @@ fn backward(
         let (dv, dk) = (g.remove(2), g.remove(1));
         (g.remove(0), dk, dv)
     } else {
-        let dq_dims = flash_attention_dq::Dims::from_shapes(&refs(&shapes))
-            .map_err(|e| err(e.into()))?;
-        let dkv_dims = flash_attention_dkv::Dims::from_shapes(&refs(&shapes))
-            .map_err(|e| err(e.into()))?;
+        let dq_dims =
+            flash_attention_dq::Dims::from_shapes(&refs(&shapes)).map_err(|e| err(e.into()))?;
+        let dkv_dims =
+            flash_attention_dkv::Dims::from_shapes(&refs(&shapes)).map_err(|e| err(e.into()))?;
         let (dq_k, dkv_k) = if with_len {
             (
                 flash_attention_dq_kv_len(cfg, dtype, dq_dims),
@@ -87,7 +86,10 @@ fn backward(
                 flash_attention_dkv(cfg, dtype, dkv_dims),
             )
         };
-        let (dq_k, dkv_k) = (dq_k.map_err(|e| err(e.into()))?, dkv_k.map_err(|e| err(e.into()))?);
+        let (dq_k, dkv_k) = (
+            dq_k.map_err(|e| err(e.into()))?,
+            dkv_k.map_err(|e| err(e.into()))?,
+        );
         let dq = rt.call(&dq_k, &args)?.remove(0);
         let mut dkv = rt.call(&dkv_k, &args)?;
         let dv = dkv.remove(1);

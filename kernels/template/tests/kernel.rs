@@ -99,7 +99,10 @@ fn compiles_with_triton_for_gpus() {
             s.registers, s.spill_bytes, s.tensor_core
         );
         assert_eq!(s.spill_bytes, 0, "{t} spills");
-        assert!(s.tensor_core_total() > 0, "{t}: the dot is not on tensor cores");
+        assert!(
+            s.tensor_core_total() > 0,
+            "{t}: the dot is not on tensor cores"
+        );
     }
     let wide = kernel(DType::BF16, 256, 512, 512);
     let e = compile_for_gpu(&wide, &[GpuTarget::Gfx942]).unwrap_err();
