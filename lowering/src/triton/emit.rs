@@ -637,22 +637,6 @@ impl<'a> Emitter<'a> {
     fn sinkable(&self, d: usize, level: usize) -> Option<(usize, Vec<usize>)> {
         let k: &'a Kernel = self.k;
         let body = &k.body.region;
-        let pure = |op: &Op| {
-            matches!(
-                op.kind,
-                OpKind::Constant { .. }
-                    | OpKind::ProgramId { .. }
-                    | OpKind::NumPrograms { .. }
-                    | OpKind::Binary { .. }
-                    | OpKind::Compare { .. }
-                    | OpKind::Unary { .. }
-                    | OpKind::Convert { .. }
-                    | OpKind::Select { .. }
-                    | OpKind::BroadcastInDim { .. }
-                    | OpKind::Reshape { .. }
-                    | OpKind::Iota { .. }
-            )
-        };
         let mut loaded = HashSet::new();
         walk_region(body, &mut |op| {
             if let OpKind::Load { buffer, .. } = &op.kind {
@@ -731,26 +715,7 @@ impl<'a> Emitter<'a> {
             }
             bound.extend(op.results.iter().copied());
         }
-        let mut need: HashSet<ValueId> = free.into_iter().collect();
-        let mut picked = Vec::new();
-        for (i, op) in body.ops[..start].iter().enumerate().rev() {
-            if !op.results.iter().any(|r| need.contains(r)) {
-                continue;
-            }
-            if !pure(op) {
-                return None;
-            }
-            picked.push(i);
-            need.extend(op.kind.operands());
-        }
-        let defined: HashSet<ValueId> = picked
-            .iter()
-            .flat_map(|&i| body.ops[i].results.iter().copied())
-            .collect();
-        if need.iter().any(|v| !defined.contains(v)) {
-            return None;
-        }
-        picked.reverse();
+        let picked = pure_producers(&body.ops[..start], free.into_iter().collect())?;
         Some((start, picked))
     }
 
@@ -763,22 +728,6 @@ impl<'a> Emitter<'a> {
     fn hoistable(&self, d: usize, step: Step, level: usize) -> Option<(usize, Vec<usize>)> {
         let k: &'a Kernel = self.k;
         let body = &k.body.region;
-        let pure = |op: &Op| {
-            matches!(
-                op.kind,
-                OpKind::Constant { .. }
-                    | OpKind::ProgramId { .. }
-                    | OpKind::NumPrograms { .. }
-                    | OpKind::Binary { .. }
-                    | OpKind::Compare { .. }
-                    | OpKind::Unary { .. }
-                    | OpKind::Convert { .. }
-                    | OpKind::Select { .. }
-                    | OpKind::BroadcastInDim { .. }
-                    | OpKind::Reshape { .. }
-                    | OpKind::Iota { .. }
-            )
-        };
         let at = match step {
             Step::First => body.ops.iter().position(|op| !pure(op))?,
             Step::Last => body.ops.len().checked_sub(1)?,
@@ -817,26 +766,7 @@ impl<'a> Emitter<'a> {
         }
         let mut free = std::collections::BTreeSet::new();
         free_values(then_region, &mut HashSet::new(), &mut free);
-        let mut need: HashSet<ValueId> = free.into_iter().collect();
-        let mut picked = Vec::new();
-        for (i, op) in body.ops[..at].iter().enumerate().rev() {
-            if !op.results.iter().any(|r| need.contains(r)) {
-                continue;
-            }
-            if !pure(op) {
-                return None;
-            }
-            picked.push(i);
-            need.extend(op.kind.operands());
-        }
-        let defined: HashSet<ValueId> = picked
-            .iter()
-            .flat_map(|&i| body.ops[i].results.iter().copied())
-            .collect();
-        if need.iter().any(|v| !defined.contains(v)) {
-            return None;
-        }
-        picked.reverse();
+        let picked = pure_producers(&body.ops[..at], free.into_iter().collect())?;
         Some((at, picked))
     }
 
@@ -2189,4 +2119,49 @@ fn slice(x: &str, shape: &[usize], indices: &[Index], dtype: DType) -> Option<St
         axis += 1;
     }
     Some(reshape(&cur, &cur_shape, &keep, dtype))
+}
+
+/// An op without effects, cheap to compute again: what may move with a
+/// hoisted prologue or a sunk epilogue.
+fn pure(op: &Op) -> bool {
+    matches!(
+        op.kind,
+        OpKind::Constant { .. }
+            | OpKind::ProgramId { .. }
+            | OpKind::NumPrograms { .. }
+            | OpKind::Binary { .. }
+            | OpKind::Compare { .. }
+            | OpKind::Unary { .. }
+            | OpKind::Convert { .. }
+            | OpKind::Select { .. }
+            | OpKind::BroadcastInDim { .. }
+            | OpKind::Reshape { .. }
+            | OpKind::Iota { .. }
+    )
+}
+
+/// The indices, in order, of the ops among `ops` that compute the values
+/// `need` reads, transitively; `None` when one has an effect or a value
+/// comes from outside `ops` (the set cannot move as one).
+fn pure_producers(ops: &[Op], mut need: HashSet<ValueId>) -> Option<Vec<usize>> {
+    let mut picked = Vec::new();
+    for (i, op) in ops.iter().enumerate().rev() {
+        if !op.results.iter().any(|r| need.contains(r)) {
+            continue;
+        }
+        if !pure(op) {
+            return None;
+        }
+        picked.push(i);
+        need.extend(op.kind.operands());
+    }
+    let defined: HashSet<ValueId> = picked
+        .iter()
+        .flat_map(|&i| ops[i].results.iter().copied())
+        .collect();
+    if need.iter().any(|v| !defined.contains(v)) {
+        return None;
+    }
+    picked.reverse();
+    Some(picked)
 }
