@@ -140,6 +140,42 @@ impl DType {
         }
     }
 
+    /// A value of dtype `from` converted to this dtype: as [`DType::round`],
+    /// except from a float to an integer type, which truncates toward zero
+    /// and **saturates** at the type's bounds (±∞ too) with NaN as 0: the
+    /// rule of XLA's convert, PTX's `cvt` and Rust's `as`, kept by every
+    /// path (an integer to a narrower integer wraps).
+    ///
+    /// ```
+    /// use kernel_ir::DType;
+    /// assert_eq!(DType::I32.convert_from(DType::F32, 3.0e9), 2147483647.0);
+    /// assert_eq!(DType::I8.convert_from(DType::F32, f64::NEG_INFINITY), -128.0);
+    /// assert_eq!(DType::I32.convert_from(DType::F32, f64::NAN), 0.0);
+    /// assert_eq!(DType::I8.convert_from(DType::I32, 200.0), -56.0);
+    /// ```
+    pub fn convert_from(self, from: DType, v: f64) -> f64 {
+        if !(from.is_float() && self.is_int()) {
+            return self.round(v);
+        }
+        if v.is_nan() {
+            return 0.0;
+        }
+        let half = 2f64.powi(self.bits() as i32 - 1);
+        v.trunc().clamp(-half, half - 1.0)
+    }
+
+    /// The bounds a float is clamped to before it converts to this integer
+    /// type on the compiled paths: the type's minimum, and the largest f32
+    /// below 2^(bits-1) (the maximum itself is not an f32 for i32; values
+    /// at or past 2^(bits-1) become the maximum by a select).
+    pub fn float_to_int_clamp(self) -> (f64, f64) {
+        let half = 2f64.powi(self.bits() as i32 - 1);
+        (
+            -half,
+            f64::from(f32::from_bits((half as f32).to_bits() - 1)).floor(),
+        )
+    }
+
     /// Unit roundoff of a float dtype (half the distance from 1 to the next
     /// value); 0 for exact types.
     pub fn epsilon(self) -> f64 {

@@ -1,7 +1,10 @@
 //! Edge values give one answer on every path: NaN through max/min
-//! reductions, overflow of exp/exp2 to +inf. Each kernel runs on every
-//! `Backend` and every output element is compared with the value the
-//! IEEE rule gives (NaN must be NaN, +inf must be +inf).
+//! (elementwise and reductions), overflow of exp/exp2 to +inf, float to
+//! integer conversion (saturating, NaN as 0), loop steps past the span.
+//! Each kernel runs on every `Backend` and every output element is
+//! compared with the value the rule gives (NaN must be NaN, +inf must be
+//! +inf). `kernels/cli/tests/cli_kir.rs` finds such cases: a grammar
+//! fuzzer over kernel files, checked across the same paths.
 
 use kernel_ir::{Array, DType, parse};
 use runtime::backend::{Backend, Prepared};
@@ -145,5 +148,119 @@ body:
 "
         );
         on_every_path(&text, &[], &vec![want; 8 * 128]);
+    }
+}
+
+/// Elementwise max and min with a NaN operand are NaN on every path, on
+/// either side (XLA's CPU `maximum` dropped it: `min(-1, NaN)` was -1 on
+/// the decomposed path).
+#[test]
+fn elementwise_max_and_min_propagate_nan_on_every_path() {
+    let pairs = [
+        (f32::NAN, -1.0),
+        (-1.0, f32::NAN),
+        (f32::NAN, f32::NAN),
+        (f32::INFINITY, f32::NAN),
+        (f32::NAN, f32::NEG_INFINITY),
+        (2.0, -0.5),
+        (-3.0, f32::INFINITY),
+        (0.0, 4.0),
+    ];
+    let rows = |side: usize| -> Array {
+        let v: Vec<f32> = pairs
+            .iter()
+            .flat_map(|p| std::iter::repeat_n(if side == 0 { p.0 } else { p.1 }, 128))
+            .collect();
+        Array::from_elems([8, 128], &v).unwrap()
+    };
+    let args = [rows(0), rows(1)];
+    for op in ["max", "min"] {
+        let want: Vec<f64> = pairs
+            .iter()
+            .flat_map(|&(a, b)| {
+                let (a, b) = (f64::from(a), f64::from(b));
+                let v = if a.is_nan() || b.is_nan() {
+                    f64::NAN
+                } else if op == "max" {
+                    a.max(b)
+                } else {
+                    a.min(b)
+                };
+                std::iter::repeat_n(v, 128)
+            })
+            .collect();
+        let text = format!(
+            "kernel @elementwise_{op} {{
+  target v5e, vmem_limit default
+  grid [1 parallel]
+  in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+  in @y: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+  out @o: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+  %1 = load @y[0:8, 0:128] : f32[8, 128]
+  %2 = {op} %0, %1 : f32[8, 128]
+  store @o[0:8, 0:128], %2 : f32[8, 128]
+}}
+"
+        );
+        on_every_path(&text, &args, &want);
+    }
+}
+
+/// A float converted to an integer type truncates toward zero and
+/// saturates at the type's bounds, ±∞ included, with NaN as 0, on every
+/// path (the JIT gave i32::MIN for NaN and ∞, x86's answer; the Triton
+/// program and the interpreter wrapped past the range; XLA saturated).
+#[test]
+fn float_to_int_conversion_saturates_on_every_path() {
+    let inputs = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        3.0e9,
+        -3.0e9,
+        2_147_483_520.0,
+        2_147_483_648.0,
+        -2_147_483_648.0,
+        200.0,
+        -200.0,
+        127.9,
+        -128.5,
+        -129.0,
+        2.7,
+        -2.7,
+        -0.0,
+    ];
+    let x: Vec<f32> = (0..8 * 128).map(|i| inputs[i % inputs.len()]).collect();
+    let x = Array::from_elems([8, 128], &x).unwrap();
+    for (to, low, high) in [
+        ("i32", -2_147_483_648.0, 2_147_483_647.0),
+        ("i8", -128.0, 127.0),
+    ] {
+        let want: Vec<f64> = (0..8 * 128)
+            .map(|i| {
+                let v = f64::from(inputs[i % inputs.len()]);
+                if v.is_nan() {
+                    0.0
+                } else {
+                    v.trunc().clamp(low, high)
+                }
+            })
+            .collect();
+        let text = format!(
+            "kernel @to_{to} {{
+  target v5e, vmem_limit default
+  grid [1 parallel]
+  in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+  out @o: {to}[8, 128] vmem block [8, 128] at (0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+  %1 = convert %0 : f32[8, 128] -> {to}[8, 128]
+  store @o[0:8, 0:128], %1 : {to}[8, 128]
+}}
+"
+        );
+        on_every_path(&text, std::slice::from_ref(&x), &want);
     }
 }

@@ -239,7 +239,12 @@ impl Machine<'_> {
             }
             OpKind::Convert { x, dtype } => {
                 let x = self.get(*x)?;
-                let data = x.data.iter().map(|&v| dtype.round(v)).collect();
+                let from = x.dtype;
+                let data = x
+                    .data
+                    .iter()
+                    .map(|&v| dtype.convert_from(from, v))
+                    .collect();
                 Val {
                     dtype: *dtype,
                     data,

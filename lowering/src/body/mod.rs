@@ -453,13 +453,85 @@ pub(crate) fn convert_values<'c>(
             let mid = ir.op1(block, "arith.extf", &[x], ty_of(DType::F32), Vec::new())?;
             one("arith.truncf", mid)
         }
-        (true, false) => one("arith.fptosi", x),
+        (true, false) => saturating_fptosi(ir, block, x, shape, from, to),
         (false, true) if from == DType::Bool => one("arith.uitofp", x),
         (false, true) => one("arith.sitofp", x),
         (false, false) if from == DType::Bool => one("arith.extui", x),
         (false, false) if from.bits() < to.bits() => one("arith.extsi", x),
         (false, false) => one("arith.trunci", x),
     }
+}
+
+/// Float to integer by the one rule of every path
+/// ([`DType::convert_from`]): truncate, saturate at the bounds, NaN is 0.
+/// `arith.fptosi` alone is poison past the range and on NaN (x86 gives
+/// the minimum), so the value is clamped and NaN replaced before it, and
+/// what is at or past 2^(bits-1) (not an f32 below the maximum) selected
+/// to the maximum after.
+fn saturating_fptosi<'c>(
+    ir: &Ir<'c>,
+    block: &Block<'c>,
+    x: Raw,
+    shape: &[usize],
+    from: DType,
+    to: DType,
+) -> Result<Raw, LoweringError> {
+    let f32_t = ir.shaped_vector(shape, ir.elem(DType::F32));
+    let x = convert_values(ir, block, x, shape, from, DType::F32)?;
+    let splat = |v: f64, d: DType| -> Result<Raw, LoweringError> {
+        let t = ir.shaped_vector(shape, ir.elem(d));
+        ir.op1(
+            block,
+            "arith.constant",
+            &[],
+            t,
+            vec![("value", ir.literal(v, d, t)?)],
+        )
+    };
+    let bool_t = ir.shaped_vector(shape, ir.elem(DType::Bool));
+    let cmp = |p: CompareOp, a: Raw, b: Raw| -> Result<Raw, LoweringError> {
+        let (name, pred) = compare_predicate(p, DType::F32);
+        ir.op1(
+            block,
+            name,
+            &[a, b],
+            bool_t,
+            vec![("predicate", ir.i64_attr(pred))],
+        )
+    };
+    let (lo, hi) = to.float_to_int_clamp();
+    let t = ir.op1(
+        block,
+        "arith.maximumf",
+        &[x, splat(lo, DType::F32)?],
+        f32_t,
+        Vec::new(),
+    )?;
+    let t = ir.op1(
+        block,
+        "arith.minimumf",
+        &[t, splat(hi, DType::F32)?],
+        f32_t,
+        Vec::new(),
+    )?;
+    let nan = cmp(CompareOp::Ne, x, x)?;
+    let t = ir.op1(
+        block,
+        "arith.select",
+        &[nan, splat(0.0, DType::F32)?, t],
+        f32_t,
+        Vec::new(),
+    )?;
+    let int_t = ir.shaped_vector(shape, ir.elem(to));
+    let r = ir.op1(block, "arith.fptosi", &[t], int_t, Vec::new())?;
+    let big = cmp(CompareOp::Ge, x, splat(-lo, DType::F32)?)?;
+    ir.op1(
+        block,
+        "arith.select",
+        &[big, splat(-lo - 1.0, to)?, r],
+        int_t,
+        Vec::new(),
+    )
 }
 
 /// The arith/math op of a binary op on float or integer operands.

@@ -48,6 +48,31 @@ impl<'c> Hlo<'_, 'c> {
         self.ir.op1(b, name, &[x, y], self.t(shape, d), Vec::new())
     }
 
+    /// `r` (a max or min of `operands`) with a NaN operand in its place:
+    /// NaN wins, as on every other path. XLA's CPU `maximum`/`minimum`
+    /// drop it (`max(-1, NaN)` is -1, a row [1, NaN] reduces to 1), so
+    /// the program picks it itself.
+    pub(super) fn nan_wins(
+        &self,
+        b: &Block<'c>,
+        mut r: Raw,
+        operands: [Raw; 2],
+        d: DType,
+        shape: &[usize],
+    ) -> Result<Raw, LoweringError> {
+        for v in operands {
+            let nan = self.compare(b, CompareOp::Ne, v, v, d, shape)?;
+            r = self.ir.op1(
+                b,
+                "stablehlo.select",
+                &[nan, v, r],
+                self.t(shape, d),
+                Vec::new(),
+            )?;
+        }
+        Ok(r)
+    }
+
     pub(super) fn compare(
         &self,
         b: &Block<'c>,

@@ -204,7 +204,15 @@ impl<'c> Step<'_, 'c> {
             OpKind::Binary { op: bo, lhs, rhs } => {
                 let t = self.ty(*lhs);
                 let name = op_names::binary(*bo);
-                Some(e.bin(b, name, self.v(*lhs)?, self.v(*rhs)?, t.dtype, &t.shape)?)
+                let (x, y) = (self.v(*lhs)?, self.v(*rhs)?);
+                let r = e.bin(b, name, x, y, t.dtype, &t.shape)?;
+                if matches!(bo, kernel_ir::BinaryOp::Max | kernel_ir::BinaryOp::Min)
+                    && t.dtype.is_float()
+                {
+                    Some(e.nan_wins(b, r, [y, x], t.dtype, &t.shape)?)
+                } else {
+                    Some(r)
+                }
             }
             OpKind::Compare { op: c, lhs, rhs } => {
                 let t = self.ty(*lhs);
@@ -379,13 +387,7 @@ impl<'c> Step<'_, 'c> {
         let a = ir.args(&inner);
         let mut s = ir.op1(&inner, name, &[a[0], a[1]], scalar, Vec::new())?;
         if matches!(r, ReduceOp::Max | ReduceOp::Min) && d.is_float() {
-            // NaN wins, as on every other path: XLA's CPU reductions with
-            // `maximum`/`minimum` drop it (a row [1, NaN] reduced to 1),
-            // so the combiner picks a NaN operand itself.
-            for &v in [a[1], a[0]].iter() {
-                let nan = e.compare(&inner, CompareOp::Ne, v, v, d, &[])?;
-                s = ir.op1(&inner, "stablehlo.select", &[nan, v, s], scalar, Vec::new())?;
-            }
+            s = e.nan_wins(&inner, s, [a[1], a[0]], d, &[])?;
         }
         ir.op(
             &inner,

@@ -36,7 +36,7 @@ const HELPERS: &[(&str, &str)] = &[
     ),
     (
         "_tsr_to_int",
-        "@triton.jit\ndef _tsr_to_int(x, dtype: tl.constexpr):\n    # f32 to an integer type: truncate toward zero and wrap; NaN and inf are 0.\n    finite = (x == x) & (tl.abs(x) < float(\"inf\"))\n    t = tl.where(finite, tl.minimum(tl.maximum(x, -9.2e18), 9.2e18), 0.0)\n    return t.to(tl.int64).to(dtype)\n",
+        "@triton.jit\ndef _tsr_to_int(x, dtype: tl.constexpr, lo: tl.constexpr, hi: tl.constexpr, imax: tl.constexpr):\n    # f32 to an integer type: truncate toward zero, saturate at the type's bounds (lo, the largest f32 below -lo, imax); NaN is 0.\n    t = tl.where(x == x, tl.minimum(tl.maximum(x, lo), hi), 0.0)\n    return tl.where(x >= -lo, imax, t.to(dtype)).to(dtype)\n",
     ),
     (
         "_tsr_to_f8e4m3fn",
@@ -1358,7 +1358,12 @@ impl<'a> Emitter<'a> {
             (f, t) if f.is_float() && t.is_int() => {
                 self.helpers.insert("_tsr_to_int");
                 let f32 = self.widen(x, f);
-                format!("_tsr_to_int({f32}, {})", tl_dtype(t))
+                let (lo, hi) = t.float_to_int_clamp();
+                let imax = -lo as i64 - 1;
+                format!(
+                    "_tsr_to_int({f32}, {}, {lo:?}, {hi:?}, {imax})",
+                    tl_dtype(t)
+                )
             }
             (_, t) => format!("tl.cast({x}, {})", tl_dtype(t)),
         }

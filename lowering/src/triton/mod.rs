@@ -33,9 +33,9 @@
 //!   their own type (`tl.dot` on them uses the tensor cores) but every
 //!   other float op runs in f32 and rounds once to the op's type (the
 //!   reference's rule; Triton's interpreter has no bf16 arithmetic).
-//!   Conversions follow `DType::round` (NaN-propagating max/min,
-//!   truncating float-to-int conversion that wraps, fp8 overflow to NaN or
-//!   ∞ rather than the hardware's saturation).
+//!   Conversions follow `DType::convert_from` (NaN-propagating max/min,
+//!   truncating float-to-int conversion that saturates with NaN as 0, fp8
+//!   overflow to NaN or ∞ rather than the hardware's saturation).
 //! * **Dots**: `tl.dot` with f32 (or i32) accumulation where every dim is at
 //!   least 16, a broadcast product and sum otherwise; `acc + dot(a, b)` is
 //!   one `tl.dot(a, b, acc)`. f32 operands take the program's `F32_DOT`
