@@ -77,22 +77,25 @@ fi
 # The `libtpu` wheel jax 0.11.2 pins: the TPU compiler (Mosaic included) as a
 # PJRT plugin. Tessera only compiles with it (no TPU here); it is a
 # development and test dependency under Google's terms (see README), fetched
-# here and never committed or redistributed. The cp311 manylinux_2_31 file is
-# pinned whatever Python runs pip: the wheel holds no Python extension.
-libtpu_version="0.0.48.1"
-libtpu_sha256="62cd0567e8ac1e41f786245586041b9dddcc851095a2d8c0f380924365e8fc92"
-libtpu_dir="$cache/libtpu/$libtpu_version"
-libtpu="$libtpu_dir/libtpu.so"
-if [ ! -s "$libtpu" ]; then
-  echo "setup: fetching libtpu $libtpu_version (the TPU compiler, ~220 MB) into $libtpu_dir"
+# here and never committed or redistributed. The wheel holds no Python
+# extension: its file for one Python tag is pinned whatever Python runs pip.
+# A second version, the one jax 0.12.0.1 and torch-tpu 0.2.0 pin, is the
+# other side of the version matrix (tests/conformance/versions.py).
+fetch_libtpu() { # VERSION SHA256 PYTHON-TAG (e.g. 311)
+  local version=$1 sha256=$2 tag=$3
+  local dir="$cache/libtpu/$version"
+  [ -s "$dir/libtpu.so" ] && return 0
+  echo "setup: fetching libtpu $version (the TPU compiler, ~220 MB) into $dir"
   mkdir -p "$cache/libtpu"
+  local tmp
   tmp=$(mktemp -d "$cache/libtpu/download.XXXXXX")
-  printf 'libtpu==%s --hash=sha256:%s\n' "$libtpu_version" "$libtpu_sha256" >"$tmp/requirements.txt"
+  printf 'libtpu==%s --hash=sha256:%s\n' "$version" "$sha256" >"$tmp/requirements.txt"
   run_quiet python3 -m pip download --quiet --no-deps --require-hashes \
-    --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
+    --only-binary=:all: --python-version "${tag:0:1}.${tag:1}" --implementation cp --abi "cp$tag" \
     --platform manylinux_2_31_x86_64 -r "$tmp/requirements.txt" -d "$tmp"
+  local whl
   whl=$(ls "$tmp"/*.whl)
-  echo "$libtpu_sha256  $whl" | sha256sum --check --quiet
+  echo "$sha256  $whl" | sha256sum --check --quiet
   python3 - "$whl" "$tmp" <<'PY'
 import shutil, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z:
@@ -100,11 +103,13 @@ with zipfile.ZipFile(sys.argv[1]) as z:
         with z.open(want) as src, open(sys.argv[2] + "/" + want.split("/")[-1], "wb") as dst:
             shutil.copyfileobj(src, dst)
 PY
-  mkdir -p "$libtpu_dir"
-  mv "$tmp/LICENSE" "$libtpu_dir/LICENSE"
-  mv "$tmp/libtpu.so" "$libtpu"
+  mkdir -p "$dir"
+  mv "$tmp/LICENSE" "$dir/LICENSE"
+  mv "$tmp/libtpu.so" "$dir/libtpu.so"
   rm -rf "$tmp"
-fi
+}
+fetch_libtpu 0.0.48.1 62cd0567e8ac1e41f786245586041b9dddcc851095a2d8c0f380924365e8fc92 311
+fetch_libtpu 0.0.51 aeb662a3174a89fd9a94ac64c965a72f43c65436f5546abbcb8968c9d9552631 312
 
 # --- Triton (the GPU compiler, compile-only, and its CPU interpreter) --------
 # Triton's wheel (cp312-abi3, no dependencies, ~290 MB, ~1 GB installed)

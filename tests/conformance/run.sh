@@ -14,6 +14,8 @@
 # Tessera's kernels against Pallas's (target/conformance/tpu_estimate.md).
 # Runs the kernels across chips beside Pallas's TPU interpret mode, outputs and
 # races (target/conformance/pallas_mesh.md).
+# Then the version matrix (versions.py): the same checks' core with jax 0.12.0.1
+# and libtpu 0.0.51, the newest supported, beside 0.11.2 and 0.0.48.1.
 # Writes target/conformance/report.md listing every remaining difference
 # with its reason; exits non-zero on a failed check or an unexplained
 # difference.
@@ -33,19 +35,23 @@ if [ -z "$python" ]; then
 fi
 
 cache="${TESSERA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}"
-venv="$cache/conformance-venv-jax-0.11.2"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import jax' 2>/dev/null; then
-  echo "conformance: creating $venv (jax==0.11.2, jaxlib==0.11.2)"
-  rm -rf "$venv"
-  "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check jax==0.11.2 jaxlib==0.11.2
-fi
-# The JAX loader as a user installs it: its package (kernels/python), this
-# checkout's, into the venv on every run (no sys.path edits in the scripts).
-if ! "$venv/bin/python" -c 'import setuptools' 2>/dev/null; then
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'setuptools>=77'
-fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation ./kernels/python
+# A venv of jax/jaxlib VERSION with this checkout's tessera-jax (kernels/python)
+# installed as a user installs it, on every run (no sys.path edits in the
+# scripts). Made once in the cache folder, beside its final place and renamed
+# into it, so a half-made venv is never used.
+jax_venv() { # VERSION
+  local v="$cache/conformance-venv-jax-$1"
+  if [ ! -x "$v/bin/python" ] || ! "$v/bin/python" -c 'import jax, setuptools' 2>/dev/null; then
+    echo "conformance: creating $v (jax==$1, jaxlib==$1)" >&2
+    rm -rf "$v" "$v.partial"
+    "$python" -m venv "$v.partial"
+    "$v.partial/bin/python" -m pip install --quiet --disable-pip-version-check "jax==$1" "jaxlib==$1" 'setuptools>=77' >&2
+    mv "$v.partial" "$v"
+  fi
+  "$v/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation ./kernels/python >&2
+  echo "$v"
+}
+venv=$(jax_venv 0.11.2)
 
 out=target/conformance
 mkdir -p "$out"
@@ -87,3 +93,9 @@ mkdir -p "$out/jax"
 # q/k/v bytes than splash's index maps over its own mask info
 # (target/conformance/splash.md).
 "$venv/bin/python" tests/conformance/splash.py ./target/release/tessera "$out"
+# The version matrix: an artifact loaded and run in jax 0.12.0.1, and every
+# preset compiled with libtpu 0.0.48.1 and 0.0.51 side by side, estimates
+# that move more than 5% reported (target/conformance/versions.md).
+newer=$(jax_venv 0.12.0.1)
+"$newer/bin/python" tests/conformance/versions.py ./target/release/tessera "$out" \
+  "$cache/libtpu/0.0.48.1/libtpu.so" "$cache/libtpu/0.0.51/libtpu.so"

@@ -409,11 +409,14 @@ impl Gen {
                 _ => a.max(b),
             };
             // Past 2^24 the value is still exact as an i32 (wrapping is
-            // one rule everywhere) but not as an f32 after conversion.
+            // one rule everywhere), only not as an f32 after conversion.
             i = self.def(
                 format!("{op} %{}, %{}", i.id, rhs.id),
                 Ty::I32,
-                Ex::exact(0, int.min(31)),
+                Ex::Exact {
+                    frac: 0,
+                    int: int.min(31),
+                },
             );
         }
         let Ex::Exact { int, .. } = i.ex else {

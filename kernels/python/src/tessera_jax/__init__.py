@@ -10,7 +10,8 @@ The module follows jax.export's calling convention 10 for multi-platform
 modules (platforms cpu and tpu, the platform index first); this loader only
 serializes it with jax's own function (`_module_to_bytecode`, a StableHLO
 portable artifact) and states its avals. Checked against jax/jaxlib 0.11.2
-(the conformance venv, tests/conformance/run.sh). Depends only on jax.
+and 0.12.0.1, the oldest and the newest supported (the conformance venvs,
+tests/conformance/run.sh and versions.py). Depends only on jax.
 
 Installed with `pip install ./kernels/python` from a Tessera checkout; its
 version is that checkout's Tessera version, and it loads only artifacts
