@@ -35,6 +35,14 @@ pub const MAX_GRID_RANK: usize = 8;
 /// counts fit i32 on every path and a walk over the grid ends.
 pub const MAX_GRID_STEPS: u64 = 1 << 31;
 
+/// Ops of the module the native JIT compiles, counted before it is
+/// lowered to LLVM (the catalog's largest has about 3,000): LLVM's time
+/// grows faster than the module (a chain of 1,000 vector adds took 20 s,
+/// 2,000 took 3 minutes), so past this the JIT and the PJRT FFI path
+/// refuse the kernel with a `[limit]` error; the interpreter and the
+/// decomposed PJRT path run it.
+pub const MAX_HOST_OPS: usize = 1 << 15;
+
 /// Elements of one tile value or block (a 2048 × 2048 f32 tile is 2^22;
 /// the catalog's largest is 2^17). Arrays in HBM have their own limit,
 /// 2^40 elements (`[too-large]`).

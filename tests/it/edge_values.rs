@@ -264,3 +264,60 @@ body:
         on_every_path(&text, std::slice::from_ref(&x), &want);
     }
 }
+
+/// A chain of `n` op pairs (`x + x`, then `- x`), each value used twice:
+/// the shape that made the JIT's LLVM pipeline take minutes. (Not
+/// `(x + x) · 0.5`: XLA's CPU compiler turns 500 of those into NaN.)
+fn chain(n: usize) -> String {
+    let mut body = String::new();
+    let mut last = 0;
+    for i in 0..n {
+        let (a, m) = (1 + 2 * i, 2 + 2 * i);
+        body += &format!("  %{a} = add %{last}, %{last} : f32[8, 128]\n");
+        body += &format!("  %{m} = sub %{a}, %{last} : f32[8, 128]\n");
+        last = m;
+    }
+    format!(
+        "kernel @chain {{
+  target v5e, vmem_limit default
+  grid [1 parallel]
+  in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+  out @o: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+{body}  store @o[0:8, 0:128], %{last} : f32[8, 128]
+}}
+"
+    )
+}
+
+/// A long straight-line body still compiles on every path (the JIT at -O0
+/// past `OPTIMIZED_OPS`, where -O3 took 18 s for 1,000 ops) and gives `x`
+/// back; one past `limits::MAX_HOST_OPS` is refused by the JIT and the
+/// PJRT FFI path with a `[limit]` error naming the limit, while the
+/// interpreter and the decomposed path run it.
+#[test]
+fn long_bodies_compile_or_are_refused_by_the_limit() {
+    let x: Vec<f32> = (0..8 * 128).map(|i| (i % 7) as f32 - 3.0).collect();
+    let want: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    let x = Array::from_elems([8, 128], &x).unwrap();
+    on_every_path(&chain(500), std::slice::from_ref(&x), &want);
+    let k = parse(&chain(2000)).unwrap().verify().unwrap();
+    for b in Backend::ALL {
+        let got = Prepared::new(b, &k).and_then(|p| p.run(std::slice::from_ref(&x)));
+        match b {
+            Backend::Native | Backend::HostCall => {
+                let e = got.err().map(|e| e.to_string()).unwrap_or_default();
+                assert!(
+                    e.contains("[limit]") && e.contains("MAX_HOST_OPS"),
+                    "{b}: {e}"
+                );
+            }
+            _ => assert_eq!(
+                got.unwrap_or_else(|e| panic!("{b}: {e}"))[0].data(),
+                &want[..],
+                "{b}"
+            ),
+        }
+    }
+}

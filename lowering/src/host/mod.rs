@@ -205,6 +205,18 @@ impl HostKernel {
         let ir = Ir::new(&m.ctx, "");
         let (mut module, workspace_bytes) = build(&ir, k, tiling)?;
         m.verify(&module, "host kernel module")?;
+        let ops = jit::op_count(&module);
+        if ops > kernel_ir::limits::MAX_HOST_OPS {
+            return Err(LoweringError::Unsupported {
+                op: "kernel".into(),
+                loc: k.loc.clone(),
+                target: "host",
+                reason: format!(
+                    "[limit] its host module has {ops} ops, more than the JIT compiles in bounded time ({}, kernel_ir::limits::MAX_HOST_OPS); run it with --backend interp or pjrt, or loop over what the body repeats",
+                    kernel_ir::limits::MAX_HOST_OPS
+                ),
+            });
+        }
         jit::lower_to_llvm(&m, &mut module)?;
         let engine = jit::Engine::new(&m, &module, ENTRY)?;
         Ok(HostKernel {

@@ -145,6 +145,16 @@ impl<'c> HostEmitter<'_, 'c> {
         let scale = self.fvec(b, w, 2f64.powi(m as i32 - f.min_exponent()))?;
         let q = ir.op1(b, "arith.mulf", &[ax, scale], fty, Vec::new())?;
         let q = ir.op1(b, "math.roundeven", &[q], fty, Vec::new())?;
+        // Only subnormals use `sub`, but a large, infinite or NaN `q`
+        // would be poison in `fptosi` (foldable into anything): bounded
+        // first, NaN included (minnumf returns the number).
+        let q = ir.op1(
+            b,
+            "arith.minnumf",
+            &[q, self.fvec(b, w, 16_777_216.0)?],
+            fty,
+            Vec::new(),
+        )?;
         let sub = ir.op1(
             b,
             "arith.fptosi",

@@ -113,8 +113,12 @@ impl<'c> HostEmitter<'_, 'c> {
         let lo = c(-87.336_544)?;
         // ln(f32::MAX): above it eˣ overflows to +∞.
         let hi = c(88.722_84)?;
-        let xc = bin("arith.maximumf", x, lo)?;
-        let xc = bin("arith.minimumf", xc, hi)?;
+        // maxnumf/minnumf: a NaN input is clamped too, so the exponent
+        // converted below is never NaN (`fptosi` of NaN is poison, which
+        // LLVM folds away with the store of a constant NaN's result);
+        // NaN is put back at the end.
+        let xc = bin("arith.maxnumf", x, lo)?;
+        let xc = bin("arith.minnumf", xc, hi)?;
         let log2e = c(std::f64::consts::LOG2_E)?;
         let half = c(0.5)?;
         let t = fma(xc, log2e, half)?;
@@ -173,7 +177,7 @@ impl<'c> HostEmitter<'_, 'c> {
             vec![("predicate", ir.i64_attr(2))],
         )?;
         let y = ir.op1(b, "arith.select", &[over, inf, y], ty, Vec::new())?;
-        // Below the range the result is 0 (and -inf gives 0); NaN stays NaN.
+        // Below the range the result is 0 (and -inf gives 0).
         let zero = c(0.0)?;
         let under = ir.op1(
             b,
@@ -183,6 +187,14 @@ impl<'c> HostEmitter<'_, 'c> {
             vec![("predicate", ir.i64_attr(4))],
         )?;
         let y = ir.op1(b, "arith.select", &[under, zero, y], ty, Vec::new())?;
+        let nan = ir.op1(
+            b,
+            "arith.cmpf",
+            &[x, x],
+            self.vec_ty(w, DType::Bool),
+            vec![("predicate", ir.i64_attr(14))],
+        )?;
+        let y = ir.op1(b, "arith.select", &[nan, x, y], ty, Vec::new())?;
         self.convert_vec(b, y, f, d, w)
     }
 
