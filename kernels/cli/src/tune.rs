@@ -315,8 +315,12 @@ fn tune_host() -> Result<(), Failure> {
         );
     }
     println!("\nJIT dot register tile {}: {}", t.dot, t.source);
-    match t.source {
+    match &t.source {
         lowering::TuningSource::Measured(Some(_)) => Ok(()),
+        lowering::TuningSource::Unwritable(path, e) => Err(Failure::Run(format!(
+            "could not write the tuning file {}: {e}; later processes will measure again (set TESSERA_CACHE to a writable folder)",
+            path.display()
+        ))),
         _ => Err(Failure::Run(format!(
             "could not write the tuning file in {}; later processes will measure again",
             dir.display()

@@ -256,6 +256,23 @@ fn hostile_repros_get_their_documented_answers() {
         "{}",
         common::stdout(&o)
     );
+    // A tuning folder that cannot be written is reported with its path
+    // and the OS error (it said only "could not write the tuning file").
+    let blocker = d.join("a-file");
+    std::fs::write(&blocker, "not a folder").unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["tune", "--cpu"])
+        .env("TESSERA_CACHE", blocker.join("cache"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&blocker.display().to_string())
+            && stderr(&o).contains("Not a directory"),
+        "{}",
+        stderr(&o)
+    );
     // A malformed TESSERA_HOST_TUNING is a bad invocation (exit 2), said
     // before anything compiles (it was a run failure, exit 1).
     let o = Command::new(env!("CARGO_BIN_EXE_tessera"))

@@ -166,6 +166,9 @@ pub enum TuningSource {
     Cached(PathBuf),
     /// Measured in this process; written to the file when it is `Some`.
     Measured(Option<PathBuf>),
+    /// Measured in this process; the file could not be written (its path
+    /// and the OS error): later processes measure again.
+    Unwritable(PathBuf, String),
     /// `TESSERA_HOST_TUNING` chose it.
     Environment(String),
 }
@@ -189,6 +192,13 @@ impl fmt::Display for TuningSource {
             TuningSource::Cached(p) => write!(f, "measured earlier, read from {}", p.display()),
             TuningSource::Measured(Some(p)) => write!(f, "measured now, kept in {}", p.display()),
             TuningSource::Measured(None) => write!(f, "measured now, not kept"),
+            TuningSource::Unwritable(p, e) => {
+                write!(
+                    f,
+                    "measured now, not kept: cannot write {}: {e}",
+                    p.display()
+                )
+            }
             TuningSource::Environment(v) => write!(f, "{TUNING_ENV}={v}"),
         }
     }
@@ -304,9 +314,10 @@ impl HostTuning {
         };
         if let Some(dir) = dir {
             let path = dir.join(tuning.cpu.file_name());
-            if write_all_or_nothing(&path, tuning.file_text().as_bytes()).is_ok() {
-                tuning.source = TuningSource::Measured(Some(path));
-            }
+            tuning.source = match write_all_or_nothing(&path, tuning.file_text().as_bytes()) {
+                Ok(()) => TuningSource::Measured(Some(path)),
+                Err(e) => TuningSource::Unwritable(path, e.to_string()),
+            };
         }
         tuning
     }
