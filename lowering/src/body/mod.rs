@@ -514,11 +514,12 @@ fn saturating_fptosi<'c>(
         f32_t,
         Vec::new(),
     )?;
-    let nan = cmp(CompareOp::Ne, x, x)?;
+    // `x == x` (oeq) rather than `x != x` (une): Mosaic has no une.
+    let number = cmp(CompareOp::Eq, x, x)?;
     let t = ir.op1(
         block,
         "arith.select",
-        &[nan, splat(0.0, DType::F32)?, t],
+        &[number, t, splat(0.0, DType::F32)?],
         f32_t,
         Vec::new(),
     )?;
