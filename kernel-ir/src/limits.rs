@@ -61,6 +61,17 @@ pub const MAX_LOOP_TRIPS: u64 = 1 << 24;
 /// native JIT.
 pub const MAX_INTERP_STEPS: u64 = 1 << 24;
 
+/// Grid steps the compiled CPU paths run (the JIT, PJRT, the PJRT FFI
+/// path): 2^26, about half a minute of the smallest body on the JIT (2^22
+/// steps took 1.7 s here). Larger grids are for the TPU and GPU compiles,
+/// which take up to [`MAX_GRID_STEPS`].
+pub const MAX_CPU_STEPS: u64 = 1 << 26;
+
+/// Grid steps Triton's interpreter runs: it executes each step in NumPy,
+/// about 2 ms a step (2^14 steps took 26 s here), so 2^16 bounds a run to
+/// a few minutes.
+pub const MAX_TRITON_INTERP_STEPS: u64 = 1 << 16;
+
 /// Block-size combinations `tessera tune` tries (`--values` to the power
 /// of the kernel's block parameters).
 pub const MAX_TUNE_CANDIDATES: u64 = 4096;

@@ -109,6 +109,31 @@ pub enum BackendError {
     Triton(#[from] crate::triton::TritonError),
 }
 
+/// A grid larger than `backend` runs in bounded time is refused before
+/// anything compiles (the interpreter checks its own limit as it runs).
+fn check_steps(backend: Backend, kernel: &VerifiedKernel) -> Result<(), LoweringError> {
+    use kernel_ir::limits::{MAX_CPU_STEPS, MAX_TRITON_INTERP_STEPS};
+    let (limit, name) = match backend {
+        Backend::Interpreter => return Ok(()),
+        Backend::TritonInterp => (MAX_TRITON_INTERP_STEPS, "MAX_TRITON_INTERP_STEPS"),
+        Backend::Native | Backend::Decomposed | Backend::HostCall => {
+            (MAX_CPU_STEPS, "MAX_CPU_STEPS")
+        }
+    };
+    let steps = kernel.grid.steps() as u64;
+    if steps <= limit {
+        return Ok(());
+    }
+    Err(LoweringError::Unsupported {
+        op: "grid".into(),
+        loc: kernel.grid_loc.clone(),
+        target: backend.name(),
+        reason: format!(
+            "[limit] the grid has {steps} steps, more than this path runs in bounded time ({limit}, kernel_ir::limits::{name}); run a smaller problem on the CPU, or compile it for the TPU or a GPU (`tessera compile`)"
+        ),
+    })
+}
+
 impl From<KernelError> for BackendError {
     fn from(e: KernelError) -> Self {
         BackendError::Kernel(Box::new(e))
@@ -166,6 +191,7 @@ impl Prepared {
     /// Compiles `kernel` for `backend` (native kernels are compiled once
     /// per process and shared).
     pub fn new(backend: Backend, kernel: &VerifiedKernel) -> Result<Prepared, BackendError> {
+        check_steps(backend, kernel)?;
         Ok(match backend {
             Backend::Interpreter => Prepared::Interpreter(kernel.clone()),
             Backend::Native => {

@@ -321,3 +321,57 @@ fn long_bodies_compile_or_are_refused_by_the_limit() {
         }
     }
 }
+
+/// A copy over a grid of `steps` arbitrary steps.
+fn copy_over(steps: u64) -> String {
+    format!(
+        "kernel @copy_over_grid {{
+  target v5e, vmem_limit default
+  grid [{steps} arbitrary]
+  in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+  out @o: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+  store @o[0:8, 0:128], %0 : f32[8, 128]
+}}
+"
+    )
+}
+
+/// A legal grid too large for a CPU path is refused by it at once with a
+/// `[limit]` error naming the limit (the JIT ran a 10^9-step grid past
+/// any timeout, PJRT hung): 10^8 steps on every path; 2^16 + 1 steps on
+/// Triton's interpreter only, which the JIT still runs.
+#[test]
+fn grids_past_a_paths_limit_are_refused_at_once() {
+    let x = Array::from_elems([8, 128], &[1.5f32; 8 * 128]).unwrap();
+    let k = parse(&copy_over(100_000_000)).unwrap().verify().unwrap();
+    for b in Backend::ALL {
+        let e = Prepared::new(b, &k)
+            .and_then(|p| p.run(std::slice::from_ref(&x)))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let says = if b == Backend::Interpreter {
+            "MAX_INTERP_STEPS"
+        } else if b == Backend::TritonInterp {
+            "MAX_TRITON_INTERP_STEPS"
+        } else {
+            "MAX_CPU_STEPS"
+        };
+        assert!(e.contains("limit") && e.contains(says), "{b}: {e}");
+    }
+    let k = parse(&copy_over((1 << 16) + 1)).unwrap().verify().unwrap();
+    let e = Prepared::new(Backend::TritonInterp, &k)
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        e.as_deref()
+            .is_some_and(|e| e.contains("MAX_TRITON_INTERP_STEPS")),
+        "{e:?}"
+    );
+    let got = Prepared::new(Backend::Native, &k)
+        .and_then(|p| p.run(std::slice::from_ref(&x)))
+        .unwrap();
+    assert_eq!(got[0].data(), x.data());
+}

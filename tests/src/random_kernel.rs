@@ -14,19 +14,7 @@ use kernel_ir::prelude::*;
 use kernel_ir::{DimSemantics, Idx, Kernel, KernelErrors, ReduceOp, SplitMix64, Start};
 
 /// A seeded choice.
-struct Choose(SplitMix64);
-
-impl Choose {
-    fn below(&mut self, n: usize) -> usize {
-        self.0.below(n.max(1))
-    }
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<T: Clone>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len())].clone()
-    }
-}
+type Choose = SplitMix64;
 
 /// What a random kernel was built from, for reports.
 #[derive(Clone, Debug)]
@@ -80,7 +68,7 @@ fn leading_dim(c: &mut Choose) -> (usize, usize) {
 
 /// Builds the kernel for `seed`.
 pub fn random_kernel(seed: u64) -> RandomKernel {
-    let mut c = Choose(SplitMix64(seed ^ 0x7e55_e7a0_f00d));
+    let mut c = SplitMix64(seed ^ 0x7e55_e7a0_f00d);
     let target = c.pick(&Target::ALL);
     let dtype = c.pick(&DTYPES);
     let rank = 1 + c.below(4);

@@ -33,19 +33,7 @@ pub struct Case {
 }
 
 /// A seeded choice.
-struct Choose(SplitMix64);
-
-impl Choose {
-    fn below(&mut self, n: usize) -> usize {
-        self.0.below(n.max(1))
-    }
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<T: Clone>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len())].clone()
-    }
-}
+type Choose = SplitMix64;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Ty {
@@ -670,7 +658,7 @@ fn input(c: &mut Choose, dtype: DType, shape: [usize; 2], specials: bool) -> Arr
 
 /// A well-typed kernel and its inputs from `seed`.
 pub fn generate(seed: u64) -> Case {
-    let mut c = Choose(SplitMix64(seed));
+    let mut c = SplitMix64(seed);
     let rows = c.pick(&[8, 16, 16, 32]);
     let lanes = 128;
     let g0 = 1 + c.below(3);
@@ -899,7 +887,7 @@ const WORDS: &[&str] = &[
 /// substitutions, deleted, doubled and swapped lines, a truncation or a
 /// byte flip.
 pub fn mutate(mut case: Case, seed: u64) -> Case {
-    let mut c = Choose(SplitMix64(seed ^ 0x5eed_f00d));
+    let mut c = SplitMix64(seed ^ 0x5eed_f00d);
     for _ in 0..1 + c.below(3) {
         let mut lines: Vec<String> = case.text.lines().map(String::from).collect();
         let n = lines.len();
