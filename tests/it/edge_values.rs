@@ -1,6 +1,7 @@
 //! Edge values give one answer on every path: NaN through max/min
 //! (elementwise and reductions), overflow of exp/exp2 to +inf, float to
-//! integer conversion (saturating, NaN as 0), loop steps past the span.
+//! integer conversion (saturating, NaN as 0), loop steps past the span,
+//! and the limits each path holds (long bodies, large grids).
 //! Each kernel runs on every `Backend` and every output element is
 //! compared with the value the rule gives (NaN must be NaN, +inf must be
 //! +inf). `kernels/cli/tests/cli_kir.rs` finds such cases: a grammar
