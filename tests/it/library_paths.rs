@@ -1,7 +1,10 @@
 //! Every library kernel, at its defaults and at each preset, on every CPU
 //! path (interpreter, native JIT, PJRT decomposed, PJRT FFI) against its
 //! f64 reference, with the inputs, reference and tolerances its entry
-//! declares: what a new kernel gets tested on by adding its entry.
+//! declares: what a new kernel gets tested on by adding its entry. A kernel
+//! whose GPU build differs from its TPU build (the dk/dv kernels' score
+//! layout) also runs that build, the program a GPU compile compiles, under
+//! Triton's interpreter.
 
 use kernels::{Config, ENTRIES, presets};
 use runtime::backend::Backend;
@@ -11,6 +14,7 @@ fn check(
     e: &kernels::Entry,
     cfg: &Config,
     k: &kernel_ir::VerifiedKernel,
+    gpu: Option<&kernel_ir::VerifiedKernel>,
 ) -> Vec<String> {
     let inputs = e.sample_inputs(cfg, k, 7);
     if let Err(err) = e.check_inputs(cfg, k, &inputs) {
@@ -26,32 +30,57 @@ fn check(
     );
     let tol = e.tolerances(cfg, k);
     assert_eq!(tol.len(), want.len(), "{name}: one tolerance per output");
-    match tessera_testing::check_every_path(k, &inputs, &want, &tol) {
+    let mut failures = match tessera_testing::check_every_path(k, &inputs, &want, &tol) {
         Ok(report) => {
             assert_eq!(report.paths.len(), Backend::ALL.len(), "{name}");
             Vec::new()
         }
         Err(m) => vec![format!("{name}: {m}")],
+    };
+    if let Some(g) = gpu {
+        let runs = tooling::paths::run_paths(g, &inputs, &[Backend::TritonInterp], &want, &tol);
+        for r in runs.iter().filter(|r| !r.passes() || r.refused.is_some()) {
+            failures.push(format!("{name} (GPU build): {r}"));
+        }
     }
+    failures
+}
+
+/// The kernel built for the GPU's rules when its body differs from the
+/// TPU build's (a kernel the GPU's rules refuse has no GPU program to
+/// check: `gpu_table.rs` lists those).
+fn gpu_build<E>(
+    tpu: &kernel_ir::VerifiedKernel,
+    build: impl FnOnce() -> Result<kernel_ir::VerifiedKernel, E>,
+) -> Option<kernel_ir::VerifiedKernel> {
+    let gpu = kernel_ir::for_platform(kernel_ir::Platform::Gpu, build).ok()?;
+    (gpu.body != tpu.body).then_some(gpu)
 }
 
 #[test]
 fn every_entry_and_preset_matches_its_reference_on_every_path() {
     let mut failures = Vec::new();
-    let mut ran = 0;
+    let (mut ran, mut gpu_builds) = (0, 0);
     for e in ENTRIES {
         let cfg = Config::parse(e, &[]).unwrap();
         let k = e.build_at_default_shapes(&cfg).unwrap();
-        failures.extend(check(e.name, e, &cfg, &k));
+        let gpu = gpu_build(&k, || e.build_at_default_shapes(&cfg));
+        gpu_builds += usize::from(gpu.is_some());
+        failures.extend(check(e.name, e, &cfg, &k, gpu.as_ref()));
         ran += 1;
     }
     for p in presets() {
         let cfg = p.config().unwrap();
         let k = p.build().unwrap();
-        failures.extend(check(p.name(), p.entry, &cfg, &k));
+        let gpu = gpu_build(&k, || p.build());
+        gpu_builds += usize::from(gpu.is_some());
+        failures.extend(check(p.name(), p.entry, &cfg, &k, gpu.as_ref()));
         ran += 1;
     }
     assert_eq!(ran, ENTRIES.len() + presets().count());
+    // The dk/dv kernels (alone, with a valid length, bucketed, and the
+    // one-pass dq/dk/dv pair) lay their scores out by platform.
+    assert!(gpu_builds >= 5, "{gpu_builds} kernels differ on the GPU");
     assert!(ran >= 36, "{ran}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -49,6 +49,23 @@ fn run_on(b: Backend, k: &VerifiedKernel, inputs: &[Array]) -> Result<Vec<Array>
         .map_err(|e| Failure::Run(format!("{b}: {e}")))
 }
 
+/// The kernel back end `b` runs of catalog kernel `c`: Triton's
+/// interpreter runs the kernel built for the GPU's rules
+/// ([`kernel_ir::Platform::Gpu`]), the program a GPU compile compiles
+/// (a kernel may lay its work out differently there, as the dk/dv
+/// kernels do); every other path the TPU build `tpu`.
+fn kernel_for(
+    b: Backend,
+    tpu: &VerifiedKernel,
+    c: &crate::kernel_args::Chosen,
+    a: &Args,
+) -> Result<VerifiedKernel, String> {
+    if b != Backend::TritonInterp {
+        return Ok(tpu.clone());
+    }
+    kernel_ir::for_platform(kernel_ir::Platform::Gpu, || kernel_and_inputs(c, a)).map(|(k, _)| k)
+}
+
 /// `tessera run KERNEL --input NAME=FILE.npy... [--config k=v]... [--backend B] --out DIR`.
 pub fn run(args: &[String]) -> Result<(), Failure> {
     let a = Args::parse(
@@ -96,30 +113,40 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
             out.display()
         )));
     }
-    let (kernel, inputs) = match file {
-        Some(k) => (k, Vec::new()),
+    let (kernel, inputs, chosen) = match file {
+        Some(k) => (k, Vec::new(), None),
         None => {
             let c = choose(name, &a).map_err(usage)?;
-            kernel_and_inputs(&c, &a).map_err(usage)?
+            let (k, i) = kernel_and_inputs(&c, &a).map_err(usage)?;
+            (k, i, Some(c))
         }
     };
     let mut files = Vec::new();
     let mut report = Vec::new();
     for b in &backends {
+        let kernel = match &chosen {
+            Some(c) => kernel_for(*b, &kernel, c, &a),
+            None => Ok(kernel.clone()),
+        };
         // With `all`, a kernel the GPU rules refuse (a tile Triton cannot
         // express) has no Triton path: said, not failed.
-        if *b == Backend::TritonInterp
-            && backends.len() > 1
-            && let Err(e) = kernel.check_gpu(None)
-        {
-            let why = e.to_string();
-            report.push(format!(
-                "{:<16} refused: {}",
-                b.name(),
-                why.lines().next().unwrap_or_default()
-            ));
-            continue;
-        }
+        let refused = match &kernel {
+            Err(e) => Some(e.clone()),
+            Ok(k) if *b == Backend::TritonInterp => k.check_gpu(None).err().map(|e| e.to_string()),
+            Ok(_) => None,
+        };
+        let kernel = match (kernel, refused) {
+            (_, Some(why)) if backends.len() > 1 => {
+                report.push(format!(
+                    "{:<16} refused: {}",
+                    b.name(),
+                    why.lines().next().unwrap_or_default()
+                ));
+                continue;
+            }
+            (Ok(k), _) => k,
+            (Err(e), _) => return Err(usage(e)),
+        };
         let t = Instant::now();
         let outs = if is_kernel_file(name) {
             crate::run_file::run_file(&kernel, &a, *b, seed)?
@@ -168,6 +195,7 @@ fn side(
     name: &str,
     kernel: &VerifiedKernel,
     c: &crate::kernel_args::Chosen,
+    args: &Args,
     config: &Config,
     inputs: &[Array],
 ) -> Result<Vec<Vec<f64>>, Failure> {
@@ -178,10 +206,12 @@ fn side(
             .map_err(|e| Failure::Run(e.to_string()));
     }
     let b = backend(name).map_err(usage)?;
-    Ok(run_on(b, kernel, inputs)?
-        .into_iter()
-        .map(|a| a.data().to_vec())
-        .collect())
+    Ok(
+        run_on(b, &kernel_for(b, kernel, c, args).map_err(usage)?, inputs)?
+            .into_iter()
+            .map(|a| a.data().to_vec())
+            .collect(),
+    )
 }
 
 /// `tessera diff KERNEL --input ... [--config k=v]... --backends A,B`.
@@ -213,8 +243,8 @@ pub fn diff(args: &[String]) -> Result<(), Failure> {
         None => 10,
     };
     let (kernel, inputs) = kernel_and_inputs(&c, &a).map_err(usage)?;
-    let left = side(x, &kernel, &c, &c.config, &inputs)?;
-    let right = side(y, &kernel, &c, &c.config, &inputs)?;
+    let left = side(x, &kernel, &c, &a, &c.config, &inputs)?;
+    let right = side(y, &kernel, &c, &a, &c.config, &inputs)?;
     for ((o, l), r) in kernel.outputs().zip(&left).zip(&right) {
         println!("output `{}` {}{:?}: {x} vs {y}", o.name, o.dtype, o.shape);
         let d = tooling::diff::compare(&o.name, o.dtype, &o.shape, l, r, first);

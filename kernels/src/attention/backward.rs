@@ -23,7 +23,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
-use super::{AttnConfig, kv_rows, mask_scores, q_rows, raw_scores, visible_keys};
+use super::{AttnConfig, ScoreRows, kv_rows, mask_scores, q_rows, raw_scores, visible_keys};
 
 /// `delta = rowsum(dO ∘ O)` in f32, `[b, h, sq, 1]`.
 #[tpu_kernel(grid = (b, h, kernel_ir::cdiv(sq, bq)), semantics = (parallel, parallel, parallel))]
@@ -52,12 +52,15 @@ pub fn attention_delta(
     with_float!("attention_delta", dtype, T => attention_delta::build::<T>(block_q, dims))
 }
 
-/// `P` and `dS` of one (q block, k block): probabilities recomputed from
-/// the scores and the saved logsumexp (zero where masked or padded), and
-/// the score gradient. `vb` has its padding rows zeroed by the caller.
+/// `P` and `dS` of one (q block, k block), laid out as `rows` says:
+/// probabilities recomputed from the scores and the saved logsumexp (zero
+/// where masked or padded), and the score gradient. `vb` has its padding
+/// rows zeroed by the caller.
 #[kernel_fn]
+#[allow(clippy::too_many_arguments)]
 fn probs_and_dscores(
     cfg: &AttnConfig,
+    rows: ScoreRows,
     (sq, skv): (usize, usize),
     ins: Saved,
     (dob, vb): (Tile, Tile),
@@ -65,24 +68,23 @@ fn probs_and_dscores(
     kv_len: Option<Tile>,
 ) -> (Tile, Tile) {
     let Saved { q, k, .. } = ins;
-    let lse = ins.lse.load((0, 0, .., ..));
-    let delta = ins.delta.load((0, 0, .., ..));
-    let (bq, bk) = (cfg.block_q, cfg.block_k);
-    let raw = raw_scores(cfg, q, k);
-    let s = mask_scores(cfg, raw, qi, ki);
+    let lse = rows.per_query(ins.lse.load((0, 0, .., ..)));
+    let delta = rows.per_query(ins.delta.load((0, 0, .., ..)));
+    let raw = raw_scores(cfg, rows, q, k);
+    let s = mask_scores(cfg, rows, raw, qi, ki);
     let p = (s - lse).exp();
-    let dp = dot(dob, vb.t());
+    let dp = rows.outer(dob, vb);
     let mut ds = p * (dp - delta);
     if let Some(cap) = cfg.softcap {
         let t = raw * (1.0 / cap);
         ds *= 1.0 - t * t;
     }
+    let (bq, bk) = (cfg.block_q, cfg.block_k);
     if cfg.masked() || kv_len.is_some() || !skv.is_multiple_of(bk) || !sq.is_multiple_of(bq) {
         // Exactly zero where hidden or padded (padding may hold anything,
         // and 0 · garbage is garbage), and past a valid kv length.
-        let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
-        let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
-        let mut keep = visible_keys(cfg, qi, ki) && k_pos < skv as i32 && q_pos < sq as i32;
+        let (q_pos, k_pos) = rows.positions(cfg, qi, ki);
+        let mut keep = visible_keys(cfg, rows, qi, ki) && k_pos < skv as i32 && q_pos < sq as i32;
         if let Some(len) = kv_len {
             keep = keep && k_pos < len;
         }
@@ -129,7 +131,15 @@ fn dq_step(
     let vb = zero_tail(ins.v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
     let kb = zero_tail(ins.k.load((0, 0, .., ..)), ki, cfg.block_k, skv);
     let dob = ins.d_o.load((0, 0, .., ..));
-    let (_p, ds) = probs_and_dscores(cfg, (sq, skv), ins, (dob, vb), (qi, ki), kv_len);
+    let (_p, ds) = probs_and_dscores(
+        cfg,
+        ScoreRows::Queries,
+        (sq, skv),
+        ins,
+        (dob, vb),
+        (qi, ki),
+        kv_len,
+    );
     acc.store(
         ..,
         acc.load(..) + dot(ds.convert(kb.dtype()), kb) * cfg.sm_scale,
@@ -153,18 +163,30 @@ fn dkv_step(
     let vb = zero_tail(ins.v.load((0, 0, .., ..)), ki, cfg.block_k, skv);
     let qb = zero_tail(ins.q.load((0, 0, .., ..)), qj, cfg.block_q, sq);
     let dob = zero_tail(ins.d_o.load((0, 0, .., ..)), qj, cfg.block_q, sq);
-    let (p, ds) = probs_and_dscores(cfg, (sq, skv), ins, (dob, vb), (qj, ki), kv_len);
-    dv_acc.store(.., dv_acc.load(..) + dot(p.convert(dob.dtype()).t(), dob));
-    let ds_in = ds.convert(qb.dtype());
-    dk_acc.store(.., dk_acc.load(..) + dot(ds_in.t(), qb) * cfg.sm_scale);
+    // `P` and `dS` in the platform's layout ([`ScoreRows::for_dkv`]),
+    // transposed into the products that need the other.
+    let rows = ScoreRows::for_dkv();
+    let (p, ds) = probs_and_dscores(cfg, rows, (sq, skv), ins, (dob, vb), (qj, ki), kv_len);
+    dv_acc.store(
+        ..,
+        dv_acc.load(..) + dot(rows.with_key_rows(p.convert(dob.dtype())), dob),
+    );
+    let ds = ds.convert(qb.dtype());
+    dk_acc.store(
+        ..,
+        dk_acc.load(..) + dot(rows.with_key_rows(ds), qb) * cfg.sm_scale,
+    );
     if let Some((dq_acc, g)) = dq {
         let kb = zero_tail(ins.k.load((0, 0, .., ..)), ki, cfg.block_k, skv);
-        let rows = (
+        let q_rows = (
             g,
             kernel_ir::prelude::ds(qj * cfg.block_q as i32, cfg.block_q),
             ..,
         );
-        dq_acc.store(rows, dq_acc.load(rows) + dot(ds_in, kb) * cfg.sm_scale);
+        dq_acc.store(
+            q_rows,
+            dq_acc.load(q_rows) + dot(rows.with_query_rows(ds), kb) * cfg.sm_scale,
+        );
     }
 }
 
