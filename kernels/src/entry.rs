@@ -183,6 +183,8 @@ impl From<KernelErrors> for EntryError {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     values: BTreeMap<&'static str, (ParamKind, String)>,
+    /// The parameters set by the caller (the others hold their defaults).
+    given: Vec<&'static str>,
 }
 
 /// Input names with shapes, in argument order (scalar prefetch first).
@@ -436,7 +438,10 @@ impl Config {
             }
             values.insert(p.name, (p.kind, v.clone()));
         }
-        Ok(Config { values })
+        Ok(Config {
+            values,
+            given: seen,
+        })
     }
 
     /// The config of a preset of `entry`.
@@ -470,6 +475,12 @@ impl Config {
     /// Whether the kernel has parameter `k`.
     pub fn is_declared(&self, k: &str) -> bool {
         self.values.contains_key(k)
+    }
+
+    /// Whether the caller set parameter `k` (else it holds its default,
+    /// which a kernel may fit to the platform it is built for).
+    pub fn is_given(&self, k: &str) -> bool {
+        self.given.contains(&k)
     }
 
     /// A [`ParamKind::Positive`] value.

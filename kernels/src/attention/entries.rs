@@ -26,7 +26,7 @@ pub(crate) const BLOCK_K: Param = param(
     "block_k",
     ParamKind::Positive,
     "128",
-    "keys per block (clamped to the sequence)",
+    "keys per block (clamped to the sequence; f32 built for a GPU: 64)",
 );
 pub(crate) const SM_SCALE: Param = param(
     "sm_scale",
@@ -73,10 +73,25 @@ pub(crate) fn attn_config(
         causal: c.bool("causal")?,
         sm_scale: c.scale("sm_scale", d)?,
         block_q: c.usize("block_q")?.min(sq),
-        block_k: c.usize("block_k")?.min(skv),
+        block_k: default_block_k(c)?.min(skv),
         window: c.opt_usize("window")?,
         softcap: c.opt_f32("softcap")?,
     })
+}
+
+/// `block_k`, or where the caller left it at its default, the default
+/// fitted to the platform being built for: on the GPU, f32 blocks of 64
+/// keys. An f32 tile takes twice a bf16 tile's shared memory, and at 128
+/// keys Triton stages the f32 backward's dot operands past what sm_80 (dk/dv,
+/// the one-pass dq/dk/dv) and sm_90 (the one-pass kernel) give a program,
+/// even at one pipeline stage.
+fn default_block_k(c: &Config) -> Result<usize, EntryError> {
+    let block_k = c.usize("block_k")?;
+    let gpu = kernel_ir::current_platform() == kernel_ir::Platform::Gpu;
+    if gpu && !c.is_given("block_k") && c.dtype("dtype")? == DType::F32 {
+        return Ok(block_k.min(64));
+    }
+    Ok(block_k)
 }
 
 /// The reference's view of a library config.
