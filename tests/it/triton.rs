@@ -59,3 +59,73 @@ fn a_triton_interpreter_error_names_the_rust_line() {
         other => panic!("not a located run error: {other}"),
     }
 }
+
+/// Flash attention built for the GPU with `config` at q/k/v shape `s`:
+/// its Triton program and its error against the f64 reference under
+/// Triton's interpreter.
+fn attention_on_the_gpu(config: &[(&str, &str)], s: usize) -> String {
+    let e = kernels::find("flash_attention").unwrap();
+    let pairs: Vec<(String, String)> = config
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let cfg = Config::parse(e, &pairs).unwrap();
+    let shapes = [
+        ("q", vec![1, 2, s, 64]),
+        ("k", vec![1, 2, s, 64]),
+        ("v", vec![1, 2, s, 64]),
+    ];
+    let k = kernel_ir::for_platform(Platform::Gpu, || e.build_with_shapes(&cfg, &shapes)).unwrap();
+    let inputs = e.sample_inputs(&cfg, &k, 11);
+    let want = e.reference(&cfg, &inputs).unwrap();
+    let tol = e.tolerances(&cfg, &k);
+    let runs = tooling::paths::run_paths(
+        &k,
+        &inputs,
+        &[runtime::backend::Backend::TritonInterp],
+        &want,
+        &tol,
+    );
+    assert!(
+        runs.iter().all(|r| r.passes() && r.refused.is_none()),
+        "{config:?}: {}",
+        runs[0]
+    );
+    lowering::triton(&k).unwrap().source
+}
+
+/// The loop over k blocks as a GPU kernel writes it: a causal forward
+/// runs only the blocks the mask leaves, as two loops (left of the
+/// diagonal unmasked, then the diagonal masked) with no branch inside; a
+/// window adds a masked piece before them. Each matches the f64
+/// reference under the interpreter, ragged last blocks included.
+#[test]
+fn a_causal_loop_is_split_where_its_mask_changes() {
+    let loops = |src: &str| src.matches("for g3 in range(").count();
+    // A branch in a grid loop's body (the function's body is indented
+    // by 4, the loop's by 8).
+    let branches = |src: &str| src.lines().filter(|l| l.starts_with("        if ")).count();
+    let plain = attention_on_the_gpu(&[("block_q", "32"), ("block_k", "16")], 80);
+    assert_eq!(loops(&plain), 1, "{plain}");
+    let causal = attention_on_the_gpu(
+        &[("causal", "true"), ("block_q", "32"), ("block_k", "16")],
+        80,
+    );
+    assert_eq!(loops(&causal), 2, "{causal}");
+    assert_eq!(branches(&causal), 0, "{causal}");
+    let window = attention_on_the_gpu(
+        &[
+            ("causal", "true"),
+            ("window", "40"),
+            ("block_q", "32"),
+            ("block_k", "16"),
+        ],
+        80,
+    );
+    assert_eq!(loops(&window), 3, "{window}");
+    let both_ways = attention_on_the_gpu(
+        &[("window", "20"), ("block_q", "16"), ("block_k", "32")],
+        72,
+    );
+    assert!(loops(&both_ways) >= 2, "{both_ways}");
+}

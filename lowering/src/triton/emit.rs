@@ -10,6 +10,8 @@ use kernel_ir::{
 };
 
 use super::plan::{Plan, Residency, is_whole};
+
+mod split;
 use super::{ParamRole, TritonOptions, TritonParam, TritonProgram};
 use crate::LoweringError;
 
@@ -154,6 +156,9 @@ struct Emitter<'a> {
     offsets: Vec<Vec<Expr>>,
     /// The op defining each value.
     defs: HashMap<ValueId, &'a Op>,
+    /// While a piece of a split loop is written: its work branch and arm
+    /// ([`split`]).
+    piece: Option<split::Piece>,
 }
 
 pub(super) fn program(k: &Kernel, options: TritonOptions) -> Result<TritonProgram, LoweringError> {
@@ -168,6 +173,7 @@ pub(super) fn program(k: &Kernel, options: TritonOptions) -> Result<TritonProgra
         fused: HashSet::new(),
         offsets: vec![Vec::new(); k.operands.len()],
         defs: HashMap::new(),
+        piece: None,
     };
     count_uses(&k.body.region, &mut e.uses);
     definitions(&k.body.region, &mut e.defs);
@@ -563,16 +569,29 @@ impl<'a> Emitter<'a> {
                 self.hoisted(body, *at, inputs)?;
                 skip.push(*at);
             }
-            self.line(
-                format!("for g{d} in range(0, {bound}):"),
-                k.grid_loc.as_ref(),
-            );
-            self.indent += 1;
             if let Some((start, _)) = &epilogue {
                 skip.extend(*start..body.ops.len());
             }
-            self.level(l + 1, &skip)?;
-            self.indent -= 1;
+            let split = if innermost {
+                self.split_plan(d, l + 1, &skip)
+            } else {
+                None
+            };
+            let pieces = match &split {
+                Some(s) => self.pieces(d, bound, s),
+                None => vec![("0".to_string(), bound.to_string(), None)],
+            };
+            for (start, end, piece) in pieces {
+                self.line(
+                    format!("for g{d} in range({start}, {end}):"),
+                    k.grid_loc.as_ref(),
+                );
+                self.indent += 1;
+                self.piece = piece;
+                self.level(l + 1, &skip)?;
+                self.piece = None;
+                self.indent -= 1;
+            }
             if let Some((start, inputs)) = &epilogue {
                 self.line(
                     format!("g{d} = tl.full([], {}, tl.int32)", bound - 1),
@@ -591,8 +610,10 @@ impl<'a> Emitter<'a> {
         } else {
             let body = &k.body.region;
             for (i, op) in body.ops.iter().enumerate() {
-                if !skip.contains(&i) {
-                    self.op(op, body)?;
+                match self.piece {
+                    _ if skip.contains(&i) => {}
+                    Some((outer, arm)) if outer == i => self.piece_work(op, arm)?,
+                    _ => self.op(op, body)?,
                 }
             }
         }
