@@ -6,8 +6,9 @@
 //! (the tutorials' code is not in this repository); Tessera's are
 //! compiled here. Writes `target/conformance/gpu.md`.
 //!
-//! Asserted where Tessera matches the tutorial's structure: no spills, a
-//! launchable shared-memory size, registers at most 10 % above the
+//! Asserted where Tessera matches the tutorial's structure: no more spills
+//! than the tutorial (none where it has none; its backward spills on
+//! sm_90), a launchable shared-memory size, registers at most 10 % above the
 //! tutorial's, tensor-core instructions within 10 %. The rows where the
 //! kernels differ in structure are reported, not asserted (the table says
 //! why).
@@ -139,8 +140,8 @@ fn ours(r: &Row) -> Vec<VerifiedKernel> {
 /// ratios are asserted), or why not.
 fn asserted(r: &Row) -> Result<(), &'static str> {
     match (r.kernel.as_str(), r.target.as_str(), r.causal) {
-        ("attention_bwd", _, _) => Err(
-            "the tutorial's code holds each loop twice (the diagonal blocks masked, the others not), so two copies of each product; Tessera's one loop masks by branch",
+        ("attention_bwd", "gfx942", _) => Err(
+            "both run each loop in two pieces (the diagonal masked, the rest not), but the tutorial's diagonal pieces take half-height blocks (MASK_BLOCK_M1 = BLOCK_M1 / 2), products of other shapes",
         ),
         ("attention_fwd", "gfx942", true) => Err(
             "both run the causal loop in two pieces (left of the diagonal unmasked, the diagonal masked), but the tutorial's diagonal loop has a trip count the compiler knows (BLOCK_M / BLOCK_N = 2) and unrolls, three copies of the products against Tessera's two; registers 1.11",
@@ -229,8 +230,11 @@ fn gpu_kernels_beside_tritons_tutorials() {
         );
         if check.is_ok() {
             let name = format!("{} {} causal={}", r.kernel, r.target, r.causal);
-            if s.spill_bytes > 0 {
-                failures.push(format!("{name}: spills {} bytes", s.spill_bytes));
+            if s.spill_bytes > r.spill_bytes {
+                failures.push(format!(
+                    "{name}: spills {} bytes (the tutorial {})",
+                    s.spill_bytes, r.spill_bytes
+                ));
             }
             if let Err(e) = check_launchable(target, &s) {
                 failures.push(format!("{name}: {e}"));

@@ -23,6 +23,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
+use super::band::Band;
 use super::{AttnConfig, ScoreRows, kv_rows, mask_scores, q_rows, raw_scores, visible_keys};
 
 /// `delta = rowsum(dO ∘ O)` in f32, `[b, h, sq, 1]`.
@@ -118,9 +119,29 @@ struct Saved {
     delta: Ref,
 }
 
-/// One (q block, k block) step of `dq`.
+/// One (q block, k block) step of `dq`, without the causal/window element
+/// mask when the whole block is inside the band (as the forward's
+/// `attend_block`): on a GPU the loop then runs as two branch-free pieces,
+/// the blocks left of the diagonal and the diagonal.
 #[kernel_fn]
 fn dq_step(
+    cfg: &AttnConfig,
+    dims: (usize, usize),
+    ins: Saved,
+    acc: Ref,
+    (qi, ki): (Tile, Tile),
+    kv_len: Option<Tile>,
+) {
+    if Band::of(cfg).block_inside(qi, ki, cfg.block_q, cfg.block_k) {
+        dq_update(&cfg.unmasked(), dims, ins, acc, (qi, ki), kv_len);
+    } else {
+        dq_update(cfg, dims, ins, acc, (qi, ki), kv_len);
+    }
+}
+
+/// [`dq_step`] under one mask.
+#[kernel_fn]
+fn dq_update(
     cfg: &AttnConfig,
     (sq, skv): (usize, usize),
     ins: Saved,
@@ -148,10 +169,30 @@ fn dq_step(
 
 /// One (k block, q block) step of `dk` and `dv`, and with `dq` (the
 /// one-pass kernel's scratch and the step's query head within the group)
-/// of `dq` too, from the same probabilities and score gradient.
+/// of `dq` too, from the same probabilities and score gradient; without
+/// the element mask inside the band, as [`dq_step`].
 #[kernel_fn]
 #[allow(clippy::too_many_arguments)]
 fn dkv_step(
+    cfg: &AttnConfig,
+    dims: (usize, usize),
+    ins: Saved,
+    accs: (Ref, Ref),
+    (qj, ki): (Tile, Tile),
+    kv_len: Option<Tile>,
+    dq: Option<(Ref, Tile)>,
+) {
+    if Band::of(cfg).block_inside(qj, ki, cfg.block_q, cfg.block_k) {
+        dkv_update(&cfg.unmasked(), dims, ins, accs, (qj, ki), kv_len, dq);
+    } else {
+        dkv_update(cfg, dims, ins, accs, (qj, ki), kv_len, dq);
+    }
+}
+
+/// [`dkv_step`] under one mask.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+fn dkv_update(
     cfg: &AttnConfig,
     (sq, skv): (usize, usize),
     ins: Saved,

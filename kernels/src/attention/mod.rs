@@ -120,6 +120,16 @@ impl AttnConfig {
         }
     }
 
+    /// The config without the causal mask and the window: for blocks the
+    /// band holds whole, which need no element mask.
+    pub(crate) fn unmasked(&self) -> AttnConfig {
+        AttnConfig {
+            causal: false,
+            window: None,
+            ..self.clone()
+        }
+    }
+
     /// Whether any key can be hidden from a query (mask needed).
     fn masked(&self) -> bool {
         !Band::of(self).is_full()
@@ -444,13 +454,8 @@ fn attend_block(
     (qi, ki): (Tile, Tile),
     kv_len: Option<Tile>,
 ) {
-    let unmasked = AttnConfig {
-        causal: false,
-        window: None,
-        ..cfg.clone()
-    };
     if Band::of(cfg).block_inside(qi, ki, cfg.block_q, cfg.block_k) {
-        attend_step(&unmasked, skv, qkv, st, (qi, ki), kv_len);
+        attend_step(&cfg.unmasked(), skv, qkv, st, (qi, ki), kv_len);
     } else {
         attend_step(cfg, skv, qkv, st, (qi, ki), kv_len);
     }

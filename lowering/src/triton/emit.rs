@@ -566,7 +566,7 @@ impl<'a> Emitter<'a> {
                     format!("g{d} = tl.full([], 0, tl.int32)"),
                     k.grid_loc.as_ref(),
                 );
-                self.hoisted(body, *at, inputs)?;
+                self.hoisted(body, (*at, d), inputs)?;
                 skip.push(*at);
             }
             if let Some((start, _)) = &epilogue {
@@ -602,7 +602,11 @@ impl<'a> Emitter<'a> {
                 }
                 for op in &body.ops[*start..] {
                     match &op.kind {
-                        OpKind::If { then_region, .. } => self.region(then_region)?,
+                        OpKind::If {
+                            cond, then_region, ..
+                        } if self.step_of(*cond, d, Step::Last) == Some(true) => {
+                            self.region(then_region)?
+                        }
                         _ => self.op(op, body)?,
                     }
                 }
@@ -633,15 +637,24 @@ impl<'a> Emitter<'a> {
         Ok(())
     }
 
-    /// A hoisted step branch: the ops it reads values of, then its body.
-    fn hoisted(&mut self, body: &Region, at: usize, inputs: &[usize]) -> Result<(), LoweringError> {
+    /// A hoisted first-step branch (op `at` of the loop over grid dim
+    /// `d`): the ops it reads values of, then its body, or the whole branch
+    /// when its condition says more than the step.
+    fn hoisted(
+        &mut self,
+        body: &Region,
+        (at, d): (usize, usize),
+        inputs: &[usize],
+    ) -> Result<(), LoweringError> {
         for &i in inputs {
             self.op(&body.ops[i], body)?;
         }
-        if let OpKind::If { then_region, .. } = &body.ops[at].kind {
-            self.region(then_region)?;
+        match &body.ops[at].kind {
+            OpKind::If {
+                cond, then_region, ..
+            } if self.step_of(*cond, d, Step::First) == Some(true) => self.region(then_region),
+            _ => self.op(&body.ops[at], body),
         }
-        Ok(())
     }
 
     /// The end of the innermost body that runs after the loop instead, once,
@@ -673,7 +686,7 @@ impl<'a> Emitter<'a> {
                 } => {
                     if !op.results.is_empty()
                         || !else_region.ops.is_empty()
-                        || !self.is_step(*cond, d, Step::Last)
+                        || self.step_of(*cond, d, Step::Last).is_none()
                     {
                         return false;
                     }
@@ -762,12 +775,10 @@ impl<'a> Emitter<'a> {
         else {
             return None;
         };
-        if !branch.results.is_empty()
-            || !else_region.ops.is_empty()
-            || !self.is_step(*cond, d, step)
-        {
+        if !branch.results.is_empty() || !else_region.ops.is_empty() {
             return None;
         }
+        let exact = self.step_of(*cond, d, step)?;
         let mut moving = false;
         walk_region(then_region, &mut |op| {
             if let OpKind::Load {
@@ -787,8 +798,40 @@ impl<'a> Emitter<'a> {
         }
         let mut free = std::collections::BTreeSet::new();
         free_values(then_region, &mut HashSet::new(), &mut free);
+        if !exact {
+            free.insert(*cond);
+        }
         let picked = pure_producers(&body.ops[..at], free.into_iter().collect())?;
         Some((at, picked))
+    }
+
+    /// Whether bool `cond` holds at `step` of the loop over grid dim `d`
+    /// only: `Some(true)` when it is exactly [`Self::is_step`], `Some(false)`
+    /// when it is a conjunction with that among its terms (the kernel's
+    /// first step, `program_id(g) == 0 && program_id(d) == 0`, say, which
+    /// is then evaluated with the step's index), `None` otherwise.
+    fn step_of(&self, cond: ValueId, d: usize, step: Step) -> Option<bool> {
+        if self.is_step(cond, d, step) {
+            return Some(true);
+        }
+        let mut terms = vec![cond];
+        let mut found = false;
+        while let Some(c) = terms.pop() {
+            if terms.len() > 64 {
+                return None;
+            }
+            match self.defs.get(&c).map(|o| &o.kind) {
+                Some(OpKind::Binary {
+                    op: BinaryOp::And,
+                    lhs,
+                    rhs,
+                }) if self.k.body.ty(c).is_some_and(|t| t.shape.is_empty()) => {
+                    terms.extend([*lhs, *rhs]);
+                }
+                _ => found |= self.is_step(c, d, step),
+            }
+        }
+        found.then_some(false)
     }
 
     /// Whether bool `cond` is `program_id(d) == 0` (first) or
