@@ -156,10 +156,22 @@ pub fn cdiv(n: usize, block: usize) -> usize {
 
 /// The error of a kernel builder instantiated for a dtype it has no
 /// instance for: `what` names the builder (and which operand, where it
-/// matters).
-pub fn unsupported_dtype(what: &str, dtype: DType) -> KernelErrors {
+/// matters), `supported` the dtypes it has.
+///
+/// ```
+/// use kernel_ir::DType;
+/// let e = kernel_ir::unsupported_dtype("fp8_gemm (inputs)", DType::F32, &[DType::F8E4M3FN, DType::F8E5M2]);
+/// assert!(e.to_string().contains("f8e4m3fn or f8e5m2, not f32"), "{e}");
+/// ```
+pub fn unsupported_dtype(what: &str, dtype: DType, supported: &[DType]) -> KernelErrors {
+    let names: Vec<String> = supported.iter().map(ToString::to_string).collect();
+    let list = match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => "no dtype".to_string(),
+    };
     KernelErrors::from(KernelError::from(ErrorKind::Builder(format!(
-        "{what} is instantiated for the float types f32, bf16 and f16, not {dtype}"
+        "{what} is instantiated for {list}, not {dtype}"
     ))))
 }
 
@@ -192,7 +204,11 @@ macro_rules! with_float {
                 type $t = $crate::f16;
                 $body
             }
-            other => Err($crate::unsupported_dtype($what, other)),
+            other => Err($crate::unsupported_dtype(
+                $what,
+                other,
+                &[$crate::DType::F32, $crate::DType::BF16, $crate::DType::F16],
+            )),
         }
     };
 }

@@ -159,7 +159,11 @@ pub fn fp8_gemm(c: &Fp8GemmConfig) -> Result<VerifiedKernel, KernelErrors> {
                 DType::F32 => fp8_gemm::build::<$t, f32>(
                     args.0, args.1, args.2, args.3, args.4, args.5, args.6, dims,
                 ),
-                other => Err(kernel_ir::unsupported_dtype("fp8_gemm (output)", other)),
+                other => Err(kernel_ir::unsupported_dtype(
+                    "fp8_gemm (output)",
+                    other,
+                    &[DType::BF16, DType::F32],
+                )),
             }
         };
     }
@@ -167,8 +171,9 @@ pub fn fp8_gemm(c: &Fp8GemmConfig) -> Result<VerifiedKernel, KernelErrors> {
         DType::F8E4M3FN => build!(f8e4m3fn),
         DType::F8E5M2 => build!(f8e5m2),
         other => Err(kernel_ir::unsupported_dtype(
-            "fp8_gemm (inputs: f8e4m3fn or f8e5m2)",
+            "fp8_gemm (inputs)",
             other,
+            &[DType::F8E4M3FN, DType::F8E5M2],
         )),
     }
 }

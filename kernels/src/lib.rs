@@ -27,7 +27,7 @@
 //!
 //! [`ENTRIES`] lists them all, in a fixed order; adding a kernel is its
 //! module (the `#[tpu_kernel]`, a builder function, an `Entry` const) plus
-//! its line in the `library!` list below. [`guide`]: porting from Triton
+//! its line in [`ENTRIES`]. [`guide`]: porting from Triton
 //! and CUTLASS.
 
 pub mod check;
@@ -38,30 +38,53 @@ pub mod tolerance;
 
 pub use entry::{Config, Entry, EntryError, Param, ParamKind, Preset};
 
-/// Declares the kernel modules and lists their entries in [`ENTRIES`].
-macro_rules! library {
-    ($($module:ident: [$($entry:ident),* $(,)?];)*) => {
-        $(pub mod $module;)*
+pub mod attention;
+pub mod dma;
+pub mod epilogue;
+pub mod foundation;
+pub mod fp8_gemm;
+pub mod moe;
+pub mod norm;
+pub mod rope;
+pub mod scaled_mm;
+pub mod swiglu;
+pub mod w8a16;
 
-        /// Every kernel of the library, in a fixed order: what `tessera
-        /// list` prints and every tool and test walks.
-        pub const ENTRIES: &[&Entry] = &[$($(&$module::$entry,)*)*];
-    };
-}
-
-library! {
-    foundation: [ADD, MATMUL, SOFTMAX, LAYER_NORM];
-    attention: [FLASH_ATTENTION, FLASH_ATTENTION_KV_LEN, ATTENTION_DELTA, FLASH_ATTENTION_DQ, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DQKV, FLASH_ATTENTION_DQ_KV_LEN, FLASH_ATTENTION_DKV_KV_LEN, FLASH_ATTENTION_DQKV_KV_LEN, PAGED_DECODE_ATTENTION, PAGED_DECODE_ATTENTION_DMA, PAGED_DECODE_ATTENTION_FP8, RAGGED_PAGED_ATTENTION, MASKED_ATTENTION, MASKED_ATTENTION_DQ, MASKED_ATTENTION_DKV];
-    norm: [RMS_NORM, RMS_NORM_BWD, LAYER_NORM_BWD];
-    epilogue: [MATMUL_EPILOGUE];
-    rope: [ROPE];
-    swiglu: [SWIGLU];
-    moe: [GROUPED_MATMUL];
-    dma: [DOUBLE_BUFFERED_ROWS];
-    fp8_gemm: [FP8_GEMM];
-    scaled_mm: [SCALED_MM];
-    w8a16: [W8A16_MATMUL];
-}
+/// Every kernel of the library, in a fixed order: what `tessera list`
+/// prints and every tool and test walks.
+pub const ENTRIES: &[&Entry] = &[
+    &foundation::ADD,
+    &foundation::MATMUL,
+    &foundation::SOFTMAX,
+    &foundation::LAYER_NORM,
+    &attention::FLASH_ATTENTION,
+    &attention::FLASH_ATTENTION_KV_LEN,
+    &attention::ATTENTION_DELTA,
+    &attention::FLASH_ATTENTION_DQ,
+    &attention::FLASH_ATTENTION_DKV,
+    &attention::FLASH_ATTENTION_DQKV,
+    &attention::FLASH_ATTENTION_DQ_KV_LEN,
+    &attention::FLASH_ATTENTION_DKV_KV_LEN,
+    &attention::FLASH_ATTENTION_DQKV_KV_LEN,
+    &attention::PAGED_DECODE_ATTENTION,
+    &attention::PAGED_DECODE_ATTENTION_DMA,
+    &attention::PAGED_DECODE_ATTENTION_FP8,
+    &attention::RAGGED_PAGED_ATTENTION,
+    &attention::MASKED_ATTENTION,
+    &attention::MASKED_ATTENTION_DQ,
+    &attention::MASKED_ATTENTION_DKV,
+    &norm::RMS_NORM,
+    &norm::RMS_NORM_BWD,
+    &norm::LAYER_NORM_BWD,
+    &epilogue::MATMUL_EPILOGUE,
+    &rope::ROPE,
+    &swiglu::SWIGLU,
+    &moe::GROUPED_MATMUL,
+    &dma::DOUBLE_BUFFERED_ROWS,
+    &fp8_gemm::FP8_GEMM,
+    &scaled_mm::SCALED_MM,
+    &w8a16::W8A16_MATMUL,
+];
 
 /// The entry called `name`.
 pub fn find(name: &str) -> Option<&'static Entry> {

@@ -77,7 +77,11 @@ pub fn scaled_mm(
             match out_dtype {
                 DType::BF16 => scaled_mm::build::<$t, bf16>(bm, dims),
                 DType::F32 => scaled_mm::build::<$t, f32>(bm, dims),
-                other => Err(kernel_ir::unsupported_dtype("scaled_mm (output)", other)),
+                other => Err(kernel_ir::unsupported_dtype(
+                    "scaled_mm (output)",
+                    other,
+                    &[DType::BF16, DType::F32],
+                )),
             }
         };
     }
@@ -85,8 +89,9 @@ pub fn scaled_mm(
         DType::F8E4M3FN => build!(f8e4m3fn),
         DType::F8E5M2 => build!(f8e5m2),
         other => Err(kernel_ir::unsupported_dtype(
-            "scaled_mm (inputs: f8e4m3fn or f8e5m2)",
+            "scaled_mm (inputs)",
             other,
+            &[DType::F8E4M3FN, DType::F8E5M2],
         )),
     }
 }

@@ -378,8 +378,8 @@ fn the_sdk_crates_are_publishable() {
 }
 
 /// Every Rust file is rustfmt-formatted, not only what `cargo fmt` reaches:
-/// it does not enter modules declared inside a macro (the kernel library's
-/// `library!` list), the template's own workspace or the trybuild cases.
+/// it does not enter modules declared inside a macro, the template's own
+/// workspace or the trybuild cases.
 #[test]
 fn every_rust_file_is_formatted() {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {

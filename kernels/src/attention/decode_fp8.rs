@@ -76,6 +76,7 @@ pub fn paged_decode_attention_fp8(
                 other => Err(kernel_ir::unsupported_dtype(
                     "paged_decode_attention_fp8 (kv)",
                     other,
+                    &[DType::F8E4M3FN, DType::F8E5M2],
                 )),
             }
         };
@@ -86,6 +87,7 @@ pub fn paged_decode_attention_fp8(
         other => Err(kernel_ir::unsupported_dtype(
             "paged_decode_attention_fp8",
             other,
+            &[DType::BF16, DType::F32],
         )),
     }
 }

@@ -79,7 +79,19 @@ pub(crate) struct Lookup {
     pub corrupt: u64,
 }
 
-type Slot = Arc<OnceLock<Result<(Arc<Executable>, Tier, Duration, u64), String>>>;
+/// Why a program could not be had from the cache.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CacheError {
+    /// The plugin refused to compile it (kept typed: the graph runtime
+    /// reports it as [`crate::graph::Cause::Pjrt`]).
+    #[error(transparent)]
+    Compile(#[from] crate::pjrt::PjrtError),
+    /// The disk tier's lock could not be taken (the OS's words).
+    #[error("{0}")]
+    Lock(String),
+}
+
+type Slot = Arc<OnceLock<Result<(Arc<Executable>, Tier, Duration, u64), CacheError>>>;
 
 /// The three tiers.
 pub(crate) struct CompileCache {
@@ -136,7 +148,7 @@ impl CompileCache {
         module: &str,
         options: &CompileOptions,
         client: &Client,
-    ) -> Result<Lookup, String> {
+    ) -> Result<Lookup, CacheError> {
         let slot = {
             let mut m = self.memory.lock().unwrap_or_else(|p| p.into_inner());
             m.entry(key.to_string()).or_default().clone()
@@ -173,11 +185,11 @@ impl CompileCache {
         module: &str,
         options: &CompileOptions,
         client: &Client,
-    ) -> Result<(Arc<Executable>, Tier, Duration, u64), String> {
+    ) -> Result<(Arc<Executable>, Tier, Duration, u64), CacheError> {
         let mut corrupt = 0;
         // Held until the entry is written, so other processes wait for it.
         let _lock = match &self.disk {
-            Some(d) => Some(d.lock(key)?),
+            Some(d) => Some(d.lock(key).map_err(CacheError::Lock)?),
             None => None,
         };
         if let Some(d) = &self.disk {
@@ -210,9 +222,7 @@ impl CompileCache {
             }
         }
         let t = Instant::now();
-        let exe = client
-            .compile(module.as_bytes(), options)
-            .map_err(|e| e.to_string())?;
+        let exe = client.compile(module.as_bytes(), options)?;
         let elapsed = t.elapsed();
         if self.disk.is_some() || self.remote.is_some() {
             // Not every plugin serializes; then only this process caches.
@@ -264,7 +274,14 @@ mod tests {
         let bad = "func.func @main() { nonsense }";
         let k2 = super::key(bad, &opts, client);
         assert!(cache.get(&k2, bad, &opts, client).is_err());
-        assert!(cache.get(&k2, bad, &opts, client).is_err());
+        // ... and stays the plugin's typed error, which the graph runtime
+        // reports as `Cause::Pjrt`.
+        let e = cache.get(&k2, bad, &opts, client).unwrap_err();
+        assert!(matches!(e, CacheError::Compile(_)), "{e:?}");
+        assert!(matches!(
+            crate::graph::Cause::from(e),
+            crate::graph::Cause::Pjrt(_)
+        ));
     }
 
     #[test]

@@ -221,6 +221,15 @@ impl RuntimeError {
     }
 }
 
+impl From<crate::cache::CacheError> for Cause {
+    fn from(e: crate::cache::CacheError) -> Self {
+        match e {
+            crate::cache::CacheError::Compile(e) => Cause::Pjrt(e),
+            crate::cache::CacheError::Lock(e) => Cause::Other(e),
+        }
+    }
+}
+
 impl From<crate::host_call::HostCallError> for Cause {
     fn from(e: crate::host_call::HostCallError) -> Self {
         match e {
