@@ -53,17 +53,21 @@ fn run_on(b: Backend, k: &VerifiedKernel, inputs: &[Array]) -> Result<Vec<Array>
 /// interpreter runs the kernel built for the GPU's rules
 /// ([`kernel_ir::Platform::Gpu`]), the program a GPU compile compiles
 /// (a kernel may lay its work out differently there, as the dk/dv
-/// kernels do); every other path the TPU build `tpu`.
+/// kernels do), at the TPU build `tpu`'s argument shapes; every other
+/// path the TPU build.
 fn kernel_for(
     b: Backend,
     tpu: &VerifiedKernel,
     c: &crate::kernel_args::Chosen,
-    a: &Args,
 ) -> Result<VerifiedKernel, String> {
     if b != Backend::TritonInterp {
         return Ok(tpu.clone());
     }
-    kernel_ir::for_platform(kernel_ir::Platform::Gpu, || kernel_and_inputs(c, a)).map(|(k, _)| k)
+    let shapes: Vec<Vec<usize>> = tpu.arguments().map(|a| a.shape.to_vec()).collect();
+    kernel_ir::for_platform(kernel_ir::Platform::Gpu, || {
+        c.entry.build(&c.config, &shapes)
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// `tessera run KERNEL --input NAME=FILE.npy... [--config k=v]... [--backend B] --out DIR`.
@@ -125,7 +129,7 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
     let mut report = Vec::new();
     for b in &backends {
         let kernel = match &chosen {
-            Some(c) => kernel_for(*b, &kernel, c, &a),
+            Some(c) => kernel_for(*b, &kernel, c),
             None => Ok(kernel.clone()),
         };
         // With `all`, a kernel the GPU rules refuse (a tile Triton cannot
@@ -195,7 +199,6 @@ fn side(
     name: &str,
     kernel: &VerifiedKernel,
     c: &crate::kernel_args::Chosen,
-    args: &Args,
     config: &Config,
     inputs: &[Array],
 ) -> Result<Vec<Vec<f64>>, Failure> {
@@ -207,7 +210,7 @@ fn side(
     }
     let b = backend(name).map_err(usage)?;
     Ok(
-        run_on(b, &kernel_for(b, kernel, c, args).map_err(usage)?, inputs)?
+        run_on(b, &kernel_for(b, kernel, c).map_err(usage)?, inputs)?
             .into_iter()
             .map(|a| a.data().to_vec())
             .collect(),
@@ -243,8 +246,8 @@ pub fn diff(args: &[String]) -> Result<(), Failure> {
         None => 10,
     };
     let (kernel, inputs) = kernel_and_inputs(&c, &a).map_err(usage)?;
-    let left = side(x, &kernel, &c, &a, &c.config, &inputs)?;
-    let right = side(y, &kernel, &c, &a, &c.config, &inputs)?;
+    let left = side(x, &kernel, &c, &c.config, &inputs)?;
+    let right = side(y, &kernel, &c, &c.config, &inputs)?;
     for ((o, l), r) in kernel.outputs().zip(&left).zip(&right) {
         println!("output `{}` {}{:?}: {x} vs {y}", o.name, o.dtype, o.shape);
         let d = tooling::diff::compare(&o.name, o.dtype, &o.shape, l, r, first);
