@@ -132,10 +132,14 @@ USAGE:
     tessera tune --cpu
 
 `tessera tune --cpu` alone measures the native JIT's dot register tiles on
-this CPU again (about three seconds), prints them and keeps the fastest in the
-cache folder for every later compile. The JIT does this by itself at its first
-compile on a CPU it has no tuning for; run it again on a quiet machine, or set
-TESSERA_HOST_TUNING=ROWSxLANES (e.g. 6x16) or =default to override it.
+this CPU again (a few seconds), on one probe per class of dot (shallow or
+deep contraction, narrow or wide output), prints them and keeps each class's
+choice in the cache folder for every later compile: the register rule's tile
+unless another is 3 % faster on that class's probe, twice. The JIT does this
+by itself at its first compile on a CPU it has no tuning for; run it again on
+a quiet machine, or override it with TESSERA_HOST_TUNING=ROWSxLANES (e.g.
+6x16, every class), =deep-wide=4x16,shallow-wide=5x16 (those classes), or
+=default (the rule).
 
 Builds the kernel for every combination of --values (default 128,256,512) over
 its block-size parameters (block_q, block_k, bm, bn, bk, ...), keeps those the
@@ -564,9 +568,13 @@ fn run(args: &[String]) -> ExitCode {
         let v = v.trim();
         if !v.is_empty()
             && v != "default"
-            && let Err(e) = v.parse::<lowering::DotTiling>()
+            && let Err(e) =
+                lowering::DotTilings::parse_setting(v, lowering::CpuIdentity::host().registers)
         {
-            eprintln!("tessera {cmd}: {}: {e}, or `default`", lowering::TUNING_ENV);
+            eprintln!(
+                "tessera {cmd}: {}: {e}; give ROWSxLANES, CLASS=ROWSxLANES pairs separated by commas, or `default`",
+                lowering::TUNING_ENV
+            );
             return ExitCode::from(2);
         }
     }

@@ -288,33 +288,42 @@ pub fn tune(args: &[String]) -> Result<(), Failure> {
 }
 
 /// `tessera tune --cpu`: every register tile measured again on this CPU,
-/// the table printed and the winner kept for every later JIT compile.
+/// on each dot class's probe, the table printed and each class's choice
+/// kept for every later JIT compile.
 fn tune_host() -> Result<(), Failure> {
     let dir = lowering::cache_dir();
     let t = lowering::HostTuning::search(Some(&dir));
     println!("{}\n", t.cpu);
-    println!("{:<10} {:>12} {:>10}", "dot tile", "probe time", "vs best");
-    let best = t.trials.first().map_or(f64::NAN, |b| b.seconds);
-    for trial in &t.trials {
-        let mark = if trial.tiling == t.dot {
-            "  <- kept"
-        } else {
-            ""
-        };
-        println!(
-            "{:<10} {:>9.3} ms {:>9.2}x{mark}",
-            trial.tiling.to_string(),
-            trial.seconds * 1e3,
-            trial.seconds / best
-        );
+    println!(
+        "{:<15} {:<10} {:>12} {:>10}",
+        "dot class", "dot tile", "probe time", "vs best"
+    );
+    for class in lowering::DotClass::ALL {
+        let trials: Vec<_> = t.trials.iter().filter(|x| x.class == class).collect();
+        let best = trials.first().map_or(f64::NAN, |b| b.seconds);
+        for trial in trials {
+            let mark = if trial.tiling == t.dots.get(class) {
+                "  <- kept"
+            } else {
+                ""
+            };
+            println!(
+                "{:<15} {:<10} {:>9.3} ms {:>9.2}x{mark}",
+                class.name(),
+                trial.tiling.to_string(),
+                trial.seconds * 1e3,
+                trial.seconds / best
+            );
+        }
     }
-    let heuristic = lowering::DotTiling::heuristic(t.cpu.registers);
-    if t.dot == heuristic && t.trials.first().is_some_and(|b| b.tiling != heuristic) {
-        println!(
-            "\n{heuristic} (the register-count rule) is kept: the fastest is within 3 %, inside a short search's noise"
-        );
+    println!(
+        "\nA tile replaces the register rule's for a class only where it is {:.0} % faster on the class's probe, in the search and again head to head.",
+        lowering::MARGIN * 100.0
+    );
+    println!("\nJIT dot register tiles ({}):", t.source);
+    for line in t.choices() {
+        println!("  {line}");
     }
-    println!("\nJIT dot register tile {}: {}", t.dot, t.source);
     match &t.source {
         lowering::TuningSource::Measured(Some(_)) => Ok(()),
         lowering::TuningSource::Unwritable(path, e) => Err(Failure::Run(format!(

@@ -1140,9 +1140,11 @@ fn tune_cpu_measures_the_jit_tiles_and_keeps_the_winner() {
     let o = run(&["tune", "--cpu"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
+    // One tile kept per dot class.
     let kept: Vec<&str> = out.lines().filter(|l| l.ends_with("<- kept")).collect();
-    assert_eq!(kept.len(), 1, "{out}");
-    let tile = kept[0].split_whitespace().next().unwrap();
+    assert_eq!(kept.len(), 4, "{out}");
+    let deep_wide = kept.iter().find(|l| l.starts_with("deep-wide ")).unwrap();
+    let tile = deep_wide.split_whitespace().nth(1).unwrap();
     let files: Vec<_> = std::fs::read_dir(&d)
         .unwrap()
         .flatten()
@@ -1151,10 +1153,16 @@ fn tune_cpu_measures_the_jit_tiles_and_keeps_the_winner() {
     assert_eq!(files.len(), 1, "{files:?}");
     let text = std::fs::read_to_string(&files[0]).unwrap();
     assert!(text.starts_with("tessera host JIT tuning"), "{text}");
-    assert!(text.contains(&format!("dot: {tile}\n")), "{text}\n{out}");
+    assert!(
+        text.contains(&format!("dot deep-wide: {tile}\n")),
+        "{text}\n{out}"
+    );
     // What a later JIT compile reads instead of measuring.
     let tuning = lowering::HostTuning::load(&d).expect("the kept tuning reads back");
-    assert_eq!(tuning.dot.to_string(), tile);
+    assert_eq!(
+        tuning.dots.get(lowering::DotClass::DeepWide).to_string(),
+        tile
+    );
     // Kernel options without a kernel are a usage error naming them.
     let o = run(&["tune", "--cpu", "--top", "3"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

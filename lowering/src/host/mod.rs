@@ -176,8 +176,8 @@ pub fn host_module(kernel: &VerifiedKernel) -> Result<String, LoweringError> {
     crate::single_device(kernel, "host")?;
     let m = Mlir::new();
     let ir = Ir::new(&m.ctx, "");
-    let tiling = tuning::HostTuning::host()?.dot;
-    let (module, _) = build(&ir, &kernel.with_synchronous_copies(), tiling)?;
+    let tilings = tuning::HostTuning::host()?.dots;
+    let (module, _) = build(&ir, &kernel.with_synchronous_copies(), tilings)?;
     m.verify(&module, "host kernel module")?;
     Ok(module.as_operation().to_string())
 }
@@ -187,15 +187,15 @@ impl HostKernel {
     /// this CPU's tuned register tile ([`HostTuning::host`](crate::HostTuning::host):
     /// measured at the first compile on a CPU, read from disk after).
     pub fn compile(kernel: &VerifiedKernel) -> Result<HostKernel, LoweringError> {
-        HostKernel::compile_tiled(kernel, tuning::HostTuning::host()?.dot)
+        HostKernel::compile_tiled(kernel, tuning::HostTuning::host()?.dots)
     }
 
-    /// [`HostKernel::compile`] with the dot micro-kernel's register tile
+    /// [`HostKernel::compile`] with the dot micro-kernel's register tiles
     /// given (what the tuning search measures; any tile computes the same
     /// results, only its speed differs).
     pub fn compile_tiled(
         kernel: &VerifiedKernel,
-        tiling: tiling::DotTiling,
+        tilings: tiling::DotTilings,
     ) -> Result<HostKernel, LoweringError> {
         crate::single_device(kernel, "host")?;
         // The host has no DMA engine: copies become synchronous.
@@ -203,7 +203,7 @@ impl HostKernel {
         let k: &Kernel = &synchronous;
         let m = Mlir::new();
         let ir = Ir::new(&m.ctx, "");
-        let (mut module, workspace_bytes) = build(&ir, k, tiling)?;
+        let (mut module, workspace_bytes) = build(&ir, k, tilings)?;
         m.verify(&module, "host kernel module")?;
         let ops = jit::op_count(&module);
         if ops > kernel_ir::limits::MAX_HOST_OPS {
@@ -394,7 +394,7 @@ fn host_dtype(d: DType) -> DType {
 fn build<'c>(
     ir: &Ir<'c>,
     k: &Kernel,
-    tiling: tiling::DotTiling,
+    tilings: tiling::DotTilings,
 ) -> Result<(Module<'c>, usize), LoweringError> {
     let module = Module::new(ir.loc());
     let mut types: Vec<Type<'c>> = vec![ir.i32(); k.grid.rank()];
@@ -422,7 +422,7 @@ fn build<'c>(
         scratch: a[g + np + no..a.len() - 1].to_vec(),
         workspace: a[a.len() - 1],
     };
-    let mut emitter = HostEmitter::new(ir, k, args, tiling);
+    let mut emitter = HostEmitter::new(ir, k, args, tilings);
     emitter.top(&entry)?;
     let workspace_bytes = emitter.workspace_bytes;
     ir.op(&entry, "func.return", &[], &[], Vec::new(), Vec::new())?;

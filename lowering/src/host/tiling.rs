@@ -3,7 +3,11 @@
 //! CPU (its register file, its load ports, its cache sizes).
 //!
 //! [`DotTiling::candidates`] lists the tiles that fit a register file;
-//! [`crate::HostTuning`] measures them at first use and keeps the fastest.
+//! [`crate::HostTuning`] measures them at first use on each [`DotClass`]'s
+//! probe and keeps, per class, the fastest where it beats the register
+//! rule ([`DotTiling::heuristic`]) by a margin: one tile for every dot
+//! was the wrong granularity (a tile that won attention's probe ran a
+//! 1024³ matmul 2.3× slower on an AVX-512 CPU).
 
 use std::fmt;
 use std::str::FromStr;
@@ -110,6 +114,151 @@ impl FromStr for DotTiling {
     }
 }
 
+/// Which dots share a register tile: by contraction depth `k` and output
+/// width `n` (the rhs's free elements), each side of 128 (attention's
+/// head dim). What makes one tile win differs between them: a deep dot
+/// streams its lhs rows over many k steps, a narrow one has few rhs
+/// panels to reuse each packed lhs row on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DotClass {
+    /// `k ≤ 128`, `n ≤ 128`: the backward's `dS·k` and `dSᵀ·q` at small
+    /// blocks, decode-sized products.
+    ShallowNarrow,
+    /// `k ≤ 128`, `n > 128`: attention's scores `q·kᵀ`.
+    ShallowWide,
+    /// `k > 128`, `n ≤ 128`: attention's `p·v`, the backward's products
+    /// over a block of 256 rows.
+    DeepNarrow,
+    /// `k > 128`, `n > 128`: matmul blocks.
+    DeepWide,
+}
+
+impl DotClass {
+    /// Every class, in the order files and tables list them.
+    pub const ALL: [DotClass; 4] = [
+        DotClass::ShallowNarrow,
+        DotClass::ShallowWide,
+        DotClass::DeepNarrow,
+        DotClass::DeepWide,
+    ];
+
+    /// The class of a dot contracting `k` elements into `n` output
+    /// columns.
+    pub fn of(k: usize, n: usize) -> DotClass {
+        match (k > 128, n > 128) {
+            (false, false) => DotClass::ShallowNarrow,
+            (false, true) => DotClass::ShallowWide,
+            (true, false) => DotClass::DeepNarrow,
+            (true, true) => DotClass::DeepWide,
+        }
+    }
+
+    /// Its name in files, tables and `TESSERA_HOST_TUNING`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DotClass::ShallowNarrow => "shallow-narrow",
+            DotClass::ShallowWide => "shallow-wide",
+            DotClass::DeepNarrow => "deep-narrow",
+            DotClass::DeepWide => "deep-wide",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for DotClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DotClass {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<DotClass, String> {
+        DotClass::ALL
+            .into_iter()
+            .find(|c| c.name() == s.trim())
+            .ok_or_else(|| {
+                let names: Vec<&str> = DotClass::ALL.iter().map(|c| c.name()).collect();
+                format!(
+                    "`{s}` is not a dot class; the classes are {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// A register tile for each [`DotClass`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DotTilings([DotTiling; 4]);
+
+impl DotTilings {
+    /// The same tile for every class.
+    pub fn uniform(t: DotTiling) -> DotTilings {
+        DotTilings([t; 4])
+    }
+
+    /// The register rule's tile for every class.
+    pub fn heuristic(r: VectorRegisters) -> DotTilings {
+        DotTilings::uniform(DotTiling::heuristic(r))
+    }
+
+    /// The tile of `class`.
+    pub fn get(&self, class: DotClass) -> DotTiling {
+        self.0[class.index()]
+    }
+
+    /// Sets the tile of `class`.
+    pub fn set(&mut self, class: DotClass, t: DotTiling) {
+        self.0[class.index()] = t;
+    }
+
+    /// The tile for a dot contracting `k` elements into `n` columns.
+    pub fn for_dot(&self, k: usize, n: usize) -> DotTiling {
+        self.get(DotClass::of(k, n))
+    }
+
+    /// Whether every class's tile fits `r`.
+    pub fn fits(&self, r: VectorRegisters) -> bool {
+        self.0.iter().all(|t| t.fits(r))
+    }
+
+    /// Reads a `TESSERA_HOST_TUNING` value: `ROWSxLANES` for every class,
+    /// or `CLASS=ROWSxLANES` pairs separated by commas, the classes not
+    /// named keeping the register rule's tile on `r`.
+    pub fn parse_setting(v: &str, r: VectorRegisters) -> Result<DotTilings, String> {
+        if !v.contains('=') {
+            return v.parse().map(DotTilings::uniform);
+        }
+        let mut out = DotTilings::heuristic(r);
+        for pair in v.split(',') {
+            let (class, tile) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("`{pair}` is not CLASS=ROWSxLANES (e.g. deep-wide=6x16)"))?;
+            out.set(class.parse()?, tile.parse()?);
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Display for DotTilings {
+    /// `CLASS ROWSxLANES` for each class, comma-separated; `ROWSxLANES`
+    /// alone when every class has the same tile.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.iter().all(|t| *t == self.0[0]) {
+            return write!(f, "{}", self.0[0]);
+        }
+        let parts: Vec<String> = DotClass::ALL
+            .iter()
+            .map(|c| format!("{c} {}", self.get(*c)))
+            .collect();
+        f.write_str(&parts.join(", "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +292,38 @@ mod tests {
         assert!(!DotTiling::heuristic(AVX512).fits(AVX2));
         assert_eq!(DotTiling::heuristic(AVX2).to_string(), "6x16");
         assert_eq!(DotTiling::heuristic(AVX512).to_string(), "12x32");
+    }
+
+    #[test]
+    fn classes_split_at_128_and_settings_read_per_class() {
+        assert_eq!(DotClass::of(128, 256), DotClass::ShallowWide);
+        assert_eq!(DotClass::of(256, 128), DotClass::DeepNarrow);
+        assert_eq!(DotClass::of(1024, 1024), DotClass::DeepWide);
+        assert_eq!(DotClass::of(64, 64), DotClass::ShallowNarrow);
+        for c in DotClass::ALL {
+            assert_eq!(c.name().parse::<DotClass>(), Ok(c));
+        }
+        let all = DotTilings::parse_setting("4x16", AVX2).unwrap();
+        assert_eq!(all, DotTilings::uniform("4x16".parse().unwrap()));
+        let one = DotTilings::parse_setting("deep-wide=4x16", AVX2).unwrap();
+        assert_eq!(one.get(DotClass::DeepWide).to_string(), "4x16");
+        assert_eq!(one.get(DotClass::ShallowWide), DotTiling::heuristic(AVX2));
+        assert_eq!(
+            one.to_string(),
+            "shallow-narrow 6x16, shallow-wide 6x16, deep-narrow 6x16, deep-wide 4x16"
+        );
+        for bad in [
+            "deep=4x16",
+            "deep-wide=4",
+            "deep-wide:4x16,x",
+            "deep-wide=4x16,",
+        ] {
+            let e = DotTilings::parse_setting(bad, AVX2).unwrap_err();
+            assert!(
+                e.contains("class") || e.contains("ROWSxLANES"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -36,14 +36,16 @@ pub use report::{masked_suite, suite, svg_chart, table, to_json};
 pub use torch::torch_python;
 
 /// The machine a run measured, for its report: the CPU (model, cores,
-/// vector ISA, cache sizes) and the JIT's tuned dot register tile with
-/// where it came from ([`lowering::HostTuning`]).
+/// vector ISA, cache sizes) and the JIT's dot register tile for each class
+/// of dot, with where each came from ([`lowering::HostTuning`]).
 pub fn cpu_summary() -> String {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     match lowering::HostTuning::host() {
         Ok(t) => format!(
-            "{}; {cores} cores\nJIT dot register tile {} (rows x f32 lanes), {}",
-            t.cpu, t.dot, t.source
+            "{}; {cores} cores\nJIT dot register tiles (rows x f32 lanes), {}:\n  {}",
+            t.cpu,
+            t.source,
+            t.choices().join("\n  ")
         ),
         Err(e) => format!("{}; {cores} cores\n{e}", lowering::CpuIdentity::host()),
     }

@@ -62,6 +62,20 @@ fn flat_dims(shape: &[usize], groups: [Range<usize>; 3]) -> Option<[Option<usize
     Some(out)
 }
 
+/// Where a register tile reads its lhs rows.
+#[derive(Clone, Copy)]
+enum LhsRows {
+    /// From the lhs view, rows `i0..`.
+    InPlace,
+    /// From panel `tile` of the packed lhs `mem` ([`HostEmitter::packed_lhs`]).
+    Panel { mem: Raw, tile: Raw },
+}
+
+/// The most register tile rows read in place: more rows than an L1 set
+/// has ways (8 on the CPUs measured) conflict when the lhs stride is a
+/// multiple of 4 KiB, and are packed ([`HostEmitter::packed_lhs`]).
+const MAX_ROWS_IN_PLACE: usize = 8;
+
 /// Register tile rows for `m` (a divisor, so no remainder loop).
 fn tile_rows(m: usize) -> usize {
     [8, 4, 2, 1]
@@ -138,7 +152,8 @@ impl<'c> HostEmitter<'_, 'c> {
         let nn = size(&rt, &rf);
         let nb = dims.lhs_batch.len();
         let a = self.lhs_view(b, &ln, &lorder, [nb, lf.len()], [bt, m, kk], acc)?;
-        let nr = tile_lanes(nn, acc, self.tiling);
+        let tiling = self.tilings.for_dot(kk, nn);
+        let nr = tile_lanes(nn, acc, tiling);
         let bp = self.packed_rhs(
             b,
             &rn,
@@ -151,7 +166,9 @@ impl<'c> HostEmitter<'_, 'c> {
         // C[bt, m, n], row-major.
         let out_ty = self.ty(r);
         let c = self.alloc(b, &TileType::new(acc, vec![bt, m, nn]))?;
-        self.micro_kernel(b, &a, bp, c, [bt, m, kk, nn], nr)?;
+        let mr = row_tiles(m, tiling);
+        let panels = self.packed_lhs(b, &a, [bt, m, kk], mr, nn / nr)?;
+        self.micro_kernel(b, &a, panels, bp, c, [bt, m, kk, nn], mr, nr)?;
         let out = self.reshape_buf(b, c, &out_ty.shape, acc)?;
         if out_ty.shape.is_empty() {
             let z = self.idx(b, 0)?;
@@ -469,19 +486,86 @@ impl<'c> HostEmitter<'_, 'c> {
         Ok(flat)
     }
 
+    /// The lhs rows the main register tiles read, packed into row panels
+    /// `[batch, tiles, k, mr]` (`mr` the tile's rows), so that one k step
+    /// broadcasts `mr` consecutive elements; the tail rows stay in place.
+    /// Read in place, a tile's rows are one stride apart, and a stride of
+    /// a multiple of 4 KiB (a 1024-wide f32 matrix) puts every row in one
+    /// L1 set: a tile of more rows than a set has ways misses on every k
+    /// step (13 × 8 ran a 1024-deep matmul block 1.7× slower read in place
+    /// than packed on an AVX2 EPYC). Packing costs a pass over the lhs
+    /// (6 × 16 ran 8–15 % slower packed there), so tiles of at most
+    /// [`MAX_ROWS_IN_PLACE`] rows read in place; so do a single panel of
+    /// the rhs, which reads each row once anyway, and element types other
+    /// than 4-byte ones.
+    fn packed_lhs(
+        &mut self,
+        b: &Block<'c>,
+        a: &FlatView,
+        [bt, m, k]: [usize; 3],
+        (mr, tail): (usize, usize),
+        rhs_panels: usize,
+    ) -> Result<Option<Raw>, LoweringError> {
+        let d = a.node.ty.dtype;
+        let tiles = (m - tail) / mr;
+        if tiles == 0 || mr <= MAX_ROWS_IN_PLACE || rhs_panels < 2 || d.bytes() != 4 {
+            return Ok(None);
+        }
+        let ir = self.ir;
+        let packed = self.alloc(b, &TileType::new(d, vec![bt, tiles, k, mr]))?;
+        // Vector reads along k where k is the node's last dim.
+        let last = a.node.ty.shape.len().checked_sub(1);
+        let w = if a.dims[2].is_some() && a.dims[2] == last {
+            chunk(k)
+        } else {
+            1
+        };
+        self.for_each_chunk(b, &[bt, tiles, mr, k], w, &mut |blk, idx| {
+            let (bi, t, r, kx) = (idx[0], idx[1], idx[2], idx[3]);
+            let mrc = self.idx(blk, mr as i64)?;
+            let i0 = ir.op1(blk, "arith.muli", &[t, mrc], ir.index(), Vec::new())?;
+            let i = ir.op1(blk, "arith.addi", &[i0, r], ir.index(), Vec::new())?;
+            let zero = self.idx(blk, 0)?;
+            let v = self.eval(blk, &a.node, &a.at(zero, [bi, i, kx]), w)?;
+            for j in 0..w {
+                let s = ir.op1(
+                    blk,
+                    "vector.extract",
+                    &[v],
+                    ir.elem(reg(d)),
+                    vec![("static_position", ir.i64_array(&[j as i64]))],
+                )?;
+                let jc = self.idx(blk, j as i64)?;
+                let kj = ir.op1(blk, "arith.addi", &[kx, jc], ir.index(), Vec::new())?;
+                ir.op(
+                    blk,
+                    "memref.store",
+                    &[s, packed, bi, t, kj, r],
+                    &[],
+                    Vec::new(),
+                    Vec::new(),
+                )?;
+            }
+            Ok(())
+        })?;
+        Ok(Some(packed))
+    }
+
     /// `C[b] = A[b] · B[b]` with MR × NR register blocks over the packed
-    /// rhs `bp`.
+    /// rhs `bp`, the main tiles' lhs rows from `panels` when packed.
+    #[allow(clippy::too_many_arguments)]
     fn micro_kernel(
         &self,
         b: &Block<'c>,
         a: &FlatView,
+        panels: Option<Raw>,
         bp: Raw,
         c: Raw,
         [bt, m, k, n]: [usize; 4],
+        (mr, tail): (usize, usize),
         nr: usize,
     ) -> Result<(), LoweringError> {
         let ir = self.ir;
-        let (mr, tail) = row_tiles(m, self.tiling);
         // Row tiles inside column panels: one packed panel (k × NR) stays
         // in L1 while every row tile of the lhs passes over it.
         self.for_each_chunk(b, &[bt, n / nr], 1, &mut |blk, oidx| {
@@ -492,7 +576,11 @@ impl<'c> HostEmitter<'_, 'c> {
             self.for_each_chunk(blk, &[main / mr], 1, &mut |tb, t| {
                 let mrc = self.idx(tb, mr as i64)?;
                 let i0 = ir.op1(tb, "arith.muli", &[t[0], mrc], ir.index(), Vec::new())?;
-                self.register_tile(tb, a, bp, c, [bi, jb, j0, i0], mr, k, nr)
+                let rows = match panels {
+                    Some(mem) => LhsRows::Panel { mem, tile: t[0] },
+                    None => LhsRows::InPlace,
+                };
+                self.register_tile(tb, a, rows, bp, c, [bi, jb, j0, i0], mr, k, nr)
             })?;
             if tail > 0 {
                 let tr = tile_rows(tail);
@@ -501,7 +589,8 @@ impl<'c> HostEmitter<'_, 'c> {
                     let off = self.idx(tb, main as i64)?;
                     let i = ir.op1(tb, "arith.muli", &[t[0], trc], ir.index(), Vec::new())?;
                     let i0 = ir.op1(tb, "arith.addi", &[i, off], ir.index(), Vec::new())?;
-                    self.register_tile(tb, a, bp, c, [bi, jb, j0, i0], tr, k, nr)
+                    let rows = LhsRows::InPlace;
+                    self.register_tile(tb, a, rows, bp, c, [bi, jb, j0, i0], tr, k, nr)
                 })?;
             }
             Ok(())
@@ -515,6 +604,7 @@ impl<'c> HostEmitter<'_, 'c> {
         &self,
         blk: &Block<'c>,
         a: &FlatView,
+        rows_at: LhsRows,
         bp: Raw,
         c: Raw,
         [bi, jb, j0, i0]: [Raw; 4],
@@ -566,8 +656,22 @@ impl<'c> HostEmitter<'_, 'c> {
                     Vec::new(),
                 )?;
                 for (r, &i) in rows.iter().enumerate() {
-                    let one = self.eval(inner, &a.node, &a.at(izero, [bi, i, kx]), 1)?;
-                    let s = self.lane0(inner, one, d)?;
+                    let s = match rows_at {
+                        LhsRows::InPlace => {
+                            let one = self.eval(inner, &a.node, &a.at(izero, [bi, i, kx]), 1)?;
+                            self.lane0(inner, one, d)?
+                        }
+                        LhsRows::Panel { mem, tile } => {
+                            let rc = self.idx(inner, r as i64)?;
+                            ir.op1(
+                                inner,
+                                "memref.load",
+                                &[mem, bi, tile, kx, rc],
+                                ir.elem(reg(d)),
+                                Vec::new(),
+                            )?
+                        }
+                    };
                     let av = ir.op1(inner, "vector.broadcast", &[s], vty, Vec::new())?;
                     accs[r] = if float {
                         ir.op1(inner, "vector.fma", &[av, bv, accs[r]], vty, Vec::new())?

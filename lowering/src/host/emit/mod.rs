@@ -26,7 +26,7 @@ use kernel_ir::{
 };
 
 use crate::LoweringError;
-use crate::host::tiling::DotTiling;
+use crate::host::tiling::DotTilings;
 use crate::lowered_values::LoweredValues;
 use crate::mlir::{Ir, Raw};
 
@@ -135,7 +135,7 @@ pub(crate) struct HostEmitter<'a, 'c> {
     uses: Vec<Vec<usize>>,
     pos: usize,
     /// The dot micro-kernel's register tile.
-    tiling: DotTiling,
+    tilings: DotTilings,
 }
 
 fn elems(shape: &[usize]) -> usize {
@@ -152,7 +152,7 @@ fn chunk(n: usize) -> usize {
 }
 
 impl<'a, 'c> HostEmitter<'a, 'c> {
-    pub fn new(ir: &'a Ir<'c>, k: &'a Kernel, args: HostArgs, tiling: DotTiling) -> Self {
+    pub fn new(ir: &'a Ir<'c>, k: &'a Kernel, args: HostArgs, tilings: DotTilings) -> Self {
         let mut uses = vec![Vec::new(); k.body.values.len()];
         let mut pos = 0;
         fn collect(r: &Region, uses: &mut [Vec<usize>], pos: &mut usize) {
@@ -183,7 +183,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             workspace_bytes: 0,
             uses,
             pos: 0,
-            tiling,
+            tilings,
         }
     }
 
