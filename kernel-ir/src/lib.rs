@@ -56,6 +56,7 @@ pub mod guide {
 
 mod dtype;
 mod error;
+pub mod filetest;
 mod index_map;
 mod infer;
 mod int_expr;

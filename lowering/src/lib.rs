@@ -93,8 +93,9 @@ pub use custom_call::{
 pub use decomposed::{Spmd, decomposed, decomposed_as};
 pub use embed::{private_function, private_functions};
 pub use host::cpu::{CpuIdentity, VectorRegisters};
+pub use host::probe::Trial;
 pub use host::tiling::{DotClass, DotTiling, DotTilings};
-pub use host::tuning::{HostTuning, MARGIN, TUNING_ENV, Trial, TuningSource, cache_dir};
+pub use host::tuning::{HostTuning, MARGIN, TUNING_ENV, TuningSource, cache_dir};
 pub use host::{HostKernel, HostOptions, host_module};
 pub use kernel_module::MOSAIC_VERSION;
 pub use mlir::{dense_literal, literal_text};

@@ -2,7 +2,7 @@
 //! kernels altered after building, the interpreter's argument checks, a
 //! budget checked by its arithmetic): each breaks one rule and gets that
 //! rule's error. The rest are files: `tests/filetests/verify` and `interp`
-//! (see `filetests.rs`).
+//! (format: `kernel_ir::filetest`).
 
 use kernel_ir::prelude::*;
 use kernel_ir::{ErrorKind, KernelErrors, VerifiedKernel};

@@ -109,7 +109,7 @@ pub(crate) mod cpu;
 mod driver;
 mod emit;
 pub(crate) mod jit;
-mod probe;
+pub(crate) mod probe;
 pub(crate) mod tiling;
 pub(crate) mod tuning;
 

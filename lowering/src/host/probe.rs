@@ -8,10 +8,20 @@ use kernel_ir::{Array, DType};
 use crate::LoweringError;
 use crate::host::HostKernel;
 use crate::host::tiling::{DotClass, DotTiling, DotTilings};
-use crate::host::tuning::Trial;
+
+/// One measured tile on one class's probe: its fastest run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Trial {
+    /// The class whose probe ran.
+    pub class: DotClass,
+    /// The tile.
+    pub tiling: DotTiling,
+    /// Seconds.
+    pub seconds: f64,
+}
 
 /// Each tile's fastest run on `class`'s probe over `rounds` interleaved
-/// rounds ([`HostTuning::measure`]).
+/// rounds ([`crate::HostTuning::measure`]).
 pub(crate) fn measure(class: DotClass, tiles: &[DotTiling], rounds: usize) -> Vec<Trial> {
     let mut sets: Vec<(DotTiling, Probe)> = tiles
         .iter()

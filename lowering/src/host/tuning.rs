@@ -45,7 +45,7 @@ use std::sync::OnceLock;
 
 use crate::LoweringError;
 use crate::host::cpu::CpuIdentity;
-use crate::host::probe::measure;
+use crate::host::probe::{Trial, measure};
 use crate::host::tiling::{DotClass, DotTiling, DotTilings};
 
 /// The environment variable that overrides the measured tile.
@@ -53,17 +53,6 @@ pub const TUNING_ENV: &str = "TESSERA_HOST_TUNING";
 
 /// First line of a tuning file: what it is and its format version.
 const HEADER: &str = "tessera host JIT tuning, format 2";
-
-/// One measured tile on one class's probe: its fastest run.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Trial {
-    /// The class whose probe ran.
-    pub class: DotClass,
-    /// The tile.
-    pub tiling: DotTiling,
-    /// Seconds.
-    pub seconds: f64,
-}
 
 /// Where a [`HostTuning`] came from.
 #[derive(Clone, Debug, PartialEq)]
