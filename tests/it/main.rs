@@ -35,6 +35,7 @@ mod structure;
 mod tpu_compile;
 mod tpu_dma;
 mod tpu_fp8;
+mod tpu_fuzz;
 mod trace;
 mod train;
 mod triton;
