@@ -25,6 +25,7 @@ mod index;
 mod refs;
 mod state;
 mod tile;
+mod tile_ops;
 
 pub use control::{Bound, Carry, for_range, for_range_step, if_else, when};
 pub use dma::{

@@ -32,6 +32,7 @@
 
 mod dma;
 mod eval;
+mod math;
 mod mesh;
 mod remote;
 mod value;
