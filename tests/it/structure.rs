@@ -377,11 +377,10 @@ fn the_sdk_crates_are_publishable() {
     }
 }
 
-/// Every Rust file is rustfmt-formatted, not only what `cargo fmt` reaches:
+/// Every Rust file of the workspace (not only what `cargo fmt` reaches:
 /// it does not enter modules declared inside a macro, the template's own
-/// workspace or the trybuild cases.
-#[test]
-fn every_rust_file_is_formatted() {
+/// workspace or the trybuild cases).
+fn every_rust_file() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         let Ok(rd) = std::fs::read_dir(dir) else {
             return;
@@ -411,6 +410,13 @@ fn every_rust_file_is_formatted() {
         walk(&root.join(dir), &mut files);
     }
     assert!(files.len() > 100, "{} files", files.len());
+    files
+}
+
+/// Every Rust file is rustfmt-formatted.
+#[test]
+fn every_rust_file_is_formatted() {
+    let files = every_rust_file();
     let out = std::process::Command::new("rustfmt")
         .args(["--edition", "2024", "--check", "-l"])
         .args(&files)
@@ -422,4 +428,18 @@ fn every_rust_file_is_formatted() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// No Rust file is over 800 lines: a longer one holds more than one idea
+/// and is split by idea (a module per idea, as `triton/emit/`).
+#[test]
+fn no_rust_file_is_over_800_lines() {
+    let long: Vec<String> = every_rust_file()
+        .into_iter()
+        .filter_map(|f| {
+            let n = std::fs::read_to_string(&f).ok()?.lines().count();
+            (n > 800).then(|| format!("{}: {n} lines", f.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "split these by idea:\n{}", long.join("\n"));
 }
