@@ -180,6 +180,28 @@ pub fn host_custom_call(kernel: &VerifiedKernel, key: &str) -> Result<String, Lo
     Ok(wrapper(&m, kernel, CallTarget::Host(key))?.0)
 }
 
+/// The custom call target XLA's GPU back ends compile a Triton kernel
+/// through (CUDA and ROCm alike): Pallas's Triton lowering emits it.
+pub const TRITON_CALL_TARGET: &str = "__gpu$xla.gpu.triton";
+
+/// A StableHLO module (`func.func @main`) that calls the kernel's Triton
+/// program through XLA's GPU custom call `__gpu$xla.gpu.triton`
+/// ([`TRITON_CALL_TARGET`]), as Pallas's Triton back end does: typed FFI
+/// (`api_version = 4`) with a dictionary `backend_config` holding the
+/// kernel's `name`, its Triton IR `ir` (`ttir`: the TTIR module Triton's
+/// front end makes of [`crate::triton`]'s program, as text; XLA parses
+/// text or bytecode), the launch grid (`grid_x/y/z`), `num_warps`,
+/// `num_stages` and `debug`. Operands are the program's pointer
+/// arguments in order (prefetch, inputs) and the results its outputs,
+/// row-major; an in-out operand aliases its result, and a program with a
+/// global workspace gets it as one more (dropped) `i8` result, which XLA
+/// allocates.
+pub fn triton_custom_call(kernel: &VerifiedKernel, ttir: &str) -> Result<String, LoweringError> {
+    let program = crate::triton(kernel)?;
+    let m = Mlir::new();
+    Ok(wrapper(&m, kernel, CallTarget::Triton(&program, ttir))?.0)
+}
+
 /// What a wrapper module calls.
 #[derive(Clone, Copy)]
 enum CallTarget<'a> {
@@ -187,6 +209,8 @@ enum CallTarget<'a> {
     Tpu(&'a str),
     /// The host FFI handler, with this registry key.
     Host(&'a str),
+    /// XLA's Triton call of this program, with its TTIR.
+    Triton(&'a crate::TritonProgram, &'a str),
 }
 
 fn wrapper(
@@ -265,6 +289,15 @@ fn wrapper(
         result_types.push(ir.tensor(&shape, dtype));
         result_layouts.push(row_major_layout(&ir, o.shape.len())?);
     }
+    // A Triton program's global workspace: one more result, allocated by
+    // XLA and dropped.
+    if let CallTarget::Triton(p, _) = target
+        && p.workspace_bytes > 0
+    {
+        let bytes = p.workspace_bytes as usize;
+        result_types.push(ir.tensor(&[bytes], kernel_ir::DType::I8));
+        result_layouts.push(row_major_layout(&ir, 1)?);
+    }
     let mut attrs = match target {
         CallTarget::Tpu(backend_config) => vec![
             ("api_version", ir.i32_attr(1)),
@@ -285,6 +318,28 @@ fn wrapper(
             ("operand_layouts", ir.array_attr(&layouts)),
             ("result_layouts", ir.array_attr(&result_layouts)),
         ],
+        CallTarget::Triton(p, ttir) => {
+            let i32 = |v: u64| ir.i32_attr(v as i64);
+            vec![
+                ("api_version", ir.i32_attr(4)),
+                (
+                    "backend_config",
+                    ir.dict(&[
+                        ("debug", ir.bool_attr(false)),
+                        ("grid_x", i32(p.grid[0])),
+                        ("grid_y", i32(p.grid[1])),
+                        ("grid_z", i32(p.grid[2])),
+                        ("ir", ir.str_attr(ttir)),
+                        ("name", ir.str_attr(&p.function)),
+                        ("num_stages", i32(p.options.num_stages as u64)),
+                        ("num_warps", i32(p.options.num_warps as u64)),
+                    ]),
+                ),
+                ("call_target_name", ir.str_attr(TRITON_CALL_TARGET)),
+                ("operand_layouts", ir.array_attr(&layouts)),
+                ("result_layouts", ir.array_attr(&result_layouts)),
+            ]
+        }
     };
     // In-out operands: result r aliases the call operand it came in as.
     let mut aliases = Vec::new();

@@ -88,7 +88,8 @@ mod unary;
 pub use convention::Flavor;
 pub use cost::CostEstimate;
 pub use custom_call::{
-    HOST_CALL_TARGET, TpuCustomCall, Transpose, host_custom_call, tpu_custom_call,
+    HOST_CALL_TARGET, TRITON_CALL_TARGET, TpuCustomCall, Transpose, host_custom_call,
+    tpu_custom_call, triton_custom_call,
 };
 pub use decomposed::{Spmd, decomposed, decomposed_as};
 pub use embed::{private_function, private_functions};

@@ -343,6 +343,10 @@ impl<'c> Ir<'c> {
         IntegerAttribute::new(self.index(), v).into()
     }
 
+    pub fn bool_attr(&self, v: bool) -> Attribute<'c> {
+        melior::ir::attribute::BoolAttribute::new(self.ctx, v).into()
+    }
+
     pub fn str_attr(&self, s: &str) -> Attribute<'c> {
         StringAttribute::new(self.ctx, s).into()
     }

@@ -176,12 +176,64 @@ def main():
     failures += kv_len_out_of_range(tessera, out, lines)
     lines += ["", "## Whole or refused", ""]
     failures += whole_or_refused(tessera, out, lines)
+    lines += ["", "## GPU platforms (tessera export --gpu)", ""]
+    failures += gpu_platform_checks(tessera, out, lines)
     if failures:
         lines += ["", "## Failures", ""] + [f"- {f}" for f in failures]
     report = "\n".join(lines) + "\n"
     (out / "report.md").write_text(report)
     print(report)
     sys.exit(1 if failures else 0)
+
+
+def gpu_platform_checks(tessera, out, lines):
+    """An artifact exported with --gpu carries cuda and rocm beside cpu and
+    tpu: it still runs on CPU with the same answers, and a JAX program
+    calling it (forward and jax.grad) lowers for cuda and for rocm with
+    jax.export (platform lowering needs no device), each platform's module
+    calling the kernel's Triton program through XLA's GPU custom call with
+    its TTIR and launch grid. Running it needs a GPU (tests/gpu/run.sh)."""
+    failures = []
+    config = ["--config", "causal=true", "--shape", "q=1x2x128x64", "--shape", "k=1x2x128x64", "--shape", "v=1x2x128x64"]
+    plain, gpu = out / "gpu_plain", out / "gpu_all"
+    subprocess.run([str(tessera), "export", "flash_attention", *config, "--out", str(plain)], check=True, capture_output=True)
+    subprocess.run([str(tessera), "export", "flash_attention", *config, "--gpu", "--out", str(gpu)], check=True, capture_output=True)
+    exp, base = tessera_jax.load(gpu), tessera_jax.load(plain)
+    ok = tuple(exp.platforms) == ("cpu", "tpu", "cuda", "rocm")
+    lines.append(f"- platforms {list(exp.platforms)}: {'ok' if ok else 'FAILED'}")
+    if not ok:
+        failures.append(f"gpu platforms: {exp.platforms}")
+    rng = np.random.default_rng(5)
+    q, k, v = (jnp.asarray(rng.standard_normal(a.shape), a.dtype) for a in exp.in_avals)
+    o, lse = jax.jit(exp.call)(q, k, v)
+    bo, blse = jax.jit(base.call)(q, k, v)
+    ro, _ = reference(q, k, v, None)
+    same = bool((np.asarray(o) == np.asarray(bo)).all() and (np.asarray(lse) == np.asarray(blse)).all())
+    err = float(np.abs(np.asarray(o, np.float64) - ro).max())
+    ok = same and err <= TOL["float32"]
+    lines.append(f"- on CPU: the same bits as the artifact without --gpu ({same}), max |o - f64| {err:.2e}: {'ok' if ok else 'FAILED'}")
+    if not ok:
+        failures.append("gpu artifact on CPU")
+    w = jnp.asarray(rng.standard_normal(exp.out_avals[0].shape), jnp.float32)
+    def fwd(q, k, v):
+        return exp.call(q, k, v)[0] * 2.0
+    grad = jax.grad(lambda q, k, v: (exp.call(q, k, v)[0] * w).sum(), argnums=(0, 1, 2))
+    args = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exp.in_avals]
+    for platform in ("cuda", "rocm"):
+        for what, fn, calls in (("the forward", fwd, 1), ("its gradient", grad, 2)):
+            try:
+                module = jax.export.export(jax.jit(fn), platforms=[platform])(*args).mlir_module()
+            except Exception as e:  # noqa: BLE001 - reported as a failure
+                lines.append(f"- {what} lowered for {platform}: FAILED ({type(e).__name__}: {e})")
+                failures.append(f"{platform} lowering of {what}")
+                continue
+            (out / f"gpu.{platform}.{'fwd' if fn is fwd else 'grad'}.mlir").write_text(module)
+            n = module.count("__gpu$xla.gpu.triton")
+            ok = n >= calls and "tt.func" in module and "grid_x" in module and "num_warps" in module
+            lines.append(f"- {what} lowered for {platform} with jax.export: {n} Triton custom call(s) with their TTIR and launch grid: {'ok' if ok else 'FAILED'}")
+            if not ok:
+                failures.append(f"{platform} module of {what}")
+    return failures
 
 
 # Masked attention: (config, k/v heads, per-head visibility of (i, j) for

@@ -129,3 +129,41 @@ fn a_causal_loop_is_split_where_its_mask_changes() {
     );
     assert!(loops(&both_ways) >= 2, "{both_ways}");
 }
+
+/// XLA's Triton custom call wraps the program as Pallas's Triton back end
+/// does: typed FFI, the TTIR and launch grid in a dictionary config, the
+/// program's pointer arguments as operands then results, row-major, and
+/// an in-out operand aliasing its result.
+#[test]
+fn the_triton_custom_call_carries_the_program_and_aliases_in_out_operands() {
+    use kernel_ir::prelude::*;
+    let mut k = KernelBuilder::new("accumulate");
+    k.grid([4], [Parallel]);
+    let x = k.input("x", F32, [64, 128]).block([16, 128], |[i]| (i, 0));
+    let acc = k
+        .inout("acc", F32, [64, 128])
+        .block([16, 128], |[i]| (i, 0));
+    acc.store(.., acc.load(..) + x.load(..));
+    let k = k.build().unwrap();
+    let p = lowering::triton(&k).unwrap();
+    let ttir = "module {\n  tt.func public @accumulate_kernel() {\n    tt.return\n  }\n}";
+    let m = lowering::triton_custom_call(&k, ttir).unwrap();
+    for want in [
+        "\"stablehlo.custom_call\"(%arg0, %arg1)",
+        "call_target_name = \"__gpu$xla.gpu.triton\"",
+        "api_version = 4 : i32",
+        "grid_x = 4 : i32, grid_y = 1 : i32, grid_z = 1 : i32",
+        "name = \"accumulate_kernel\"",
+        "tt.func public @accumulate_kernel",
+        "output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [], operand_index = 1, operand_tuple_indices = []>]",
+        "operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>]",
+        "(tensor<64x128xf32>, tensor<64x128xf32>) -> tensor<64x128xf32>",
+    ] {
+        assert!(m.contains(want), "no `{want}` in:\n{m}");
+    }
+    assert!(
+        m.contains(&format!("num_warps = {} : i32", p.options.num_warps)),
+        "{m}"
+    );
+    assert_eq!(p.workspace_bytes, 0);
+}

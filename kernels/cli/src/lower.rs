@@ -123,8 +123,19 @@ pub fn list(args: &[String]) -> Result<(), Failure> {
 /// with `--bucket`, one artifact per size of that axis (`DIR/AXIS_N/`) and
 /// `DIR/buckets.json`.
 pub fn export(args: &[String]) -> Result<(), Failure> {
-    let a =
-        Args::parse("export", args, &["config", "shape", "out", "bucket"], &[]).map_err(usage)?;
+    let a = Args::parse(
+        "export",
+        args,
+        &["config", "shape", "out", "bucket"],
+        &["gpu"],
+    )
+    .map_err(usage)?;
+    let gpu = a.flag("gpu");
+    let platforms = if gpu {
+        "cpu, tpu, cuda and rocm"
+    } else {
+        "cpu and tpu"
+    };
     let name = a.kernel("export").map_err(usage)?;
     let dir = a.one("out").map_err(usage)?.ok_or_else(|| {
         usage("give --out DIR: the directory that receives module.mlir and manifest.json".into())
@@ -147,7 +158,7 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
             entry: format!("file:{name}"),
             config: Vec::new(),
         };
-        let art = export::export(&kernel).map_err(Failure::Run)?;
+        let art = export::export_on(&kernel, &[], gpu).map_err(Failure::Run)?;
         publish(dir, &export::artifact_files(&art, None, &prov))?;
         let devices = kernel
             .mesh
@@ -155,7 +166,7 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
             .map(|m| format!(", per shard of a mesh of {} devices", m.devices()))
             .unwrap_or_default();
         println!(
-            "wrote {} (module.mlir, manifest.json): {} for platforms cpu and tpu{devices}",
+            "wrote {} (module.mlir, manifest.json): {} for platforms {platforms}{devices}",
             dir.display(),
             kernel.name
         );
@@ -186,10 +197,10 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
             .collect(),
     };
     let Some(spec) = a.one("bucket").map_err(usage)? else {
-        let (files, with_vjp) = artifact(&kernel, entry, &cfg, &prov).map_err(Failure::Run)?;
+        let (files, with_vjp) = artifact(&kernel, entry, &cfg, &prov, gpu).map_err(Failure::Run)?;
         publish(dir, &files)?;
         println!(
-            "wrote {} (module.mlir, manifest.json{}): {} for platforms cpu and tpu",
+            "wrote {} (module.mlir, manifest.json{}): {} for platforms {platforms}",
             dir.display(),
             if with_vjp { ", vjp/" } else { "" },
             kernel.name
@@ -253,7 +264,7 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
             .build_with_shapes(&cfg, &shapes)
             .map_err(|e| Failure::Run(format!("bucket {n}: {e}")))?;
         let sub = format!("{axis}_{n}");
-        let (bucket, _) = artifact(&k, entry, &cfg, &prov)
+        let (bucket, _) = artifact(&k, entry, &cfg, &prov, gpu)
             .map_err(|e| Failure::Run(format!("bucket {n}: {e}")))?;
         let man = bucket
             .iter()
@@ -285,6 +296,7 @@ fn artifact(
     entry: &kernels::Entry,
     cfg: &Config,
     prov: &Provenance,
+    gpu: bool,
 ) -> Result<(Files, bool), String> {
     let fixed = match entry.fixed_inputs {
         Some(f) => {
@@ -293,8 +305,8 @@ fn artifact(
         }
         None => Vec::new(),
     };
-    let art = export::export_fixed(kernel, &fixed)?;
-    let vjp = export::vjp_fixed(entry, cfg, kernel, &fixed)?;
+    let art = export::export_on(kernel, &fixed, gpu)?;
+    let vjp = export::vjp_on(entry, cfg, kernel, &fixed, gpu)?;
     Ok((
         export::artifact_files(&art, vjp.as_ref(), prov),
         vjp.is_some(),

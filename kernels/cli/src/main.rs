@@ -402,10 +402,13 @@ const HELP_EXPORT: &str = "\
 tessera export: a kernel as an artifact JAX (and TorchTPU) programs call
 
 USAGE:
-    tessera export KERNEL|PRESET [--config KEY=VALUE]... [--shape INPUT=DxDx..]... [--bucket AXIS=N,N..] --out DIR
+    tessera export KERNEL|PRESET [--config KEY=VALUE]... [--shape INPUT=DxDx..]... [--bucket AXIS=N,N..] [--gpu] --out DIR
 
 Writes DIR/module.mlir, one StableHLO module for platforms cpu (the
-decomposed StableHLO, pure XLA) and tpu (the tpu_custom_call), in
+decomposed StableHLO, pure XLA) and tpu (the tpu_custom_call), and with
+--gpu also cuda and rocm (the kernel's Triton program called through XLA's
+GPU custom call __gpu$xla.gpu.triton, its TTIR made by Triton, which must
+be installed: .ci/setup.sh), in
 jax.export's multi-platform convention (the platform index first), and
 DIR/manifest.json (inputs and outputs with dtypes and shapes); for kernels
 with backward kernels (flash attention, rms_norm, layer_norm) also DIR/vjp/,

@@ -26,6 +26,9 @@ pub struct Artifact {
     pub module: String,
     /// The kernel's name (the manifest's `kernel`).
     pub kernel: String,
+    /// Its platforms, in the order of the platform index (the manifest's
+    /// `platforms`).
+    pub platforms: Vec<String>,
     /// Manifest entries of the inputs (JSON objects, call order).
     inputs: Vec<String>,
     /// Manifest entries of the outputs.
@@ -58,7 +61,13 @@ impl Artifact {
             let ix: Vec<String> = g.iter().map(usize::to_string).collect();
             extra.push(("grad_inputs", format!("[{}]", ix.join(", "))));
         }
-        manifest(&self.kernel, &extra, &self.inputs, &self.outputs)
+        manifest(
+            &self.kernel,
+            &extra,
+            &self.platforms,
+            &self.inputs,
+            &self.outputs,
+        )
     }
 }
 
@@ -166,8 +175,15 @@ pub fn is_export_dir(dir: &std::path::Path) -> bool {
     dir.join("manifest.json").is_file() || dir.join("buckets.json").is_file()
 }
 
-/// The platforms of an artifact, in the order of the platform index.
+/// The platforms of an artifact, in the order of the platform index:
+/// `cpu` runs the decomposed StableHLO, `tpu` the `tpu_custom_call`.
 pub const PLATFORMS: [&str; 2] = ["cpu", "tpu"];
+
+/// The platforms an artifact made with GPUs adds after [`PLATFORMS`]
+/// (`tessera export --gpu`): each calls the kernel's Triton program
+/// through XLA's GPU custom call, its TTIR made by Triton's front end
+/// (`runtime::triton::custom_call_module`), so exporting needs Triton.
+pub const GPU_PLATFORMS: [&str; 2] = ["cuda", "rocm"];
 
 /// `jax.export`'s calling convention version the module follows.
 pub const CALLING_CONVENTION: u32 = 10;
@@ -230,6 +246,7 @@ fn manifest_entry(name: &str, shape: &[usize], d: DType) -> String {
 fn manifest(
     kernel: &str,
     extra: &[(&str, String)],
+    platforms: &[String],
     inputs: &[String],
     outputs: &[String],
 ) -> String {
@@ -237,10 +254,12 @@ fn manifest(
     for (k, v) in extra {
         let _ = writeln!(s, "  {}: {v},", json_str(k));
     }
+    let platforms: Vec<String> = platforms.iter().map(|p| json_str(p)).collect();
     let _ = write!(
         s,
-        "  \"kernel\": {},\n  \"platforms\": [\"cpu\", \"tpu\"],\n  \"calling_convention_version\": {CALLING_CONVENTION},\n  \"inputs\": [{}],\n  \"outputs\": [{}]\n}}\n",
+        "  \"kernel\": {},\n  \"platforms\": [{}],\n  \"calling_convention_version\": {CALLING_CONVENTION},\n  \"inputs\": [{}],\n  \"outputs\": [{}]\n}}\n",
         json_str(kernel),
+        platforms.join(", "),
         inputs.join(", "),
         outputs.join(", ")
     );
@@ -295,14 +314,49 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
 /// only (an entry's [`kernels::entry::FixedInputs`], such as a mask's
 /// block tables).
 pub fn export_fixed(kernel: &VerifiedKernel, fixed: &[(usize, Array)]) -> Result<Artifact, String> {
+    export_on(kernel, fixed, false)
+}
+
+/// [`export_fixed`], with the GPU platforms ([`GPU_PLATFORMS`]) after the
+/// CPU and TPU ones when `gpu` is set.
+pub fn export_on(
+    kernel: &VerifiedKernel,
+    fixed: &[(usize, Array)],
+    gpu: bool,
+) -> Result<Artifact, String> {
     let err = |e: lowering::LoweringError| e.to_string();
     // A kernel across chips is called per shard inside `jax.shard_map`,
     // whose program is partitioned: its CPU branch numbers devices by
     // partition.
     let cpu = lowering::decomposed_as(kernel, lowering::Spmd::Partitions).map_err(err)?;
     let tpu = lowering::tpu_custom_call(kernel).map_err(err)?.module;
-    let cpu = lowering::private_function(&cpu, "tessera_cpu").map_err(err)?;
-    let tpu = lowering::private_function(&tpu, "tessera_tpu").map_err(err)?;
+    let mut branches = vec![
+        (
+            "cpu",
+            lowering::private_function(&cpu, "tessera_cpu").map_err(err)?,
+        ),
+        (
+            "tpu",
+            lowering::private_function(&tpu, "tessera_tpu").map_err(err)?,
+        ),
+    ];
+    if gpu {
+        if kernel.mesh.is_some() {
+            return Err(format!(
+                "`{}` runs across chips; its GPU platforms are not exported (the Triton program is one device's): export it without --gpu",
+                kernel.name
+            ));
+        }
+        for platform in GPU_PLATFORMS {
+            let target = runtime::triton::platform_target(platform)
+                .ok_or_else(|| format!("no GPU target for platform {platform}"))?;
+            let module = runtime::triton::custom_call_module(kernel, target)
+                .map_err(|e| format!("the {platform} platform of `{}`: {e}", kernel.name))?;
+            let f =
+                lowering::private_function(&module, &format!("tessera_{platform}")).map_err(err)?;
+            branches.push((platform, f));
+        }
+    }
     let ins: Signature = kernel
         .arguments()
         .map(|a| (a.name.to_string(), a.shape.to_vec(), a.dtype))
@@ -311,7 +365,7 @@ pub fn export_fixed(kernel: &VerifiedKernel, fixed: &[(usize, Array)]) -> Result
         .outputs()
         .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
         .collect();
-    let mut art = multi_platform(&kernel.name, &ins, &outs, &cpu, &tpu, fixed)?;
+    let mut art = multi_platform(&kernel.name, &ins, &outs, &branches, fixed)?;
     art.mesh = kernel
         .mesh
         .as_ref()
@@ -320,17 +374,17 @@ pub fn export_fixed(kernel: &VerifiedKernel, fixed: &[(usize, Array)]) -> Result
     Ok(art)
 }
 
-/// The artifact of a program given as its two branches, each a private
-/// function (`@tessera_cpu`, `@tessera_tpu`, with any functions they call)
-/// taking `ins` and returning `outs`: `@main` takes the platform index
-/// first, then the inputs not in `fixed` (those are constants in `@main`,
-/// checked against their signature), and branches with `stablehlo.case`.
+/// The artifact of a program given as its branches, one per platform in
+/// the order of the platform index, each a private function
+/// (`@tessera_<platform>`, with any functions it calls) taking `ins` and
+/// returning `outs`: `@main` takes the platform index first, then the
+/// inputs not in `fixed` (those are constants in `@main`, checked against
+/// their signature), and branches with `stablehlo.case`.
 fn multi_platform(
     name: &str,
     ins: &Signature,
     outs: &Signature,
-    cpu: &str,
-    tpu: &str,
+    branches: &[(&str, String)],
     fixed: &[(usize, Array)],
 ) -> Result<Artifact, String> {
     let err = |e: lowering::LoweringError| e.to_string();
@@ -427,13 +481,16 @@ fn multi_platform(
     );
     m += &constants;
     let _ = writeln!(m, "    {} = \"stablehlo.case\"(%arg0) ({{", bind("%0"));
-    m += &branch("tessera_cpu", "%1");
-    m += "    }, {\n";
-    m += &branch("tessera_tpu", "%2");
+    for (i, (platform, _)) in branches.iter().enumerate() {
+        if i > 0 {
+            m += "    }, {\n";
+        }
+        m += &branch(&format!("tessera_{platform}"), &format!("%{}", i + 1));
+    }
     let _ = writeln!(m, "    }}) : (tensor<i32>) -> ({})", out_types.join(", "));
     let _ = writeln!(m, "    return {} : {}", results("%0"), out_types.join(", "));
     m += "  }\n";
-    for f in [cpu, tpu] {
+    for f in branches.iter().map(|(_, f)| f) {
         for line in f.lines() {
             let _ = writeln!(m, "  {line}");
         }
@@ -455,6 +512,7 @@ fn multi_platform(
     Ok(Artifact {
         module: m,
         kernel: name.to_string(),
+        platforms: branches.iter().map(|(p, _)| p.to_string()).collect(),
         inputs: entries(&free),
         outputs: entries(outs),
         mesh: Vec::new(),
@@ -492,6 +550,18 @@ pub fn vjp_fixed(
     cfg: &Config,
     forward: &VerifiedKernel,
     fixed: &[(usize, Array)],
+) -> Result<Option<Artifact>, String> {
+    vjp_on(entry, cfg, forward, fixed, false)
+}
+
+/// [`vjp_fixed`], with the GPU platforms ([`GPU_PLATFORMS`]) when `gpu` is
+/// set: the backward's kernel calls as Triton custom calls.
+pub fn vjp_on(
+    entry: &Entry,
+    cfg: &Config,
+    forward: &VerifiedKernel,
+    fixed: &[(usize, Array)],
+    gpu: bool,
 ) -> Result<Option<Artifact>, String> {
     use runtime::graph::{KernelForm, Runtime, Tensor};
     if entry.backward.is_none() {
@@ -553,8 +623,21 @@ pub fn vjp_fixed(
             .map_err(fail("exporting the program"))?;
         lowering::private_functions(&text, name).map_err(|e| e.to_string())
     };
-    let cpu = branch(KernelForm::Decomposed, "tessera_cpu")?;
-    let tpu = branch(KernelForm::TpuCustomCall, "tessera_tpu")?;
+    let mut branches = vec![
+        ("cpu", branch(KernelForm::Decomposed, "tessera_cpu")?),
+        ("tpu", branch(KernelForm::TpuCustomCall, "tessera_tpu")?),
+    ];
+    if gpu {
+        for platform in GPU_PLATFORMS {
+            let target = runtime::triton::platform_target(platform)
+                .ok_or_else(|| format!("no GPU target for platform {platform}"))?;
+            let f = branch(
+                KernelForm::TritonCustomCall(target),
+                &format!("tessera_{platform}"),
+            )?;
+            branches.push((platform, f));
+        }
+    }
     let mut vjp_ins = ins.clone();
     vjp_ins.extend(
         outs.iter()
@@ -571,8 +654,7 @@ pub fn vjp_fixed(
         &format!("{}_vjp", forward.name),
         &vjp_ins,
         &vjp_outs,
-        &cpu,
-        &tpu,
+        &branches,
         fixed,
     )?;
     let free: Vec<usize> = (0..ins.len())
@@ -593,6 +675,42 @@ pub fn vjp_fixed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With GPUs, an artifact and its VJP carry cuda and rocm after cpu and
+    /// tpu, each calling the kernels' Triton programs through XLA's GPU
+    /// custom call (JAX's lowering of them: `tests/conformance/jax_export.py`).
+    #[test]
+    fn with_gpu_an_artifact_and_its_vjp_call_triton_on_cuda_and_rocm() {
+        let p = kernels::preset("flash_attention_causal_bf16").unwrap();
+        let k = p.build().unwrap();
+        let art = export_on(&k, &[], true).unwrap();
+        assert_eq!(art.platforms, ["cpu", "tpu", "cuda", "rocm"]);
+        let m = &art.module;
+        for f in ["tessera_cpu", "tessera_tpu", "tessera_cuda", "tessera_rocm"] {
+            assert!(m.contains(&format!("func.func private @{f}")), "{f}");
+        }
+        // One Triton call per GPU platform, each with its TTIR (the F32_DOT
+        // precision differs: tf32x3 on NVIDIA, ieee on AMD).
+        assert_eq!(m.matches(lowering::TRITON_CALL_TARGET).count(), 2);
+        assert_eq!(
+            m.matches("tt.func public @flash_attention_kernel").count(),
+            2
+        );
+        assert!(m.contains("grid_x = ") && m.contains("num_warps = "));
+        let man = art.manifest(&[]);
+        assert!(
+            man.contains("\"platforms\": [\"cpu\", \"tpu\", \"cuda\", \"rocm\"]"),
+            "{man}"
+        );
+        // The VJP's backward kernels (dq, dk/dv) on both GPU platforms.
+        let cfg = Config::of_preset(p.entry, p.preset).unwrap();
+        let vjp = vjp_on(p.entry, &cfg, &k, &[], true).unwrap().unwrap();
+        assert_eq!(vjp.platforms, art.platforms);
+        assert!(vjp.module.matches(lowering::TRITON_CALL_TARGET).count() >= 4);
+        // Without --gpu nothing of the GPU is there.
+        let plain = export(&k).unwrap();
+        assert!(!plain.module.contains(lowering::TRITON_CALL_TARGET));
+    }
 
     /// The module takes the platform index first, branches to the two
     /// lowerings, and the manifest lists the arguments and results in call

@@ -353,6 +353,12 @@ pub(crate) fn kernel_function(
         "cpu" if k.mesh.is_some() => lowering::decomposed(k).map_err(fail)?,
         "cpu" => lowering::host_custom_call(k, &key.0).map_err(fail)?,
         "tpu" => lowering::tpu_custom_call(k).map_err(fail)?.module,
+        // A GPU plugin compiles the kernel's Triton program, called
+        // through XLA's Triton custom call.
+        p if let Some(target) = crate::triton::platform_target(p) => {
+            crate::triton::custom_call_module(k, target)
+                .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e.to_string()))?
+        }
         _ => lowering::decomposed(k).map_err(fail)?,
     };
     let text = lowering::private_function(&module, name).map_err(fail)?;

@@ -137,6 +137,10 @@ pub enum KernelForm {
     /// `stablehlo.custom_call @tpu_custom_call` with the Mosaic body: the
     /// TPU branch of an artifact.
     TpuCustomCall,
+    /// XLA's GPU custom call of the kernel's Triton program, its TTIR made
+    /// for this target (`runtime::triton::custom_call_module`): the `cuda`
+    /// and `rocm` branches of an artifact.
+    TritonCustomCall(kernel_ir::GpuTarget),
 }
 pub use bucket::Buckets;
 pub use optim::{AdamW, Sgd};
@@ -669,6 +673,13 @@ impl Runtime {
                 KernelForm::TpuCustomCall => lowering::tpu_custom_call(k)
                     .and_then(|c| lowering::private_function(&c.module, name))
                     .map_err(fail),
+                KernelForm::TritonCustomCall(target) => {
+                    crate::triton::custom_call_module(k, target)
+                        .map_err(|e| {
+                            RuntimeError::failed(format!("kernel `{}`", k.name), e.to_string())
+                        })
+                        .and_then(|m| lowering::private_function(&m, name).map_err(fail))
+                }
             }
         };
         let program = lower::lower_with(&outs, &ins, true, self.inner.devices, &kernel_text)?;

@@ -84,6 +84,36 @@ pub enum TritonError {
     /// Arrays that do not fit the kernel (the shared check).
     #[error(transparent)]
     Arguments(Box<kernel_ir::ArgumentError>),
+    /// The kernel has no Triton program, or Triton rejects it.
+    #[error("{0}")]
+    Program(String),
+}
+
+/// The GPU target whose Triton IR a `platform`'s custom call carries
+/// (`cuda`: sm_90, `rocm`: gfx942, the targets the GPU table measures;
+/// TTIR is not yet per architecture, XLA lowers it for the GPU at hand),
+/// or `None` for a platform that has no Triton call.
+pub fn platform_target(platform: &str) -> Option<GpuTarget> {
+    match platform {
+        "cuda" => Some(GpuTarget::Sm90),
+        "rocm" => Some(GpuTarget::Gfx942),
+        _ => None,
+    }
+}
+
+/// A StableHLO module calling `kernel`'s Triton program through XLA's
+/// GPU custom call ([`lowering::triton_custom_call`]) with the TTIR
+/// Triton's front end makes of it for `target` ([`ttir`]): the `cuda` and
+/// `rocm` branches of an exported artifact, and kernel calls of the graph
+/// runtime on a GPU plugin.
+pub fn custom_call_module(
+    kernel: &kernel_ir::VerifiedKernel,
+    target: GpuTarget,
+) -> Result<String, TritonError> {
+    let lowered = |e: lowering::LoweringError| TritonError::Program(e.to_string());
+    let program = lowering::triton(kernel).map_err(lowered)?;
+    let ir = ttir(&program, target)?;
+    lowering::triton_custom_call(kernel, &ir).map_err(lowered)
 }
 
 /// The Python that runs Triton: `$TESSERA_TRITON_PYTHON`, else the one
@@ -426,44 +456,101 @@ pub fn compile(
     Ok(all.pop().unwrap_or_default())
 }
 
+/// The TTIR module (as text) Triton's front end makes of `program` for
+/// `target`, after Triton's TTIR passes and before any GPU code: what
+/// XLA's Triton custom call compiles ([`lowering::triton_custom_call`]).
+/// One child process, a fraction of a full compile's time.
+pub fn ttir(program: &TritonProgram, target: GpuTarget) -> Result<String, TritonError> {
+    let mut job = job_json(&CompileJob {
+        program,
+        targets: &[target],
+        keep: None,
+        fit: false,
+    });
+    job["ttir_only"] = serde_json::Value::Bool(true);
+    let reports = compile_child(vec![job], 1)?;
+    let v = &reports[0];
+    if v.get("ok").and_then(|x| x.as_bool()) != Some(true) {
+        let e = report(v).err().map_or_else(String::new, |e| {
+            format!(
+                "{}{}",
+                e.message,
+                e.loc.map_or(String::new(), |l| format!(" (at {l})"))
+            )
+        });
+        return Err(TritonError::Program(format!(
+            "Triton rejects the program for {target}: {e}"
+        )));
+    }
+    v.get("ttir")
+        .and_then(|t| t.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| TritonError::Child("a TTIR report without its text".into()))
+}
+
 /// [`compile`] for several programs in one child process (Python and
 /// Triton start once): one list of compiles per job, in order.
 pub fn compile_many(jobs: &[CompileJob<'_>]) -> Result<Vec<Vec<GpuCompile>>, TritonError> {
-    let python = python()?;
-    let jobs_json: Vec<serde_json::Value> = jobs
-        .iter()
-        .map(|j| {
-            let signature: serde_json::Map<String, serde_json::Value> = j
-                .program
-                .params
-                .iter()
-                .map(|p| (p.name.clone(), serde_json::Value::from(p.signature_type())))
-                .collect();
-            serde_json::json!({
-                "source": j.program.source,
-                "function": j.program.function,
-                "signature": signature,
-                "targets": j.targets
-                    .iter()
-                    .map(|t| {
-                        serde_json::json!([
-                            t.backend(),
-                            t.arch(),
-                            t.warp_size(),
-                            t.name(),
-                            t.max_shared_bytes()
-                        ])
-                    })
-                    .collect::<Vec<_>>(),
-                "num_warps": j.program.options.num_warps,
-                "num_stages": j.program.options.num_stages,
-                "fit": j.fit,
-                "keep": j.keep.map(|k| k.display().to_string()),
-            })
-        })
-        .collect();
-    let request = serde_json::json!({ "op": "compile", "jobs": jobs_json });
     let total: usize = jobs.iter().map(|j| j.targets.len()).sum();
+    let reports = compile_child(jobs.iter().map(job_json).collect(), total)?;
+    let mut out: Vec<Vec<GpuCompile>> = jobs.iter().map(|_| Vec::new()).collect();
+    for v in &reports {
+        let name = v.get("target").and_then(|t| t.as_str()).unwrap_or("");
+        let target: GpuTarget = name
+            .parse()
+            .map_err(|e: kernel_ir::ParseGpuTargetError| TritonError::Child(e.to_string()))?;
+        let job = v.get("job").and_then(|j| j.as_u64()).unwrap_or(0) as usize;
+        let slot = out.get_mut(job).ok_or_else(|| {
+            TritonError::Child(format!("a report for job {job} of {}", jobs.len()))
+        })?;
+        slot.push(GpuCompile {
+            target,
+            result: report(v),
+        });
+    }
+    Ok(out)
+}
+
+/// One job of the compile child's request.
+fn job_json(j: &CompileJob<'_>) -> serde_json::Value {
+    let signature: serde_json::Map<String, serde_json::Value> = j
+        .program
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), serde_json::Value::from(p.signature_type())))
+        .collect();
+    serde_json::json!({
+        "source": j.program.source,
+        "function": j.program.function,
+        "signature": signature,
+        "targets": j.targets
+            .iter()
+            .map(|t| {
+                serde_json::json!([
+                    t.backend(),
+                    t.arch(),
+                    t.warp_size(),
+                    t.name(),
+                    t.max_shared_bytes()
+                ])
+            })
+            .collect::<Vec<_>>(),
+        "num_warps": j.program.options.num_warps,
+        "num_stages": j.program.options.num_stages,
+        "fit": j.fit,
+        "keep": j.keep.map(|k| k.display().to_string()),
+    })
+}
+
+/// Runs `jobs` in one compile child and returns its `total` reports (one
+/// per job and target); a child that dies, hangs past its deadline or
+/// reports fewer is the error.
+fn compile_child(
+    jobs: Vec<serde_json::Value>,
+    total: usize,
+) -> Result<Vec<serde_json::Value>, TritonError> {
+    let python = python()?;
+    let request = serde_json::json!({ "op": "compile", "jobs": jobs });
     let mut child = command(&python, "compile")
         .spawn()
         .map_err(|e| TritonError::Child(format!("cannot start {}: {e}", python.display())))?;
@@ -508,37 +595,25 @@ pub fn compile_many(jobs: &[CompileJob<'_>]) -> Result<Vec<Vec<GpuCompile>>, Tri
     let _ = reader.join();
     let status = child.wait().map_err(io)?;
     let stderr = err_reader.join().unwrap_or_default();
-    let mut out: Vec<Vec<GpuCompile>> = jobs.iter().map(|_| Vec::new()).collect();
-    let mut seen = 0;
+    let mut reports = Vec::new();
     for line in lines
         .iter()
         .filter_map(|l| l.strip_prefix("tessera-report "))
     {
         let v: serde_json::Value = serde_json::from_str(line)
             .map_err(|e| TritonError::Child(format!("a garbled report ({e}): {line}")))?;
-        let name = v.get("target").and_then(|t| t.as_str()).unwrap_or("");
-        let target: GpuTarget = name
-            .parse()
-            .map_err(|e: kernel_ir::ParseGpuTargetError| TritonError::Child(e.to_string()))?;
-        let job = v.get("job").and_then(|j| j.as_u64()).unwrap_or(0) as usize;
-        let slot = out.get_mut(job).ok_or_else(|| {
-            TritonError::Child(format!("a report for job {job} of {}", jobs.len()))
-        })?;
-        slot.push(GpuCompile {
-            target,
-            result: report(&v),
-        });
-        seen += 1;
+        reports.push(v);
     }
-    if seen != total {
+    if reports.len() != total {
         let tail: Vec<&str> = stderr.lines().rev().take(8).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         return Err(TritonError::Child(format!(
-            "Triton's compile child ended ({status}) after {seen} of {total} compiles:\n{}",
+            "Triton's compile child ended ({status}) after {} of {total} compiles:\n{}",
+            reports.len(),
             tail.join("\n")
         )));
     }
-    Ok(out)
+    Ok(reports)
 }
 
 fn report(v: &serde_json::Value) -> Result<GpuStats, GpuCompileError> {

@@ -338,6 +338,24 @@ def amd_stats(amdgcn):
     }
 
 
+def ttir_only(src, gpu, options):
+    # Triton's front end and its TTIR passes only (what XLA's Triton custom
+    # call compiles), the steps triton.compile starts with.
+    from triton._C.libtriton import ir
+    from triton.compiler.compiler import make_backend
+
+    backend = make_backend(gpu)
+    options = backend.parse_options(dict(options, **src.parse_options()))
+    stages = {}
+    backend.add_stages(stages, options, src.language)
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = src.make_ir(gpu, options, backend.get_codegen_implementation(options),
+                         backend.get_module_map(), context)
+    return str(stages["ttir"](module, {}))
+
+
 def compile_one(request, target):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -351,6 +369,13 @@ def compile_one(request, target):
     src = ASTSource(fn=fn, signature=signature, constexprs={}, attrs=attrs)
     gpu = GPUTarget(backend, int(arch) if backend == "cuda" else arch, warp)
     stages, warps = request["num_stages"], request["num_warps"]
+    if request.get("ttir_only"):
+        try:
+            text = ttir_only(src, gpu, {"num_warps": warps, "num_stages": stages})
+        except Exception as e:  # noqa: BLE001 - every failure is a report
+            return {"target": name, "ok": False, "error": f"{type(e).__name__}: {e}",
+                    "loc": error_loc(e, filename)}
+        return {"target": name, "ok": True, "ttir": text}
     start = time.perf_counter()
     while True:
         options = {"num_warps": warps, "num_stages": stages}
