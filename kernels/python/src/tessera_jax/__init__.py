@@ -3,11 +3,13 @@
 
     import tessera_jax
     exp = tessera_jax.load("out/flash_attention")    # checked: every file's SHA-256
-    o, lse = jax.jit(exp.call)(q, k, v)              # CPU: decomposed StableHLO; TPU: tpu_custom_call
+    o, lse = jax.jit(exp.call)(q, k, v)              # CPU: decomposed StableHLO; TPU: tpu_custom_call;
+                                                     # GPU (export --gpu): the Triton program, XLA's Triton call
     dq = jax.grad(lambda q: exp.call(q, k, v)[0].sum())(q)   # through the exported VJP (vjp/)
 
 The module follows jax.export's calling convention 10 for multi-platform
-modules (platforms cpu and tpu, the platform index first); this loader only
+modules (platforms cpu and tpu, with `tessera export --gpu` also cuda and
+rocm; the platform index first); this loader only
 serializes it with jax's own function (`_module_to_bytecode`, a StableHLO
 portable artifact) and states its avals. Checked against jax/jaxlib 0.11.2
 and 0.12.0.1, the oldest and the newest supported (the conformance venvs,
