@@ -105,7 +105,9 @@ fn compiles_with_triton_for_gpus() {
         );
     }
     let wide = kernel(DType::BF16, 256, 512, 512);
-    let e = compile_for_gpu(&wide, &[GpuTarget::Gfx942]).unwrap_err();
+    let e = compile_for_gpu(&wide, &[GpuTarget::Gfx942])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("shared memory") && e.contains("64 KiB"), "{e}");
 }
 

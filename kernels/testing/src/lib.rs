@@ -313,14 +313,49 @@ pub fn estimate_for_tpu(
 /// The compile runs in this process, as Tessera's own libtpu tests do for
 /// known kernels; a kernel that makes libtpu abort ends the test binary
 /// (`tessera compile` runs each compile in a child process instead).
-pub fn compile_for_tpu(kernel: &VerifiedKernel, targets: &[Target]) -> Result<(), String> {
-    let tpu = runtime::tpu::TpuCompiler::load()
-        .map_err(|e| format!("the TPU compile check needs libtpu: {e}"))?;
+pub fn compile_for_tpu(kernel: &VerifiedKernel, targets: &[Target]) -> Result<(), CompileError> {
+    let tpu = runtime::tpu::TpuCompiler::load().map_err(CompileError::NoLibtpu)?;
     for &t in targets {
         tpu.compile_kernel(kernel, t)
-            .map_err(|e| format!("`{}` on {t}: {e}", kernel.name))?;
+            .map_err(|e| CompileError::Tpu {
+                kernel: kernel.name.to_string(),
+                target: t,
+                source: Box::new(e),
+            })?;
     }
     Ok(())
+}
+
+/// Why [`compile_for_tpu`] or [`compile_for_gpu`] failed: each names the
+/// kernel and the target, and keeps the compiler's own error.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// libtpu could not be loaded (its message says how to get it).
+    #[error("the TPU compile check needs libtpu: {0}")]
+    NoLibtpu(runtime::tpu::TpuError),
+    /// The kernel does not lower or compile for a TPU generation.
+    #[error("`{kernel}` on {target}: {source}")]
+    Tpu {
+        /// The kernel's name.
+        kernel: String,
+        /// The generation.
+        target: Target,
+        /// The lowering's or libtpu's error.
+        source: Box<runtime::tpu::KernelCompileError>,
+    },
+    /// The kernel breaks a GPU target's rules, has no Triton program, or
+    /// Triton rejects it or its launch does not fit the target (`target`
+    /// is `None` for what holds on every target).
+    #[error("`{kernel}`{}: {message}", .target.map(|t| format!(" on {t}")).unwrap_or_default())]
+    Gpu {
+        /// The kernel's name.
+        kernel: String,
+        /// The target, where the failure is one target's.
+        target: Option<kernel_ir::GpuTarget>,
+        /// What failed, with Triton's message (its lines point at the
+        /// kernel's Rust source).
+        message: String,
+    },
 }
 
 /// Compiles `kernel` with Triton's compiler (no GPU needed) for each of
@@ -345,30 +380,32 @@ pub fn compile_for_tpu(kernel: &VerifiedKernel, targets: &[Target]) -> Result<()
 pub fn compile_for_gpu(
     kernel: &VerifiedKernel,
     targets: &[kernel_ir::GpuTarget],
-) -> Result<Vec<runtime::triton::GpuStats>, String> {
+) -> Result<Vec<runtime::triton::GpuStats>, CompileError> {
+    let fail = |target: Option<kernel_ir::GpuTarget>| {
+        move |e: &dyn std::fmt::Display| CompileError::Gpu {
+            kernel: kernel.name.to_string(),
+            target,
+            message: e.to_string(),
+        }
+    };
     for &t in targets {
-        kernel
-            .check_gpu(Some(t))
-            .map_err(|e| format!("`{}` on {t}: {e}", kernel.name))?;
+        kernel.check_gpu(Some(t)).map_err(|e| fail(Some(t))(&e))?;
     }
-    let program = lowering::triton(kernel).map_err(|e| format!("`{}`: {e}", kernel.name))?;
+    let program = lowering::triton(kernel).map_err(|e| fail(None)(&e))?;
     let job = runtime::triton::CompileJob {
         program: &program,
         targets,
         keep: None,
         fit: true,
     };
-    let compiled =
-        runtime::triton::compile_many(&[job]).map_err(|e| format!("`{}`: {e}", kernel.name))?;
+    let compiled = runtime::triton::compile_many(&[job]).map_err(|e| fail(None)(&e))?;
     compiled
         .into_iter()
         .flatten()
         .map(|c| {
-            let stats = c
-                .result
-                .map_err(|e| format!("`{}` on {}: {e}", kernel.name, c.target))?;
+            let stats = c.result.map_err(|e| fail(Some(c.target))(&e))?;
             runtime::triton::check_launchable(c.target, &stats)
-                .map_err(|e| format!("`{}` on {}: {e}", kernel.name, c.target))?;
+                .map_err(|e| fail(Some(c.target))(&e))?;
             Ok(stats)
         })
         .collect()
