@@ -195,10 +195,10 @@ fn assert_intact(dir: &Path, n: usize) {
 struct InMemory(Mutex<HashMap<String, Vec<u8>>>);
 
 impl RemoteCache for InMemory {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, runtime::cache::RemoteError> {
         Ok(self.0.lock().unwrap().get(key).cloned())
     }
-    fn put(&self, key: &str, entry: &[u8]) -> Result<(), String> {
+    fn put(&self, key: &str, entry: &[u8]) -> Result<(), runtime::cache::RemoteError> {
         self.0.lock().unwrap().insert(key.into(), entry.to_vec());
         Ok(())
     }

@@ -27,16 +27,16 @@ use disk::{DiskCache, Read};
 /// ```
 /// use std::collections::HashMap;
 /// use std::sync::Mutex;
-/// use runtime::cache::RemoteCache;
+/// use runtime::cache::{RemoteCache, RemoteError};
 ///
 /// #[derive(Default)]
 /// struct InMemory(Mutex<HashMap<String, Vec<u8>>>);
 ///
 /// impl RemoteCache for InMemory {
-///     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+///     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, RemoteError> {
 ///         Ok(self.0.lock().unwrap().get(key).cloned())
 ///     }
-///     fn put(&self, key: &str, entry: &[u8]) -> Result<(), String> {
+///     fn put(&self, key: &str, entry: &[u8]) -> Result<(), RemoteError> {
 ///         self.0.lock().unwrap().insert(key.to_string(), entry.to_vec());
 ///         Ok(())
 ///     }
@@ -44,10 +44,16 @@ use disk::{DiskCache, Read};
 /// ```
 pub trait RemoteCache: Send + Sync {
     /// The entry stored under `key`, if any.
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String>;
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, RemoteError>;
     /// Stores `entry` under `key`.
-    fn put(&self, key: &str, entry: &[u8]) -> Result<(), String>;
+    fn put(&self, key: &str, entry: &[u8]) -> Result<(), RemoteError>;
 }
+
+/// A remote store's own error, whatever its type (an I/O error, an HTTP
+/// client's): the cache is best effort, so a failed `get` is a miss and a
+/// failed `put` leaves the entry local, but the error stays typed for an
+/// implementation's own tests and logs.
+pub type RemoteError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Checks a cache entry file's bytes (header, length, checksum): `Ok` with
 /// the payload size, or why it would be dropped and recompiled.
