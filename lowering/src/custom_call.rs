@@ -189,7 +189,7 @@ pub const TRITON_CALL_TARGET: &str = "__gpu$xla.gpu.triton";
 /// ([`TRITON_CALL_TARGET`]), as Pallas's Triton back end does: typed FFI
 /// (`api_version = 4`) with a dictionary `backend_config` holding the
 /// kernel's `name`, its Triton IR `ir` (`ttir`: the TTIR module Triton's
-/// front end makes of [`crate::triton`]'s program, as text; XLA parses
+/// front end makes of [`crate::triton()`]'s program, as text; XLA parses
 /// text or bytecode), the launch grid (`grid_x/y/z`), `num_warps`,
 /// `num_stages` and `debug`. Operands are the program's pointer
 /// arguments in order (prefetch, inputs) and the results its outputs,
