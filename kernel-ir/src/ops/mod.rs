@@ -180,6 +180,76 @@ impl DotDims {
             ..DotDims::default()
         }
     }
+
+    /// The dims of a rank-`rank` lhs that are neither batch nor
+    /// contracted, in order.
+    pub fn lhs_free(&self, rank: usize) -> Vec<usize> {
+        free_dims(rank, &self.lhs_batch, &self.lhs_contract)
+    }
+
+    /// The dims of a rank-`rank` rhs that are neither batch nor
+    /// contracted, in order.
+    pub fn rhs_free(&self, rank: usize) -> Vec<usize> {
+        free_dims(rank, &self.rhs_batch, &self.rhs_contract)
+    }
+
+    /// The lhs dims in the order `[batch, free, contract]` (the lhs as
+    /// `[b, m, k]`).
+    pub fn lhs_order(&self, rank: usize) -> Vec<usize> {
+        let free = self.lhs_free(rank);
+        [&self.lhs_batch, &free, &self.lhs_contract]
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect()
+    }
+
+    /// The rhs dims in the order `[batch, contract, free]` (the rhs as
+    /// `[b, k, n]`).
+    pub fn rhs_order(&self, rank: usize) -> Vec<usize> {
+        let free = self.rhs_free(rank);
+        [&self.rhs_batch, &self.rhs_contract, &free]
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect()
+    }
+
+    /// The product's `[b, m, k, n]`: batch, lhs free, contracted and rhs
+    /// free elements, for operands of these shapes.
+    ///
+    /// ```
+    /// use kernel_ir::DotDims;
+    /// // [2, 8, 16] x [2, 16, 4], batched over dim 0.
+    /// let d = DotDims {
+    ///     lhs_batch: vec![0],
+    ///     rhs_batch: vec![0],
+    ///     lhs_contract: vec![2],
+    ///     rhs_contract: vec![1],
+    /// };
+    /// assert_eq!(d.sizes(&[2, 8, 16], &[2, 16, 4]), [2, 8, 16, 4]);
+    /// assert_eq!(d.lhs_order(3), [0, 1, 2]);
+    /// // q·kᵀ with k stored [n, k]: the rhs read as [k, n].
+    /// let t = DotDims::matmul_transposed_rhs();
+    /// assert_eq!(t.rhs_order(2), [1, 0]);
+    /// assert_eq!(t.sizes(&[8, 64], &[128, 64]), [1, 8, 64, 128]);
+    /// ```
+    pub fn sizes(&self, lhs: &[usize], rhs: &[usize]) -> [usize; 4] {
+        let size = |shape: &[usize], ds: &[usize]| ds.iter().map(|&d| shape[d]).product();
+        [
+            size(lhs, &self.lhs_batch),
+            size(lhs, &self.lhs_free(lhs.len())),
+            size(lhs, &self.lhs_contract),
+            size(rhs, &self.rhs_free(rhs.len())),
+        ]
+    }
+}
+
+/// The dims below `rank` in neither `batch` nor `contract`.
+fn free_dims(rank: usize, batch: &[usize], contract: &[usize]) -> Vec<usize> {
+    (0..rank)
+        .filter(|d| !batch.contains(d) && !contract.contains(d))
+        .collect()
 }
 
 /// What an op does.

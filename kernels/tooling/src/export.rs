@@ -180,10 +180,11 @@ pub fn is_export_dir(dir: &std::path::Path) -> bool {
 pub const PLATFORMS: [&str; 2] = ["cpu", "tpu"];
 
 /// The platforms an artifact made with GPUs adds after [`PLATFORMS`]
-/// (`tessera export --gpu`): each calls the kernel's Triton program
-/// through XLA's GPU custom call, its TTIR made by Triton's front end
+/// (`tessera export --gpu`), with the target whose TTIR each carries:
+/// each calls the kernel's Triton program through XLA's GPU custom call,
+/// its TTIR made by Triton's front end
 /// (`runtime::triton::custom_call_module`), so exporting needs Triton.
-pub const GPU_PLATFORMS: [&str; 2] = ["cuda", "rocm"];
+pub const GPU_PLATFORMS: [(&str, kernel_ir::GpuTarget); 2] = runtime::triton::PLATFORMS;
 
 /// `jax.export`'s calling convention version the module follows.
 pub const CALLING_CONVENTION: u32 = 10;
@@ -347,9 +348,7 @@ pub fn export_on(
                 kernel.name
             ));
         }
-        for platform in GPU_PLATFORMS {
-            let target = runtime::triton::platform_target(platform)
-                .ok_or_else(|| format!("no GPU target for platform {platform}"))?;
+        for (platform, target) in GPU_PLATFORMS {
             let module = runtime::triton::custom_call_module(kernel, target)
                 .map_err(|e| format!("the {platform} platform of `{}`: {e}", kernel.name))?;
             let f =
@@ -628,9 +627,7 @@ pub fn vjp_on(
         ("tpu", branch(KernelForm::TpuCustomCall, "tessera_tpu")?),
     ];
     if gpu {
-        for platform in GPU_PLATFORMS {
-            let target = runtime::triton::platform_target(platform)
-                .ok_or_else(|| format!("no GPU target for platform {platform}"))?;
+        for (platform, target) in GPU_PLATFORMS {
             let f = branch(
                 KernelForm::TritonCustomCall(target),
                 &format!("tessera_{platform}"),

@@ -26,7 +26,7 @@ pub(crate) fn measure(class: DotClass, tiles: &[DotTiling], rounds: usize) -> Ve
     let mut sets: Vec<(DotTiling, Probe)> = tiles
         .iter()
         .filter_map(|&t| {
-            let mut probe = Probe::new(probe_text(class), t).ok()?;
+            let mut probe = Probe::new(&probe_text(class), t).ok()?;
             // One untimed run: page faults, first touch.
             probe.time().ok()?;
             probe.fastest = Duration::MAX;
@@ -58,41 +58,12 @@ pub(crate) fn measure(class: DotClass, tiles: &[DotTiling], rounds: usize) -> Ve
 /// the library's kernels run it (the JIT's time goes to them), with its
 /// packing. Real strides matter: a matmul block's lhs rows are a 1024-wide
 /// matrix's rows apart (4 KiB, one L1 set), which a 256-wide probe missed.
-fn probe_text(class: DotClass) -> &'static str {
+fn probe_text(class: DotClass) -> String {
     match class {
-        // Attention's scores at blocks of 128, head dim 128: q·kᵀ, the rhs
-        // packed through transposes.
-        DotClass::ShallowNarrow => {
-            "kernel @probe_shallow_narrow {
-  target v5e, vmem_limit default
-  grid [1 parallel]
-  in @q: f32[1024, 128] vmem block [128, 128] at (g0, 0) row_major
-  in @k: f32[1024, 128] vmem block [128, 128] at (g0, 0) row_major
-  out @o: f32[128, 128] vmem block [128, 128] at (g0, 0) row_major
-body:
-  %0 = load @q[0:128, 0:128] : f32[128, 128]
-  %1 = load @k[0:128, 0:128] : f32[128, 128]
-  %2 = transpose %1, perm [1, 0] : f32[128, 128] -> f32[128, 128]
-  %3 = dot_general %0, %2, batch []x[], contract [1]x[0] : f32[128, 128], f32[128, 128] -> f32[128, 128]
-  store @o[0:128, 0:128], %3 : f32[128, 128]
-}"
-        }
-        // The same at blocks of 256.
-        DotClass::ShallowWide => {
-            "kernel @probe_shallow_wide {
-  target v5e, vmem_limit default
-  grid [1 parallel]
-  in @q: f32[1024, 128] vmem block [256, 128] at (g0, 0) row_major
-  in @k: f32[1024, 128] vmem block [256, 128] at (g0, 0) row_major
-  out @o: f32[256, 256] vmem block [256, 256] at (g0, 0) row_major
-body:
-  %0 = load @q[0:256, 0:128] : f32[256, 128]
-  %1 = load @k[0:256, 0:128] : f32[256, 128]
-  %2 = transpose %1, perm [1, 0] : f32[256, 128] -> f32[128, 256]
-  %3 = dot_general %0, %2, batch []x[], contract [1]x[0] : f32[256, 128], f32[128, 256] -> f32[256, 256]
-  store @o[0:256, 0:256], %3 : f32[256, 256]
-}"
-        }
+        // Attention's scores at blocks of 128 and 256, head dim 128: q·kᵀ,
+        // the rhs packed through transposes.
+        DotClass::ShallowNarrow => scores_probe(128),
+        DotClass::ShallowWide => scores_probe(256),
         // Attention's p·v at blocks of 256: a computed [256, 256] lhs.
         DotClass::DeepNarrow => {
             "kernel @probe_deep_narrow {
@@ -108,6 +79,7 @@ body:
   %3 = dot_general %1, %2, batch []x[], contract [1]x[0] : f32[256, 256], f32[256, 128] -> f32[256, 128]
   store @o[0:256, 0:128], %3 : f32[256, 128]
 }"
+            .to_string()
         }
         // A 1024-deep matmul in 256³ blocks, as `matmul` runs it: four k
         // steps accumulating into the output block.
@@ -126,8 +98,29 @@ body:
   %4 = add %3, %2 : f32[256, 256]
   store @o[0:256, 0:256], %4 : f32[256, 256]
 }"
+            .to_string()
         }
     }
+}
+
+/// Attention's scores `q·kᵀ` over blocks of `b` rows of a 1024-row,
+/// 128-wide q and k (rows 512 B apart, as the library's arrays have them).
+fn scores_probe(b: usize) -> String {
+    format!(
+        "kernel @probe_scores_{b} {{
+  target v5e, vmem_limit default
+  grid [1 parallel]
+  in @q: f32[1024, 128] vmem block [{b}, 128] at (g0, 0) row_major
+  in @k: f32[1024, 128] vmem block [{b}, 128] at (g0, 0) row_major
+  out @o: f32[{b}, {b}] vmem block [{b}, {b}] at (g0, 0) row_major
+body:
+  %0 = load @q[0:{b}, 0:128] : f32[{b}, 128]
+  %1 = load @k[0:{b}, 0:128] : f32[{b}, 128]
+  %2 = transpose %1, perm [1, 0] : f32[{b}, 128] -> f32[128, {b}]
+  %3 = dot_general %0, %2, batch []x[], contract [1]x[0] : f32[{b}, 128], f32[128, {b}] -> f32[{b}, {b}]
+  store @o[0:{b}, 0:{b}], %3 : f32[{b}, {b}]
+}}"
+    )
 }
 
 /// A probe kernel compiled with one tile, its inputs and output buffer.
@@ -188,7 +181,7 @@ mod tests {
     fn every_probe_is_one_dot_of_its_class() {
         let r = CpuIdentity::host().registers;
         for class in DotClass::ALL {
-            let k = kernel_ir::parse(probe_text(class))
+            let k = kernel_ir::parse(&probe_text(class))
                 .unwrap()
                 .verify()
                 .unwrap();
@@ -196,11 +189,7 @@ mod tests {
             k.body.walk(&mut |op| {
                 if let kernel_ir::OpKind::Dot { lhs, rhs, dims, .. } = &op.kind {
                     let (lt, rt) = (&k.body.values[lhs.index()], &k.body.values[rhs.index()]);
-                    let kk: usize = dims.lhs_contract.iter().map(|&d| lt.shape[d]).product();
-                    let n: usize = (0..rt.shape.len())
-                        .filter(|d| !dims.rhs_contract.contains(d) && !dims.rhs_batch.contains(d))
-                        .map(|d| rt.shape[d])
-                        .product();
+                    let [_, _, kk, n] = dims.sizes(&lt.shape, &rt.shape);
                     dots.push((kk, n));
                 }
             });

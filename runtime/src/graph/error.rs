@@ -63,9 +63,19 @@ pub enum Cause {
     /// Finding or loading the plugin.
     #[error(transparent)]
     Plugin(#[from] crate::plugin::PluginError),
+    /// Triton: a kernel call's Triton program for a GPU platform (no
+    /// Triton, a program it rejects).
+    #[error(transparent)]
+    Triton(std::sync::Arc<crate::triton::TritonError>),
     /// Anything else, said in words (the compile cache, the OS).
     #[error("{0}")]
     Other(String),
+}
+
+impl From<crate::triton::TritonError> for Cause {
+    fn from(e: crate::triton::TritonError) -> Self {
+        Cause::Triton(std::sync::Arc::new(e))
+    }
 }
 
 impl RuntimeError {

@@ -357,7 +357,7 @@ pub(crate) fn kernel_function(
         // through XLA's Triton custom call.
         p if let Some(target) = crate::triton::platform_target(p) => {
             crate::triton::custom_call_module(k, target)
-                .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e.to_string()))?
+                .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e))?
         }
         _ => lowering::decomposed(k).map_err(fail)?,
     };

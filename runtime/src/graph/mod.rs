@@ -675,9 +675,7 @@ impl Runtime {
                     .map_err(fail),
                 KernelForm::TritonCustomCall(target) => {
                     crate::triton::custom_call_module(k, target)
-                        .map_err(|e| {
-                            RuntimeError::failed(format!("kernel `{}`", k.name), e.to_string())
-                        })
+                        .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e))
                         .and_then(|m| lowering::private_function(&m, name).map_err(fail))
                 }
             }

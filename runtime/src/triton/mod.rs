@@ -89,16 +89,20 @@ pub enum TritonError {
     Program(String),
 }
 
-/// The GPU target whose Triton IR a `platform`'s custom call carries
-/// (`cuda`: sm_90, `rocm`: gfx942, the targets the GPU table measures;
-/// TTIR is not yet per architecture, XLA lowers it for the GPU at hand),
-/// or `None` for a platform that has no Triton call.
+/// The PJRT platforms that call a kernel's Triton program, each with the
+/// GPU target whose Triton IR its custom call carries (the targets the
+/// GPU table measures; TTIR is not yet per architecture, XLA lowers it
+/// for the GPU at hand).
+pub const PLATFORMS: [(&str, GpuTarget); 2] =
+    [("cuda", GpuTarget::Sm90), ("rocm", GpuTarget::Gfx942)];
+
+/// The GPU target of `platform` in [`PLATFORMS`], or `None` for a
+/// platform that has no Triton call.
 pub fn platform_target(platform: &str) -> Option<GpuTarget> {
-    match platform {
-        "cuda" => Some(GpuTarget::Sm90),
-        "rocm" => Some(GpuTarget::Gfx942),
-        _ => None,
-    }
+    PLATFORMS
+        .iter()
+        .find(|(p, _)| *p == platform)
+        .map(|&(_, t)| t)
 }
 
 /// A StableHLO module calling `kernel`'s Triton program through XLA's

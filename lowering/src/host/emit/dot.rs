@@ -120,36 +120,14 @@ impl<'c> HostEmitter<'_, 'c> {
         let ir = self.ir;
         let (ln, rn) = (self.node(l)?, self.node(rh)?);
         let (lt, rt) = (ln.ty.clone(), rn.ty.clone());
-        let free = |rank: usize, bt: &[usize], c: &[usize]| -> Vec<usize> {
-            (0..rank)
-                .filter(|d| !bt.contains(d) && !c.contains(d))
-                .collect()
-        };
-        let lf = free(lt.shape.len(), &dims.lhs_batch, &dims.lhs_contract);
-        let rf = free(rt.shape.len(), &dims.rhs_batch, &dims.rhs_contract);
+        let lf = dims.lhs_free(lt.shape.len());
         // A[batch, free, contract] and B[batch, contract, free].
-        let lorder: Vec<usize> = dims
-            .lhs_batch
-            .iter()
-            .chain(&lf)
-            .chain(&dims.lhs_contract)
-            .copied()
-            .collect();
-        let rorder: Vec<usize> = dims
-            .rhs_batch
-            .iter()
-            .chain(&dims.rhs_contract)
-            .chain(&rf)
-            .copied()
-            .collect();
+        let lorder = dims.lhs_order(lt.shape.len());
+        let rorder = dims.rhs_order(rt.shape.len());
         // Half-float accumulation runs in f32 and rounds at the end.
         let out_acc = acc;
         let acc = if is_half(acc) { DType::F32 } else { acc };
-        let size = |t: &TileType, ds: &[usize]| ds.iter().map(|&d| t.shape[d]).product::<usize>();
-        let bt = size(&lt, &dims.lhs_batch);
-        let m = size(&lt, &lf);
-        let kk = size(&lt, &dims.lhs_contract);
-        let nn = size(&rt, &rf);
+        let [bt, m, kk, nn] = dims.sizes(&lt.shape, &rt.shape);
         let nb = dims.lhs_batch.len();
         let a = self.lhs_view(b, &ln, &lorder, [nb, lf.len()], [bt, m, kk], acc)?;
         let tiling = self.tilings.for_dot(kk, nn);

@@ -253,16 +253,7 @@ impl<'a> Emitter<'a> {
     ) -> (usize, usize, usize, usize) {
         let (_, ls) = self.ty(lhs);
         let (_, rs) = self.ty(rhs);
-        let b: usize = dims.lhs_batch.iter().map(|&d| ls[d]).product();
-        let k: usize = dims.lhs_contract.iter().map(|&d| ls[d]).product();
-        let m: usize = (0..ls.len())
-            .filter(|d| !dims.lhs_batch.contains(d) && !dims.lhs_contract.contains(d))
-            .map(|d| ls[d])
-            .product();
-        let n: usize = (0..rs.len())
-            .filter(|d| !dims.rhs_batch.contains(d) && !dims.rhs_contract.contains(d))
-            .map(|d| rs[d])
-            .product();
+        let [b, m, k, n] = dims.sizes(&ls, &rs);
         (b, m, k, n)
     }
 
@@ -290,27 +281,9 @@ impl<'a> Emitter<'a> {
         let (ldt, ls) = self.ty(lhs);
         let (_, rs) = self.ty(rhs);
         let (b, m, k, n) = self.dot_sizes(lhs, rhs, dims);
-        let lfree: Vec<usize> = (0..ls.len())
-            .filter(|d| !dims.lhs_batch.contains(d) && !dims.lhs_contract.contains(d))
-            .collect();
-        let rfree: Vec<usize> = (0..rs.len())
-            .filter(|d| !dims.rhs_batch.contains(d) && !dims.rhs_contract.contains(d))
-            .collect();
         let batched = !dims.lhs_batch.is_empty();
-        let lorder: Vec<usize> = dims
-            .lhs_batch
-            .iter()
-            .chain(&lfree)
-            .chain(&dims.lhs_contract)
-            .copied()
-            .collect();
-        let rorder: Vec<usize> = dims
-            .rhs_batch
-            .iter()
-            .chain(&dims.rhs_contract)
-            .chain(&rfree)
-            .copied()
-            .collect();
+        let lorder = dims.lhs_order(ls.len());
+        let rorder = dims.rhs_order(rs.len());
         let lshape = if batched { vec![b, m, k] } else { vec![m, k] };
         let rshape = if batched { vec![b, k, n] } else { vec![k, n] };
         let a = arrange(&Self::v(lhs), &ls, &lorder, &lshape, ldt);
