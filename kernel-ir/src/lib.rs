@@ -139,10 +139,15 @@ pub use kernel_macros::kernel_fn;
 /// ([`VerifiedKernel::digest`]), exported artifacts and checkpoints record.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
+    hex(&sha2::Sha256::digest(bytes))
+}
+
+/// `bytes` as lowercase hex, two digits each (`[0x0f, 0xa0]` → `"0fa0"`).
+pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
-    sha2::Sha256::digest(bytes)
+    bytes
         .iter()
-        .fold(String::with_capacity(64), |mut s, b| {
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
             let _ = write!(s, "{b:02x}");
             s
         })

@@ -61,12 +61,18 @@ fn backward(
     args.extend([q, k, v, &d_o, &lse, &delta]);
     let dqkv_dims =
         flash_attention_dqkv::Dims::from_shapes(&refs(&shapes)).map_err(|e| err(e.into()))?;
-    let one_pass = if with_len {
-        flash_attention_dqkv_kv_len(cfg, dtype, dqkv_dims)
+    // One pass where it builds, on TPUs: its k blocks run in sequence,
+    // which a TPU core does anyway. A GPU runs only the parallel grid dims
+    // as programs, (batch, kv head) here, too few for its cores: there dq
+    // and dk/dv are two kernels, each parallel over its own blocks.
+    let one_pass = if kernel_ir::current_platform() == kernel_ir::Platform::Gpu {
+        None
+    } else if with_len {
+        flash_attention_dqkv_kv_len(cfg, dtype, dqkv_dims).ok()
     } else {
-        flash_attention_dqkv(cfg, dtype, dqkv_dims)
+        flash_attention_dqkv(cfg, dtype, dqkv_dims).ok()
     };
-    let (dq, dk, dv) = if let Ok(dqkv_k) = one_pass {
+    let (dq, dk, dv) = if let Some(dqkv_k) = one_pass {
         let mut g = rt.call(&dqkv_k, &args)?;
         let (dv, dk) = (g.remove(2), g.remove(1));
         (g.remove(0), dk, dv)

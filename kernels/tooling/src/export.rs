@@ -40,6 +40,10 @@ pub struct Artifact {
     /// returns, when not all are (integer inputs have none): the
     /// manifest's `grad_inputs`.
     grad_inputs: Option<Vec<usize>>,
+    /// With the GPU platforms: the same program as Triton programs and the
+    /// array ops between them (`triton.json`, [`runtime::graph::STEPS_FORMAT`]),
+    /// for hosts that launch Triton themselves (`tessera_torch`).
+    pub steps: Option<String>,
 }
 
 impl Artifact {
@@ -123,6 +127,9 @@ pub fn artifact_files(
         }
     }
     files.push(("module.mlir".into(), art.module.clone().into_bytes()));
+    if let Some(steps) = &art.steps {
+        files.push(("triton.json".into(), steps.clone().into_bytes()));
+    }
     let mut extra = header(prov);
     if vjp.is_some() {
         extra.push(("vjp", json_str("vjp")));
@@ -365,12 +372,62 @@ pub fn export_on(
         .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
         .collect();
     let mut art = multi_platform(&kernel.name, &ins, &outs, &branches, fixed)?;
+    if gpu {
+        art.steps = Some(kernel_steps(kernel, fixed)?);
+    }
     art.mesh = kernel
         .mesh
         .as_ref()
         .map(|m| m.axes.clone())
         .unwrap_or_default();
     Ok(art)
+}
+
+/// The steps program ([`runtime::graph::STEPS_FORMAT`]) of one kernel
+/// call: the kernel's Triton program on all its arguments.
+fn kernel_steps(kernel: &VerifiedKernel, fixed: &[(usize, Array)]) -> Result<String, String> {
+    use runtime::graph::{STEPS_FORMAT, STEPS_VERSION};
+    use runtime::triton::{dtype_name, program_json};
+    let program = lowering::triton(kernel).map_err(|e| e.to_string())?;
+    let inputs: Vec<serde_json::Value> = kernel
+        .arguments()
+        .map(|a| serde_json::json!({"dtype": dtype_name(a.dtype), "shape": a.shape}))
+        .collect();
+    let (n, m) = (inputs.len(), kernel.outputs().count());
+    let steps = serde_json::json!({
+        "format": STEPS_FORMAT,
+        "format_version": STEPS_VERSION,
+        "inputs": inputs,
+        "programs": [program_json(&program)],
+        "steps": [{
+            "op": "kernel",
+            "program": 0,
+            "args": (0..n).collect::<Vec<_>>(),
+            "out": (n..n + m).collect::<Vec<_>>(),
+            "kernel": kernel.name,
+        }],
+        "outputs": (n..n + m).collect::<Vec<_>>(),
+    });
+    Ok(steps_with_fixed(steps, fixed))
+}
+
+/// `steps` with the `fixed` inputs recorded (`fixed`: index, dtype,
+/// shape, little-endian bytes in hex): the caller passes the others only,
+/// as to the module's `@main`.
+fn steps_with_fixed(mut steps: serde_json::Value, fixed: &[(usize, Array)]) -> String {
+    let fixed: Vec<serde_json::Value> = fixed
+        .iter()
+        .map(|(i, a)| {
+            serde_json::json!({
+                "index": i,
+                "dtype": runtime::triton::dtype_name(a.dtype()),
+                "shape": a.shape(),
+                "data": kernel_ir::hex(&a.to_le_bytes()),
+            })
+        })
+        .collect();
+    steps["fixed"] = serde_json::json!(fixed);
+    steps.to_string()
 }
 
 /// The artifact of a program given as its branches, one per platform in
@@ -516,6 +573,7 @@ fn multi_platform(
         outputs: entries(outs),
         mesh: Vec::new(),
         grad_inputs: None,
+        steps: None,
     })
 }
 
@@ -578,62 +636,91 @@ pub fn vjp_on(
         let what = what.to_string();
         move |e: runtime::graph::RuntimeError| format!("the VJP of `{}`: {what}: {e}", forward.name)
     };
-    let rt = Runtime::cpu().map_err(fail("starting the CPU runtime"))?;
-    let primals: Vec<Tensor> = ins
-        .iter()
-        .enumerate()
-        .map(|(i, (_, s, d))| {
-            let value = match fixed.iter().find(|(j, _)| *j == i) {
-                Some((_, a)) => a.clone(),
-                None => kernel_ir::Array::zeros(*d, s.clone()),
-            };
-            let t = rt.tensor(&value)?;
-            if d.is_float() {
-                t.requires_grad()
-            } else {
-                Ok(t)
-            }
-        })
-        .collect::<Result<_, _>>()
-        .map_err(fail("its inputs"))?;
-    let primal_refs: Vec<&Tensor> = primals.iter().collect();
-    let wrt: Vec<&Tensor> = float_ins.iter().map(|&i| &primals[i]).collect();
-    let outputs = entry
-        .call(&rt, cfg, &primal_refs)
-        .map_err(fail("recording the forward"))?;
     let outs: Signature = forward
         .outputs()
         .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
         .collect();
-    let cts: Vec<Tensor> = outs
-        .iter()
-        .map(|(_, s, d)| rt.tensor(&kernel_ir::Array::zeros(*d, s.clone())))
-        .collect::<Result<_, _>>()
-        .map_err(fail("the cotangents"))?;
-    let out_refs: Vec<&Tensor> = outputs.iter().collect();
-    let ct_refs: Vec<&Tensor> = cts.iter().collect();
-    let grads =
-        runtime::graph::vjp(&out_refs, &ct_refs, &wrt).map_err(fail("recording the backward"))?;
-    let params: Vec<&Tensor> = primal_refs.iter().chain(&ct_refs).copied().collect();
-    let grad_refs: Vec<&Tensor> = grads.iter().collect();
-    let branch = |form: KernelForm, name: &str| -> Result<String, String> {
+    // The backward as the graph runtime records it: primals (fixed ones
+    // at their values), then cotangents, and the gradients.
+    let record = || -> Result<(Runtime, Vec<Tensor>, Vec<Tensor>), String> {
+        let rt = Runtime::cpu().map_err(fail("starting the CPU runtime"))?;
+        let primals: Vec<Tensor> = ins
+            .iter()
+            .enumerate()
+            .map(|(i, (_, s, d))| {
+                let value = match fixed.iter().find(|(j, _)| *j == i) {
+                    Some((_, a)) => a.clone(),
+                    None => kernel_ir::Array::zeros(*d, s.clone()),
+                };
+                let t = rt.tensor(&value)?;
+                if d.is_float() {
+                    t.requires_grad()
+                } else {
+                    Ok(t)
+                }
+            })
+            .collect::<Result<_, _>>()
+            .map_err(fail("its inputs"))?;
+        let primal_refs: Vec<&Tensor> = primals.iter().collect();
+        let wrt: Vec<&Tensor> = float_ins.iter().map(|&i| &primals[i]).collect();
+        let outputs = entry
+            .call(&rt, cfg, &primal_refs)
+            .map_err(fail("recording the forward"))?;
+        let cts: Vec<Tensor> = outs
+            .iter()
+            .map(|(_, s, d)| rt.tensor(&kernel_ir::Array::zeros(*d, s.clone())))
+            .collect::<Result<_, _>>()
+            .map_err(fail("the cotangents"))?;
+        let out_refs: Vec<&Tensor> = outputs.iter().collect();
+        let ct_refs: Vec<&Tensor> = cts.iter().collect();
+        let grads = runtime::graph::vjp(&out_refs, &ct_refs, &wrt)
+            .map_err(fail("recording the backward"))?;
+        let params = primals.into_iter().chain(cts).collect();
+        Ok((rt, params, grads))
+    };
+    let branch = |(rt, params, grads): &(Runtime, Vec<Tensor>, Vec<Tensor>),
+                  form: KernelForm,
+                  name: &str|
+     -> Result<String, String> {
+        let params: Vec<&Tensor> = params.iter().collect();
+        let grads: Vec<&Tensor> = grads.iter().collect();
         let text = rt
-            .export_as(&params, &grad_refs, form)
+            .export_as(&params, &grads, form)
             .map_err(fail("exporting the program"))?;
         lowering::private_functions(&text, name).map_err(|e| e.to_string())
     };
+    let recorded = record()?;
     let mut branches = vec![
-        ("cpu", branch(KernelForm::Decomposed, "tessera_cpu")?),
-        ("tpu", branch(KernelForm::TpuCustomCall, "tessera_tpu")?),
+        (
+            "cpu",
+            branch(&recorded, KernelForm::Decomposed, "tessera_cpu")?,
+        ),
+        (
+            "tpu",
+            branch(&recorded, KernelForm::TpuCustomCall, "tessera_tpu")?,
+        ),
     ];
+    let mut steps = None;
     if gpu {
+        // Recorded again with the kernels built for GPUs: a backward may
+        // pick other kernels there (attention's dq and dk/dv apart, whose
+        // grids spread over the GPU's cores, for the one-pass kernel).
+        let recorded = kernel_ir::for_platform(kernel_ir::Platform::Gpu, record)?;
         for (platform, target) in GPU_PLATFORMS {
             let f = branch(
+                &recorded,
                 KernelForm::TritonCustomCall(target),
                 &format!("tessera_{platform}"),
             )?;
             branches.push((platform, f));
         }
+        let (rt, params, grads) = &recorded;
+        let params: Vec<&Tensor> = params.iter().collect();
+        let grads: Vec<&Tensor> = grads.iter().collect();
+        let s = rt
+            .export_steps(&params, &grads)
+            .map_err(fail("its Triton steps"))?;
+        steps = Some(steps_with_fixed(s, fixed));
     }
     let mut vjp_ins = ins.clone();
     vjp_ins.extend(
@@ -654,6 +741,7 @@ pub fn vjp_on(
         &branches,
         fixed,
     )?;
+    art.steps = steps;
     let free: Vec<usize> = (0..ins.len())
         .filter(|i| !fixed.iter().any(|(j, _)| j == i))
         .collect();

@@ -111,6 +111,7 @@ mod lower;
 mod node;
 mod optim;
 mod plan;
+mod steps;
 mod tensor;
 mod trace;
 
@@ -144,6 +145,7 @@ pub enum KernelForm {
 }
 pub use bucket::Buckets;
 pub use optim::{AdamW, Sgd};
+pub use steps::{STEPS_FORMAT, STEPS_VERSION};
 pub use tensor::Tensor;
 pub use trace::{MAX_SPANS, Span, Trace, TraceSummary};
 

@@ -188,8 +188,9 @@ impl Drop for Interpreter {
 
 static IDLE: Mutex<Vec<Interpreter>> = Mutex::new(Vec::new());
 
-/// The name Triton's interpreter gives a dtype (PyTorch's).
-fn torch_name(d: DType) -> &'static str {
+/// The name PyTorch (and Triton's interpreter) gives a dtype: `float32`,
+/// `bfloat16`, `int8`, `float8_e4m3fn`, ...
+pub fn dtype_name(d: DType) -> &'static str {
     match d {
         DType::F32 => "float32",
         DType::BF16 => "bfloat16",
@@ -200,6 +201,49 @@ fn torch_name(d: DType) -> &'static str {
         DType::F8E4M3FN => "float8_e4m3fn",
         DType::F8E5M2 => "float8_e5m2",
     }
+}
+
+/// A Triton program as JSON, everything a host needs to launch it:
+/// `function`, `source`, `grid`, `num_warps`, `num_stages`,
+/// `workspace_bytes` and `params` in call order, each with `name`, `role`
+/// (`prefetch`, `input`, `output` or `workspace`), `operand` (the
+/// prefetch array's or operand's index), `dtype` ([`dtype_name`]), `shape`
+/// and `alias` (for an in-out operand's output: the index of its input's
+/// param, the buffer it must be; else null).
+pub fn program_json(program: &TritonProgram) -> serde_json::Value {
+    let mut position: BTreeMap<ParamRole, usize> = BTreeMap::new();
+    let params: Vec<serde_json::Value> = program
+        .params
+        .iter()
+        .enumerate()
+        .map(|(n, p)| {
+            let (role, operand, alias) = match p.role {
+                ParamRole::Prefetch(i) => ("prefetch", Some(i), None),
+                ParamRole::Input(i) => ("input", Some(i), None),
+                ParamRole::Output(i) => ("output", Some(i), position.get(&ParamRole::Input(i))),
+                ParamRole::Workspace => ("workspace", None, None),
+            };
+            let v = serde_json::json!({
+                "name": p.name,
+                "role": role,
+                "operand": operand,
+                "dtype": dtype_name(p.dtype),
+                "shape": p.shape,
+                "alias": alias,
+            });
+            position.insert(p.role, n);
+            v
+        })
+        .collect();
+    serde_json::json!({
+        "function": program.function,
+        "source": program.source,
+        "grid": program.grid,
+        "num_warps": program.options.num_warps,
+        "num_stages": program.options.num_stages,
+        "workspace_bytes": program.workspace_bytes,
+        "params": params,
+    })
 }
 
 /// Runs `kernel`'s Triton `program` under Triton's interpreter on host
@@ -246,7 +290,7 @@ pub fn interpret(
         position.insert(p.role, n);
         params.push(serde_json::json!({
             "name": p.name,
-            "dtype": torch_name(p.dtype),
+            "dtype": dtype_name(p.dtype),
             "shape": p.shape,
             "bytes": bytes,
             "alias": alias,
