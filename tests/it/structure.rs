@@ -308,17 +308,17 @@ fn the_python_package_has_the_workspace_version() {
     };
     let cargo = read("Cargo.toml");
     let workspace = quoted(&cargo, "version =").expect("the workspace names its version");
-    let init = read("kernels/python/src/tessera_jax/__init__.py");
-    let package = quoted(&init, "__version__ =").expect("tessera_jax names __version__");
+    let init = read("kernels/python/src/tessera_artifact.py");
+    let package = quoted(&init, "__version__ =").expect("tessera_artifact names __version__");
     assert_eq!(
         package, workspace,
-        "set __version__ in kernels/python/src/tessera_jax/__init__.py"
+        "set __version__ in kernels/python/src/tessera_artifact.py"
     );
     assert_eq!(workspace, env!("CARGO_PKG_VERSION"));
     let pyproject = read("kernels/python/pyproject.toml");
     assert!(
-        pyproject.contains("version = { attr = \"tessera_jax.__version__\" }"),
-        "pyproject.toml must read its version from tessera_jax.__version__"
+        pyproject.contains("version = { attr = \"tessera_artifact.__version__\" }"),
+        "pyproject.toml must read its version from tessera_artifact.__version__"
     );
 }
 

@@ -6,6 +6,7 @@
 
 mod args;
 mod bench;
+mod cases;
 mod compile;
 mod compile_gpu;
 mod cost;
@@ -54,6 +55,8 @@ COMMANDS:
              roofline bound per TPU generation
     profile  a traced run through the graph runtime: a Perfetto trace and a
              summary (cache tiers, buckets and padding, transfers, time split)
+    cases    every catalog kernel as a GPU check case: Triton program, inputs,
+             f64 reference and tolerance (what tests/gpu/run.sh runs)
     train    train a small transformer LM on a copying task on the CPU, with
              gradients through the kernels' backward passes and checkpoints
              that survive SIGTERM
@@ -558,6 +561,7 @@ fn run(args: &[String]) -> ExitCode {
             "estimate" => help(HELP_ESTIMATE),
             "tune" => help(HELP_TUNE),
             "profile" => help(HELP_PROFILE),
+            "cases" => help(cases::HELP),
             "help" => help(HELP),
             other => {
                 eprintln!("tessera: unknown command `{other}`; see `tessera --help`");
@@ -601,6 +605,7 @@ fn run(args: &[String]) -> ExitCode {
         "estimate" => estimate::estimate(rest),
         "tune" => tune::tune(rest),
         "profile" => profile::profile(rest),
+        "cases" => cases::cases(rest),
         other => Err(usage(format!(
             "unknown command `{other}`; see `tessera --help`"
         ))),

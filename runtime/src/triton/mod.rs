@@ -55,7 +55,9 @@ pub const KEEP_ENV: &str = "TESSERA_TRITON_KEEP";
 /// At most this many interpreter children live at once.
 pub const MAX_INTERPRETERS: usize = 4;
 
-const RUNNER: &str = include_str!("runner.py");
+// The interpreter's patches first: runner.py calls them (and
+// `tessera_torch` ships the same file).
+const RUNNER: &str = concat!(include_str!("interpreter.py"), "\n", include_str!("runner.py"));
 
 /// Why Triton gave no result.
 #[derive(Debug, thiserror::Error)]

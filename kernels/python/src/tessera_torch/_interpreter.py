@@ -1,0 +1,1 @@
+../../../../runtime/src/triton/interpreter.py

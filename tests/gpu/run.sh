@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Tessera's GPU device check: on an NVIDIA GPU (Hopper or newer for the
+# tutorial baseline's TMA path), with python3 holding torch, triton and
+# jax[cuda] (jax-cuda13-pjrt/plugin; the CUDA image's):
+#
+#   1. every catalog kernel and preset (`tessera cases`): its Triton program
+#      compiled by the installed Triton and run on the GPU through
+#      tessera_torch, each output copied back and compared in float64 with
+#      the kernel's f64 reference and tolerance             -> $OUT/cases.md
+#   2. flash attention forward and backward, bf16, d=128, S=1k..16k, causal
+#      and not, exported with `tessera export --gpu` and called through
+#      tessera_torch: TFLOP/s beside torch's scaled_dot_product_attention
+#      (cuDNN / flash) and Triton's tutorial kernel, with ratios -> $OUT/bench.md
+#   3. an exported artifact through JAX on the GPU (its cuda branch, XLA's
+#      Triton custom call), forward and jax.grad against float64 -> $OUT/jax.md
+#
+# Usage:
+#   tests/gpu/run.sh                    prepare here (cargo, and Triton from
+#                                       .ci/setup.sh for the TTIR) and run
+#   tests/gpu/run.sh --prepare DIR      prepare only, into DIR (under 64 MiB):
+#                                       on a machine without a GPU
+#   TESSERA_GPU_INPUTS=DIR tests/gpu/run.sh
+#                                       run on inputs prepared elsewhere: the
+#                                       GPU machine needs no Rust, no Tessera
+#
+# Triton's tutorial (python/tutorials/06-fused-attention.py of the Triton
+# release installed) is a baseline, never part of Tessera: --prepare copies
+# it from $TRITON_TUTORIAL_ATTENTION or downloads it; without it the
+# tutorial columns are empty. Writes $OUT (default target/gpu) and exits 0
+# when every kernel is within tolerance and the JAX check passes; speed is
+# reported, not asserted. Each step has its own time limit; the whole run
+# stays under 8 minutes on an H200.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+
+prepare() { # DIR
+  local dir=$1
+  local tessera=${TESSERA_BIN:-}
+  if [ -z "$tessera" ]; then
+    .ci/setup.sh >&2 || return 1
+    cargo build --quiet --release -p tessera-cli --bin tessera || return 1
+    tessera=$root/target/release/tessera
+  fi
+  rm -rf "$dir.partial" && mkdir -p "$dir.partial/bench" "$dir.partial/jax" "$dir.partial/baselines" || return 1
+  local p=$dir.partial
+  "$tessera" cases --out "$p/cases.d" >&2 || return 1
+  # Packed: random test data, the largest part of what travels.
+  (cd "$p" && mv cases.d cases && tar -cf - cases | xz -T0 -3 >cases.tar.xz && rm -rf cases) || return 1
+  # Flash attention at the bench's shapes, blocks 128 x 128 (a tile
+  # Triton's tutorial settles on for d=128 on Hopper).
+  local b=2 h=16 d=128 cases_json="" sep=""
+  for s in 1024 2048 4096 8192 16384; do
+    for causal in false true; do
+      local name="fa_${s}_${causal}"
+      "$tessera" export flash_attention --config dtype=bf16 --config causal=$causal \
+        --config block_q=128 --config block_k=128 \
+        --shape q=${b}x${h}x${s}x${d} --shape k=${b}x${h}x${s}x${d} --shape v=${b}x${h}x${s}x${d} \
+        --gpu --out "$p/bench/$name" >&2 || return 1
+      cases_json+="$sep{\"seq\": $s, \"causal\": $causal, \"dir\": \"$name\"}"
+      sep=", "
+    done
+  done
+  printf '{"batch": %d, "heads": %d, "head_dim": %d, "cases": [%s]}\n' $b $h $d "$cases_json" >"$p/bench/bench.json"
+  "$tessera" export flash_attention --config dtype=bf16 --config causal=true \
+    --shape q=1x2x256x64 --shape k=1x2x256x64 --shape v=1x2x256x64 --gpu --out "$p/jax/artifact" >&2 || return 1
+  printf '{"what": "flash_attention, bf16, causal, 1x2x256x64", "shape": [1, 2, 256, 64], "causal": true, "fwd_tol": 0.03, "dq_tol": 0.1}\n' >"$p/jax/spec.json"
+  local tut=${TRITON_TUTORIAL_ATTENTION:-}
+  if [ -n "$tut" ] && [ -f "$tut" ]; then
+    cp "$tut" "$p/baselines/06-fused-attention.py"
+  else
+    local v
+    v=$("$HOME/.cache/tessera/triton-3.9.0/bin/python" -c 'import triton; print(triton.__version__)' 2>/dev/null || echo 3.9.0)
+    curl -fsSL --max-time 20 "https://raw.githubusercontent.com/triton-lang/triton/v$v/python/tutorials/06-fused-attention.py" \
+      -o "$p/baselines/06-fused-attention.py" 2>/dev/null ||
+      echo "run.sh: no Triton tutorial source (set TRITON_TUTORIAL_ATTENTION); its columns stay empty" >&2
+  fi
+  rm -rf "$dir" && mv "$p" "$dir"
+  echo "run.sh: prepared $dir ($(du -sh "$dir" | cut -f1))" >&2
+}
+
+if [ "${1:-}" = "--prepare" ]; then
+  [ -n "${2:-}" ] || { echo "usage: tests/gpu/run.sh --prepare DIR" >&2; exit 2; }
+  prepare "$2"
+  exit $?
+fi
+
+OUT=${OUT:-$root/target/gpu}
+mkdir -p "$OUT"
+inputs=${TESSERA_GPU_INPUTS:-}
+if [ -z "$inputs" ]; then
+  inputs=$root/target/gpu-inputs
+  prepare "$inputs" || { echo "run.sh: preparing the inputs failed" >&2; exit 1; }
+fi
+python=${PYTHON:-python3}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp -r "$inputs/." "$work/" && (cd "$work" && "$python" -c 'import tarfile; tarfile.open("cases.tar.xz").extractall(".", filter="data")') || exit 1
+export PYTHONPATH=$root/kernels/python/src${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TRITON_CACHE_DIR=$work/triton-cache
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1 || true
+"$python" -c 'import torch, triton, jax; print(f"torch {torch.__version__}, triton {triton.__version__}, jax {jax.__version__}")' >>"$OUT/gpu.txt" 2>&1
+cat "$OUT/gpu.txt"
+status=0
+start=$(date +%s)
+
+# 1. The catalog, 8 processes (Triton compiles one program at a time per
+#    process; the GPU runs them all).
+for i in 0 1 2 3 4 5 6 7; do
+  timeout 240 "$python" tests/gpu/device.py cases "$work" "$OUT" --shard $i/8 >"$work/logs/cases_$i.log" 2>&1 &
+done
+wait
+"$python" tests/gpu/device.py merge "$OUT" || status=1
+echo "run.sh: cases done at $(($(date +%s) - start)) s"
+
+# 2. Flash attention: compile every program first in 8 processes (Triton's
+#    cache then serves the timing process), then time in one.
+for i in 0 1 2 3 4 5 6 7; do
+  timeout 200 "$python" tests/gpu/device.py bench "$work" "$OUT" --warm $i/8 >"$work/logs/warm_$i.log" 2>&1 &
+done
+wait
+echo "run.sh: compiles done at $(($(date +%s) - start)) s"
+timeout 240 "$python" tests/gpu/device.py bench "$work" "$OUT" >"$work/logs/bench.log" 2>&1 ||
+  echo "run.sh: the bench stopped early (see bench.log)"
+echo "run.sh: bench done at $(($(date +%s) - start)) s"
+
+# 3. JAX.
+timeout 120 "$python" tests/gpu/device.py jax "$work" "$OUT" >"$work/logs/jax.log" 2>&1 || status=1
+echo "run.sh: jax done at $(($(date +%s) - start)) s"
+
+{
+  echo "# Tessera on $(head -1 "$OUT/gpu.txt"), $(date -u +%Y-%m-%d)"
+  sed -n 2p "$OUT/gpu.txt"
+  for f in cases bench jax; do
+    echo
+    echo "## $f"
+    echo
+    cat "$OUT/$f.md" 2>/dev/null || { echo "(no result: see $f.log)"; tail -5 "$OUT/$f.log" 2>/dev/null; }
+  done
+} >"$OUT/summary.md"
+cat "$OUT/summary.md"
+exit $status
