@@ -144,3 +144,64 @@ if [ ! -x "$triton_env/bin/python" ] || ! "$triton_env/bin/python" -c 'import tr
   run_quiet "$tmp/bin/python" -c 'import triton, numpy'
   mv "$tmp" "$triton_env"
 fi
+
+# --- PyTorch beside Triton (tessera_torch's tests, on the CPU) ---------------
+# torch 2.15.0 from PyPI with everything it depends on (its Linux wheel is
+# the CUDA build: it loads the CUDA libraries' wheels even to run on the
+# CPU) and the same Triton and NumPy as above, all hash-pinned, in their own
+# environment: tessera_torch runs Tessera's Triton programs under Triton's
+# interpreter there (tests/torch/run.sh). ~2.9 GB download, ~4.5 GB installed.
+torch_env="$cache/torch-2.15.0-triton-$triton_version"
+if [ ! -x "$torch_env/bin/python" ] || ! "$torch_env/bin/python" -c 'import torch, triton, numpy' >/dev/null 2>&1; then
+  python312=""
+  for candidate in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then
+      python312=$(command -v "$candidate")
+      break
+    fi
+  done
+  if [ -z "$python312" ]; then
+    echo "setup: failed: torch 2.15.0 needs Python 3.12 (python3.12 not found)" >&2
+    exit 1
+  fi
+  echo "setup: installing torch 2.15.0 (CPU use) with Triton $triton_version into $torch_env"
+  tmp="$torch_env.partial"
+  rm -rf "$tmp" "$torch_env"
+  run_quiet "$python312" -m venv --without-pip "$tmp"
+  cat >"$tmp/requirements.txt" <<REQ
+cuda-bindings==13.5.0 --hash=sha256:a46a8cc84112d769d0f57bf3ae3fedc115cf09348f14da85a1a8200968b6f262
+cuda-pathfinder==1.9.1 --hash=sha256:b743c132f90ad2d1e71d43fd28f31ebcde518f943e50fd44aca62b2a80d5230d
+cuda-toolkit==13.2.2 --hash=sha256:d12edc1aad1356236a2ee10c0d794b1aff5d3e79bfeca54867c3bb8e5afd87b0
+filelock==3.20.0 --hash=sha256:339b4732ffda5cd79b13f4e2711a31b0365ce445d95d243bb996273d072546a2
+fsspec==2025.9.0 --hash=sha256:530dc2a2af60a414a832059574df4a6e10cce927f6f4a78209390fe38955cfb7
+jinja2==3.1.6 --hash=sha256:85ece4451f492d0c13c5dd7c13a64681a86afae63a5f347908daf103ce6d2f67
+markupsafe==3.0.3 --hash=sha256:d6dd0be5b5b189d31db7cda48b91d7e0a9795f31430b7f271219ab30f1d3ac9d
+mpmath==1.3.0 --hash=sha256:a0b2b9fe80bbcd81a6647ff13108738cfb482d481d826cc0e02f5b35e5c88d2c
+networkx==3.5 --hash=sha256:0030d386a9a06dee3565298b4a734b68589749a544acbb6c412dc9e2489ec6ec
+numpy==$numpy_version --hash=sha256:$numpy_sha256
+nvidia-cublas==13.4.1.3 --hash=sha256:a5917cb642cfb07f4a0231ee16aec7e2e0357d8cb8b1b78a0c9c68dba3e6afc7
+nvidia-cuda-cccl==13.3.5.0.6 --hash=sha256:d5230098fa2df5021e1a00c0c4eee41797671a91119d31e892463e5ccf3ee326
+nvidia-cuda-cupti==13.2.86 --hash=sha256:8fa29f15dd8336181f961764d9d95236fc6b931dd0c8fcf8cd70aab0c310b586
+nvidia-cuda-nvrtc==13.2.86 --hash=sha256:8111c5130e967b78222ea2124145f8efe9ce201b752b2579a2513100a53be1c5
+nvidia-cuda-runtime==13.2.86 --hash=sha256:3498247680dfddce31bad102af7e3e26fc795342a3cac64722bb0fa95e7f60f0
+nvidia-cudnn-cu13==9.26.0.51 --hash=sha256:9c976d539786698c71d6bcdbe2053b7485fae062ff7e1215d2f2ff67b1a2149a
+nvidia-cufft==12.2.0.57 --hash=sha256:34da27fadf3979b0b042c43823f0530be8408b86df31ee0108e1ca0b621d4ef6
+nvidia-cufile==1.17.1.22 --hash=sha256:87feaf8c3ad20d3d03a01933181801ff6892bace5c8f0b1e4b48f319d3e62d36
+nvidia-cusolver==12.2.0.11 --hash=sha256:fab5778f6769947389a1a6abc07e635576825a08c0ffc68c3ae7f1392c794b42
+nvidia-cusparse==12.7.10.12 --hash=sha256:25907c75e4db1581685f06f61cc6cdecc04611765516a52373e0a18ebd69fa00
+nvidia-cusparselt-cu13==0.8.1 --hash=sha256:786ce87568c303fadb5afcc7102d454cd3040d75f6f8626f5db460d1871f4dd0
+nvidia-nccl-cu13==2.30.7 --hash=sha256:cefa7fdb9710efd0f39c5f1be1d61ff6fc9a996c451265bd7fbdcf9455ed4b50
+nvidia-nvjitlink==13.5.37 --hash=sha256:280d7cb9649704145f074b8dbde500de04ce02d0872e066e20a83c17bcaa93eb
+nvidia-nvshmem-cu13==3.7.2 --hash=sha256:b9a4f843c62b5dded8ad33fd6d220e007dcd39f06cee549292f5ba14ce4c235c
+nvidia-nvtx==13.2.86 --hash=sha256:968ce72baee2a01791c7d3254000eac81f24677b0b91c62d21b449a1f309c245
+setuptools==84.2.1 --hash=sha256:ca140b45d5325a9478f880e351484f62fef15f336462e449ca0c03c873d589c2
+sympy==1.14.0 --hash=sha256:e091cc3e99d2141a0ba2847328f5479b05d94a6635cb96148ccb3f34671bd8f5
+torch==2.15.0 --hash=sha256:6d8c86f4e33a9f12a58149bd9b0d64351632b8eb44479be8ff85e5389932dd79
+triton==$triton_version --hash=sha256:$triton_sha256
+typing-extensions==4.15.0 --hash=sha256:f0fa19c6845758ab08074a0cfa8b7aecb71c999ca73d62883bc25cc018c4e548
+REQ
+  run_quiet "$python312" -m pip --python "$tmp/bin/python" install --quiet --no-deps \
+    --require-hashes --only-binary=:all: --disable-pip-version-check -r "$tmp/requirements.txt"
+  run_quiet "$tmp/bin/python" -c 'import torch, triton, numpy'
+  mv "$tmp" "$torch_env"
+fi

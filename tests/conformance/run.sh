@@ -93,6 +93,12 @@ mkdir -p "$out/jax"
 # q/k/v bytes than splash's index maps over its own mask info
 # (target/conformance/splash.md).
 "$venv/bin/python" tests/conformance/splash.py ./target/release/tessera "$out"
+# Tessera kernels inside PyTorch programs: export --gpu artifacts through
+# tessera_torch (torch.library custom ops with autograd) on the CPU, Triton's
+# interpreter running the programs a GPU compiles, against SDPA and float64
+# (target/conformance/torch/report.md). Its environment is .ci/setup.sh's.
+torch_env="$cache/torch-2.15.0-triton-3.9.0"
+PYTHONPATH=kernels/python/src "$torch_env/bin/python" tests/conformance/torch_op.py ./target/release/tessera "$out/torch"
 # The version matrix: an artifact loaded and run in jax 0.12.0.1, and every
 # preset compiled with libtpu 0.0.48.1 and 0.0.51 side by side, estimates
 # that move more than 5% reported (target/conformance/versions.md).

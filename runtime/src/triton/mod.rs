@@ -147,6 +147,10 @@ fn command(python: &Path, mode: &str) -> Command {
         .arg(RUNNER)
         .arg(mode)
         .env("TRITON_DEFAULT_FP_FUSION", "1")
+        // The runner chooses interpreting or compiling itself: a caller's
+        // TRITON_INTERPRET (set by tessera_torch without a GPU) would
+        // turn its compiles into interpretations.
+        .env_remove("TRITON_INTERPRET")
         // Triton's own cache would grow with every program compiled.
         .env("TRITON_ALWAYS_COMPILE", "1")
         .stdin(Stdio::piped())

@@ -60,6 +60,8 @@ if "TRITON_INTERPRET" not in os.environ and "triton" not in sys.modules and not 
 
 _FUNCTIONS: dict[tuple[str, str], Any] = {}
 _OPS: dict[str, "TesseraOp"] = {}
+# Pipeline stages that fit, per program, where fewer than it asks.
+_STAGES: dict[tuple[str, str], int] = {}
 _LOCK = threading.Lock()
 
 
@@ -152,10 +154,22 @@ def _launch(program: dict[str, Any], args: list[torch.Tensor]) -> list[torch.Ten
     grid = tuple(program["grid"])
     if device.type == "cpu":
         fn[grid](*buffers)
-    else:
-        with torch.cuda.device(device):
-            fn[grid](*buffers, num_warps=program["num_warps"], num_stages=program["num_stages"])
-    return outputs
+        return outputs
+    from triton.runtime.errors import OutOfResources
+
+    key = (_program_key(program), device.type)
+    with torch.cuda.device(device):
+        while True:
+            stages = _STAGES.get(key, program["num_stages"])
+            try:
+                fn[grid](*buffers, num_warps=program["num_warps"], num_stages=stages)
+                return outputs
+            except OutOfResources:
+                # Fewer pipeline stages until the buffers fit this GPU's
+                # shared memory (what `compile --gpu` does).
+                if stages <= 1:
+                    raise
+                _STAGES[key] = stages - 1
 
 
 def _not(x: torch.Tensor) -> torch.Tensor:
