@@ -47,14 +47,16 @@ prepare() { # DIR
   "$tessera" cases --out "$p/cases.d" >&2 || return 1
   # Packed: random test data, the largest part of what travels.
   (cd "$p" && mv cases.d cases && tar -cf - cases | xz -T0 -3 >cases.tar.xz && rm -rf cases) || return 1
-  # Flash attention at the bench's shapes, at its default blocks (64 query
-  # rows x 128 keys): with d=128 on sm_90 the one of 64/128 x 128 whose
-  # backward kernels spill nothing (`tessera compile --gpu sm_90`).
+  # Flash attention at the bench's shapes, 128 x 128 blocks: the forward
+  # at 8 warps (no spills, 224 KiB of shared memory at 3 stages on sm_90),
+  # the backward at 64-row query blocks (its GPU rule for head dim 128,
+  # where 128 rows spill: `tessera compile --gpu sm_90`).
   local b=2 h=16 d=128 cases_json="" sep=""
   for s in 1024 2048 4096 8192 16384; do
     for causal in false true; do
       local name="fa_${s}_${causal}"
       "$tessera" export flash_attention --config dtype=bf16 --config causal=$causal \
+        --config block_q=128 --config block_k=128 \
         --shape q=${b}x${h}x${s}x${d} --shape k=${b}x${h}x${s}x${d} --shape v=${b}x${h}x${s}x${d} \
         --gpu --out "$p/bench/$name" >&2 || return 1
       cases_json+="$sep{\"seq\": $s, \"causal\": $causal, \"dir\": \"$name\"}"

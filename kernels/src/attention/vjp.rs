@@ -40,6 +40,21 @@ fn backward(
     let (o, lse) = saved_outputs(call)?;
     let d_o = call.cotangent(0)?;
     let dtype = q.dtype();
+    let gpu = kernel_ir::current_platform() == kernel_ir::Platform::Gpu;
+    // On GPUs the backward's tiles hold q, k, v, dO and the score and
+    // probability blocks at once: with head dim >= 128, 128-row query
+    // blocks run out of registers (the dk/dv kernel spills 768 B on
+    // sm_90, `tessera compile --gpu`), 64-row ones spill nothing. The
+    // forward keeps its blocks.
+    let bwd_cfg = AttnConfig {
+        block_q: if gpu && q.shape()[3] >= 128 {
+            cfg.block_q.min(64)
+        } else {
+            cfg.block_q
+        },
+        ..*cfg
+    };
+    let cfg = &bwd_cfg;
     let delta_k = attention_delta(
         cfg.block_q,
         dtype,
@@ -65,7 +80,7 @@ fn backward(
     // which a TPU core does anyway. A GPU runs only the parallel grid dims
     // as programs, (batch, kv head) here, too few for its cores: there dq
     // and dk/dv are two kernels, each parallel over its own blocks.
-    let one_pass = if kernel_ir::current_platform() == kernel_ir::Platform::Gpu {
+    let one_pass = if gpu {
         None
     } else if with_len {
         flash_attention_dqkv_kv_len(cfg, dtype, dqkv_dims).ok()

@@ -245,7 +245,8 @@ def nvidia_stats(cubin, keep):
             f.write(sass)
     m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", usage)
     regs, stack, shared, local = (int(x) for x in m.groups()) if m else (0, 0, 0, 0)
-    hgmma = len(re.findall(r"\bHGMMA\.", sass))
+    # Hopper's warpgroup MMAs: HGMMA (f16/bf16/tf32), QGMMA (fp8), IGMMA (int8).
+    hgmma = len(re.findall(r"\b[HQI]GMMA\.", sass))
     hmma = len(re.findall(r"\bHMMA\.", sass))
     imma = len(re.findall(r"\bIMMA\.", sass))
     tc_sm100 = len(re.findall(r"\bUTC[A-Z]*MMA", sass))

@@ -292,10 +292,18 @@ impl<'a> Emitter<'a> {
         let product = if self.uses_tensor_cores(lhs, rhs, dims) {
             // f32 products at f32's precision: IEEE in the interpreter, the
             // target's multi-pass tensor-core scheme when compiled (`F32_DOT`).
-            let precision = if ldt == DType::F32 {
-                ", input_precision=F32_DOT"
-            } else {
-                ""
+            let precision = match ldt {
+                DType::F32 => ", input_precision=F32_DOT".to_string(),
+                // Hopper's fp8 tensor cores accumulate in fewer bits than
+                // f32 (Triton's default there); the sum moves into the f32
+                // accumulator after every 32 products of k, the tensor
+                // cores' step, so the dot keeps f32 accumulation (measured
+                // on an H200: e5m2 products over k = 512 at 2.9x the
+                // tolerance without this).
+                DType::F8E4M3FN | DType::F8E5M2 => {
+                    format!(", max_num_imprecise_acc={}", k.min(32))
+                }
+                _ => String::new(),
             };
             match acc {
                 Some(c) => format!("tl.dot({a}, {bb}, {c}{precision}, out_dtype={acc_tl})"),
