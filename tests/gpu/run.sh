@@ -23,6 +23,8 @@
 #                                       run on inputs prepared elsewhere: the
 #                                       GPU machine needs no Rust, no Tessera
 #
+# TESSERA_GPU_STEPS (default "cases bench jax") runs only the steps named.
+#
 # Triton's tutorial (python/tutorials/06-fused-attention.py of the Triton
 # release installed) is a baseline, never part of Tessera: --prepare copies
 # it from $TRITON_TUTORIAL_ATTENTION or downloads it; without it the
@@ -106,30 +108,37 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"
 cat "$OUT/gpu.txt"
 status=0
 start=$(date +%s)
+steps=" ${TESSERA_GPU_STEPS:-cases bench jax} "
 
 # 1. The catalog, 8 processes (Triton compiles one program at a time per
 #    process; the GPU runs them all).
-for i in 0 1 2 3 4 5 6 7; do
-  timeout 150 "$python" tests/gpu/device.py cases "$work" "$OUT" --shard $i/8 >"$work/logs/cases_$i.log" 2>&1 &
-done
-wait
-"$python" tests/gpu/device.py merge "$OUT" || status=1
-echo "run.sh: cases done at $(($(date +%s) - start)) s"
+if [[ $steps == *" cases "* ]]; then
+  for i in 0 1 2 3 4 5 6 7; do
+    timeout 150 "$python" tests/gpu/device.py cases "$work" "$OUT" --shard $i/8 >"$work/logs/cases_$i.log" 2>&1 &
+  done
+  wait
+  "$python" tests/gpu/device.py merge "$OUT" || status=1
+  echo "run.sh: cases done at $(($(date +%s) - start)) s"
+fi
 
 # 2. Flash attention: compile every program first in 8 processes (Triton's
 #    cache then serves the timing process), then time in one.
-for i in 0 1 2 3 4 5 6 7; do
-  timeout 150 "$python" tests/gpu/device.py bench "$work" "$OUT" --warm $i/8 >"$work/logs/warm_$i.log" 2>&1 &
-done
-wait
-echo "run.sh: compiles done at $(($(date +%s) - start)) s"
-timeout 180 "$python" tests/gpu/device.py bench "$work" "$OUT" >"$work/logs/bench.log" 2>&1 ||
-  echo "run.sh: the bench stopped early (see bench.log)"
-echo "run.sh: bench done at $(($(date +%s) - start)) s"
+if [[ $steps == *" bench "* ]]; then
+  for i in 0 1 2 3 4 5 6 7; do
+    timeout 150 "$python" tests/gpu/device.py bench "$work" "$OUT" --warm $i/8 >"$work/logs/warm_$i.log" 2>&1 &
+  done
+  wait
+  echo "run.sh: compiles done at $(($(date +%s) - start)) s"
+  timeout 180 "$python" tests/gpu/device.py bench "$work" "$OUT" >"$work/logs/bench.log" 2>&1 ||
+    echo "run.sh: the bench stopped early (see bench.log)"
+  echo "run.sh: bench done at $(($(date +%s) - start)) s"
+fi
 
 # 3. JAX.
-timeout 90 "$python" tests/gpu/device.py jax "$work" "$OUT" >"$work/logs/jax.log" 2>&1 || status=1
-echo "run.sh: jax done at $(($(date +%s) - start)) s"
+if [[ $steps == *" jax "* ]]; then
+  timeout 90 "$python" tests/gpu/device.py jax "$work" "$OUT" >"$work/logs/jax.log" 2>&1 || status=1
+  echo "run.sh: jax done at $(($(date +%s) - start)) s"
+fi
 
 for f in "$work"/logs/*.log; do echo "== $(basename "$f")"; tail -40 "$f"; done >"$OUT/logs.txt" 2>/dev/null
 {

@@ -41,20 +41,21 @@ fn backward(
     let d_o = call.cotangent(0)?;
     let dtype = q.dtype();
     let gpu = kernel_ir::current_platform() == kernel_ir::Platform::Gpu;
-    // On GPUs the backward's tiles hold q, k, v, dO and the score and
-    // probability blocks at once: with head dim >= 128, 128-row query
-    // blocks run out of registers (the dk/dv kernel spills 768 B on
-    // sm_90, `tessera compile --gpu`), 64-row ones spill nothing. The
+    // On GPUs each backward kernel holds q, k, v, dO and a score and a
+    // probability block at once: with head dim >= 128 the dk/dv kernel
+    // takes 64-row query blocks (128 rows spill 768 B of registers on
+    // sm_90, `tessera compile --gpu`) and the dq kernel 64-key blocks
+    // (Triton's tutorial's shape of the two: short inner blocks). The
     // forward keeps its blocks.
-    let bwd_cfg = AttnConfig {
-        block_q: if gpu && q.shape()[3] >= 128 {
-            cfg.block_q.min(64)
-        } else {
-            cfg.block_q
-        },
+    let wide = gpu && q.shape()[3] >= 128;
+    let dkv_cfg = AttnConfig {
+        block_q: if wide { cfg.block_q.min(64) } else { cfg.block_q },
         ..*cfg
     };
-    let cfg = &bwd_cfg;
+    let dq_cfg = AttnConfig {
+        block_k: if wide { cfg.block_k.min(64) } else { cfg.block_k },
+        ..*cfg
+    };
     let delta_k = attention_delta(
         cfg.block_q,
         dtype,
@@ -98,13 +99,13 @@ fn backward(
             flash_attention_dkv::Dims::from_shapes(&refs(&shapes)).map_err(|e| err(e.into()))?;
         let (dq_k, dkv_k) = if with_len {
             (
-                flash_attention_dq_kv_len(cfg, dtype, dq_dims),
-                flash_attention_dkv_kv_len(cfg, dtype, dkv_dims),
+                flash_attention_dq_kv_len(&dq_cfg, dtype, dq_dims),
+                flash_attention_dkv_kv_len(&dkv_cfg, dtype, dkv_dims),
             )
         } else {
             (
-                flash_attention_dq(cfg, dtype, dq_dims),
-                flash_attention_dkv(cfg, dtype, dkv_dims),
+                flash_attention_dq(&dq_cfg, dtype, dq_dims),
+                flash_attention_dkv(&dkv_cfg, dtype, dkv_dims),
             )
         };
         let (dq_k, dkv_k) = (
