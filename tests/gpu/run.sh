@@ -13,6 +13,12 @@
 #      (cuDNN / flash) and Triton's tutorial kernel, with ratios -> $OUT/bench.md
 #   3. an exported artifact through JAX on the GPU (its cuda branch, XLA's
 #      Triton custom call), forward and jax.grad against float64 -> $OUT/jax.md
+#   4. Tessera's graph runtime on JAX's CUDA PJRT plugin: `tessera train`
+#      (a transformer's forward, backward and AdamW through flash attention,
+#      rms_norm and swiglu kernels, each a Triton custom call) must reach its
+#      loss threshold                                        -> $OUT/runtime.md
+#      (needs the tessera binary on the GPU machine: $TESSERA_BIN or the one
+#      `cargo build` made; skipped without it)
 #
 # Usage:
 #   tests/gpu/run.sh                    prepare here (cargo, and Triton from
@@ -23,7 +29,8 @@
 #                                       run on inputs prepared elsewhere: the
 #                                       GPU machine needs no Rust, no Tessera
 #
-# TESSERA_GPU_STEPS (default "cases bench jax") runs only the steps named.
+# TESSERA_GPU_STEPS (default "cases bench jax runtime") runs only the steps
+# named.
 #
 # Triton's tutorial (python/tutorials/06-fused-attention.py of the Triton
 # release installed) is a baseline, never part of Tessera: --prepare copies
@@ -91,16 +98,19 @@ fi
 
 OUT=${OUT:-$root/target/gpu}
 mkdir -p "$OUT"
-inputs=${TESSERA_GPU_INPUTS:-}
-if [ -z "$inputs" ]; then
-  inputs=$root/target/gpu-inputs
-  prepare "$inputs" || { echo "run.sh: preparing the inputs failed" >&2; exit 1; }
-fi
+steps=" ${TESSERA_GPU_STEPS:-cases bench jax runtime} "
 python=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/logs"
-cp -r "$inputs/." "$work/" && (cd "$work" && "$python" -c 'import tarfile; tarfile.open("cases.tar.xz").extractall(".", filter="data")') || exit 1
+if [[ $steps == *" cases "* || $steps == *" bench "* || $steps == *" jax "* ]]; then
+  inputs=${TESSERA_GPU_INPUTS:-}
+  if [ -z "$inputs" ]; then
+    inputs=$root/target/gpu-inputs
+    prepare "$inputs" || { echo "run.sh: preparing the inputs failed" >&2; exit 1; }
+  fi
+  cp -r "$inputs/." "$work/" && (cd "$work" && "$python" -c 'import tarfile; tarfile.open("cases.tar.xz").extractall(".", filter="data")') || exit 1
+fi
 export PYTHONPATH=$root/kernels/python/src${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TRITON_CACHE_DIR=$work/triton-cache
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1 || true
@@ -108,7 +118,6 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"
 cat "$OUT/gpu.txt"
 status=0
 start=$(date +%s)
-steps=" ${TESSERA_GPU_STEPS:-cases bench jax} "
 
 # 1. The catalog, 8 processes (Triton compiles one program at a time per
 #    process; the GPU runs them all).
@@ -140,11 +149,32 @@ if [[ $steps == *" jax "* ]]; then
   echo "run.sh: jax done at $(($(date +%s) - start)) s"
 fi
 
+# 4. The graph runtime on the CUDA plugin.
+tessera=${TESSERA_BIN:-$root/target/release/tessera}
+if [[ $steps == *" runtime "* ]]; then
+  plugin=$("$python" -c 'import glob, os, jax_plugins.xla_cuda13 as m; print(glob.glob(os.path.join(os.path.dirname(m.__file__), "*.so"))[0])' 2>/dev/null)
+  if [ ! -x "$tessera" ] || [ -z "$plugin" ]; then
+    echo "skipped: no tessera binary ($tessera) or no CUDA PJRT plugin on this machine" >"$OUT/runtime.md"
+  else
+    {
+      echo "\`tessera train\` on the PJRT plugin $plugin (TESSERA_PJRT_PLUGIN), kernel calls as Triton custom calls (TTIR from Triton $("$python" -c 'import triton; print(triton.__version__)')):"
+      echo
+      echo '```'
+      TESSERA_PJRT_PLUGIN=$plugin TESSERA_TRITON_PYTHON=$(command -v "$python") TESSERA_CACHE=$work/tessera-cache \
+        timeout 240 "$tessera" train --quiet 2>&1 | tail -15
+      echo "exit status ${PIPESTATUS[0]}"
+      echo '```'
+    } >"$OUT/runtime.md"
+    grep -q "^exit status 0$" "$OUT/runtime.md" || status=1
+  fi
+  echo "run.sh: runtime done at $(($(date +%s) - start)) s"
+fi
+
 for f in "$work"/logs/*.log; do echo "== $(basename "$f")"; tail -40 "$f"; done >"$OUT/logs.txt" 2>/dev/null
 {
   echo "# Tessera on $(head -1 "$OUT/gpu.txt"), $(date -u +%Y-%m-%d)"
   sed -n 2p "$OUT/gpu.txt"
-  for f in cases bench jax; do
+  for f in cases bench jax runtime; do
     echo
     echo "## $f"
     echo

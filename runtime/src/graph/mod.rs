@@ -323,12 +323,8 @@ impl Runtime {
         }
         .map_err(setup("loading the PJRT plugin"))?;
         let devices = options.devices.max(1);
-        let create: Vec<(&str, i64)> = if options.plugin.is_none() {
-            vec![("cpu_device_count", devices as i64)]
-        } else {
-            Vec::new()
-        };
-        let client = Client::new(plugin.clone(), &create).map_err(setup("creating the client"))?;
+        let client =
+            Client::with_devices(plugin.clone(), devices).map_err(setup("creating the client"))?;
         if client.devices().len() < devices {
             return Err(RuntimeError::Setup {
                 what: "choosing devices",

@@ -362,10 +362,19 @@ impl Client {
 
     /// A client of the CPU plugin with `devices` devices.
     pub fn cpu(devices: usize) -> Result<Client, PjrtError> {
-        Client::new(
-            Plugin::default_plugin()?,
-            &[("cpu_device_count", devices as i64)],
-        )
+        Client::with_devices(Plugin::default_plugin()?, devices)
+    }
+
+    /// A client of `plugin` asked for `devices` devices: the CPU plugin
+    /// makes that many (`cpu_device_count`); a plugin that refuses the
+    /// option (a GPU's: "Unexpected option name passed to
+    /// PJRT_Client_Create", seen with JAX's CUDA plugin on an H200) gets
+    /// none and has the devices it has.
+    pub fn with_devices(plugin: Arc<Plugin>, devices: usize) -> Result<Client, PjrtError> {
+        match Client::new(plugin.clone(), &[("cpu_device_count", devices as i64)]) {
+            Err(e) if e.to_string().contains("cpu_device_count") => Client::new(plugin, &[]),
+            other => other,
+        }
     }
 
     /// The plugin behind this client.
