@@ -242,6 +242,9 @@ def bench(inputs: pathlib.Path, out: pathlib.Path, warm: tuple[int, int] | None)
     def f(r, key):
         return f"{r[key]:.0f}" if key in r else "–"
 
+    def e(r, key):
+        return f"{r[key]:.1e}" if key in r else "–"
+
     def ratio(r, a, b):
         return f"{r[a] / r[b]:.2f}" if a in r and b in r else "–"
 
@@ -252,7 +255,7 @@ def bench(inputs: pathlib.Path, out: pathlib.Path, warm: tuple[int, int] | None)
             f"{ratio(r, 'tessera_fwd_tflops', 'tutorial_fwd_tflops')} | {f(r, 'tessera_bwd_tflops')} | "
             f"{f(r, 'sdpa_bwd_tflops')} | {f(r, 'tutorial_bwd_tflops')} | "
             f"{ratio(r, 'tessera_bwd_tflops', 'sdpa_bwd_tflops')} | "
-            f"{r.get('fwd_max_abs', float('nan')):.1e} | {r.get('dq_max_abs', float('nan')):.1e} |")
+            f"{e(r, 'fwd_max_abs')} | {e(r, 'dq_max_abs')} |")
     (out / "bench.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
