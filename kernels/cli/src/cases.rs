@@ -55,7 +55,8 @@ pub fn cases(args: &[String]) -> Result<(), Failure> {
         let n = list.len();
         list.push(case(n, p.name(), p.entry, &cfg, &build, seed, &mut files));
     }
-    let index = json!({"format": "tessera-gpu-cases", "format_version": 1, "seed": seed, "cases": list});
+    let index =
+        json!({"format": "tessera-gpu-cases", "format_version": 1, "seed": seed, "cases": list});
     files.push(("cases.json".into(), index.to_string().into_bytes()));
     let dir = std::path::Path::new(out);
     let staged = tooling::atomic_dir::StagedDir::new(dir, |d| d.join("cases.json").is_file())
@@ -115,7 +116,10 @@ fn case(
     let mut outs = Vec::new();
     for (i, (o, r)) in k.outputs().zip(&reference).enumerate() {
         let file = format!("data/{n}_ref{i}.bin");
-        files.push((file.clone(), r.iter().flat_map(|v| v.to_le_bytes()).collect()));
+        files.push((
+            file.clone(),
+            r.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ));
         let t = tol.get(i).or(tol.last()).copied();
         outs.push(json!({
             "name": o.name,

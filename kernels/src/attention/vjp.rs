@@ -49,11 +49,19 @@ fn backward(
     // forward keeps its blocks.
     let wide = gpu && q.shape()[3] >= 128;
     let dkv_cfg = AttnConfig {
-        block_q: if wide { cfg.block_q.min(64) } else { cfg.block_q },
+        block_q: if wide {
+            cfg.block_q.min(64)
+        } else {
+            cfg.block_q
+        },
         ..*cfg
     };
     let dq_cfg = AttnConfig {
-        block_k: if wide { cfg.block_k.min(64) } else { cfg.block_k },
+        block_k: if wide {
+            cfg.block_k.min(64)
+        } else {
+            cfg.block_k
+        },
         ..*cfg
     };
     let delta_k = attention_delta(

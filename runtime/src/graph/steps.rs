@@ -134,7 +134,10 @@ impl Writer {
     }
 
     fn node(&mut self, n: &Node, op: &Op, ins: &[Arc<Node>]) -> Result<(), String> {
-        let args: Vec<usize> = ins.iter().map(|i| self.value(i)).collect::<Result<_, _>>()?;
+        let args: Vec<usize> = ins
+            .iter()
+            .map(|i| self.value(i))
+            .collect::<Result<_, _>>()?;
         if let Op::Kernel { call, output } = op {
             let key = Arc::as_ptr(call) as usize;
             let first = match self.calls.get(&key) {
@@ -229,8 +232,12 @@ mod tests {
     #[test]
     fn a_tensor_read_but_not_given_is_an_error_naming_the_fix() {
         let rt = Runtime::cpu().unwrap();
-        let x = rt.tensor(&Array::from_elems([2], &[1.0f32, 2.0]).unwrap()).unwrap();
-        let y = rt.tensor(&Array::from_elems([2], &[1.0f32, 2.0]).unwrap()).unwrap();
+        let x = rt
+            .tensor(&Array::from_elems([2], &[1.0f32, 2.0]).unwrap())
+            .unwrap();
+        let y = rt
+            .tensor(&Array::from_elems([2], &[1.0f32, 2.0]).unwrap())
+            .unwrap();
         let z = x.add(&y).unwrap();
         let e = rt.export_steps(&[&x], &[&z]).unwrap_err().to_string();
         assert!(e.contains("pass every tensor they read"), "{e}");

@@ -57,7 +57,11 @@ pub const MAX_INTERPRETERS: usize = 4;
 
 // The interpreter's patches first: runner.py calls them (and
 // `tessera_torch` ships the same file).
-const RUNNER: &str = concat!(include_str!("interpreter.py"), "\n", include_str!("runner.py"));
+const RUNNER: &str = concat!(
+    include_str!("interpreter.py"),
+    "\n",
+    include_str!("runner.py")
+);
 
 /// Why Triton gave no result.
 #[derive(Debug, thiserror::Error)]

@@ -95,3 +95,59 @@ fn the_gpu_target_lowers_compiles_runs_and_lists() {
         assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
     }
 }
+
+/// `tessera cases`: every catalog kernel and preset as a GPU check case
+/// (`tests/gpu/run.sh`), its data consistent with its description (`add`'s
+/// f64 reference is the sum of its inputs), a bad seed a usage error, and
+/// a path that is not a cases folder never replaced.
+#[test]
+fn cases_writes_every_catalog_kernel_as_a_gpu_check_case() {
+    let d = dir("cases");
+    let out = d.join("cases");
+    let o = tessera(&["cases", "--out", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("cases.json")).unwrap()).unwrap();
+    assert_eq!(index["format"], "tessera-gpu-cases");
+    let cases = index["cases"].as_array().unwrap();
+    assert_eq!(
+        cases.len(),
+        kernels::ENTRIES.len() + kernels::presets().count()
+    );
+    let runnable = cases.iter().filter(|c| c.get("program").is_some()).count();
+    assert!(runnable + 2 >= cases.len(), "{runnable} of {}", cases.len());
+    for c in cases.iter().filter(|c| c.get("skipped").is_some()) {
+        assert!(c["skipped"].as_str().unwrap().contains("GPU"), "{c}");
+    }
+    let add = cases.iter().find(|c| c["name"] == "add").unwrap();
+    let read_f32 = |f: &str| -> Vec<f32> {
+        std::fs::read(out.join(f))
+            .unwrap()
+            .chunks(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    };
+    let x = read_f32(add["inputs"][0]["file"].as_str().unwrap());
+    let y = read_f32(add["inputs"][1]["file"].as_str().unwrap());
+    let reference: Vec<f64> =
+        std::fs::read(out.join(add["outputs"][0]["reference"].as_str().unwrap()))
+            .unwrap()
+            .chunks(8)
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+    assert_eq!(x.len(), 64 * 256);
+    assert_eq!(reference.len(), x.len());
+    for ((a, b), r) in x.iter().zip(&y).zip(&reference) {
+        assert_eq!(f64::from(*a) + f64::from(*b), *r);
+    }
+    assert_eq!(add["program"]["function"], "add_kernel");
+    assert!(add["outputs"][0]["abs"].as_f64().unwrap() > 0.0);
+    // A bad seed is a usage error; a regular file is never replaced.
+    let o = tessera(&["cases", "--out", out.to_str().unwrap(), "--seed", "x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let file = d.join("a-file");
+    std::fs::write(&file, b"keep").unwrap();
+    let o = tessera(&["cases", "--out", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+}

@@ -16,7 +16,11 @@ use std::fmt::Write;
 use crate::atomic_dir::{StageError, StagedDir};
 use kernel_ir::{Array, DType, VerifiedKernel, sha256_hex};
 
-use kernels::{Config, Entry};
+mod steps;
+mod vjp;
+
+use steps::kernel_steps;
+pub use vjp::{vjp_fixed, vjp_for, vjp_on};
 
 /// An exported kernel: the module and what its manifest says of its
 /// calling convention.
@@ -383,53 +387,6 @@ pub fn export_on(
     Ok(art)
 }
 
-/// The steps program ([`runtime::graph::STEPS_FORMAT`]) of one kernel
-/// call: the kernel's Triton program on all its arguments.
-fn kernel_steps(kernel: &VerifiedKernel, fixed: &[(usize, Array)]) -> Result<String, String> {
-    use runtime::graph::{STEPS_FORMAT, STEPS_VERSION};
-    use runtime::triton::{dtype_name, program_json};
-    let program = lowering::triton(kernel).map_err(|e| e.to_string())?;
-    let inputs: Vec<serde_json::Value> = kernel
-        .arguments()
-        .map(|a| serde_json::json!({"dtype": dtype_name(a.dtype), "shape": a.shape}))
-        .collect();
-    let (n, m) = (inputs.len(), kernel.outputs().count());
-    let steps = serde_json::json!({
-        "format": STEPS_FORMAT,
-        "format_version": STEPS_VERSION,
-        "inputs": inputs,
-        "programs": [program_json(&program)],
-        "steps": [{
-            "op": "kernel",
-            "program": 0,
-            "args": (0..n).collect::<Vec<_>>(),
-            "out": (n..n + m).collect::<Vec<_>>(),
-            "kernel": kernel.name,
-        }],
-        "outputs": (n..n + m).collect::<Vec<_>>(),
-    });
-    Ok(steps_with_fixed(steps, fixed))
-}
-
-/// `steps` with the `fixed` inputs recorded (`fixed`: index, dtype,
-/// shape, little-endian bytes in hex): the caller passes the others only,
-/// as to the module's `@main`.
-fn steps_with_fixed(mut steps: serde_json::Value, fixed: &[(usize, Array)]) -> String {
-    let fixed: Vec<serde_json::Value> = fixed
-        .iter()
-        .map(|(i, a)| {
-            serde_json::json!({
-                "index": i,
-                "dtype": runtime::triton::dtype_name(a.dtype()),
-                "shape": a.shape(),
-                "data": kernel_ir::hex(&a.to_le_bytes()),
-            })
-        })
-        .collect();
-    steps["fixed"] = serde_json::json!(fixed);
-    steps.to_string()
-}
-
 /// The artifact of a program given as its branches, one per platform in
 /// the order of the platform index, each a private function
 /// (`@tessera_<platform>`, with any functions it calls) taking `ins` and
@@ -577,189 +534,10 @@ fn multi_platform(
     })
 }
 
-/// The VJP artifact of `entry` built as `forward` with `cfg`, in
-/// jax.export's VJP convention (the primals and the outputs' cotangents
-/// in, the inputs' cotangents out), or `None` when the entry declares no
-/// backward. Integer inputs (tables, segment ids, lengths) have no
-/// cotangent: the VJP returns those of the float inputs only, and its
-/// manifest's `grad_inputs` names them (the loader gives the others
-/// none, JAX's float0 zeros).
-///
-/// It is the backward `grad` runs: the forward call is recorded on a CPU
-/// graph runtime through [`Entry::call`], [`runtime::graph::vjp`] records
-/// the entry's backward, and the program from the inputs and cotangents to
-/// the gradients is exported twice, kernel calls decomposed (the CPU
-/// branch) and as `tpu_custom_call`s (the TPU branch). A kernel's backward
-/// is written once, in its entry.
-pub fn vjp_for(
-    entry: &Entry,
-    cfg: &Config,
-    forward: &VerifiedKernel,
-) -> Result<Option<Artifact>, String> {
-    vjp_fixed(entry, cfg, forward, &[])
-}
-
-/// [`vjp_for`] of the artifact [`export_fixed`] makes with `fixed`: those
-/// primals are constants of the VJP too, and `grad_inputs` counts the
-/// forward's free inputs only.
-pub fn vjp_fixed(
-    entry: &Entry,
-    cfg: &Config,
-    forward: &VerifiedKernel,
-    fixed: &[(usize, Array)],
-) -> Result<Option<Artifact>, String> {
-    vjp_on(entry, cfg, forward, fixed, false)
-}
-
-/// [`vjp_fixed`], with the GPU platforms ([`GPU_PLATFORMS`]) when `gpu` is
-/// set: the backward's kernel calls as Triton custom calls.
-pub fn vjp_on(
-    entry: &Entry,
-    cfg: &Config,
-    forward: &VerifiedKernel,
-    fixed: &[(usize, Array)],
-    gpu: bool,
-) -> Result<Option<Artifact>, String> {
-    use runtime::graph::{KernelForm, Runtime, Tensor};
-    if entry.backward.is_none() {
-        return Ok(None);
-    }
-    let ins: Signature = forward
-        .arguments()
-        .map(|a| (a.name.to_string(), a.shape.to_vec(), a.dtype))
-        .collect();
-    let float_ins: Vec<usize> = (0..ins.len()).filter(|&i| ins[i].2.is_float()).collect();
-    if float_ins.is_empty() {
-        return Ok(None);
-    }
-    let fail = |what: &str| {
-        let what = what.to_string();
-        move |e: runtime::graph::RuntimeError| format!("the VJP of `{}`: {what}: {e}", forward.name)
-    };
-    let outs: Signature = forward
-        .outputs()
-        .map(|o| (o.name.clone(), o.shape.clone(), o.dtype))
-        .collect();
-    // The backward as the graph runtime records it: primals (fixed ones
-    // at their values), then cotangents, and the gradients.
-    let record = || -> Result<(Runtime, Vec<Tensor>, Vec<Tensor>), String> {
-        let rt = Runtime::cpu().map_err(fail("starting the CPU runtime"))?;
-        let primals: Vec<Tensor> = ins
-            .iter()
-            .enumerate()
-            .map(|(i, (_, s, d))| {
-                let value = match fixed.iter().find(|(j, _)| *j == i) {
-                    Some((_, a)) => a.clone(),
-                    None => kernel_ir::Array::zeros(*d, s.clone()),
-                };
-                let t = rt.tensor(&value)?;
-                if d.is_float() {
-                    t.requires_grad()
-                } else {
-                    Ok(t)
-                }
-            })
-            .collect::<Result<_, _>>()
-            .map_err(fail("its inputs"))?;
-        let primal_refs: Vec<&Tensor> = primals.iter().collect();
-        let wrt: Vec<&Tensor> = float_ins.iter().map(|&i| &primals[i]).collect();
-        let outputs = entry
-            .call(&rt, cfg, &primal_refs)
-            .map_err(fail("recording the forward"))?;
-        let cts: Vec<Tensor> = outs
-            .iter()
-            .map(|(_, s, d)| rt.tensor(&kernel_ir::Array::zeros(*d, s.clone())))
-            .collect::<Result<_, _>>()
-            .map_err(fail("the cotangents"))?;
-        let out_refs: Vec<&Tensor> = outputs.iter().collect();
-        let ct_refs: Vec<&Tensor> = cts.iter().collect();
-        let grads = runtime::graph::vjp(&out_refs, &ct_refs, &wrt)
-            .map_err(fail("recording the backward"))?;
-        let params = primals.into_iter().chain(cts).collect();
-        Ok((rt, params, grads))
-    };
-    let branch = |(rt, params, grads): &(Runtime, Vec<Tensor>, Vec<Tensor>),
-                  form: KernelForm,
-                  name: &str|
-     -> Result<String, String> {
-        let params: Vec<&Tensor> = params.iter().collect();
-        let grads: Vec<&Tensor> = grads.iter().collect();
-        let text = rt
-            .export_as(&params, &grads, form)
-            .map_err(fail("exporting the program"))?;
-        lowering::private_functions(&text, name).map_err(|e| e.to_string())
-    };
-    let recorded = record()?;
-    let mut branches = vec![
-        (
-            "cpu",
-            branch(&recorded, KernelForm::Decomposed, "tessera_cpu")?,
-        ),
-        (
-            "tpu",
-            branch(&recorded, KernelForm::TpuCustomCall, "tessera_tpu")?,
-        ),
-    ];
-    let mut steps = None;
-    if gpu {
-        // Recorded again with the kernels built for GPUs: a backward may
-        // pick other kernels there (attention's dq and dk/dv apart, whose
-        // grids spread over the GPU's cores, for the one-pass kernel).
-        let recorded = kernel_ir::for_platform(kernel_ir::Platform::Gpu, record)?;
-        for (platform, target) in GPU_PLATFORMS {
-            let f = branch(
-                &recorded,
-                KernelForm::TritonCustomCall(target),
-                &format!("tessera_{platform}"),
-            )?;
-            branches.push((platform, f));
-        }
-        let (rt, params, grads) = &recorded;
-        let params: Vec<&Tensor> = params.iter().collect();
-        let grads: Vec<&Tensor> = grads.iter().collect();
-        let s = rt
-            .export_steps(&params, &grads)
-            .map_err(fail("its Triton steps"))?;
-        steps = Some(steps_with_fixed(s, fixed));
-    }
-    let mut vjp_ins = ins.clone();
-    vjp_ins.extend(
-        outs.iter()
-            .map(|(n, s, d)| (format!("ct_{n}"), s.clone(), *d)),
-    );
-    let vjp_outs: Signature = float_ins
-        .iter()
-        .map(|&i| {
-            let (n, s, d) = &ins[i];
-            (format!("d{n}"), s.clone(), *d)
-        })
-        .collect();
-    let mut art = multi_platform(
-        &format!("{}_vjp", forward.name),
-        &vjp_ins,
-        &vjp_outs,
-        &branches,
-        fixed,
-    )?;
-    art.steps = steps;
-    let free: Vec<usize> = (0..ins.len())
-        .filter(|i| !fixed.iter().any(|(j, _)| j == i))
-        .collect();
-    if float_ins.len() < free.len() {
-        // Positions among the forward artifact's (free) inputs.
-        art.grad_inputs = Some(
-            float_ins
-                .iter()
-                .filter_map(|i| free.iter().position(|j| j == i))
-                .collect(),
-        );
-    }
-    Ok(Some(art))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kernels::Config;
 
     /// With GPUs, an artifact and its VJP carry cuda and rocm after cpu and
     /// tpu, each calling the kernels' Triton programs through XLA's GPU
@@ -792,9 +570,53 @@ mod tests {
         let vjp = vjp_on(p.entry, &cfg, &k, &[], true).unwrap().unwrap();
         assert_eq!(vjp.platforms, art.platforms);
         assert!(vjp.module.matches(lowering::TRITON_CALL_TARGET).count() >= 4);
+        // triton.json: the forward is its kernel's program on every
+        // argument; the VJP's steps run the GPU builds' kernels, dq apart
+        // from dk/dv (the one-pass kernel's grid is too narrow for a GPU),
+        // with the cotangent of lse subtracted between them.
+        let steps: serde_json::Value = serde_json::from_str(art.steps.as_deref().unwrap()).unwrap();
+        assert_eq!(steps["format"], runtime::graph::STEPS_FORMAT);
+        assert_eq!(steps["steps"][0]["op"], "kernel");
+        assert_eq!(steps["steps"][0]["args"], serde_json::json!([0, 1, 2]));
+        assert_eq!(steps["outputs"], serde_json::json!([3, 4]));
+        assert_eq!(steps["programs"][0]["function"], "flash_attention_kernel");
+        let vsteps: serde_json::Value =
+            serde_json::from_str(vjp.steps.as_deref().unwrap()).unwrap();
+        let kernels: Vec<&str> = vsteps["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["kernel"].as_str())
+            .collect();
+        assert_eq!(
+            kernels,
+            [
+                "flash_attention",
+                "attention_delta",
+                "flash_attention_dq",
+                "flash_attention_dkv"
+            ]
+        );
+        assert!(
+            vsteps["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["op"] == "binary" && s["name"] == "sub")
+        );
         // Without --gpu nothing of the GPU is there.
         let plain = export(&k).unwrap();
         assert!(!plain.module.contains(lowering::TRITON_CALL_TARGET));
+        assert!(plain.steps.is_none());
+        let files = artifact_files(
+            &plain,
+            None,
+            &Provenance {
+                entry: "x".into(),
+                config: vec![],
+            },
+        );
+        assert!(files.iter().all(|(f, _)| f != "triton.json"));
     }
 
     /// The module takes the platform index first, branches to the two
