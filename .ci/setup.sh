@@ -116,19 +116,23 @@ fetch_libtpu 0.0.51 aeb662a3174a89fd9a94ac64c965a72f43c65436f5546abbcb8968c9d955
 # and NumPy, both hash-pinned, in their own environment: `bin/python` of
 # it is what runtime::triton runs. Built beside its final place and
 # renamed into it, so a half-made environment is never used.
+# A Python 3.12 (Triton's wheel and torch's need it), or nothing.
+find_python312() {
+  local candidate
+  for candidate in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then
+      command -v "$candidate"
+      return
+    fi
+  done
+}
 triton_version="3.9.0"
 triton_sha256="5e52ab4e2f1d64f0ac494c9aa723697b793f81a91c4cae4c36608ca0bc4267bf"
 numpy_version="2.3.5"
 numpy_sha256="0d8163f43acde9a73c2a33605353a4f1bc4798745a8b1d73183b28e5b435ae28"
 triton_env="$cache/triton-$triton_version"
 if [ ! -x "$triton_env/bin/python" ] || ! "$triton_env/bin/python" -c 'import triton, numpy' >/dev/null 2>&1; then
-  python312=""
-  for candidate in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then
-      python312=$(command -v "$candidate")
-      break
-    fi
-  done
+  python312=$(find_python312)
   if [ -z "$python312" ]; then
     echo "setup: failed: Triton $triton_version needs Python 3.12 (python3.12 not found)" >&2
     exit 1
@@ -150,16 +154,10 @@ fi
 # the CUDA build: it loads the CUDA libraries' wheels even to run on the
 # CPU) and the same Triton and NumPy as above, all hash-pinned, in their own
 # environment: tessera_torch runs Tessera's Triton programs under Triton's
-# interpreter there (tests/torch/run.sh). ~2.9 GB download, ~4.5 GB installed.
+# interpreter there (tests/conformance/torch_op.py). ~2.9 GB download, ~4.5 GB installed.
 torch_env="$cache/torch-2.15.0-triton-$triton_version"
 if [ ! -x "$torch_env/bin/python" ] || ! "$torch_env/bin/python" -c 'import torch, triton, numpy' >/dev/null 2>&1; then
-  python312=""
-  for candidate in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3.12; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then
-      python312=$(command -v "$candidate")
-      break
-    fi
-  done
+  python312=$(find_python312)
   if [ -z "$python312" ]; then
     echo "setup: failed: torch 2.15.0 needs Python 3.12 (python3.12 not found)" >&2
     exit 1

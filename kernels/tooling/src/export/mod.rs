@@ -200,18 +200,10 @@ pub const GPU_PLATFORMS: [(&str, kernel_ir::GpuTarget); 2] = runtime::triton::PL
 /// `jax.export`'s calling convention version the module follows.
 pub const CALLING_CONVENTION: u32 = 10;
 
-/// The JAX (NumPy) name of a dtype.
+/// The JAX (NumPy, ml_dtypes) name of a dtype: PyTorch's too
+/// ([`runtime::triton::dtype_name`]), which `tessera_torch` relies on.
 pub fn jax_dtype(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "float32",
-        DType::BF16 => "bfloat16",
-        DType::F16 => "float16",
-        DType::I32 => "int32",
-        DType::I8 => "int8",
-        DType::Bool => "bool",
-        DType::F8E4M3FN => "float8_e4m3fn",
-        DType::F8E5M2 => "float8_e5m2",
-    }
+    runtime::triton::dtype_name(d)
 }
 
 fn tensor(shape: &[usize], d: DType) -> String {
