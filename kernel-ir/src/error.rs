@@ -44,8 +44,35 @@ impl From<ErrorKind> for KernelError {
 }
 
 /// All the errors found in one kernel, in the order found.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// Its `Debug` form is its messages (each rule broken and its fix), so a
+/// build's `.unwrap()`, which prints `Debug`, reads like a compiler error;
+/// `{:#?}` gives the fields.
+///
+/// ```
+/// use kernel_ir::prelude::*;
+/// let mut k = KernelBuilder::new("bad");
+/// k.grid([2], [Parallel]);
+/// let x = k.input("x", F32, [16, 100]).block([8, 100], |[i]| (i, 0));
+/// let o = k.output("x", F32, [16, 100]).block([8, 100], |[i]| (i, 0));
+/// o.store(.., x.load(..));
+/// let e = k.build().unwrap_err();
+/// assert!(format!("{e:?}").contains("[duplicate-name] `x` is declared twice"));
+/// assert!(format!("{e:#?}").contains("DuplicateName"));
+/// ```
+#[derive(Clone, PartialEq)]
 pub struct KernelErrors(pub Vec<KernelError>);
+
+impl fmt::Debug for KernelErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return f.debug_tuple("KernelErrors").field(&self.0).finish();
+        }
+        // After `unwrap`'s "called `Result::unwrap()` on an `Err` value: ".
+        writeln!(f)?;
+        fmt::Display::fmt(self, f)
+    }
+}
 
 impl KernelErrors {
     /// True if any error's kind satisfies `f`.
