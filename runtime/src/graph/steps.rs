@@ -2,30 +2,8 @@
 //! the ops between them as plain array ops, in order. What a host that
 //! launches Triton programs itself (PyTorch, through `tessera_torch`) runs
 //! instead of the StableHLO module of [`Runtime::export`]: the same
-//! program, op for op, with the same kernels.
-//!
-//! The JSON form ([`STEPS_FORMAT`], version [`STEPS_VERSION`]):
-//!
-//! ```text
-//! {"format": "tessera-triton-steps", "format_version": 1,
-//!  "inputs":   [{"dtype": "bfloat16", "shape": [..]}, ..],   values 0..n
-//!  "programs": [<runtime::triton::program_json>, ..],
-//!  "steps":    [{"op": .., "args": [value, ..], "out": [value, ..], ..}, ..],
-//!  "outputs":  [value, ..]}
-//! ```
-//!
-//! Values are numbered: the inputs first, then each step's results in
-//! order. Step ops: `kernel` (`program`: an index into `programs`; args in
-//! the kernel's argument order, one result per kernel output), `constant`
-//! (`value`), `literal` (`data`: the array's little-endian bytes in hex),
-//! `iota` (`dim`), `unary` / `binary` / `compare` (`name`: the op's name in
-//! the kernel IR's text form, e.g. `exp`, `sub`, `lt`), `select`, `convert`,
-//! `reshape`, `transpose` (`perm`), `broadcast` (`dims`: output dim of each
-//! input dim), `slice` (`start`, `limit`), `concat` (`axis`) and `reduce`
-//! (`name`, `axes`, `mean`). Every step names its result's `dtype` and
-//! `shape`. Dots, softmax, padded (bucketed) reductions and collectives
-//! have no step form: exporting a program with one is an error that names
-//! it.
+//! program, op for op, with the same kernels. The JSON form is
+//! [`STEPS_FORMAT`]'s doc.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,14 +16,37 @@ use super::{Runtime, RuntimeError, Tensor};
 use crate::triton::{dtype_name, program_json};
 
 /// The `format` of a steps program.
+///
+/// The JSON form (version [`STEPS_VERSION`]):
+///
+/// ```text
+/// {"format": "tessera-triton-steps", "format_version": 1,
+///  "inputs":   [{"dtype": "bfloat16", "shape": [..]}, ..],   values 0..n
+///  "programs": [<runtime::triton::program_json>, ..],
+///  "steps":    [{"op": .., "args": [value, ..], "out": [value, ..], ..}, ..],
+///  "outputs":  [value, ..]}
+/// ```
+///
+/// Values are numbered: the inputs first, then each step's results in
+/// order. Step ops: `kernel` (`program`: an index into `programs`; args in
+/// the kernel's argument order, one result per kernel output), `constant`
+/// (`value`), `literal` (`data`: the array's little-endian bytes in hex),
+/// `iota` (`dim`), `unary` / `binary` / `compare` (`name`: the op's name in
+/// the kernel IR's text form, e.g. `exp`, `sub`, `lt`), `select`, `convert`,
+/// `reshape`, `transpose` (`perm`), `broadcast` (`dims`: output dim of each
+/// input dim), `slice` (`start`, `limit`), `concat` (`axis`) and `reduce`
+/// (`name`, `axes`, `mean`). Every step names its result's `dtype` and
+/// `shape`. Dots, softmax, padded (bucketed) reductions and collectives
+/// have no step form: exporting a program with one is an error that names
+/// it.
 pub const STEPS_FORMAT: &str = "tessera-triton-steps";
 
 /// Its version.
 pub const STEPS_VERSION: u32 = 1;
 
 impl Runtime {
-    /// The program computing `outputs` from `inputs` as steps (see the
-    /// [module docs](self)): every kernel call a Triton program
+    /// The program computing `outputs` from `inputs` as steps
+    /// ([`STEPS_FORMAT`]): every kernel call a Triton program
     /// ([`lowering::triton()`](fn@lowering::triton)), every other op a
     /// plain array op. `inputs` must be every tensor the outputs read.
     ///

@@ -29,7 +29,7 @@ pub fn vjp_for(
     vjp_fixed(entry, cfg, forward, &[])
 }
 
-/// [`vjp_for`] of the artifact [`export_fixed`] makes with `fixed`: those
+/// [`vjp_for`] of the artifact [`export_fixed`](super::export_fixed) makes with `fixed`: those
 /// primals are constants of the VJP too, and `grad_inputs` counts the
 /// forward's free inputs only.
 pub fn vjp_fixed(
@@ -41,7 +41,7 @@ pub fn vjp_fixed(
     vjp_on(entry, cfg, forward, fixed, false)
 }
 
-/// [`vjp_fixed`], with the GPU platforms ([`GPU_PLATFORMS`]) when `gpu` is
+/// [`vjp_fixed`], with the GPU platforms ([`GPU_PLATFORMS`](super::GPU_PLATFORMS)) when `gpu` is
 /// set: the backward's kernel calls as Triton custom calls.
 pub fn vjp_on(
     entry: &Entry,
