@@ -111,11 +111,7 @@ PY
 fetch_libtpu 0.0.48.1 62cd0567e8ac1e41f786245586041b9dddcc851095a2d8c0f380924365e8fc92 311
 fetch_libtpu 0.0.51 aeb662a3174a89fd9a94ac64c965a72f43c65436f5546abbcb8968c9d9552631 312
 
-# --- Triton (the GPU compiler, compile-only, and its CPU interpreter) --------
-# Triton's wheel (cp312-abi3, no dependencies, ~290 MB, ~1 GB installed)
-# and NumPy, both hash-pinned, in their own environment: `bin/python` of
-# it is what runtime::triton runs. Built beside its final place and
-# renamed into it, so a half-made environment is never used.
+# --- Python environments: Triton, and torch beside it ------------------------
 # A Python 3.12 (Triton's wheel and torch's need it), or nothing.
 find_python312() {
   local candidate
@@ -126,47 +122,52 @@ find_python312() {
     fi
   done
 }
+
+# A Python 3.12 environment at DIR holding exactly the hash-pinned wheels
+# the requirements on stdin name, made when DIR has none that imports
+# IMPORTS. Built beside its final place and renamed into it, so a half-made
+# environment is never used.
+pinned_env() { # DIR IMPORTS WHAT
+  local dir=$1 imports=$2 what=$3 python312 tmp
+  if [ -x "$dir/bin/python" ] && "$dir/bin/python" -c "import $imports" >/dev/null 2>&1; then
+    cat >/dev/null
+    return 0
+  fi
+  python312=$(find_python312)
+  if [ -z "$python312" ]; then
+    echo "setup: failed: $what needs Python 3.12 (python3.12 not found)" >&2
+    exit 1
+  fi
+  echo "setup: installing $what into $dir"
+  tmp="$dir.partial"
+  rm -rf "$tmp" "$dir"
+  run_quiet "$python312" -m venv --without-pip "$tmp"
+  cat >"$tmp/requirements.txt"
+  run_quiet "$python312" -m pip --python "$tmp/bin/python" install --quiet --no-deps \
+    --require-hashes --only-binary=:all: --disable-pip-version-check -r "$tmp/requirements.txt"
+  run_quiet "$tmp/bin/python" -c "import $imports"
+  mv "$tmp" "$dir"
+}
+
+# Triton (the GPU compiler, compile-only, and its CPU interpreter): its
+# wheel (cp312-abi3, no dependencies, ~290 MB, ~1 GB installed) and NumPy;
+# `bin/python` of it is what runtime::triton runs.
 triton_version="3.9.0"
 triton_sha256="5e52ab4e2f1d64f0ac494c9aa723697b793f81a91c4cae4c36608ca0bc4267bf"
 numpy_version="2.3.5"
 numpy_sha256="0d8163f43acde9a73c2a33605353a4f1bc4798745a8b1d73183b28e5b435ae28"
-triton_env="$cache/triton-$triton_version"
-if [ ! -x "$triton_env/bin/python" ] || ! "$triton_env/bin/python" -c 'import triton, numpy' >/dev/null 2>&1; then
-  python312=$(find_python312)
-  if [ -z "$python312" ]; then
-    echo "setup: failed: Triton $triton_version needs Python 3.12 (python3.12 not found)" >&2
-    exit 1
-  fi
-  echo "setup: installing Triton $triton_version (the GPU compiler, ~1 GB) into $triton_env"
-  tmp="$triton_env.partial"
-  rm -rf "$tmp" "$triton_env"
-  run_quiet "$python312" -m venv --without-pip "$tmp"
-  printf 'triton==%s --hash=sha256:%s\nnumpy==%s --hash=sha256:%s\n' \
-    "$triton_version" "$triton_sha256" "$numpy_version" "$numpy_sha256" >"$tmp/requirements.txt"
-  run_quiet "$python312" -m pip --python "$tmp/bin/python" install --quiet --no-deps \
-    --require-hashes --only-binary=:all: --disable-pip-version-check -r "$tmp/requirements.txt"
-  run_quiet "$tmp/bin/python" -c 'import triton, numpy'
-  mv "$tmp" "$triton_env"
-fi
+pinned_env "$cache/triton-$triton_version" "triton, numpy" "Triton $triton_version (the GPU compiler, ~1 GB)" <<REQ
+triton==$triton_version --hash=sha256:$triton_sha256
+numpy==$numpy_version --hash=sha256:$numpy_sha256
+REQ
 
-# --- PyTorch beside Triton (tessera_torch's tests, on the CPU) ---------------
 # torch 2.15.0 from PyPI with everything it depends on (its Linux wheel is
 # the CUDA build: it loads the CUDA libraries' wheels even to run on the
-# CPU) and the same Triton and NumPy as above, all hash-pinned, in their own
-# environment: tessera_torch runs Tessera's Triton programs under Triton's
-# interpreter there (tests/conformance/torch_op.py). ~2.9 GB download, ~4.5 GB installed.
-torch_env="$cache/torch-2.15.0-triton-$triton_version"
-if [ ! -x "$torch_env/bin/python" ] || ! "$torch_env/bin/python" -c 'import torch, triton, numpy' >/dev/null 2>&1; then
-  python312=$(find_python312)
-  if [ -z "$python312" ]; then
-    echo "setup: failed: torch 2.15.0 needs Python 3.12 (python3.12 not found)" >&2
-    exit 1
-  fi
-  echo "setup: installing torch 2.15.0 (CPU use) with Triton $triton_version into $torch_env"
-  tmp="$torch_env.partial"
-  rm -rf "$tmp" "$torch_env"
-  run_quiet "$python312" -m venv --without-pip "$tmp"
-  cat >"$tmp/requirements.txt" <<REQ
+# CPU) and the same Triton and NumPy: tessera_torch runs Tessera's Triton
+# programs under Triton's interpreter there (tests/conformance/torch_op.py).
+# ~2.9 GB download, ~4.5 GB installed.
+pinned_env "$cache/torch-2.15.0-triton-$triton_version" "torch, triton, numpy" \
+  "torch 2.15.0 (CPU use) with Triton $triton_version" <<REQ
 cuda-bindings==13.5.0 --hash=sha256:a46a8cc84112d769d0f57bf3ae3fedc115cf09348f14da85a1a8200968b6f262
 cuda-pathfinder==1.9.1 --hash=sha256:b743c132f90ad2d1e71d43fd28f31ebcde518f943e50fd44aca62b2a80d5230d
 cuda-toolkit==13.2.2 --hash=sha256:d12edc1aad1356236a2ee10c0d794b1aff5d3e79bfeca54867c3bb8e5afd87b0
@@ -198,8 +199,3 @@ torch==2.15.0 --hash=sha256:6d8c86f4e33a9f12a58149bd9b0d64351632b8eb44479be8ff85
 triton==$triton_version --hash=sha256:$triton_sha256
 typing-extensions==4.15.0 --hash=sha256:f0fa19c6845758ab08074a0cfa8b7aecb71c999ca73d62883bc25cc018c4e548
 REQ
-  run_quiet "$python312" -m pip --python "$tmp/bin/python" install --quiet --no-deps \
-    --require-hashes --only-binary=:all: --disable-pip-version-check -r "$tmp/requirements.txt"
-  run_quiet "$tmp/bin/python" -c 'import torch, triton, numpy'
-  mv "$tmp" "$torch_env"
-fi

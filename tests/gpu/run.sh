@@ -81,7 +81,7 @@ prepare() { # DIR
     cp "$tut" "$p/baselines/06-fused-attention.py"
   else
     local v
-    v=$("$HOME/.cache/tessera/triton-3.9.0/bin/python" -c 'import triton; print(triton.__version__)' 2>/dev/null || echo 3.9.0)
+    v=$("${TESSERA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}/triton-3.9.0/bin/python" -c 'import triton; print(triton.__version__)' 2>/dev/null || echo 3.9.0)
     curl -fsSL --max-time 20 "https://raw.githubusercontent.com/triton-lang/triton/v$v/python/tutorials/06-fused-attention.py" \
       -o "$p/baselines/06-fused-attention.py" 2>/dev/null ||
       echo "run.sh: no Triton tutorial source (set TRITON_TUTORIAL_ATTENTION); its columns stay empty" >&2

@@ -47,21 +47,19 @@ fn backward(
     // sm_90, `tessera compile --gpu`) and the dq kernel 64-key blocks
     // (Triton's tutorial's shape of the two: short inner blocks). The
     // forward keeps its blocks.
-    let wide = gpu && q.shape()[3] >= 128;
-    let dkv_cfg = AttnConfig {
-        block_q: if wide {
-            cfg.block_q.min(64)
+    let inner = |block: usize| {
+        if gpu && q.shape()[3] >= 128 {
+            block.min(64)
         } else {
-            cfg.block_q
-        },
+            block
+        }
+    };
+    let dkv_cfg = AttnConfig {
+        block_q: inner(cfg.block_q),
         ..*cfg
     };
     let dq_cfg = AttnConfig {
-        block_k: if wide {
-            cfg.block_k.min(64)
-        } else {
-            cfg.block_k
-        },
+        block_k: inner(cfg.block_k),
         ..*cfg
     };
     let delta_k = attention_delta(

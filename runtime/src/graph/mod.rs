@@ -145,7 +145,7 @@ pub enum KernelForm {
 }
 pub use bucket::Buckets;
 pub use optim::{AdamW, Sgd};
-pub use steps::{STEPS_FORMAT, STEPS_VERSION};
+pub use steps::{STEPS_FORMAT, STEPS_VERSION, kernel_steps};
 pub use tensor::Tensor;
 pub use trace::{MAX_SPANS, Span, Trace, TraceSummary};
 

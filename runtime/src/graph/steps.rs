@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use kernel_ir::VerifiedKernel;
 use serde_json::{Value, json};
 
 use super::lower::topo_order;
@@ -93,15 +94,22 @@ impl Runtime {
         for o in &outs {
             rets.push(w.value(o).map_err(record)?);
         }
-        Ok(json!({
-            "format": STEPS_FORMAT,
-            "format_version": STEPS_VERSION,
-            "inputs": w.inputs,
-            "programs": w.programs,
-            "steps": w.steps,
-            "outputs": rets,
-        }))
+        Ok(w.finish(rets))
     }
+}
+
+/// The steps program of one call of `kernel`: its Triton program on all
+/// its arguments (scalar prefetch, then inputs), returning its outputs
+/// (an exported forward's `triton.json`).
+pub fn kernel_steps(kernel: &VerifiedKernel) -> Result<Value, lowering::LoweringError> {
+    let mut w = Writer::default();
+    let args: Vec<usize> = kernel
+        .arguments()
+        .map(|a| w.new_input(a.dtype, a.shape))
+        .collect();
+    let first = w.kernel_step(kernel, args)?;
+    let count = kernel.outputs().count();
+    Ok(w.finish((first..first + count).collect()))
 }
 
 #[derive(Default)]
@@ -121,10 +129,50 @@ impl Writer {
         if self.values.contains_key(&n.id) {
             return;
         }
+        let v = self.new_input(n.dtype, &n.shape);
+        self.values.insert(n.id, v);
+    }
+
+    /// A new input value of this dtype and shape.
+    fn new_input(&mut self, dtype: kernel_ir::DType, shape: &[usize]) -> usize {
         self.inputs
-            .push(json!({"dtype": dtype_name(n.dtype), "shape": n.shape}));
-        self.values.insert(n.id, self.next);
+            .push(json!({"dtype": dtype_name(dtype), "shape": shape}));
         self.next += 1;
+        self.next - 1
+    }
+
+    /// A call of `kernel` on `args`: its first result's value number (the
+    /// others follow).
+    fn kernel_step(
+        &mut self,
+        kernel: &VerifiedKernel,
+        args: Vec<usize>,
+    ) -> Result<usize, lowering::LoweringError> {
+        let program = lowering::triton(kernel)?;
+        self.programs.push(program_json(&program));
+        let count = kernel.outputs().count();
+        let first = self.next;
+        self.next += count;
+        self.steps.push(json!({
+            "op": "kernel",
+            "program": self.programs.len() - 1,
+            "args": args,
+            "out": (first..first + count).collect::<Vec<_>>(),
+            "kernel": kernel.name,
+        }));
+        Ok(first)
+    }
+
+    /// The program returning `outputs`.
+    fn finish(self, outputs: Vec<usize>) -> Value {
+        json!({
+            "format": STEPS_FORMAT,
+            "format_version": STEPS_VERSION,
+            "inputs": self.inputs,
+            "programs": self.programs,
+            "steps": self.steps,
+            "outputs": outputs,
+        })
     }
 
     fn value(&self, n: &Node) -> Result<usize, String> {
@@ -144,19 +192,9 @@ impl Writer {
             let first = match self.calls.get(&key) {
                 Some(&f) => f,
                 None => {
-                    let program = lowering::triton(&call.kernel)
+                    let first = self
+                        .kernel_step(&call.kernel, args)
                         .map_err(|e| format!("kernel `{}`: {e}", call.kernel.name))?;
-                    self.programs.push(program_json(&program));
-                    let count = call.kernel.outputs().count();
-                    let first = self.next;
-                    self.next += count;
-                    self.steps.push(json!({
-                        "op": "kernel",
-                        "program": self.programs.len() - 1,
-                        "args": args,
-                        "out": (first..first + count).collect::<Vec<_>>(),
-                        "kernel": call.kernel.name,
-                    }));
                     self.calls.insert(key, first);
                     first
                 }

@@ -66,7 +66,12 @@ _LOCK = threading.Lock()
 
 
 def _program_key(program: dict[str, Any]) -> str:
-    return hashlib.sha256(program["source"].encode()).hexdigest()[:16]
+    """The program's identity (its source's hash), kept in the program's
+    dict: every launch looks it up."""
+    key = program.get("_key")
+    if key is None:
+        key = program["_key"] = hashlib.sha256(program["source"].encode()).hexdigest()[:16]
+    return key
 
 
 def _interpreting() -> bool:
@@ -82,6 +87,10 @@ def _function(program: dict[str, Any], device: torch.device) -> Any:
     """The program's `@triton.jit` function, made once per program:
     interpreted for CPU tensors, compiled for GPU ones."""
     interpret = device.type == "cpu"
+    key = (_program_key(program), device.type)
+    fn = _FUNCTIONS.get(key)
+    if fn is not None:
+        return fn
     if interpret != _interpreting():
         raise RuntimeError(
             f"tensors on {device}, but this process's Triton "
@@ -90,7 +99,6 @@ def _function(program: dict[str, Any], device: torch.device) -> Any:
                "compiles for GPUs: Triton runs CPU tensors only under its interpreter, chosen before "
                "triton is imported; set TRITON_INTERPRET=1 first (tessera_torch does so on import "
                "when no GPU is present and triton is not yet imported)"))
-    key = (_program_key(program), device.type)
     with _LOCK:
         fn = _FUNCTIONS.get(key)
         if fn is not None:

@@ -611,6 +611,41 @@ mod tests {
         assert!(files.iter().all(|(f, _)| f != "triton.json"));
     }
 
+    /// At head dim 128 a GPU's backward kernels take 64-wide inner blocks
+    /// (dq: 64 keys, dk/dv: 64 query rows), so their score tiles are
+    /// 128 x 64 where the forward's are 128 x 128 (128-row ones spill).
+    #[test]
+    fn a_gpu_backward_at_head_dim_128_takes_64_wide_inner_blocks() {
+        let e = kernels::find("flash_attention").unwrap();
+        let pairs: Vec<(String, String)> =
+            [("dtype", "bf16"), ("block_q", "128"), ("block_k", "128")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let cfg = Config::parse(e, &pairs).unwrap();
+        let shape = [1usize, 2, 256, 128];
+        let k = e
+            .build_with_shapes(&cfg, &[("q", shape), ("k", shape), ("v", shape)])
+            .unwrap();
+        let vjp = vjp_on(e, &cfg, &k, &[], true).unwrap().unwrap();
+        let steps: serde_json::Value = serde_json::from_str(vjp.steps.as_deref().unwrap()).unwrap();
+        let source = |f: &str| {
+            steps["programs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["function"] == f)
+                .unwrap_or_else(|| panic!("no {f}"))["source"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        assert!(!source("flash_attention_kernel").contains("[128, 64]"));
+        for f in ["flash_attention_dq_kernel", "flash_attention_dkv_kernel"] {
+            assert!(source(f).contains("[128, 64]"), "{f}");
+        }
+    }
+
     /// The module takes the platform index first, branches to the two
     /// lowerings, and the manifest lists the arguments and results in call
     /// order (the JAX side is checked by `tests/conformance/jax_export.py`).

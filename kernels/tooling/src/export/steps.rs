@@ -3,34 +3,13 @@
 
 use kernel_ir::{Array, VerifiedKernel};
 
-/// The steps program ([`runtime::graph::STEPS_FORMAT`]) of one kernel
-/// call: the kernel's Triton program on all its arguments.
+/// The steps program ([`runtime::graph::kernel_steps`]) of one kernel
+/// call with `fixed` recorded.
 pub(super) fn kernel_steps(
     kernel: &VerifiedKernel,
     fixed: &[(usize, Array)],
 ) -> Result<String, String> {
-    use runtime::graph::{STEPS_FORMAT, STEPS_VERSION};
-    use runtime::triton::{dtype_name, program_json};
-    let program = lowering::triton(kernel).map_err(|e| e.to_string())?;
-    let inputs: Vec<serde_json::Value> = kernel
-        .arguments()
-        .map(|a| serde_json::json!({"dtype": dtype_name(a.dtype), "shape": a.shape}))
-        .collect();
-    let (n, m) = (inputs.len(), kernel.outputs().count());
-    let steps = serde_json::json!({
-        "format": STEPS_FORMAT,
-        "format_version": STEPS_VERSION,
-        "inputs": inputs,
-        "programs": [program_json(&program)],
-        "steps": [{
-            "op": "kernel",
-            "program": 0,
-            "args": (0..n).collect::<Vec<_>>(),
-            "out": (n..n + m).collect::<Vec<_>>(),
-            "kernel": kernel.name,
-        }],
-        "outputs": (n..n + m).collect::<Vec<_>>(),
-    });
+    let steps = runtime::graph::kernel_steps(kernel).map_err(|e| e.to_string())?;
     Ok(steps_with_fixed(steps, fixed))
 }
 
