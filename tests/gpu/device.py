@@ -6,6 +6,8 @@ were prepared by `run.sh --prepare`).
     device.py merge OUT                         the shards' results as one table (cases.md)
     device.py bench INPUTS OUT [--warm I/N]     flash attention fwd/bwd: Tessera, SDPA, Triton's tutorial
     device.py jax INPUTS OUT                    the exported artifact through JAX on the GPU (fwd and grad)
+    device.py tune INPUTS OUT [--warm I/N]      the attention backward's dq and dk/dv programs at other
+                                                blocks, warps and stages (how its GPU rule was chosen)
 
 Each writes its results under OUT as JSON and a Markdown table. Numbers are
 compared here, in float64, with the case's tolerance: |out - ref| <= abs +
@@ -260,6 +262,79 @@ def bench(inputs: pathlib.Path, out: pathlib.Path, warm: tuple[int, int] | None)
     print("\n".join(lines))
 
 
+# ---- the backward's launch shapes ----
+
+TUNE_WARPS = (4, 8)
+TUNE_STAGES = (2, 3, 4)
+
+
+def tune(inputs: pathlib.Path, out: pathlib.Path, warm: tuple[int, int] | None) -> None:
+    """Times the VJP's dq and dk/dv programs alone, on random inputs of
+    their shapes, for each exported block variant (the forward's blocks,
+    from which the backward's GPU rule derives its own) and each warps x
+    stages: the table the attention backward's GPU rule is read from."""
+    import tessera_torch
+    import triton
+
+    spec = json.loads((inputs / "tune" / "tune.json").read_text())
+    jobs, seen = [], set()
+    for case in spec["cases"]:
+        programs = json.loads((inputs / "tune" / case["dir"] / "vjp" / "triton.json").read_text())["programs"]
+        for p in programs:
+            part = "dkv" if "_dkv_" in p["function"] else "dq" if "_dq_" in p["function"] else None
+            if part is None:
+                continue
+            shape = (case["seq"], case["causal"], part, case[part])
+            if shape in seen:  # another variant's program of the same blocks
+                continue
+            seen.add(shape)
+            for w in TUNE_WARPS:
+                for st in TUNE_STAGES:
+                    jobs.append((case, part, p, w, st))
+    rows = []
+    for n, (case, part, p, w, st) in enumerate(jobs):
+        if warm is not None and n % warm[1] != warm[0]:
+            continue
+        torch.manual_seed(0)
+        args = [torch.randn(q["shape"], device="cuda").to(tessera_torch.DTYPES[q["dtype"]])
+                for q in p["params"] if q["role"] in ("prefetch", "input")]
+        prog = dict(p, num_warps=w, num_stages=st)
+        row = {"seq": case["seq"], "causal": case["causal"], "part": part,
+               "blocks": case[part], "warps": w, "stages": st, "default": (w, st) == (p["num_warps"], p["num_stages"])}
+        tessera_torch._STAGES.clear()
+        try:
+            tessera_torch._launch(prog, args)
+            torch.cuda.synchronize()
+            if tessera_torch._STAGES:
+                row["skipped"] = "shared memory"
+            elif warm is None:
+                row["ms"] = triton.testing.do_bench(lambda: tessera_torch._launch(prog, args), warmup=5, rep=30)
+        except Exception as e:  # a config Triton refuses is a row, not a stop
+            row["skipped"] = f"{type(e).__name__}: {str(e)[:80]}"
+        if warm is None:
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if warm is not None:
+        return
+    (out / "tune.json").write_text(json.dumps(rows, indent=1))
+    lines = ["The attention backward's programs alone (ms), bf16, "
+             f"batch {spec['batch']}, heads {spec['heads']}, head dim {spec['head_dim']}, "
+             f"{torch.cuda.get_device_name()}; * the exported default launch.", "",
+             "| S | causal | part | blocks (q x k) | " + " | ".join(f"w{w} s{st}" for w in TUNE_WARPS for st in TUNE_STAGES) + " |",
+             "|---|---|---|---|" + "---|" * (len(TUNE_WARPS) * len(TUNE_STAGES))]
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["seq"], r["causal"], r["part"], r["blocks"]), []).append(r)
+    for (s, c, part, blocks), rs in sorted(groups.items(), key=str):
+        cells = []
+        for r in rs:
+            cell = f"{r['ms']:.3f}" if "ms" in r else "–"
+            cells.append(cell + ("*" if r["default"] else ""))
+        lines.append(f"| {s} | {c} | {part} | {blocks} | " + " | ".join(cells) + " |")
+    (out / "tune.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 # ---- JAX ----
 
 def jax_check(inputs: pathlib.Path, out: pathlib.Path) -> int:
@@ -321,6 +396,9 @@ def main(argv: list[str]) -> int:
         return 0
     if mode == "jax":
         return jax_check(inputs, out)
+    if mode == "tune":
+        tune(inputs, out, shard_arg(argv, "--warm"))
+        return 0
     sys.stderr.write(__doc__)
     return 2
 

@@ -30,7 +30,9 @@
 #                                       GPU machine needs no Rust, no Tessera
 #
 # TESSERA_GPU_STEPS (default "cases bench jax runtime") runs only the steps
-# named.
+# named; "tune" (not a default) times the attention backward's dq and dk/dv
+# programs alone at three block shapes x warps x stages (-> $OUT/tune.md),
+# the table its GPU rule in kernels/src/attention/vjp.rs is read from.
 #
 # Triton's tutorial (python/tutorials/06-fused-attention.py of the Triton
 # release installed) is a baseline, never part of Tessera: --prepare copies
@@ -73,6 +75,26 @@ prepare() { # DIR
     done
   done
   printf '{"batch": %d, "heads": %d, "head_dim": %d, "cases": [%s]}\n' $b $h $d "$cases_json" >"$p/bench/bench.json"
+  # The backward's launch shapes (the `tune` step): the forward's blocks
+  # (bq, bk) give the dq kernel bq x min(bk, 64) and the dk/dv kernel
+  # min(bq, 64) x bk at head dim 128 on GPUs (attention/vjp.rs); bk stays
+  # 128, as the artifact's TPU branch needs (col-major k: 128 lanes).
+  mkdir -p "$p/tune" || return 1
+  cases_json="" sep=""
+  for s in 4096 8192; do
+    for causal in false true; do
+      for blocks in 128x128 64x128 32x128; do
+        local bq=${blocks%x*} bk=${blocks#*x} name="tune_${s}_${causal}_${blocks}"
+        "$tessera" export flash_attention --config dtype=bf16 --config causal=$causal \
+          --config block_q=$bq --config block_k=$bk \
+          --shape q=${b}x${h}x${s}x${d} --shape k=${b}x${h}x${s}x${d} --shape v=${b}x${h}x${s}x${d} \
+          --gpu --out "$p/tune/$name" >&2 || return 1
+        cases_json+="$sep{\"seq\": $s, \"causal\": $causal, \"dir\": \"$name\", \"dq\": \"${bq}x$((bk < 64 ? bk : 64))\", \"dkv\": \"$((bq < 64 ? bq : 64))x${bk}\"}"
+        sep=", "
+      done
+    done
+  done
+  printf '{"batch": %d, "heads": %d, "head_dim": %d, "cases": [%s]}\n' $b $h $d "$cases_json" >"$p/tune/tune.json"
   "$tessera" export flash_attention --config dtype=bf16 --config causal=true \
     --shape q=1x2x256x64 --shape k=1x2x256x64 --shape v=1x2x256x64 --gpu --out "$p/jax/artifact" >&2 || return 1
   printf '{"what": "flash_attention, bf16, causal, 1x2x256x64", "shape": [1, 2, 256, 64], "causal": true, "fwd_tol": 0.03, "dq_tol": 0.1}\n' >"$p/jax/spec.json"
@@ -103,13 +125,16 @@ python=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/logs"
-if [[ $steps == *" cases "* || $steps == *" bench "* || $steps == *" jax "* ]]; then
+if [[ $steps == *" cases "* || $steps == *" bench "* || $steps == *" jax "* || $steps == *" tune "* ]]; then
   inputs=${TESSERA_GPU_INPUTS:-}
   if [ -z "$inputs" ]; then
     inputs=$root/target/gpu-inputs
     prepare "$inputs" || { echo "run.sh: preparing the inputs failed" >&2; exit 1; }
   fi
-  cp -r "$inputs/." "$work/" && (cd "$work" && "$python" -c 'import tarfile; tarfile.open("cases.tar.xz").extractall(".", filter="data")') || exit 1
+  cp -r "$inputs/." "$work/" || exit 1
+  if [ -f "$work/cases.tar.xz" ]; then
+    (cd "$work" && "$python" -c 'import tarfile; tarfile.open("cases.tar.xz").extractall(".", filter="data")') || exit 1
+  fi
 fi
 export PYTHONPATH=$root/kernels/python/src${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TRITON_CACHE_DIR=$work/triton-cache
@@ -143,6 +168,17 @@ if [[ $steps == *" bench "* ]]; then
   echo "run.sh: bench done at $(($(date +%s) - start)) s"
 fi
 
+# 2b. The backward's programs at other launch shapes (not a default step).
+if [[ $steps == *" tune "* ]]; then
+  for i in $(seq 0 15); do
+    timeout 150 "$python" tests/gpu/device.py tune "$work" "$OUT" --warm $i/16 >"$work/logs/tunewarm_$i.log" 2>&1 &
+  done
+  wait
+  timeout 150 "$python" tests/gpu/device.py tune "$work" "$OUT" >"$work/logs/tune.log" 2>&1 ||
+    echo "run.sh: the tuning stopped early (see tune.log)"
+  echo "run.sh: tune done at $(($(date +%s) - start)) s"
+fi
+
 # 3. JAX.
 if [[ $steps == *" jax "* ]]; then
   timeout 90 "$python" tests/gpu/device.py jax "$work" "$OUT" >"$work/logs/jax.log" 2>&1 || status=1
@@ -174,7 +210,7 @@ for f in "$work"/logs/*.log; do echo "== $(basename "$f")"; tail -40 "$f"; done 
 {
   echo "# Tessera on $(head -1 "$OUT/gpu.txt"), $(date -u +%Y-%m-%d)"
   sed -n 2p "$OUT/gpu.txt"
-  for f in cases bench jax runtime; do
+  for f in cases bench tune jax runtime; do
     echo
     echo "## $f"
     echo
