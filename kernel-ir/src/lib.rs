@@ -76,6 +76,7 @@ mod verify;
 
 pub use array::{Array, ArrayError, SplitMix64};
 pub use budget::{VmemBudget, VmemItem, human_bytes};
+pub use builder::random;
 pub use builder::{
     AsyncCopy, BlockMap, Bound, Carry, Idx, IntoIndexExprs, IntoIndices, IntoOperand,
     KernelBuilder, OptionalLoad, Ref, Scope, Sem, SemArray, Start, Tile, View, axis_index,

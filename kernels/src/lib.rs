@@ -45,6 +45,7 @@ pub mod foundation;
 pub mod fp8_gemm;
 pub mod moe;
 pub mod norm;
+pub mod random;
 pub mod rope;
 pub mod scaled_mm;
 pub mod swiglu;
@@ -78,6 +79,8 @@ pub const ENTRIES: &[&Entry] = &[
     &norm::LAYER_NORM_BWD,
     &epilogue::MATMUL_EPILOGUE,
     &rope::ROPE,
+    &random::RANDOM_BITS,
+    &random::DROPOUT,
     &swiglu::SWIGLU,
     &moe::GROUPED_MATMUL,
     &dma::DOUBLE_BUFFERED_ROWS,

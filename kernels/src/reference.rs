@@ -546,3 +546,42 @@ pub fn swiglu(x: &Array, w_gate: &Array, w_up: &Array) -> Vec<f64> {
         .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
         .collect()
 }
+
+/// Threefry-2x32 with 20 rounds (Salmon et al., "Parallel random numbers:
+/// as easy as 1, 2, 3", SC 2011; the Random123 reference): the block
+/// function of `key` on the counter `ctr`, in plain `u32` arithmetic.
+pub fn threefry2x32(key: [u32; 2], ctr: [u32; 2]) -> [u32; 2] {
+    const R: [u32; 8] = [13, 15, 26, 6, 17, 29, 16, 24];
+    let ks = [key[0], key[1], key[0] ^ key[1] ^ 0x1BD1_1BDA];
+    let (mut x0, mut x1) = (ctr[0].wrapping_add(ks[0]), ctr[1].wrapping_add(ks[1]));
+    for round in 0..20 {
+        x0 = x0.wrapping_add(x1);
+        x1 = x1.rotate_left(R[round % 8]) ^ x0;
+        if round % 4 == 3 {
+            let s = round / 4 + 1;
+            x0 = x0.wrapping_add(ks[s % 3]);
+            x1 = x1.wrapping_add(ks[(s + 1) % 3]).wrapping_add(s as u32);
+        }
+    }
+    [x0, x1]
+}
+
+/// `jax.random.fold_in(key, data)` for Threefry keys: the block function
+/// on the counter `(0, data)`.
+pub fn threefry_fold_in(key: [u32; 2], data: u32) -> [u32; 2] {
+    threefry2x32(key, [0, data])
+}
+
+/// Element `index` of `jax.random.bits(key, shape, uint32)` for arrays of
+/// fewer than 2³² elements (jax's partitionable Threefry: the counter is
+/// the flat index's high and low words, the bits the xor of the outputs).
+pub fn random_bits(key: [u32; 2], index: u32) -> u32 {
+    let [a, b] = threefry2x32(key, [0, index]);
+    a ^ b
+}
+
+/// Element `index` of `jax.random.uniform(key, shape)` (`f32`, `[0, 1)`):
+/// the top 23 bits as the mantissa of a number in `[1, 2)`, minus 1.
+pub fn uniform(key: [u32; 2], index: u32) -> f32 {
+    f32::from_bits((random_bits(key, index) >> 9) | 0x3F80_0000) - 1.0
+}

@@ -85,6 +85,10 @@ pub fn binary(b: BinaryOp) -> &'static str {
         BinaryOp::And => "stablehlo.and",
         BinaryOp::Or => "stablehlo.or",
         BinaryOp::Xor => "stablehlo.xor",
+        // The amount is masked to the bit width first (`BinaryOp::ShiftLeft`).
+        BinaryOp::ShiftLeft => "stablehlo.shift_left",
+        BinaryOp::ShiftRightLogical => "stablehlo.shift_right_logical",
+        BinaryOp::ShiftRightArithmetic => "stablehlo.shift_right_arithmetic",
     }
 }
 

@@ -22,6 +22,7 @@
 mod control;
 mod dma;
 mod index;
+pub mod random;
 mod refs;
 mod state;
 mod tile;

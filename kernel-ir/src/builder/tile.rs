@@ -514,6 +514,17 @@ impl Tile {
         ceil => Ceil,
     }
 
+    /// `self >> n` filling with zeros: the bits read as unsigned (`>>` is
+    /// the arithmetic shift). The amount is taken modulo the bit width.
+    #[track_caller]
+    pub fn shr_logical(self, n: impl IntoOperand) -> Tile {
+        binary(
+            BinaryOp::ShiftRightLogical,
+            self.into_operand(),
+            n.into_operand(),
+        )
+    }
+
     /// Elementwise maximum (NaN-propagating).
     #[track_caller]
     pub fn max(self, other: impl IntoOperand) -> Tile {

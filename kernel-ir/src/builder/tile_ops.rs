@@ -1,4 +1,4 @@
-//! Rust's operators on tiles: `+ - * / %`, the bitwise ones, `-x`, `!x`
+//! Rust's operators on tiles: `+ - * / %`, the bitwise ones and shifts, `-x`, `!x`
 //! and the compound assignments, each recording the op (numbers on either
 //! side take the tile's dtype).
 
@@ -36,6 +36,10 @@ binop_trait!(Rem, rem, BinaryOp::Rem);
 binop_trait!(BitAnd, bitand, BinaryOp::And);
 binop_trait!(BitOr, bitor, BinaryOp::Or);
 binop_trait!(BitXor, bitxor, BinaryOp::Xor);
+// `>>` is arithmetic, as on Rust's signed integers; `Tile::shr_logical`
+// fills with zeros.
+binop_trait!(Shl, shl, BinaryOp::ShiftLeft);
+binop_trait!(Shr, shr, BinaryOp::ShiftRightArithmetic);
 
 impl ops::Neg for Tile {
     type Output = Tile;

@@ -195,6 +195,8 @@ pub(crate) fn result_types(
             same_type(op.name(), &a, &b)?;
             let ok = if op.is_logical() {
                 !a.dtype.is_float()
+            } else if op.is_shift() {
+                !a.dtype.is_float() && a.dtype != DType::Bool
             } else if *op == BinaryOp::Pow {
                 a.dtype.is_float()
             } else {

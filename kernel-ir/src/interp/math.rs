@@ -78,7 +78,12 @@ pub(super) fn binary(op: BinaryOp, dtype: DType, x: f64, y: f64) -> Result<f64, 
             BinaryOp::Min => nan_min(x, y),
             BinaryOp::Pow => x.powf(y),
             // The verifier rejects logical ops on floats.
-            BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => f64::NAN,
+            BinaryOp::And
+            | BinaryOp::Or
+            | BinaryOp::Xor
+            | BinaryOp::ShiftLeft
+            | BinaryOp::ShiftRightLogical
+            | BinaryOp::ShiftRightArithmetic => f64::NAN,
         });
     }
     let (a, b) = (int(x), int(y));
@@ -99,6 +104,9 @@ pub(super) fn binary(op: BinaryOp, dtype: DType, x: f64, y: f64) -> Result<f64, 
         BinaryOp::And => (a & b) as f64,
         BinaryOp::Or => (a | b) as f64,
         BinaryOp::Xor => (a ^ b) as f64,
+        BinaryOp::ShiftLeft | BinaryOp::ShiftRightLogical | BinaryOp::ShiftRightArithmetic => {
+            op.shift(a, b, dtype.bits()).unwrap_or(0) as f64
+        }
     })
 }
 

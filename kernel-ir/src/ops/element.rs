@@ -142,6 +142,17 @@ pub enum BinaryOp {
     Or,
     /// Logical (bool) or bitwise (integer) exclusive or.
     Xor,
+    /// `x << n` on integers. The amount is taken modulo the bit width
+    /// (Rust's `wrapping_shl`) on every path: MLIR's `arith.shli` leaves
+    /// an amount ≥ the width undefined and StableHLO makes it 0, so each
+    /// back end masks it first.
+    ShiftLeft,
+    /// `x >> n` on integers, filling with zeros (the bits read as
+    /// unsigned); the amount modulo the bit width, as [`BinaryOp::ShiftLeft`].
+    ShiftRightLogical,
+    /// `x >> n` on integers, filling with the sign bit (Rust's `>>` on
+    /// signed integers); the amount modulo the bit width.
+    ShiftRightArithmetic,
 }
 
 impl BinaryOp {
@@ -159,7 +170,40 @@ impl BinaryOp {
             BinaryOp::And => "and",
             BinaryOp::Or => "or",
             BinaryOp::Xor => "xor",
+            BinaryOp::ShiftLeft => "shift_left",
+            BinaryOp::ShiftRightLogical => "shift_right_logical",
+            BinaryOp::ShiftRightArithmetic => "shift_right_arithmetic",
         }
+    }
+
+    /// True for the shifts, which take integer operands only.
+    pub fn is_shift(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::ShiftLeft | BinaryOp::ShiftRightLogical | BinaryOp::ShiftRightArithmetic
+        )
+    }
+
+    /// `a op b` for shifts on a `bits`-wide integer held in an `i64`
+    /// (sign-extended), the amount modulo `bits`: the one definition every
+    /// path is checked against. `None` for ops that are not shifts.
+    pub fn shift(self, a: i64, b: i64, bits: u32) -> Option<i64> {
+        let n = (b as u64 % u64::from(bits)) as u32;
+        let mask = if bits == 64 {
+            u64::MAX
+        } else {
+            (1u64 << bits) - 1
+        };
+        let unsigned = a as u64 & mask;
+        let raw = match self {
+            BinaryOp::ShiftLeft => (unsigned << n) & mask,
+            BinaryOp::ShiftRightLogical => unsigned >> n,
+            BinaryOp::ShiftRightArithmetic => return Some(a >> n),
+            _ => return None,
+        };
+        // Back to the signed value of the `bits`-wide pattern.
+        let shift = 64 - bits;
+        Some(((raw << shift) as i64) >> shift)
     }
 
     /// True for and/or/xor, which take bool or integer operands.

@@ -572,7 +572,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-const BINARY: [BinaryOp; 11] = [
+const BINARY: [BinaryOp; 14] = [
     BinaryOp::Add,
     BinaryOp::Sub,
     BinaryOp::Mul,
@@ -584,4 +584,7 @@ const BINARY: [BinaryOp; 11] = [
     BinaryOp::And,
     BinaryOp::Or,
     BinaryOp::Xor,
+    BinaryOp::ShiftLeft,
+    BinaryOp::ShiftRightLogical,
+    BinaryOp::ShiftRightArithmetic,
 ];

@@ -148,10 +148,22 @@ impl<'c> BodyEmitter<'_, 'c> {
         let t = self.ty(l).clone();
         let float = t.dtype.is_float();
         let name = binary_op_name(b, float);
+        let mut amount = self.v(r)?;
+        if b.is_shift() {
+            // The amount modulo the width (`BinaryOp::ShiftLeft`).
+            let width = self.constant(block, f64::from(t.dtype.bits() - 1), &t)?;
+            amount = self.ir.op1(
+                block,
+                "arith.andi",
+                &[amount, width],
+                self.ir.tile(&t),
+                Vec::new(),
+            )?;
+        }
         self.ir.op1(
             block,
             name,
-            &[self.v(l)?, self.v(r)?],
+            &[self.v(l)?, amount],
             self.ir.tile(&t),
             Vec::new(),
         )

@@ -556,6 +556,10 @@ pub(crate) fn binary_op_name(op: BinaryOp, float: bool) -> &'static str {
         (BinaryOp::And, _) => "arith.andi",
         (BinaryOp::Or, _) => "arith.ori",
         (BinaryOp::Xor, _) => "arith.xori",
+        // The amount is masked to the bit width first (`BinaryOp::ShiftLeft`).
+        (BinaryOp::ShiftLeft, _) => "arith.shli",
+        (BinaryOp::ShiftRightLogical, _) => "arith.shrui",
+        (BinaryOp::ShiftRightArithmetic, _) => "arith.shrsi",
     }
 }
 

@@ -101,6 +101,9 @@ fn integer(op: BinaryOp, a: i64, b: i64) -> Option<i64> {
         BinaryOp::Or => a | b,
         BinaryOp::Xor => a ^ b,
         BinaryOp::Pow => return None,
+        BinaryOp::ShiftLeft | BinaryOp::ShiftRightLogical | BinaryOp::ShiftRightArithmetic => {
+            op.shift(a, b, 32)?
+        }
     })
 }
 

@@ -204,7 +204,12 @@ impl<'c> Step<'_, 'c> {
             OpKind::Binary { op: bo, lhs, rhs } => {
                 let t = self.ty(*lhs);
                 let name = op_names::binary(*bo);
-                let (x, y) = (self.v(*lhs)?, self.v(*rhs)?);
+                let (x, mut y) = (self.v(*lhs)?, self.v(*rhs)?);
+                if bo.is_shift() {
+                    // The amount modulo the width (`BinaryOp::ShiftLeft`).
+                    let width = e.splat(b, f64::from(t.dtype.bits() - 1), t.dtype, &t.shape)?;
+                    y = e.bin(b, "stablehlo.and", y, width, t.dtype, &t.shape)?;
+                }
                 let r = e.bin(b, name, x, y, t.dtype, &t.shape)?;
                 if matches!(bo, kernel_ir::BinaryOp::Max | kernel_ir::BinaryOp::Min)
                     && t.dtype.is_float()

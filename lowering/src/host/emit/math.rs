@@ -215,7 +215,17 @@ impl<'c> HostEmitter<'_, 'c> {
         }
         let float = d.is_float();
         let name = crate::body::binary_op_name(op, float);
-        self.ir.op1(b, name, &[x, y], self.vec_ty(w, d), Vec::new())
+        let ty = self.vec_ty(w, d);
+        let mut y = y;
+        if op.is_shift() {
+            // The amount modulo the width (`BinaryOp::ShiftLeft`).
+            let lit = self.ir.literal(f64::from(d.bits() - 1), d, ty)?;
+            let width = self
+                .ir
+                .op1(b, "arith.constant", &[], ty, vec![("value", lit)])?;
+            y = self.ir.op1(b, "arith.andi", &[y, width], ty, Vec::new())?;
+        }
+        self.ir.op1(b, name, &[x, y], ty, Vec::new())
     }
 
     /// A scalar of dtype `from` converted to `to`.

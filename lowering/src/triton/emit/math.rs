@@ -177,10 +177,30 @@ impl<'a> Emitter<'a> {
             BinaryOp::And => format!("{x} & {y}"),
             BinaryOp::Or => format!("{x} | {y}"),
             BinaryOp::Xor => format!("{x} ^ {y}"),
+            // The amount modulo the width (`BinaryOp::ShiftLeft`); the
+            // logical shift reads the bits unsigned.
+            BinaryOp::ShiftLeft => format!("{x} << ({y} & {})", dtype.bits() - 1),
+            BinaryOp::ShiftRightArithmetic => format!("{x} >> ({y} & {})", dtype.bits() - 1),
+            BinaryOp::ShiftRightLogical => {
+                let (u, s) = if dtype == DType::I8 {
+                    ("tl.uint8", "tl.int8")
+                } else {
+                    ("tl.uint32", "tl.int32")
+                };
+                format!(
+                    "({x}.to({u}, bitcast=True) >> ({y} & {}).to({u}, bitcast=True)).to({s}, bitcast=True)",
+                    dtype.bits() - 1
+                )
+            }
         };
         Ok(if narrow(dtype) {
             self.down(&f, dtype)
-        } else if dtype == DType::I8 && matches!(b, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul) {
+        } else if dtype == DType::I8
+            && matches!(
+                b,
+                BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::ShiftLeft
+            )
+        {
             format!("({f}).to(tl.int8)")
         } else {
             f

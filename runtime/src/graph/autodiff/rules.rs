@@ -289,7 +289,12 @@ fn binary(
             let trunc = q.ge(&zeros_like(&q)?)?.select(&q.floor()?, &q.ceil()?)?;
             (some(g.clone()), some(g.mul(&trunc)?.neg()?))
         }
-        BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => (None, None),
+        BinaryOp::And
+        | BinaryOp::Or
+        | BinaryOp::Xor
+        | BinaryOp::ShiftLeft
+        | BinaryOp::ShiftRightLogical
+        | BinaryOp::ShiftRightArithmetic => (None, None),
     })
 }
 
