@@ -138,7 +138,7 @@ pub const RANDOM_BITS: Entry = Entry {
     params: &[
         param("m", ParamKind::Positive, "64", "output rows"),
         param("n", ParamKind::Positive, "512", "output columns"),
-        param("bm", ParamKind::Positive, "8", "block rows"),
+        param("bm", ParamKind::Positive, "16", "block rows"),
         param("bn", ParamKind::Positive, "256", "block columns"),
         param(
             "fold_rows",
@@ -212,7 +212,7 @@ pub const DROPOUT: Entry = Entry {
             "0.1",
             "probability of dropping an element, in [0, 1)",
         ),
-        param("bm", ParamKind::Positive, "8", "block rows"),
+        param("bm", ParamKind::Positive, "16", "block rows"),
         param("bn", ParamKind::Positive, "256", "block columns"),
     ],
     inputs: |_| Ok(vec![("key", vec![2]), ("x", vec![64, 512])]),
@@ -259,7 +259,7 @@ pub const DROPOUT: Entry = Entry {
     },
     presets: &[Preset {
         name: "dropout_bf16",
-        about: "dropout at rate 0.25 on bf16, ragged blocks (100 x 300 in 8 x 256)",
+        about: "dropout at rate 0.25 on bf16, ragged blocks (100 x 300 in 16 x 256)",
         config: &[("dtype", "bf16"), ("rate", "0.25")],
         shapes: &[("x", &[100, 300])],
     }],

@@ -13,7 +13,8 @@
 # (target/conformance/pallas_traffic.md), and libtpu's schedule estimate of
 # Tessera's kernels against Pallas's (target/conformance/tpu_estimate.md).
 # Runs the kernels across chips beside Pallas's TPU interpret mode, outputs and
-# races (target/conformance/pallas_mesh.md).
+# races (target/conformance/pallas_mesh.md). Kernels' random numbers against
+# jax.random bit for bit (target/conformance/random/report.md).
 # Then the version matrix (versions.py): the same checks' core with jax 0.12.0.1
 # and libtpu 0.0.51, the newest supported, beside 0.11.2 and 0.0.48.1.
 # Writes target/conformance/report.md listing every remaining difference
@@ -65,6 +66,10 @@ done
 # compiled with libtpu. Report in target/conformance/jax/report.md.
 mkdir -p "$out/jax"
 "$venv/bin/python" tests/conformance/jax_export.py ./target/release/tessera "$out/jax"
+# Random numbers in kernels against jax.random, bit for bit: random_bits (plain
+# and one folded key per row) and dropout (f32, bf16) under jax.jit on CPU with
+# keys jax made (target/conformance/random/report.md).
+"$venv/bin/python" tests/conformance/jax_random.py ./target/release/tessera "$out/random"
 # HBM traffic of flash attention against Pallas's own (same pipeline rule):
 # Tessera must move no more bytes, causal or not, with a valid length or a
 # sliding window (against splash attention) or neither.
