@@ -176,6 +176,19 @@ impl DType {
         )
     }
 
+    /// The largest finite value of a float dtype (`f64::MAX` for the
+    /// others).
+    pub fn max_finite(self) -> f64 {
+        match self {
+            DType::F32 => f64::from(f32::MAX),
+            DType::BF16 => bf16::MAX.to_f64(),
+            DType::F16 => f16::MAX.to_f64(),
+            DType::F8E4M3FN => fp8::E4M3FN.max_finite(),
+            DType::F8E5M2 => fp8::E5M2.max_finite(),
+            _ => f64::MAX,
+        }
+    }
+
     /// Unit roundoff of a float dtype (half the distance from 1 to the next
     /// value); 0 for exact types.
     pub fn epsilon(self) -> f64 {

@@ -253,7 +253,9 @@ impl Printer<'_> {
                     on_true,
                     on_false,
                 } => format!("{m} {cond}, {on_true}, {on_false} : {res_ty}"),
-                OpKind::Convert { x, .. } => format!("{m} {x} : {} -> {res_ty}", self.ty(*x)),
+                OpKind::Convert { x, .. } | OpKind::Bitcast { x, .. } => {
+                    format!("{m} {x} : {} -> {res_ty}", self.ty(*x))
+                }
                 OpKind::BroadcastInDim { x, dims, .. } => {
                     format!("{m} {x}, dims {dims:?} : {} -> {res_ty}", self.ty(*x))
                 }

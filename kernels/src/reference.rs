@@ -4,7 +4,7 @@
 //! row-major f64 vectors, compared against kernel outputs with
 //! [`crate::check::ErrorStats`].
 
-use kernel_ir::Array;
+use kernel_ir::{Array, DType};
 
 /// `x + y`.
 pub fn add(x: &Array, y: &Array) -> Vec<f64> {
@@ -584,4 +584,41 @@ pub fn random_bits(key: [u32; 2], index: u32) -> u32 {
 /// the top 23 bits as the mantissa of a number in `[1, 2)`, minus 1.
 pub fn uniform(key: [u32; 2], index: u32) -> f32 {
     f32::from_bits((random_bits(key, index) >> 9) | 0x3F80_0000) - 1.0
+}
+
+/// `x` rounded to `to` (a float type narrower than f32) stochastically
+/// with the random word `r`, from the math: the two neighbours `lo`, `lo +
+/// spacing` of `|x|` in `to`, up when `r`'s low bits (as many as the f32
+/// pattern drops: `23 − mantissa`, more in `to`'s subnormal range) reach
+/// `2^bits · (1 − fraction)`; below one spacing, up when the top 23 bits of
+/// `r` as a fraction are below `|x| / spacing`. Magnitudes under 2⁻¹²⁶
+/// give ±0; non-finite and out-of-range values round to nearest.
+pub fn stochastic_round(x: f32, to: DType, r: u32) -> f64 {
+    let (mantissa, emin) = match to {
+        DType::BF16 => (7, -126),
+        DType::F16 => (10, -14),
+        DType::F8E4M3FN => (3, -6),
+        DType::F8E5M2 => (2, -14),
+        _ => return to.convert_from(DType::F32, f64::from(x)),
+    };
+    let a = f64::from(x.abs());
+    if !x.is_finite() || a > to.max_finite() {
+        return to.convert_from(DType::F32, f64::from(x));
+    }
+    if a < 2f64.powi(-126) {
+        return 0.0f64.copysign(f64::from(x));
+    }
+    let e = ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+    let spacing = 2f64.powi(e.max(emin) - mantissa);
+    let lo = (a / spacing).floor() * spacing;
+    let fraction = (a - lo) / spacing;
+    let up = if e >= emin - mantissa {
+        let bits = 23 - mantissa + (emin - e).max(0);
+        let low = f64::from(r & ((1u32 << bits) - 1));
+        low >= 2f64.powi(bits) * (1.0 - fraction)
+    } else {
+        f64::from(r >> 9) * 2f64.powi(-23) < a / spacing
+    };
+    let magnitude = if up { lo + spacing } else { lo };
+    to.round(magnitude.copysign(f64::from(x)))
 }

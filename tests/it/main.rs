@@ -29,6 +29,7 @@ mod masks;
 mod native;
 mod parse;
 mod paths;
+mod random;
 mod random_kernels;
 mod snapshots_ir;
 mod structure;

@@ -262,6 +262,7 @@ pub fn mutate(k: &mut Kernel, r: &mut SplitMix64) {
             match kind {
                 OpKind::Unary { x, .. }
                 | OpKind::Convert { x, .. }
+                | OpKind::Bitcast { x, .. }
                 | OpKind::Reshape { x, .. }
                 | OpKind::Transpose { x, .. }
                 | OpKind::Reduce { x, .. }

@@ -33,7 +33,7 @@
 //! assert!(k.build().is_ok());
 //! ```
 
-use super::tile::{IntoOperand, Tile, constant};
+use super::tile::{IntoOperand, Tile, constant, select};
 use crate::DType;
 
 /// The rotations of Threefry-2x32, four per round group, alternating.
@@ -153,6 +153,52 @@ impl From<i32> for IndexOrigin {
     fn from(v: i32) -> IndexOrigin {
         IndexOrigin::Fixed(v.into())
     }
+}
+
+/// `x` rounded to `to` stochastically with the random words `bits` (an
+/// `i32` tile of `x`'s shape, from [`Key::bits`]): to one of the two
+/// values of `to` around `x`, up with probability equal to `x`'s distance
+/// from the lower one over their spacing, so the result's expectation is
+/// `x` (unbiased, unlike round-to-nearest, which loses small updates).
+///
+/// `to` is `bf16`, `f16`, `f8e4m3fn` or `f8e5m2` (any other type: plain
+/// `convert`); `x` is read as `f32`. The answer on every path: within
+/// `to`'s normal range the probability is exact (the low `23 − mantissa`
+/// random bits added to `x`'s bit pattern, which is then truncated); in its
+/// subnormal range likewise down to one spacing, and below one spacing
+/// `x` becomes the spacing with probability `|x| / spacing` at 2⁻²³
+/// resolution; inputs below 2⁻¹²⁶ in magnitude (f32 subnormals, which
+/// TPUs flush) give ±0; NaN, infinities and magnitudes above `to`'s
+/// largest finite value give what `convert` gives.
+#[track_caller]
+pub fn stochastic_round(x: Tile, to: DType, bits: Tile) -> Tile {
+    let (mantissa, emin): (i32, i32) = match to {
+        DType::BF16 => (7, -126),
+        DType::F16 => (10, -14),
+        DType::F8E4M3FN => (3, -6),
+        DType::F8E5M2 => (2, -14),
+        _ => return x.convert(to),
+    };
+    let x = x.convert(DType::F32);
+    let pattern = x.bitcast(DType::I32);
+    let sign = pattern & i32::MIN;
+    let magnitude = pattern & i32::MAX;
+    let exponent = magnitude.shr_logical(23) - 127;
+    // Low pattern bits below `to`'s spacing at this exponent (more in its
+    // subnormal range); random bits added there carry into the kept ones
+    // with exactly the probability the dropped ones make.
+    let dropped = (emin - exponent).max(0) + (23 - mantissa);
+    let low: Tile = (1i32 << dropped) - 1;
+    let rounded = ((magnitude + (bits & low)) & !low).bitcast(DType::F32);
+    // Below one spacing: the spacing or zero.
+    let spacing = (2f64).powi(emin - mantissa);
+    let unit = bits.shr_logical(9).convert(DType::F32) * (2f64).powi(-23);
+    let abs = magnitude.bitcast(DType::F32);
+    let tiny = select(unit.lt(abs * (1.0 / spacing)), spacing, 0.0);
+    let up_to = select(exponent.ge(emin - mantissa), rounded, tiny);
+    let flushed = select(exponent.eq(-127), 0.0, up_to);
+    let signed = (flushed.bitcast(DType::I32) | sign).bitcast(DType::F32);
+    select(abs.le(to.max_finite()), signed, x).convert(to)
 }
 
 /// `x` rotated left by `r` bits as a 32-bit word.

@@ -514,6 +514,19 @@ impl Tile {
         ceil => Ceil,
     }
 
+    /// The same bits read as `dtype` (`f32` ↔ `i32`): the float's
+    /// encoding as an integer or back, as `f32::to_bits`.
+    #[track_caller]
+    pub fn bitcast(self, dtype: DType) -> Tile {
+        let loc = Loc::caller();
+        record(self.builder, |st| {
+            let x = st.own(self, &loc)?;
+            st.push_op(OpKind::Bitcast { x, dtype }, loc)
+                .first()
+                .copied()
+        })
+    }
+
     /// `self >> n` filling with zeros: the bits read as unsigned (`>>` is
     /// the arithmetic shift). The amount is taken modulo the bit width.
     #[track_caller]

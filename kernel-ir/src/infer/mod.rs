@@ -238,6 +238,20 @@ pub(crate) fn result_types(
             one(a)
         }
         OpKind::Convert { x, dtype } => one(TileType::new(*dtype, ty(*x)?.shape)),
+        OpKind::Bitcast { x, dtype } => {
+            let t = ty(*x)?;
+            let pair = [t.dtype, *dtype];
+            if !pair.iter().all(|d| matches!(d, DType::F32 | DType::I32)) {
+                return Err(ErrorKind::DType {
+                    op: "bitcast",
+                    detail: format!(
+                        "{} to {dtype}: bitcast reads f32 bits as i32 or i32 bits as f32 (the one pair every path supports); use `convert` to change a value's type",
+                        t.dtype
+                    ),
+                });
+            }
+            one(TileType::new(*dtype, t.shape))
+        }
         OpKind::BroadcastInDim { x, shape, dims } => {
             let t = ty(*x)?;
             let bad = |detail: String| ErrorKind::Shape {

@@ -4,7 +4,7 @@ use super::math::{binary, compare, dot, for_each_index, int, merge, reduce, stri
 pub(crate) use super::value::{Ranges, Val};
 use super::{Buf, DEFINED, InterpOptions, POISON, UNWRITTEN};
 use crate::error::{ErrorKind, KernelError};
-use crate::{BufferRef, DType, Index, IndexValue, Kernel, Loc, Op, OpKind, Region, ValueId};
+use crate::{Array, BufferRef, DType, Index, IndexValue, Kernel, Loc, Op, OpKind, Region, ValueId};
 
 pub(crate) struct Machine<'a> {
     pub k: &'a Kernel,
@@ -215,6 +215,22 @@ impl Machine<'_> {
                     .iter()
                     .map(|&v| dtype.convert_from(from, v))
                     .collect();
+                Val {
+                    dtype: *dtype,
+                    data,
+                    ..x.clone()
+                }
+            }
+            OpKind::Bitcast { x, dtype } => {
+                let x = self.get(*x)?;
+                // Through the bytes memory holds (Array's own encoding).
+                let n = x.data.len();
+                let bytes = Array::new(x.dtype, [n], x.data.clone())
+                    .map(|a| a.to_le_bytes())
+                    .unwrap_or_default();
+                let data = Array::from_le_bytes(*dtype, [n], &bytes)
+                    .map(|a| a.data().to_vec())
+                    .unwrap_or_else(|_| vec![0.0; n]);
                 Val {
                     dtype: *dtype,
                     data,

@@ -342,6 +342,16 @@ pub enum OpKind {
         /// Result dtype.
         dtype: DType,
     },
+    /// The same bits read as `dtype`: `f32` ↔ `i32` (StableHLO's
+    /// `bitcast_convert`; the identity on either is allowed too). A NaN's
+    /// payload is not kept on every path (the interpreter holds values, not
+    /// bits): bits that make a NaN read back as some NaN pattern.
+    Bitcast {
+        /// Operand.
+        x: ValueId,
+        /// Result dtype.
+        dtype: DType,
+    },
     /// StableHLO `broadcast_in_dim`: operand dim i becomes result dim
     /// `dims[i]` (size equal, or 1 and broadcast).
     BroadcastInDim {
@@ -488,6 +498,7 @@ impl OpKind {
             OpKind::Compare { .. } => "cmp",
             OpKind::Select { .. } => "select",
             OpKind::Convert { .. } => "convert",
+            OpKind::Bitcast { .. } => "bitcast",
             OpKind::BroadcastInDim { .. } => "broadcast_in_dim",
             OpKind::Reshape { .. } => "reshape",
             OpKind::Transpose { .. } => "transpose",
@@ -546,6 +557,7 @@ impl OpKind {
             }
             OpKind::Unary { x, .. }
             | OpKind::Convert { x, .. }
+            | OpKind::Bitcast { x, .. }
             | OpKind::BroadcastInDim { x, .. }
             | OpKind::Reshape { x, .. }
             | OpKind::Transpose { x, .. }

@@ -266,7 +266,7 @@ impl<'a> Reader<'a> {
                     on_false,
                 }
             }
-            "convert" | "reshape" => {
+            "convert" | "bitcast" | "reshape" => {
                 let x = c.value()?;
                 c.sym(":")?;
                 c.tile_type()?;
@@ -274,6 +274,8 @@ impl<'a> Reader<'a> {
                 let to = one_result(self, c)?;
                 if m == "convert" {
                     OpKind::Convert { x, dtype: to.dtype }
+                } else if m == "bitcast" {
+                    OpKind::Bitcast { x, dtype: to.dtype }
                 } else {
                     OpKind::Reshape { x, shape: to.shape }
                 }

@@ -298,6 +298,21 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
             OpKind::Convert { x, dtype } => {
                 Some(self.convert(block, self.v(*x)?, self.ty(*x).clone(), *dtype)?)
             }
+            OpKind::Bitcast { x, dtype } => {
+                let t = self.ty(*x).clone();
+                if t.dtype == *dtype {
+                    Some(self.v(*x)?)
+                } else {
+                    let to = TileType::new(*dtype, t.shape.clone());
+                    Some(self.ir.op1(
+                        block,
+                        "arith.bitcast",
+                        &[self.v(*x)?],
+                        self.ir.tile(&to),
+                        Vec::new(),
+                    )?)
+                }
+            }
             OpKind::BroadcastInDim { x, shape, dims } => {
                 Some(self.broadcast_in_dim(block, self.v(*x)?, self.ty(*x).clone(), shape, dims)?)
             }

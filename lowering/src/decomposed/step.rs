@@ -241,6 +241,16 @@ impl<'c> Step<'_, 'c> {
                 let t = self.ty(*x);
                 Some(self.convert(b, self.v(*x)?, &t, *dtype)?)
             }
+            OpKind::Bitcast { x, dtype } => {
+                let t = self.ty(*x);
+                Some(ir.op1(
+                    b,
+                    "stablehlo.bitcast_convert",
+                    &[self.v(*x)?],
+                    e.t(&t.shape, *dtype),
+                    Vec::new(),
+                )?)
+            }
             OpKind::BroadcastInDim { x, shape, dims } => {
                 let t = self.ty(*x);
                 let d: Vec<i64> = dims.iter().map(|&d| d as i64).collect();

@@ -88,7 +88,7 @@ impl<'c> HostEmitter<'_, 'c> {
                 mem: m, site: s, ..
             } => m.ptr != mem.ptr || s.as_ref().is_some_and(|s| s == site),
             Expr::Buf { .. } | Expr::Const(_) | Expr::Scalar(_) | Expr::Iota { .. } => true,
-            Expr::Unary(_, a) | Expr::Convert(a) => rec(a),
+            Expr::Unary(_, a) | Expr::Convert(a) | Expr::Bitcast(a) => rec(a),
             Expr::Binary(_, a, c) | Expr::Compare(_, a, c) => rec(a) && rec(c),
             Expr::Select(a, c, d) => rec(a) && rec(c) && rec(d),
             Expr::Broadcast { src, .. }
@@ -102,7 +102,7 @@ impl<'c> HostEmitter<'_, 'c> {
         match &n.e {
             Expr::Window { mem: m, .. } => m.ptr == mem.ptr,
             Expr::Buf { .. } | Expr::Const(_) | Expr::Scalar(_) | Expr::Iota { .. } => false,
-            Expr::Unary(_, a) | Expr::Convert(a) => Self::reads(a, mem),
+            Expr::Unary(_, a) | Expr::Convert(a) | Expr::Bitcast(a) => Self::reads(a, mem),
             Expr::Broadcast { src, .. }
             | Expr::Transpose { src, .. }
             | Expr::Squeeze { src, .. } => Self::reads(src, mem),
@@ -292,6 +292,14 @@ impl<'c> HostEmitter<'_, 'c> {
             Expr::Convert(a) => {
                 let x = self.eval(b, a, idx, w)?;
                 self.convert_vec(b, x, a.ty.dtype, d, w)?
+            }
+            Expr::Bitcast(a) => {
+                let x = self.eval(b, a, idx, w)?;
+                if a.ty.dtype == d {
+                    x
+                } else {
+                    ir.op1(b, "arith.bitcast", &[x], vty, Vec::new())?
+                }
             }
             Expr::Broadcast { src, dims } => {
                 let srank = src.ty.shape.len();

@@ -72,6 +72,8 @@ enum Expr {
     Compare(CompareOp, Rc<Node>, Rc<Node>),
     Select(Rc<Node>, Rc<Node>, Rc<Node>),
     Convert(Rc<Node>),
+    /// The operand's bits read as the node's dtype (same width).
+    Bitcast(Rc<Node>),
     /// Output dim `dims[i]` comes from source dim `i` (size 1: broadcast).
     Broadcast {
         src: Rc<Node>,
@@ -561,6 +563,7 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                 ),
             )?,
             OpKind::Convert { x, .. } => self.elementwise(b, op, Expr::Convert(self.node(*x)?))?,
+            OpKind::Bitcast { x, .. } => self.elementwise(b, op, Expr::Bitcast(self.node(*x)?))?,
             OpKind::BroadcastInDim { x, dims, .. } => {
                 let src = self.node(*x)?;
                 self.lazy(

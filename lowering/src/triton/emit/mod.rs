@@ -540,6 +540,17 @@ impl<'a> Emitter<'a> {
                 let text = self.convert_code(&Self::v(*x), from, *dtype);
                 self.line(format!("{out} = {text}"), loc);
             }
+            OpKind::Bitcast { x, dtype } => {
+                let to = if *dtype == DType::F32 {
+                    "tl.float32"
+                } else {
+                    "tl.int32"
+                };
+                self.line(
+                    format!("{out} = {}.to({to}, bitcast=True)", Self::v(*x)),
+                    loc,
+                );
+            }
             OpKind::BroadcastInDim { x, shape, dims } => {
                 let (_, xs) = self.ty(*x);
                 let text = broadcast(&Self::v(*x), &xs, shape, dims);

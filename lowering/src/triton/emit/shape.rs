@@ -223,6 +223,7 @@ pub(super) fn pure(op: &Op) -> bool {
             | OpKind::Compare { .. }
             | OpKind::Unary { .. }
             | OpKind::Convert { .. }
+            | OpKind::Bitcast { .. }
             | OpKind::Select { .. }
             | OpKind::BroadcastInDim { .. }
             | OpKind::Reshape { .. }
