@@ -20,6 +20,8 @@
 //! * [`foundation`]: tiled elementwise add, tiled matmul with an f32
 //!   accumulator in scratch, row softmax, layer norm;
 //! * [`moe`]: grouped matmul for mixture-of-experts layers;
+//! * [`random`](mod@random): random words and dropout, bit for bit
+//!   `jax.random`'s (Threefry-2x32);
 //! * [`dma`]: every manual-DMA construct in one small kernel;
 //! * [`fp8_gemm`] (the CUTLASS FP8 GEMM), [`scaled_mm`] (block-scaled
 //!   FP8), [`w8a16`] (int8 weight-only);

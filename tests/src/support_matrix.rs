@@ -45,6 +45,11 @@ fn cases() -> Vec<Case> {
         ("and", |x, y| x & y),
         ("or", |x, y| x | y),
         ("xor", |x, y| x ^ y),
+        ("shifts", |x, y| (x << y) ^ x.shr_logical(y) ^ (x >> y)),
+        ("bitcast_round_trip", |x, _| {
+            let other = if x.dtype() == F32 { I32 } else { F32 };
+            x.bitcast(other).bitcast(x.dtype())
+        }),
         ("cmp_gt", |x, y| x.gt(y).select(x, y)),
         ("cmp_eq", |x, y| x.eq(y).select(x, y)),
         ("cmp_ne", |x, y| x.ne(y).select(x, y)),

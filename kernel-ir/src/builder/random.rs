@@ -21,16 +21,20 @@
 //! use kernel_ir::prelude::*;
 //! use kernel_ir::random::Key;
 //!
-//! // A dropout mask over a [32, 128] array, 8 rows per grid step; the key
-//! // arrives as two scalar-prefetch words.
+//! // A dropout mask over a [128, 128] array, 32 rows per grid step (a bool
+//! // block's sublane tile); the key arrives as two scalar-prefetch words.
 //! let mut k = KernelBuilder::new("mask");
 //! k.grid([4], [Parallel]);
 //! let seed = k.scalar_prefetch("seed", [2]);
-//! let o = k.output("o", Bool, [32, 128]).block([8, 128], |[i]| (i, 0));
+//! let o = k.output("o", Bool, [128, 128]).block([32, 128], |[i]| (i, 0));
 //! let key = Key::new(seed.load([0]), seed.load([1]));
-//! let index = Key::flat_index([32, 128], [8, 128], [(program_id(0) * 8).into(), 0.into()]);
-//! o.store(.., key.bernoulli(0.9, index));
-//! assert!(k.build().is_ok());
+//! let index = Key::flat_index([128, 128], [32, 128], [(program_id(0) * 32).into(), 0.into()]);
+//! o.store(.., key.bernoulli(0.9f32, index));
+//! let kernel = k.build().unwrap();
+//! let words = Array::new(I32, [2], vec![0.0, 42.0]).unwrap(); // jax.random.key(42)
+//! let keep = interpret(&kernel, &[words]).unwrap();
+//! let kept = keep[0].data().iter().filter(|&&v| v != 0.0).count();
+//! assert!((14300..15200).contains(&kept)); // about 0.9 of 16384
 //! ```
 
 use super::tile::{IntoOperand, Tile, constant, select};
