@@ -43,6 +43,7 @@ const BUILTINS: &[&str] = &[
     "make_async_remote_copy",
     "device_id",
     "axis_index",
+    "top_k",
 ];
 
 /// Path roots whose functions are ordinary Rust, run while building.

@@ -21,7 +21,7 @@
 //!   accumulator in scratch, row softmax, layer norm;
 //! * [`moe`]: grouped matmul for mixture-of-experts layers;
 //! * [`random`](mod@random): random words and dropout, bit for bit
-//!   `jax.random`'s (Threefry-2x32);
+//!   `jax.random`'s (Threefry-2x32); [`router`]: the MoE router's top-k;
 //! * [`dma`]: every manual-DMA construct in one small kernel;
 //! * [`fp8_gemm`] (the CUTLASS FP8 GEMM), [`scaled_mm`] (block-scaled
 //!   FP8), [`w8a16`] (int8 weight-only);
@@ -49,6 +49,7 @@ pub mod moe;
 pub mod norm;
 pub mod random;
 pub mod rope;
+pub mod router;
 pub mod scaled_mm;
 pub mod swiglu;
 pub mod w8a16;
@@ -83,6 +84,7 @@ pub const ENTRIES: &[&Entry] = &[
     &rope::ROPE,
     &random::RANDOM_BITS,
     &random::DROPOUT,
+    &router::ROUTER_TOP_K,
     &swiglu::SWIGLU,
     &moe::GROUPED_MATMUL,
     &dma::DOUBLE_BUFFERED_ROWS,

@@ -33,6 +33,7 @@ mod random;
 mod random_kernels;
 mod snapshots_ir;
 mod structure;
+mod top_k;
 mod tpu_compile;
 mod tpu_dma;
 mod tpu_fp8;

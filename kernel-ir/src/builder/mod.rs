@@ -27,6 +27,7 @@ mod refs;
 mod state;
 mod tile;
 mod tile_ops;
+mod top_k;
 
 pub use control::{Bound, Carry, for_range, for_range_step, if_else, when};
 pub use dma::{
@@ -38,6 +39,7 @@ pub use tile::{
     IntoOperand, Tile, axis_index, constant, device_id, dot, dot_general, iota, num_programs,
     program_id, select,
 };
+pub use top_k::top_k;
 
 use std::marker::PhantomData;
 
