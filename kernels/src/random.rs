@@ -8,9 +8,12 @@
 //! The key is scalar prefetch `key[2]`: the two words of
 //! `jax.random.key_data(key)` viewed as `int32`.
 
+use std::sync::Arc;
+
 use kernel_ir::prelude::*;
 use kernel_ir::random::Key;
 use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
+use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 use crate::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, dims, no_check, param, uniform_inputs,
@@ -198,11 +201,26 @@ pub const RANDOM_BITS: Entry = Entry {
     }],
 };
 
+/// Dropout's backward is dropout: the key regenerates the forward's mask,
+/// so `dx = keep ? dy / (1 − rate) : 0` is the forward kernel run on the
+/// cotangent, and no mask is stored between the passes.
+fn dropout_backward(call: &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeError> {
+    let (key, x) = (&call.inputs[0], &call.inputs[1]);
+    let dy = call.cotangent(0)?;
+    let dy = if dy.dtype() == x.dtype() {
+        dy
+    } else {
+        dy.cast(x.dtype())?
+    };
+    let dx = key.runtime().call(call.kernel, &[key, &dy])?.remove(0);
+    Ok(vec![None, Some(dx)])
+}
+
 /// [`dropout()`] in the library.
 pub const DROPOUT: Entry = Entry {
     name: "dropout",
     fixed_inputs: None,
-    backward: None,
+    backward: Some(|_, _| Ok(Arc::new(dropout_backward))),
     about: "dropout with jax.random.bernoulli's mask (Threefry-2x32, bit for bit), scaled by 1/(1-rate); key as scalar prefetch",
     params: &[
         DTYPE,

@@ -7,7 +7,8 @@ by jax (`jax.random.key`, and `jax.random.split` for keys whose both words
 are random), comparing with `jax.random.bits`, `jax.random.fold_in` and a
 flax-style dropout (`jnp.where(jax.random.bernoulli(key, 1 - rate, shape),
 x / (1 - rate), 0)`): the words and the kept positions must be identical,
-the kept values within the dtype's rounding. The other paths (interpreter,
+the kept values within the dtype's rounding; and jax.grad through the
+dropout artifact's VJP (the same mask on the cotangent). The other paths (interpreter,
 JITs, PJRT, Triton's interpreter) equal the same u32 reference in the Rust
 tests, so they equal jax too. Writes OUTDIR/report.md; exits non-zero on a
 difference.
@@ -90,6 +91,22 @@ def main():
             failed |= not ok
             lines.append(f"| dropout {dtype}, rate {rate}, {shape[0]}x{shape[1]} | {len(keys())} | {shape[0] * shape[1]} | "
                          f"{diff} | {worst:.1e} | {'yes' if ok else 'NO'} |")
+            if dtype == "f32":
+                # jax.grad through the artifact's VJP (the forward kernel on
+                # the cotangent): the gradient is the mask over 1 - rate.
+                key = keys()[-1]
+                w = jax.random.normal(jax.random.key(5), shape, jnp.float32)
+                x = jax.random.normal(jax.random.key(6), shape, jnp.float32)
+                k = jnp.asarray(words(key))
+                g = np.asarray(jax.jit(jax.grad(lambda x: (exp.call(k, x)[0] * w).sum()))(x), np.float64)
+                keep = np.asarray(jax.random.bernoulli(key, 1 - rate, shape))
+                ref = np.where(keep, np.asarray(w, np.float64) / (1 - rate), 0.0)
+                gdiff = int(((g != 0) != keep).sum())
+                gworst = float(np.abs(g - ref).max())
+                ok = gdiff == 0 and gworst <= 1e-6
+                failed |= not ok
+                lines.append(f"| jax.grad of dropout f32 (the VJP) | 1 | {shape[0] * shape[1]} | {gdiff} | {gworst:.1e} | "
+                             f"{'yes' if ok else 'NO'} |")
     report = "\n".join(lines) + "\n"
     (out / "report.md").write_text(report)
     print(report)

@@ -160,6 +160,10 @@ proptest! {
         let cos = uniform(&[s, half], seed ^ 6, -1.0, 1.0);
         let sin = uniform(&[s, half], seed ^ 7, -1.0, 1.0);
         check_entry("rope", &[], &[xr, cos, sin], seed).map_err(TestCaseError::fail)?;
+        // Dropout's backward is the forward on the cotangent (same mask).
+        let key = Array::new(I32, [2], vec![seed as u32 as i32 as f64, 7.0]).unwrap();
+        let xd = uniform(&[m + 8, 128 + n], seed ^ 8, -1.0, 1.0);
+        check_entry("dropout", &[("rate", "0.3")], &[key, xd], seed).map_err(TestCaseError::fail)?;
     }
 }
 
