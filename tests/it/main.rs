@@ -31,6 +31,7 @@ mod parse;
 mod paths;
 mod random;
 mod random_kernels;
+mod scan;
 mod snapshots_ir;
 mod structure;
 mod top_k;

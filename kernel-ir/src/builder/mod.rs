@@ -24,6 +24,7 @@ mod dma;
 mod index;
 pub mod random;
 mod refs;
+mod scan;
 mod state;
 mod tile;
 mod tile_ops;
