@@ -184,7 +184,7 @@ proptest! {
             .map(|_| {
                 let m = (rng.next_u64() % 1_000_000) as f64 / 1e6;
                 let e = (rng.next_u64() % 38) as i32 - 30;
-                let s = if rng.next_u64() % 2 == 0 { 1.0 } else { -1.0 };
+                let s = if rng.next_u64().is_multiple_of(2) { 1.0 } else { -1.0 };
                 (s * (1.0 + m) * 2f64.powi(e)) as f32
             })
             .collect();

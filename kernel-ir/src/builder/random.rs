@@ -67,7 +67,7 @@ impl Key {
     /// value, a new key for each grid step, batch or head.
     #[track_caller]
     pub fn fold_in(self, data: impl IntoOperand) -> Key {
-        let zero = self.k0 * 0;
+        let zero = constant(0, DType::I32, self.k0.shape());
         let data = zero + data;
         let (k0, k1) = threefry2x32(self, zero, data);
         Key { k0, k1 }
@@ -219,14 +219,14 @@ pub fn threefry2x32(key: Key, x0: Tile, x1: Tile) -> (Tile, Tile) {
     let mut x = [x0 + ks[0], x1 + ks[1]];
     for group in 0..5usize {
         for &r in &ROTATIONS[group % 2] {
-            x[0] = x[0] + x[1];
+            x[0] += x[1];
             x[1] = rotate_left(x[1], r);
             x[1] = x[0] ^ x[1];
         }
         // Key injection after each group of four rounds.
         let s = group + 1;
-        x[0] = x[0] + ks[s % 3];
-        x[1] = x[1] + ks[(s + 1) % 3] + s as i32;
+        x[0] += ks[s % 3];
+        x[1] += ks[(s + 1) % 3] + s as i32;
     }
     (x[0], x[1])
 }
