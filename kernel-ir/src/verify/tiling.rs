@@ -64,11 +64,19 @@ fn check_operand(k: &Kernel, o: &Operand) -> Option<ErrorKind> {
             if b == a || b % 1024 == 0 || (b.is_power_of_two() && b >= min_pow2) {
                 return None;
             }
+            let mut fix = suggest(b, 1024.min(a.next_power_of_two()).max(min_pow2), a);
+            if b < min_pow2 {
+                // A short rank-1 block is usually one value per row of a
+                // 2-D block (a row max, a norm's statistic).
+                fix.push_str(&format!(
+                    "; for one value per row of 2-D blocks, declare it [{a}, 1] with block [{b}, 1] (a column: full lane dim 1)"
+                ));
+            }
             err(
                 0,
                 "only",
                 format!("a multiple of 1024, or a power of two ≥ {min_pow2}"),
-                suggest(b, 1024.min(a.next_power_of_two()).max(min_pow2), a),
+                fix,
             )
         }
         _ => {
@@ -85,6 +93,15 @@ fn check_operand(k: &Kernel, o: &Operand) -> Option<ErrorKind> {
             let second = order[1];
             let (b, a) = (block[second], o.shape[second]);
             if b != a && b % rows != 0 {
+                let mut fix = suggest(b, rows, a);
+                if b == 1 {
+                    // One row per step: a unit dim before the minor one makes
+                    // the sublane dim whole (Pallas's squeezed block dims).
+                    fix.push_str(&format!(
+                        "; for one row per grid step, give the array a unit dim before its minor one ([.., {a}, 1, {}] with block [.., 1, 1, {}]), so the sublane dim is whole",
+                        o.shape[minor], block[minor]
+                    ));
+                }
                 return err(
                     second,
                     "second-minor (sublane)",
@@ -92,7 +109,7 @@ fn check_operand(k: &Kernel, o: &Operand) -> Option<ErrorKind> {
                         "a multiple of {rows} rows ({} tiles are ({rows}, {lanes}))",
                         o.dtype
                     ),
-                    suggest(b, rows, a),
+                    fix,
                 );
             }
             None
