@@ -362,7 +362,7 @@ pub enum ErrorKind {
     },
     /// Scratch state that flows across a parallel grid dim.
     #[error(
-        "[parallel-carry] `{scratch}` (scratch, or an output block read back) is read before it is written in a grid step, so it carries state from the previous step, but grid dim {dim} is parallel and its steps may run in any order or on another core; mark dim {dim} `arbitrary`, or initialize `{scratch}` under `when(program_id(d) == 0)` for an arbitrary dim d inner to every parallel dim"
+        "[parallel-carry] `{scratch}` (scratch, or an output block read back) is read before it is written in a grid step, so it carries state from the previous step, but grid dim {dim} is parallel and its steps may run in any order or on another core; mark dim {dim} `arbitrary`, or initialize `{scratch}` under `when(program_id(d) == 0)` for an arbitrary dim d inner to every parallel dim; if it is working memory of one step, write all of it before reading it or allocate it per step with `scoped(..)`"
     )]
     ParallelCarry {
         /// The scratch buffer's or output operand's name.

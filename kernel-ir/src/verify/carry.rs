@@ -29,6 +29,9 @@ enum State {
     ResetAt(Vec<usize>),
     /// Fully written earlier in this step.
     Defined,
+    /// Parts written earlier in this step by stores of static ranges
+    /// (each a start and length per dim); defined once they cover it.
+    Partial(Vec<Vec<(usize, usize)>>),
 }
 
 pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
@@ -183,10 +186,44 @@ impl Walker<'_> {
         full.then_some(slot)
     }
 
+    /// The slot and the static range (start, length per dim) an unmasked
+    /// store with constant indices writes.
+    fn static_store(&self, kind: &OpKind) -> Option<(usize, Vec<(usize, usize)>)> {
+        let OpKind::Store {
+            buffer,
+            indices,
+            mask: None,
+            ..
+        } = kind
+        else {
+            return None;
+        };
+        let slot = self.slot(buffer)?;
+        let range = indices
+            .iter()
+            .map(|i| match i {
+                Index::Slice {
+                    start: IndexValue::Static(s),
+                    len,
+                } => Some((usize::try_from(*s).ok()?, *len)),
+                Index::Point(IndexValue::Static(p)) => Some((usize::try_from(*p).ok()?, 1)),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some((slot, range))
+    }
+
+    fn shape(&self, slot: usize) -> &[usize] {
+        match self.k.scratch.get(slot) {
+            Some(s) => &s.shape,
+            None => &self.k.operands[slot - self.k.scratch.len()].block.shape,
+        }
+    }
+
     fn read(&mut self, s: usize, state: &State, loc: &Option<crate::Loc>) {
         let bad = match state {
             State::Defined => false,
-            State::Carried => true,
+            State::Carried | State::Partial(_) => true,
             State::ResetAt(dims) => dims.iter().any(|&d| d <= self.innermost_parallel),
         };
         if bad && !self.reported[s] {
@@ -247,9 +284,51 @@ impl Walker<'_> {
                 kind => {
                     if let Some(s) = self.full_store(kind) {
                         states[s] = State::Defined;
+                    } else if let Some((s, range)) = self.static_store(kind) {
+                        let mut ranges = match &states[s] {
+                            State::Carried => Vec::new(),
+                            State::Partial(r) => r.clone(),
+                            State::Defined | State::ResetAt(_) => continue,
+                        };
+                        ranges.push(range);
+                        states[s] = if covers(&ranges, self.shape(s)) {
+                            State::Defined
+                        } else {
+                            State::Partial(ranges)
+                        };
                     }
                 }
             }
         }
     }
+}
+
+/// Whether the ranges together write every element of `shape` (checked
+/// element by element up to 4M elements; larger buffers count as not
+/// covered, the conservative answer).
+fn covers(ranges: &[Vec<(usize, usize)>], shape: &[usize]) -> bool {
+    let n: usize = shape.iter().product();
+    if n > 1 << 22 || ranges.iter().any(|r| r.len() != shape.len()) {
+        return false;
+    }
+    let mut written = vec![false; n];
+    for r in ranges {
+        let mut idx: Vec<usize> = r.iter().map(|&(s, _)| s).collect();
+        if r.iter().zip(shape).any(|(&(s, l), &d)| l == 0 || s + l > d) {
+            continue;
+        }
+        'elements: loop {
+            let flat = idx.iter().zip(shape).fold(0, |f, (&i, &d)| f * d + i);
+            written[flat] = true;
+            for d in (0..idx.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < r[d].0 + r[d].1 {
+                    continue 'elements;
+                }
+                idx[d] = r[d].0;
+            }
+            break;
+        }
+    }
+    written.iter().all(|&w| w)
 }
