@@ -119,6 +119,17 @@ fn sample_key(seed: u64) -> Array {
     Array::new(DType::I32, [2], words.to_vec()).unwrap_or_else(|_| Array::zeros(DType::I32, [2]))
 }
 
+/// A Threefry key is two words.
+fn key_shape(s: &[usize]) -> Result<(), EntryError> {
+    let [two] = dims(s, "key")?;
+    if two != 2 {
+        return Err(EntryError::Shape(format!(
+            "key is [{two}]; a Threefry key is two int32 words, [2]"
+        )));
+    }
+    Ok(())
+}
+
 /// The rate must leave something to keep.
 fn check_rate(c: &Config) -> Result<f32, EntryError> {
     let rate = c.f32("rate")?;
@@ -152,12 +163,7 @@ pub const RANDOM_BITS: Entry = Entry {
     ],
     inputs: |_| Ok(vec![("key", vec![2])]),
     build: |c, s| {
-        let [two] = dims(&s[0], "key")?;
-        if two != 2 {
-            return Err(EntryError::Shape(format!(
-                "key is [{two}]; a Threefry key is two int32 words, [2]"
-            )));
-        }
+        key_shape(&s[0])?;
         // The output's shape is config: the kernel has no array input.
         let (m, n) = (c.usize("m")?, c.usize("n")?);
         if m.saturating_mul(n) > i32::MAX as usize {
@@ -235,12 +241,7 @@ pub const DROPOUT: Entry = Entry {
     ],
     inputs: |_| Ok(vec![("key", vec![2]), ("x", vec![64, 512])]),
     build: |c, s| {
-        let [two] = dims(&s[0], "key")?;
-        if two != 2 {
-            return Err(EntryError::Shape(format!(
-                "key is [{two}]; a Threefry key is two int32 words, [2]"
-            )));
-        }
+        key_shape(&s[0])?;
         let [m, n] = dims(&s[1], "x")?;
         Ok(dropout(
             m,

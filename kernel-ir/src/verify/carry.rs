@@ -159,31 +159,16 @@ impl Walker<'_> {
         }
     }
 
+    /// The slot a store writes whole, if it does.
     fn full_store(&self, kind: &OpKind) -> Option<usize> {
-        let OpKind::Store {
-            buffer,
-            indices,
-            mask: None,
-            ..
-        } = kind
-        else {
-            return None;
-        };
-        let slot = self.slot(buffer)?;
-        let shape = match buffer {
-            BufferRef::Scratch(s) => &self.k.scratch[*s].shape,
-            BufferRef::Operand(i) => &self.k.operands[*i].block.shape,
-            _ => return None,
-        };
-        let full = indices.iter().zip(shape).all(|(i, &n)| match i {
-            Index::Slice {
-                start: IndexValue::Static(0),
-                len,
-            } => *len == n,
-            Index::Point(IndexValue::Static(0)) => n == 1,
-            _ => false,
-        });
-        full.then_some(slot)
+        let (slot, range) = self.static_store(kind)?;
+        let shape = self.shape(slot);
+        let whole = range.len() == shape.len()
+            && range
+                .iter()
+                .zip(shape)
+                .all(|(&(s, l), &n)| s == 0 && l == n);
+        whole.then_some(slot)
     }
 
     /// The slot and the static range (start, length per dim) an unmasked
