@@ -4,7 +4,7 @@
 
 use kernel_ir::{Array, VerifiedKernel};
 use kernels::Config;
-use tooling::cost::{Cost, cost, mesh_cost, table};
+use tooling::cost::{Cost, cost, lane_sparse, mesh_cost, table};
 
 use crate::args::Args;
 use crate::kernel_args::{choose, kernel_for_lower};
@@ -107,6 +107,7 @@ pub fn cost_cmd(args: &[String]) -> Result<(), Failure> {
         return Err(usage(format!("unexpected argument `{}`", a.positional[1])));
     }
     let mut rows: Vec<(String, Cost)> = Vec::new();
+    let mut warnings = Vec::new();
     if which == "all" {
         if !a.all("config").is_empty() || !a.all("shape").is_empty() {
             return Err(usage(
@@ -115,6 +116,7 @@ pub fn cost_cmd(args: &[String]) -> Result<(), Failure> {
         }
         for (name, k, inputs) in every_kernel()? {
             let c = cost(&k, &inputs).map_err(|x| Failure::Run(format!("{name}: {x}")))?;
+            warnings.extend(lane_sparse(&k));
             rows.push((name, c));
         }
     } else {
@@ -134,6 +136,7 @@ pub fn cost_cmd(args: &[String]) -> Result<(), Failure> {
             return Ok(());
         }
         let c = cost(&kernel, &inputs).map_err(|e| Failure::Run(format!("{which}: {e}")))?;
+        warnings.extend(lane_sparse(&kernel));
         rows.push((which.to_string(), c));
     }
     if a.flag("json") {
@@ -141,6 +144,9 @@ pub fn cost_cmd(args: &[String]) -> Result<(), Failure> {
         println!("[{}]", items.join(",\n "));
     } else {
         print!("{}", table(&rows));
+    }
+    for w in warnings {
+        eprintln!("{w}");
     }
     Ok(())
 }

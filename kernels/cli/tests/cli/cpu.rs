@@ -188,3 +188,27 @@ fn tune_cpu_measures_the_jit_tiles_and_keeps_the_winner() {
     assert!(stderr(&o).contains("--top"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `tessera cost` warns of blocks that fill few of the TPU's lanes (a
+/// router's `[tokens, 8]` logits), naming the layout that fills them, and
+/// stays quiet for a dense layout.
+#[test]
+fn cost_warns_of_lane_sparse_blocks() {
+    let o = tessera(&[
+        "cost",
+        "router_top_k",
+        "--shape",
+        "x=2048x8",
+        "--config",
+        "bt=256",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("operand `x` has [256, 8] blocks, 8 of 128 lanes") && err.contains("minor"),
+        "{err}"
+    );
+    let dense = tessera(&["cost", "router_top_k"]);
+    assert!(dense.status.success(), "{}", stderr(&dense));
+    assert!(!stderr(&dense).contains("warning:"), "{}", stderr(&dense));
+}
