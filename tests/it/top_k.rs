@@ -139,3 +139,26 @@ fn top_k_compiles_with_libtpu_for_every_generation() {
         }
     }
 }
+
+/// The ops composed of other ops (arg-max, top-k, cumsum, random bits)
+/// report a misuse at the author's line, not at a line inside Tessera.
+#[test]
+fn misuse_of_composed_ops_is_reported_at_the_authors_line() {
+    type Misuse = fn(Tile) -> Tile;
+    let cases: [(Misuse, u32); 4] = [
+        (|x| x.argmax_keep(2), line!()),
+        (|x| top_k(x, 2, 3).1, line!()),
+        (|x| x.cumsum(2), line!()),
+        (|x| kernel_ir::random::Key::new(x, x).bits(x), line!()),
+    ];
+    for (misuse, line) in cases {
+        let mut k = KernelBuilder::new("misuse");
+        k.grid([1], [Parallel]);
+        let x = k.input("x", F32, [8, 128]).block([8, 128], |[_]| (0, 0));
+        let o = k.output("o", F32, [8, 128]).block([8, 128], |[_]| (0, 0));
+        o.store(.., misuse(x.load(..)).convert(F32));
+        let errors = k.build().unwrap_err().to_string();
+        assert!(errors.contains(&format!("top_k.rs:{line}:")), "{errors}");
+        assert!(!errors.contains("kernel-ir/src"), "{errors}");
+    }
+}

@@ -14,8 +14,9 @@
 //! specified, may differ between TPU generations, and no CPU path can
 //! reproduce them (Pallas's interpret mode returns zeros), so no test could
 //! check a kernel that uses them. It is cheaper on the vector unit (one op
-//! per word against about 60 here) and is the fast path to add later, as
-//! an opt-in whose answer is "some bits" rather than `jax.random`'s.
+//! per word against about 120 integer ops per pair of words here) and is
+//! the fast path to add later, as an opt-in whose answer is "some bits"
+//! rather than `jax.random`'s.
 //!
 //! ```
 //! use kernel_ir::prelude::*;
@@ -206,6 +207,7 @@ pub fn stochastic_round(x: Tile, to: DType, bits: Tile) -> Tile {
 }
 
 /// `x` rotated left by `r` bits as a 32-bit word.
+#[track_caller]
 fn rotate_left(x: Tile, r: i32) -> Tile {
     (x << r) | x.shr_logical(32 - r)
 }

@@ -34,6 +34,7 @@ use crate::DType;
 
 /// `x` in a type whose compares every target takes: f32 for the narrow
 /// floats (exact), the others as they are.
+#[track_caller]
 fn comparable(x: Tile) -> Tile {
     if x.dtype().is_float() && x.dtype() != DType::F32 {
         x.convert(DType::F32)
@@ -54,6 +55,7 @@ fn lowest(dtype: DType) -> Operand {
 
 /// Where `x` equals `m` (its max or min along the axis, broadcast), NaN
 /// matching NaN.
+#[track_caller]
 fn hits(x: Tile, m: Tile) -> Tile {
     if x.dtype().is_float() {
         x.eq(m) | (x.ne(x) & m.ne(m))
@@ -64,6 +66,7 @@ fn hits(x: Tile, m: Tile) -> Tile {
 
 /// The lowest index along `axis` where `hit` is true, keeping the axis as
 /// 1 (`n` where none is).
+#[track_caller]
 fn first(hit: Tile, axis: usize) -> Tile {
     let shape = hit.shape();
     let n = shape.get(axis).copied().unwrap_or(1);
