@@ -87,7 +87,7 @@ pub use dma::{
     BufferSlice, CopyDescriptor, RemoteTarget, SemaphoreDecl, SemaphoreKind, SemaphoreSlot,
 };
 pub use dtype::fp8::{self, f8e4m3fn, f8e5m2};
-pub use dtype::{DType, Element, ParseDTypeError};
+pub use dtype::{DType, Element, Float, Fp8, ParseDTypeError};
 pub use error::{ErrorKind, KernelError, KernelErrors};
 pub use half::{bf16, f16};
 pub use index_map::{IndexEvalError, IndexExpr, IndexExprDisplay, IndexMap, IndexOp};
@@ -182,44 +182,6 @@ pub fn unsupported_dtype(what: &str, dtype: DType, supported: &[DType]) -> Kerne
     ))))
 }
 
-/// Runs `$body` with the type alias `$t` set to the Rust type of a float
-/// dtype (`f32`, [`bf16`], [`f16`](struct@f16)), or is `Err(`[`unsupported_dtype`]`)`
-/// for any other: the one dispatch from a runtime dtype to a generic
-/// kernel's element type.
-///
-/// ```
-/// use kernel_ir::prelude::*;
-/// fn size(dtype: DType) -> Result<usize, kernel_ir::KernelErrors> {
-///     with_float!("size", dtype, T => Ok(std::mem::size_of::<T>()))
-/// }
-/// assert_eq!(size(BF16).unwrap(), 2);
-/// assert!(size(I32).unwrap_err().to_string().contains("not i32"));
-/// ```
-#[macro_export]
-macro_rules! with_float {
-    ($what:expr, $dtype:expr, $t:ident => $body:expr) => {
-        match $dtype {
-            $crate::DType::F32 => {
-                type $t = f32;
-                $body
-            }
-            $crate::DType::BF16 => {
-                type $t = $crate::bf16;
-                $body
-            }
-            $crate::DType::F16 => {
-                type $t = $crate::f16;
-                $body
-            }
-            other => Err($crate::unsupported_dtype(
-                $what,
-                other,
-                &[$crate::DType::F32, $crate::DType::BF16, $crate::DType::F16],
-            )),
-        }
-    };
-}
-
 /// Everything a kernel author needs, in one import.
 pub mod prelude {
     pub use crate::DType::{BF16, Bool, F8E4M3FN, F8E5M2, F16, F32, I8, I32};
@@ -229,10 +191,10 @@ pub mod prelude {
         Smem, Vmem,
     };
     pub use crate::{
-        Array, BlockMap, DType, DotDims, IndexExpr, KernelBuilder, Layout, MemorySpace,
+        Array, BlockMap, DType, DotDims, Float, Fp8, IndexExpr, KernelBuilder, Layout, MemorySpace,
         OptionalLoad, Ref, SemArray, Target, Tile, axis_index, bf16, cdiv, constant, device_id,
         dot, dot_general, ds, f8e4m3fn, f8e5m2, f16, for_range, for_range_step, if_else, interpret,
         iota, kernel_fn, make_async_copy, make_async_remote_copy, num_programs, program_id, scoped,
-        select, top_k, tpu_kernel, when, with_float,
+        select, top_k, tpu_kernel, when,
     };
 }

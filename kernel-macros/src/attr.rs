@@ -5,7 +5,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Expr, Ident, Token};
 
-/// Parsed `#[tpu_kernel(grid = (..), semantics = (..), target = .., vmem_limit = .., mesh = (..), name = ..)]`.
+/// Parsed `#[tpu_kernel(grid = (..), semantics = (..), target = .., vmem_limit = .., mesh = (..), name = .., check = ..)]`.
 pub struct KernelAttr {
     /// One bound per grid dim (Rust `usize` expressions).
     pub grid: Vec<Expr>,
@@ -24,6 +24,10 @@ pub struct KernelAttr {
     pub name: Option<Expr>,
     /// `mesh = (x = 4, y = 2)`: the devices it runs on together, by axis.
     pub mesh: Vec<(Ident, Expr)>,
+    /// `check = expr`: a `Result<(), KernelErrors>` over the config and
+    /// shape symbols, run before the kernel is built (rules its verifier
+    /// cannot see, such as a config table's consistency).
+    pub check: Option<Expr>,
 }
 
 /// A tuple `(a, b, c)`, a unit `()`, or a single expression.
@@ -46,13 +50,14 @@ impl Parse for KernelAttr {
             vmem_limit: None,
             name: None,
             mesh: Vec::new(),
+            check: None,
         };
         let items = Punctuated::<syn::MetaNameValue, Token![,]>::parse_terminated(input)?;
         for item in items {
             let Some(key) = item.path.get_ident() else {
                 return Err(syn::Error::new_spanned(
                     &item.path,
-                    "expected `grid`, `semantics`, `target`, `vmem_limit`, `mesh` or `name`",
+                    "expected `grid`, `semantics`, `target`, `vmem_limit`, `mesh`, `name` or `check`",
                 ));
             };
             match key.to_string().as_str() {
@@ -98,6 +103,7 @@ impl Parse for KernelAttr {
                 },
                 "vmem_limit" => attr.vmem_limit = Some(item.value),
                 "name" => attr.name = Some(item.value),
+                "check" => attr.check = Some(item.value),
                 "mesh" => {
                     for e in tuple_items(item.value) {
                         match e {
@@ -122,7 +128,7 @@ impl Parse for KernelAttr {
                     return Err(syn::Error::new_spanned(
                         key,
                         format!(
-                            "unknown `#[tpu_kernel]` argument `{key}`; expected `grid`, `semantics`, `target`, `vmem_limit`, `mesh` or `name`"
+                            "unknown `#[tpu_kernel]` argument `{key}`; expected `grid`, `semantics`, `target`, `vmem_limit`, `mesh`, `name` or `check`"
                         ),
                     ));
                 }

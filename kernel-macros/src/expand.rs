@@ -289,6 +289,12 @@ fn module(
         None => quote!(#name_str),
     };
     let sem = attr.semantics.iter().map(semantics_tokens);
+    let check = attr.check.as_ref().map(|c| {
+        quote_spanned! {c.span()=>
+            let __tessera_check: ::core::result::Result<(), ::kernel_ir::KernelErrors> = #c;
+            __tessera_check?;
+        }
+    });
     // `#[track_caller]` reports the grid at the attribute's `grid` key.
     let grid_b = Ident::new("__tessera_builder", attr.grid_span);
     let grid_fn = Ident::new("grid", attr.grid_span);
@@ -430,6 +436,7 @@ fn module(
     let (impl_generics, ty_generics, where_clause) = func.sig.generics.split_for_impl();
     let turbofish = ty_generics.as_turbofish();
     let type_params: Vec<&Ident> = func.sig.generics.type_params().map(|t| &t.ident).collect();
+    let build_for = crate::dispatch::build_for(func, &name_str, &config_params);
     let stmts = &body.stmts;
 
     let kernel_body = if stub {
@@ -437,6 +444,7 @@ fn module(
     } else {
         quote! {
             let Dims { #(#symbols,)* } = dims;
+            #check
             let mut #b = ::kernel_ir::KernelBuilder::new(#kernel_name);
             #grid_call
             #target
@@ -566,6 +574,8 @@ fn module(
                 );
                 ::kernel_ir::memo::verified(__tessera_key, move || kernel #turbofish (#(#config_names,)* dims)?.verify())
             }
+
+            #build_for
         }
     }
 }

@@ -4,12 +4,14 @@
 //! the syntax in full. The macro parses the kernel's signature into its own
 //! small model (`sig`), checks what it can while compiling (`checks`),
 //! rewrites the body where Rust cannot be overloaded (`body`), and expands to
-//! a module with `Dims`, `kernel` and `build` (`expand`). On error it emits
+//! a module with `Dims`, `kernel` and `build` (`expand`), and `build_for`
+//! where the type parameters' bounds name their dtypes (`dispatch`). On error it emits
 //! the errors, and the function itself so IDEs keep working.
 
 mod attr;
 mod body;
 mod checks;
+mod dispatch;
 mod expand;
 mod kernel_fn;
 mod scoped;

@@ -15,15 +15,15 @@
 //! ```
 //! use kernels::dma::double_buffered_rows;
 //! use kernel_ir::{Array, DType, interpret};
-//! let k = double_buffered_rows(DType::F32, double_buffered_rows::Dims { n: 3, two_r: 16, c: 128 }).unwrap();
+//! let k = double_buffered_rows::build_for(DType::F32, double_buffered_rows::Dims { n: 3, two_r: 16, c: 128 }).unwrap();
 //! let x = Array::random(DType::F32, [3, 16, 128], 1, -1.0, 1.0);
 //! let o = interpret(&k, &[x.clone()]).unwrap();
 //! let want = x.data()[0] + x.data()[8 * 128] + 1.0;
 //! assert!((o[0].data()[0] - want).abs() < 1e-6);
 //! ```
 
+use kernel_ir::Array;
 use kernel_ir::prelude::*;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use crate::entry::{
     DTYPE, Entry, EntryError, Preset, dims, dtype_tolerance, no_check, uniform_inputs,
@@ -36,7 +36,7 @@ fn half(two_r: usize) -> usize {
 
 /// `o[i] = x[i, :r] + x[i, r:] + 1` with hand-made copies from HBM.
 #[tpu_kernel(grid = (n), semantics = (arbitrary))]
-pub fn double_buffered_rows<T: Element>(
+pub fn double_buffered_rows<T: Float>(
     #[any]
     #[shape(n, two_r, c)]
     x: In<T>,
@@ -80,15 +80,7 @@ pub fn double_buffered_rows<T: Element>(
     });
 }
 
-/// [`double_buffered_rows`](mod@double_buffered_rows) for a dtype.
-pub fn double_buffered_rows(
-    dtype: DType,
-    dims: double_buffered_rows::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("double_buffered_rows", dtype, T => double_buffered_rows::build::<T>(dims))
-}
-
-/// [`double_buffered_rows()`] in the library.
+/// [`double_buffered_rows`](mod@double_buffered_rows) in the library.
 pub const DOUBLE_BUFFERED_ROWS: Entry = Entry {
     name: "double_buffered_rows",
     fixed_inputs: None,
@@ -103,7 +95,7 @@ pub const DOUBLE_BUFFERED_ROWS: Entry = Entry {
                 "x is [{n}, {two_r}, {c2}]: dim 1 holds two halves, so it must be even"
             )));
         }
-        Ok(double_buffered_rows(
+        Ok(double_buffered_rows::build_for(
             c.dtype("dtype")?,
             double_buffered_rows::Dims { n, two_r, c: c2 },
         )?)

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{Array, KernelErrors, VerifiedKernel};
 
 use crate::entry::{Config, EntryError};
 use crate::entry::{
@@ -73,7 +73,7 @@ pub(crate) fn activate(y: Tile, act: Activation) -> Tile {
     name = if with_residual { "matmul_bias_act_residual" } else { "matmul_bias_act" }
 )]
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_bias_act<T: Element, O: Element>(
+pub fn matmul_bias_act<T: Float, O: Float>(
     bm: usize,
     bn: usize,
     bk: usize,
@@ -116,9 +116,16 @@ pub fn matmul_epilogue(c: &EpilogueConfig) -> Result<VerifiedKernel, KernelError
         k: c.k,
         n: c.n,
     };
-    with_float!("matmul_epilogue", c.dtype, T => with_float!("matmul_epilogue", c.out_dtype, O => {
-        matmul_bias_act::build::<T, O>(c.bm, c.bn, c.bk, c.activation, c.residual, dims)
-    }))
+    matmul_bias_act::build_for(
+        c.dtype,
+        c.out_dtype,
+        c.bm,
+        c.bn,
+        c.bk,
+        c.activation,
+        c.residual,
+        dims,
+    )
 }
 
 /// [`matmul_epilogue()`] in the library.

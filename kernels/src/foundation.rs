@@ -6,7 +6,7 @@
 //! (`add(&AddConfig)`, ...) pick the instance from a runtime dtype.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{KernelErrors, VerifiedKernel};
 
 use crate::entry::{
     DTYPE, Entry, ParamKind, Preset, dims, dtype_tolerance, matmul_shapes, matmul_tolerance,
@@ -36,7 +36,7 @@ pub struct AddConfig {
     grid = (kernel_ir::cdiv(rows, block_rows), kernel_ir::cdiv(cols, block_cols)),
     semantics = (parallel, parallel)
 )]
-pub fn add<T: Element>(
+pub fn add<T: Float>(
     block_rows: usize,
     block_cols: usize,
     #[shape(rows, cols)]
@@ -58,7 +58,7 @@ pub fn add(c: &AddConfig) -> Result<VerifiedKernel, KernelErrors> {
         rows: c.rows,
         cols: c.cols,
     };
-    with_float!("add", c.dtype, T => add::build::<T>(c.block_rows, c.block_cols, dims))
+    add::build_for(c.dtype, c.block_rows, c.block_cols, dims)
 }
 
 /// Config of [`matmul()`].
@@ -91,7 +91,7 @@ pub struct MatmulConfig {
     grid = (kernel_ir::cdiv(m, bm), kernel_ir::cdiv(n, bn), kernel_ir::cdiv(k, bk)),
     semantics = (parallel, parallel, arbitrary)
 )]
-pub fn matmul<T: Element, O: Element>(
+pub fn matmul<T: Float, O: Float>(
     bm: usize,
     bn: usize,
     bk: usize,
@@ -191,9 +191,7 @@ pub fn matmul(c: &MatmulConfig) -> Result<VerifiedKernel, KernelErrors> {
         k: c.k,
         n: c.n,
     };
-    with_float!("matmul", c.dtype, T => with_float!("matmul", c.out_dtype, O => {
-        matmul::build::<T, O>(c.bm, c.bn, c.bk, dims)
-    }))
+    matmul::build_for(c.dtype, c.out_dtype, c.bm, c.bn, c.bk, dims)
 }
 
 /// Config of [`softmax()`].
@@ -212,7 +210,7 @@ pub struct SoftmaxConfig {
 /// Numerically stable softmax of each row, one block of whole rows per
 /// grid step, computed in f32.
 #[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (parallel,))]
-pub fn softmax<T: Element>(
+pub fn softmax<T: Float>(
     block_rows: usize,
     #[shape(rows, cols)]
     #[block([block_rows, cols], |i| (i, 0))]
@@ -232,7 +230,7 @@ pub fn softmax(c: &SoftmaxConfig) -> Result<VerifiedKernel, KernelErrors> {
         rows: c.rows,
         cols: c.cols,
     };
-    with_float!("softmax", c.dtype, T => softmax::build::<T>(c.block_rows, dims))
+    softmax::build_for(c.dtype, c.block_rows, dims)
 }
 
 /// Config of [`layer_norm()`].
@@ -253,7 +251,7 @@ pub struct LayerNormConfig {
 /// Layer norm over the last dim: `(x − mean) / sqrt(var + eps) · gamma +
 /// beta`, with rank-1 gamma and beta broadcast over the rows of a block.
 #[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (parallel,))]
-pub fn layer_norm<T: Element>(
+pub fn layer_norm<T: Float>(
     block_rows: usize,
     eps: f32,
     #[shape(rows, cols)]
@@ -283,7 +281,7 @@ pub fn layer_norm(c: &LayerNormConfig) -> Result<VerifiedKernel, KernelErrors> {
         rows: c.rows,
         cols: c.cols,
     };
-    with_float!("layer_norm", c.dtype, T => layer_norm::build::<T>(c.block_rows, c.eps, dims))
+    layer_norm::build_for(c.dtype, c.block_rows, c.eps, dims)
 }
 
 /// [`add()`] in the library.

@@ -21,7 +21,7 @@
 //! ```
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{Array, KernelErrors, VerifiedKernel};
 
 use crate::entry::{
     Config, Entry, EntryError, ParamKind, Preset, dims, matmul_tolerance, no_check, param,
@@ -75,7 +75,7 @@ pub struct Fp8GemmConfig {
     name = if with_residual { "fp8_gemm_residual" } else { "fp8_gemm" }
 )]
 #[allow(clippy::too_many_arguments)]
-pub fn fp8_gemm<T: Element, O: Element>(
+pub fn fp8_gemm<T: Fp8, O: Float>(
     bm: usize,
     bn: usize,
     bk: usize,
@@ -141,7 +141,9 @@ pub fn fp8_gemm(c: &Fp8GemmConfig) -> Result<VerifiedKernel, KernelErrors> {
         sm,
         sn,
     };
-    let args = (
+    fp8_gemm::build_for(
+        c.dtype,
+        c.out_dtype,
         c.bm,
         c.bn,
         c.bk,
@@ -149,33 +151,8 @@ pub fn fp8_gemm(c: &Fp8GemmConfig) -> Result<VerifiedKernel, KernelErrors> {
         c.activation,
         c.residual,
         c.bf16_partials,
-    );
-    macro_rules! build {
-        ($t:ty) => {
-            match c.out_dtype {
-                DType::BF16 => fp8_gemm::build::<$t, bf16>(
-                    args.0, args.1, args.2, args.3, args.4, args.5, args.6, dims,
-                ),
-                DType::F32 => fp8_gemm::build::<$t, f32>(
-                    args.0, args.1, args.2, args.3, args.4, args.5, args.6, dims,
-                ),
-                other => Err(kernel_ir::unsupported_dtype(
-                    "fp8_gemm (output)",
-                    other,
-                    &[DType::BF16, DType::F32],
-                )),
-            }
-        };
-    }
-    match c.dtype {
-        DType::F8E4M3FN => build!(f8e4m3fn),
-        DType::F8E5M2 => build!(f8e5m2),
-        other => Err(kernel_ir::unsupported_dtype(
-            "fp8_gemm (inputs)",
-            other,
-            &[DType::F8E4M3FN, DType::F8E5M2],
-        )),
-    }
+        dims,
+    )
 }
 
 /// The f64 reference: `act(sx ⊙ (x·w) ⊙ sw + bias) [+ residual]`.

@@ -26,7 +26,7 @@
 //! ```
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{Array, KernelErrors, VerifiedKernel};
 
 use crate::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, dims, matmul_tolerance, param,
@@ -117,7 +117,7 @@ pub fn group_metadata(group_sizes: &[usize], m: usize, bm: usize) -> GroupMetada
     name = if transpose { "grouped_matmul_t" } else { "grouped_matmul" }
 )]
 #[allow(clippy::too_many_arguments)]
-pub fn grouped_matmul<T: Element, O: Element>(
+pub fn grouped_matmul<T: Float, O: Float>(
     bm: usize,
     bk: usize,
     bn: usize,
@@ -182,9 +182,7 @@ pub fn grouped_matmul(c: &GroupedMatmulConfig) -> Result<VerifiedKernel, KernelE
         n: c.n,
     };
     let t = c.transpose_rhs;
-    with_float!("grouped_matmul", c.dtype, T => with_float!("grouped_matmul", c.out_dtype, O => {
-        grouped_matmul::build::<T, O>(c.bm, c.bk, c.bn, t, dims)
-    }))
+    grouped_matmul::build_for(c.dtype, c.out_dtype, c.bm, c.bk, c.bn, t, dims)
 }
 
 /// `o[r] = x[r] · w[g(r)]` (or `· w_t[g(r)]ᵀ`) in f64, for rows

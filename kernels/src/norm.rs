@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{KernelErrors, VerifiedKernel};
 
 use crate::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, Shapes, backward_error, build_error, dims,
@@ -83,7 +83,7 @@ fn rms_rstd(v: Tile, cols: usize, eps: f32) -> Tile {
 
 /// RMS norm: `x / sqrt(mean(x²) + eps) · gamma`.
 #[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (parallel,))]
-pub fn rms_norm<T: Element>(
+pub fn rms_norm<T: Float>(
     block_rows: usize,
     eps: f32,
     #[shape(rows, cols)]
@@ -107,7 +107,7 @@ pub fn rms_norm(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
         rows: c.rows,
         cols: c.cols,
     };
-    with_float!("rms_norm", c.dtype, T => rms_norm::build::<T>(c.block_rows, c.eps, dims))
+    rms_norm::build_for(c.dtype, c.block_rows, c.eps, dims)
 }
 
 /// Records RMS norm of `x` (`[cfg.rows, cfg.cols]`, `cfg.dtype`) with
@@ -123,7 +123,7 @@ pub fn call_rms_norm(cfg: &NormConfig, x: &Tensor, gamma: &Tensor) -> Result<Ten
 /// RMS norm backward: `dx = r · (dy·γ − x̂ · mean(dy·γ·x̂))` with `r` the
 /// row's reciprocal RMS and `x̂ = x·r`; `dgamma = Σ_rows dy·x̂`.
 #[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (arbitrary,))]
-pub fn rms_norm_bwd<T: Element>(
+pub fn rms_norm_bwd<T: Float>(
     block_rows: usize,
     eps: f32,
     #[shape(rows, cols)]
@@ -167,14 +167,14 @@ pub fn rms_norm_bwd(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
         rows: c.rows,
         cols: c.cols,
     };
-    with_float!("rms_norm_bwd", c.dtype, T => rms_norm_bwd::build::<T>(c.block_rows, c.eps, dims))
+    rms_norm_bwd::build_for(c.dtype, c.block_rows, c.eps, dims)
 }
 
 /// Layer norm backward: with `x̂ = (x − mean)·r`,
 /// `dx = r · (dy·γ − mean(dy·γ) − x̂ · mean(dy·γ·x̂))`,
 /// `dgamma = Σ_rows dy·x̂`, `dbeta = Σ_rows dy`.
 #[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (arbitrary,))]
-pub fn layer_norm_bwd<T: Element>(
+pub fn layer_norm_bwd<T: Float>(
     block_rows: usize,
     eps: f32,
     #[shape(rows, cols)]
@@ -229,7 +229,7 @@ pub fn layer_norm_bwd(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
         rows: c.rows,
         cols: c.cols,
     };
-    with_float!("layer_norm_bwd", c.dtype, T => layer_norm_bwd::build::<T>(c.block_rows, c.eps, dims))
+    layer_norm_bwd::build_for(c.dtype, c.block_rows, c.eps, dims)
 }
 
 /// The [`NormConfig`] of a library config for `x` of shape `s`.

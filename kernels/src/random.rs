@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use kernel_ir::prelude::*;
 use kernel_ir::random::Key;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{Array, KernelErrors, VerifiedKernel};
 use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 use crate::entry::{
@@ -56,7 +56,7 @@ pub fn random_bits(
 /// Dropout: `o = keep ? x / (1 − rate) : 0` with `keep` element `r·n + c`
 /// of `jax.random.bernoulli(key, 1 − rate, (m, n))`, the scaling in f32.
 #[tpu_kernel(grid = (kernel_ir::cdiv(m, bm), kernel_ir::cdiv(n, bn)), semantics = (parallel, parallel))]
-pub fn dropout<T: Element>(
+pub fn dropout<T: Float>(
     bm: usize,
     bn: usize,
     rate: f32,
@@ -91,20 +91,6 @@ pub fn random_bits(
     fold_rows: bool,
 ) -> Result<VerifiedKernel, KernelErrors> {
     random_bits::build(bm, bn, fold_rows, random_bits::Dims { two: 2, m, n })
-}
-
-/// The [`dropout`](mod@dropout) kernel for `[m, n]` of `dtype` in
-/// `[bm, bn]` blocks, dropping with probability `rate`.
-pub fn dropout(
-    m: usize,
-    n: usize,
-    bm: usize,
-    bn: usize,
-    rate: f32,
-    dtype: DType,
-) -> Result<VerifiedKernel, KernelErrors> {
-    let dims = dropout::Dims { two: 2, m, n };
-    with_float!("dropout", dtype, T => dropout::build::<T>(bm, bn, rate, dims))
 }
 
 fn key_words(a: &Array) -> [u32; 2] {
@@ -222,7 +208,7 @@ fn dropout_backward(call: &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeEr
     Ok(vec![None, Some(dx)])
 }
 
-/// [`dropout()`] in the library.
+/// [`dropout`](mod@dropout) in the library.
 pub const DROPOUT: Entry = Entry {
     name: "dropout",
     fixed_inputs: None,
@@ -243,13 +229,12 @@ pub const DROPOUT: Entry = Entry {
     build: |c, s| {
         key_shape(&s[0])?;
         let [m, n] = dims(&s[1], "x")?;
-        Ok(dropout(
-            m,
-            n,
+        Ok(dropout::build_for(
+            c.dtype("dtype")?,
             c.usize("bm")?.min(m),
             c.usize("bn")?.min(n),
             check_rate(c)?,
-            c.dtype("dtype")?,
+            dropout::Dims { two: 2, m, n },
         )?)
     },
     reference: |c, a| {

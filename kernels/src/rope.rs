@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 use crate::entry::backward_error;
 use crate::entry::{
@@ -17,7 +16,7 @@ use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 /// RoPE over `x: [b, h, s, d]` (`d` even), `block_s` positions per step.
 #[tpu_kernel(grid = (b, h, kernel_ir::cdiv(s, block_s)), semantics = (parallel, parallel, parallel))]
-pub fn rope<T: Element>(
+pub fn rope<T: Float>(
     block_s: usize,
     #[shape(b, h, s, d)]
     #[block([1, 1, block_s, d], |bi, hi, i| (bi, hi, i, 0))]
@@ -37,15 +36,6 @@ pub fn rope<T: Element>(
     let (c, sn) = (cos.load(..), sin.load(..));
     o.store((0, 0, .., 0..half), (x1 * c - x2 * sn).cast::<T>());
     o.store((0, 0, .., half..d), (x2 * c + x1 * sn).cast::<T>());
-}
-
-/// The [`rope`](mod@rope) kernel for a dtype; `dims.half` is `d / 2`.
-pub fn rope(
-    block_s: usize,
-    dtype: DType,
-    dims: rope::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("rope", dtype, T => rope::build::<T>(block_s, dims))
 }
 
 /// The `[seq, d / 2]` cos and sin tables for `base` (10000 in most
@@ -93,9 +83,9 @@ pub const ROPE: Entry = Entry {
     },
     build: |c, s| {
         let dims = rope::Dims::from_shapes(&refs(s))?;
-        Ok(rope(
-            c.usize("block_s")?.min(dims.s),
+        Ok(rope::build_for(
             c.dtype("dtype")?,
+            c.usize("block_s")?.min(dims.s),
             dims,
         )?)
     },
@@ -129,7 +119,8 @@ fn rope_backward(block_s: usize, call: &VjpCall<'_>) -> Result<Vec<Option<Tensor
     let neg_sin = sin.neg()?;
     let dims = rope::Dims::from_shapes(&[g.shape(), cos.shape(), neg_sin.shape()])
         .map_err(|e| backward_error("rope", e.into()))?;
-    let kernel = rope(block_s, g.dtype(), dims).map_err(|e| backward_error("rope", e.into()))?;
+    let kernel =
+        rope::build_for(g.dtype(), block_s, dims).map_err(|e| backward_error("rope", e.into()))?;
     let dx = x.runtime().call(&kernel, &[&g, cos, &neg_sin])?.remove(0);
     let [b, h, s, d] = [x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]];
     let half = d / 2;

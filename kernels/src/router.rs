@@ -4,8 +4,8 @@
 //! DeepSeek). Built on [`kernel_ir::top_k`]: compare-and-select passes the
 //! TPU compiler takes, where `lax.top_k` does not lower in a Pallas kernel.
 
+use kernel_ir::Array;
 use kernel_ir::prelude::*;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use crate::entry::{DTYPE, Entry, EntryError, ParamKind, Preset, dims, no_check, param};
 use crate::tolerance::Tolerance;
@@ -13,7 +13,7 @@ use crate::tolerance::Tolerance;
 /// Router top-k over `x[tokens, experts]`: `weights[tokens, k]` (f32) and
 /// `experts[tokens, k]` (i32), largest first.
 #[tpu_kernel(grid = (kernel_ir::cdiv(tokens, bt),), semantics = (parallel,))]
-pub fn router_top_k<T: Element>(
+pub fn router_top_k<T: Float>(
     bt: usize,
     k: usize,
     normalize: bool,
@@ -40,20 +40,6 @@ pub fn router_top_k<T: Element>(
     };
     weights.store(.., w);
     ids.store(.., chosen);
-}
-
-/// The [`router_top_k`](mod@router_top_k) kernel: `tokens × experts`
-/// logits of `dtype` in blocks of `bt` tokens, the top `k`.
-pub fn router_top_k(
-    tokens: usize,
-    experts: usize,
-    bt: usize,
-    k: usize,
-    normalize: bool,
-    dtype: DType,
-) -> Result<VerifiedKernel, KernelErrors> {
-    let dims = router_top_k::Dims { tokens, experts };
-    with_float!("router_top_k", dtype, T => router_top_k::build::<T>(bt, k, normalize, dims))
 }
 
 /// The f64 reference from the definition: each row's experts sorted by
@@ -85,7 +71,7 @@ pub fn reference(x: &Array, k: usize, normalize: bool) -> (Vec<f64>, Vec<f64>) {
     (w, ids)
 }
 
-/// [`router_top_k()`] in the library.
+/// [`router_top_k`](mod@router_top_k) in the library.
 pub const ROUTER_TOP_K: Entry = Entry {
     name: "router_top_k",
     fixed_inputs: None,
@@ -111,13 +97,12 @@ pub const ROUTER_TOP_K: Entry = Entry {
                 "k = {k} experts per token, but x has {experts}; pick k <= {experts}"
             )));
         }
-        Ok(router_top_k(
-            tokens,
-            experts,
+        Ok(router_top_k::build_for(
+            c.dtype("dtype")?,
             c.usize("bt")?.min(tokens),
             k,
             c.bool("normalize")?,
-            c.dtype("dtype")?,
+            router_top_k::Dims { tokens, experts },
         )?)
     },
     reference: |c, a| {

@@ -13,13 +13,13 @@
 //! ```
 //! use kernels::scaled_mm::scaled_mm;
 //! use kernel_ir::DType;
-//! let k = scaled_mm(128, DType::F8E4M3FN, DType::BF16,
-//!     kernels::scaled_mm::scaled_mm::Dims { m: 256, k: 512, n: 256, kb: 4, nb: 2 }).unwrap();
+//! let dims = scaled_mm::Dims { m: 256, k: 512, n: 256, kb: 4, nb: 2 };
+//! let k = scaled_mm::build_for(DType::F8E4M3FN, DType::BF16, 128, dims).unwrap();
 //! assert_eq!(k.arguments().count(), 4); // a, scale_a, b, scale_b
 //! ```
 
+use kernel_ir::Array;
 use kernel_ir::prelude::*;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use crate::entry::{Config, Entry, EntryError, ParamKind, Preset, dims, no_check, param};
 use crate::tolerance::Tolerance;
@@ -33,7 +33,7 @@ pub const SCALE_BLOCK: usize = 128;
     grid = (cdiv(m, bm), n / SCALE_BLOCK, k / SCALE_BLOCK),
     semantics = (parallel, parallel, arbitrary)
 )]
-pub fn scaled_mm<T: Element, O: Element>(
+pub fn scaled_mm<T: Fp8, O: Float>(
     bm: usize,
     #[shape(m, k)]
     #[block([bm, SCALE_BLOCK], |i, _, l| (i, l))]
@@ -62,37 +62,6 @@ pub fn scaled_mm<T: Element, O: Element>(
     acc.store(.., acc.load(..) + part * sa * sb);
     if l == num_programs(2) - 1 {
         o.store(.., acc.load(..).cast::<O>());
-    }
-}
-
-/// [`scaled_mm`](mod@scaled_mm) for an fp8 format and a bf16 or f32 output.
-pub fn scaled_mm(
-    bm: usize,
-    dtype: DType,
-    out_dtype: DType,
-    dims: scaled_mm::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    macro_rules! build {
-        ($t:ty) => {
-            match out_dtype {
-                DType::BF16 => scaled_mm::build::<$t, bf16>(bm, dims),
-                DType::F32 => scaled_mm::build::<$t, f32>(bm, dims),
-                other => Err(kernel_ir::unsupported_dtype(
-                    "scaled_mm (output)",
-                    other,
-                    &[DType::BF16, DType::F32],
-                )),
-            }
-        };
-    }
-    match dtype {
-        DType::F8E4M3FN => build!(f8e4m3fn),
-        DType::F8E5M2 => build!(f8e5m2),
-        other => Err(kernel_ir::unsupported_dtype(
-            "scaled_mm (inputs)",
-            other,
-            &[DType::F8E4M3FN, DType::F8E5M2],
-        )),
     }
 }
 
@@ -125,7 +94,7 @@ fn fp8_of(c: &Config) -> Result<DType, EntryError> {
     })
 }
 
-/// [`scaled_mm()`] in the library.
+/// [`scaled_mm`](mod@scaled_mm) in the library.
 pub const SCALED_MM: Entry = Entry {
     name: "scaled_mm",
     fixed_inputs: None,
@@ -170,10 +139,10 @@ pub const SCALED_MM: Entry = Entry {
                 s[1], s[3]
             )));
         }
-        Ok(scaled_mm(
-            c.usize("bm")?.min(m),
+        Ok(scaled_mm::build_for(
             fp8_of(c)?,
             c.dtype("out_dtype")?,
+            c.usize("bm")?.min(m),
             scaled_mm::Dims { m, k, n, kb, nb },
         )?)
     },

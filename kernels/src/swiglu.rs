@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{Array, KernelErrors, VerifiedKernel};
 
 use crate::entry::{
     DTYPE, Entry, ParamKind, Preset, matmul_shapes, matmul_tolerance, no_check, param,
@@ -39,7 +39,7 @@ pub struct SwigluConfig {
     grid = (kernel_ir::cdiv(m, bm), kernel_ir::cdiv(n, bn), kernel_ir::cdiv(k, bk)),
     semantics = (parallel, parallel, arbitrary)
 )]
-pub fn swiglu<T: Element>(
+pub fn swiglu<T: Float>(
     bm: usize,
     bn: usize,
     bk: usize,
@@ -80,7 +80,7 @@ pub fn swiglu(c: &SwigluConfig) -> Result<VerifiedKernel, KernelErrors> {
         k: c.k,
         n: c.n,
     };
-    with_float!("swiglu", c.dtype, T => swiglu::build::<T>(c.bm, c.bn, c.bk, dims))
+    swiglu::build_for(c.dtype, c.bm, c.bn, c.bk, dims)
 }
 
 /// Records the fused SwiGLU of `x` (`[cfg.m, cfg.k]`) with `w_gate`,

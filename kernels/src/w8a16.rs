@@ -8,13 +8,13 @@
 //! ```
 //! use kernels::w8a16::w8a16_matmul;
 //! use kernel_ir::DType;
-//! let k = w8a16_matmul(128, 128, 128, DType::BF16, DType::BF16,
-//!     kernels::w8a16::w8a16_matmul::Dims { m: 128, k: 256, n: 128 }).unwrap();
+//! let dims = w8a16_matmul::Dims { m: 128, k: 256, n: 128 };
+//! let k = w8a16_matmul::build_for(DType::BF16, DType::BF16, 128, 128, 128, dims).unwrap();
 //! assert_eq!(k.arguments().count(), 3); // x, w, scale
 //! ```
 
+use kernel_ir::Array;
 use kernel_ir::prelude::*;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use crate::entry::{
     DTYPE, Entry, EntryError, ParamKind, Preset, dims, matmul_tolerance, no_check, param,
@@ -26,7 +26,7 @@ use crate::foundation::k_block_operands;
     grid = (cdiv(m, bm), cdiv(n, bn), cdiv(k, bk)),
     semantics = (parallel, parallel, arbitrary)
 )]
-pub fn w8a16_matmul<T: Element, O: Element>(
+pub fn w8a16_matmul<T: Float, O: Float>(
     bm: usize,
     bn: usize,
     bk: usize,
@@ -55,21 +55,6 @@ pub fn w8a16_matmul<T: Element, O: Element>(
     }
 }
 
-/// [`w8a16_matmul`](mod@w8a16_matmul) for an activation and an output
-/// dtype (bf16, f16 or f32).
-pub fn w8a16_matmul(
-    bm: usize,
-    bn: usize,
-    bk: usize,
-    dtype: DType,
-    out_dtype: DType,
-    dims: w8a16_matmul::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("w8a16_matmul", dtype, T => with_float!("w8a16_matmul", out_dtype, O => {
-        w8a16_matmul::build::<T, O>(bm, bn, bk, dims)
-    }))
-}
-
 /// The f64 reference: `(x · w) ⊙ scale`.
 pub fn reference(x: &Array, w: &Array, scale: &Array) -> Vec<f64> {
     let n = w.shape()[1];
@@ -80,7 +65,7 @@ pub fn reference(x: &Array, w: &Array, scale: &Array) -> Vec<f64> {
         .collect()
 }
 
-/// [`w8a16_matmul()`] in the library.
+/// [`w8a16_matmul`](mod@w8a16_matmul) in the library.
 pub const W8A16_MATMUL: Entry = Entry {
     name: "w8a16_matmul",
     fixed_inputs: None,
@@ -113,12 +98,12 @@ pub const W8A16_MATMUL: Entry = Entry {
                 "x is [{m}, {k}] but w is [{k2}, {n}]: the inner dims differ"
             )));
         }
-        Ok(w8a16_matmul(
+        Ok(w8a16_matmul::build_for(
+            c.dtype("dtype")?,
+            c.dtype("out_dtype")?,
             c.usize("bm")?.min(m),
             c.usize("bn")?.min(n),
             c.usize("bk")?.min(k),
-            c.dtype("dtype")?,
-            c.dtype("out_dtype")?,
             w8a16_matmul::Dims { m, k, n },
         )?)
     },

@@ -7,10 +7,9 @@
 use kernel_ir::{Array, DType, ErrorKind, InterpOptions, KernelError, interpret_mesh};
 use kernels::check::{ErrorStats, Tolerance};
 use kernels::collective::{
-    Protocol, all_gather, all_gather_matmul, all_gather_matmul_bidirectional,
-    all_gather_matmul_bidirectional_kernel, all_gather_matmul_kernel, all_to_all,
-    matmul_reduce_scatter, matmul_reduce_scatter_kernel, reference, ring_attention,
-    ring_attention_bwd, ring_attention_bwd_kernel, ring_attention_kernel,
+    Protocol, all_gather, all_gather_matmul_bidirectional_kernel, all_gather_matmul_kernel,
+    all_to_all, matmul_reduce_scatter_kernel, reference, ring_attention_bwd_kernel,
+    ring_attention_kernel,
 };
 use proptest::prelude::*;
 
@@ -103,7 +102,7 @@ proptest! {
         seed in any::<u64>(), schedule in any::<u64>(),
     ) {
         let dims = all_gather_matmul_kernel::Dims { m, k: 128, n: 128 };
-        let kern = all_gather_matmul(DType::F32, devices, Protocol::Handshake, dims).unwrap();
+        let kern = all_gather_matmul_kernel::build_for(DType::F32, devices, Protocol::Handshake, dims).unwrap();
         let (x, w, args) = gather_matmul_case(devices, m, seed);
         let want = reference::all_gather_matmul(&x, &w);
         for (path, outputs) in every_path(&kern, &args, schedule) {
@@ -119,7 +118,7 @@ proptest! {
         seed in any::<u64>(), schedule in any::<u64>(),
     ) {
         let dims = matmul_reduce_scatter_kernel::Dims { m, k: 128, n: 128 };
-        let kern = matmul_reduce_scatter(DType::F32, devices, dims).unwrap();
+        let kern = matmul_reduce_scatter_kernel::build_for(DType::F32, devices, dims).unwrap();
         let x: Vec<Array> = (0..devices).map(|d| random(&[devices * m, 128], seed + d as u64)).collect();
         let w: Vec<Array> = (0..devices).map(|d| random(&[128, 128], seed + 50 + d as u64)).collect();
         let args: Vec<Vec<Array>> = (0..devices).map(|d| vec![x[d].clone(), w[d].clone()]).collect();
@@ -141,7 +140,7 @@ proptest! {
         let d = 128;
         let scale = 1.0 / (d as f32).sqrt();
         let dims = ring_attention_kernel::Dims { sq, d, skv };
-        let kern = ring_attention(DType::F32, devices, scale, dims).unwrap();
+        let kern = ring_attention_kernel::build_for(DType::F32, devices, scale, dims).unwrap();
         let q: Vec<Array> = (0..devices).map(|i| random(&[sq, d], seed + i as u64)).collect();
         let k: Vec<Array> = (0..devices).map(|i| random(&[skv, d], seed + 20 + i as u64)).collect();
         let v: Vec<Array> = (0..devices).map(|i| random(&[skv, d], seed + 40 + i as u64)).collect();
@@ -193,7 +192,7 @@ fn broken(protocol: Protocol, seed: u64) -> Option<KernelError> {
         k: 128,
         n: 128,
     };
-    let kern = all_gather_matmul(DType::F32, 4, protocol, dims).unwrap();
+    let kern = all_gather_matmul_kernel::build_for(DType::F32, 4, protocol, dims).unwrap();
     let (_, _, args) = gather_matmul_case(4, 8, 7);
     interpret_mesh(&kern, &args, &seeded(seed)).err()
 }
@@ -293,7 +292,7 @@ fn a_mesh_run_needs_one_argument_list_per_device() {
             .contains("runs on the 4 devices of its mesh but got arguments for 3"),
         "{e}"
     );
-    let single = kernels::dma::double_buffered_rows(
+    let single = kernels::dma::double_buffered_rows::build_for(
         DType::F32,
         kernels::dma::double_buffered_rows::Dims {
             n: 2,
@@ -314,7 +313,8 @@ fn a_mesh_run_needs_one_argument_list_per_device() {
 fn the_collective_matmul_costs_its_blocks_in_ici_bytes_per_step() {
     let (devices, m, k, n) = (4usize, 16usize, 128usize, 256usize);
     let dims = all_gather_matmul_kernel::Dims { m, k, n };
-    let kern = all_gather_matmul(DType::F32, devices, Protocol::Handshake, dims).unwrap();
+    let kern = all_gather_matmul_kernel::build_for(DType::F32, devices, Protocol::Handshake, dims)
+        .unwrap();
     let args: Vec<Vec<Array>> = (0..devices)
         .map(|d| vec![random(&[m, k], d as u64), random(&[k, n], 9)])
         .collect();
@@ -366,7 +366,9 @@ fn the_graph_runtime_runs_a_collective_kernel_on_every_device() {
             k: 128,
             n: 128,
         };
-        let kern = all_gather_matmul(DType::F32, devices, Protocol::Handshake, dims).unwrap();
+        let kern =
+            all_gather_matmul_kernel::build_for(DType::F32, devices, Protocol::Handshake, dims)
+                .unwrap();
         let (x, w, _) = gather_matmul_case(devices, 8, 31);
         let xs = rt.tensor_per_device(&x).unwrap();
         let ws = rt.tensor(&w).unwrap();
@@ -430,15 +432,15 @@ fn the_collective_kernel_files_are_the_kernels_printed() {
         ("all_gather.kir", all_gather(DType::F32, 4, 8, 128)),
         (
             "all_gather_matmul.kir",
-            all_gather_matmul(DType::F32, 4, Protocol::Handshake, mm),
+            all_gather_matmul_kernel::build_for(DType::F32, 4, Protocol::Handshake, mm),
         ),
         (
             "all_gather_matmul_no_handshake.kir",
-            all_gather_matmul(DType::F32, 4, Protocol::NoHandshake, mm),
+            all_gather_matmul_kernel::build_for(DType::F32, 4, Protocol::NoHandshake, mm),
         ),
         (
             "all_gather_matmul_bidirectional.kir",
-            all_gather_matmul_bidirectional(
+            all_gather_matmul_bidirectional_kernel::build_for(
                 DType::F32,
                 4,
                 all_gather_matmul_bidirectional_kernel::Dims {
@@ -450,7 +452,7 @@ fn the_collective_kernel_files_are_the_kernels_printed() {
         ),
         (
             "matmul_reduce_scatter.kir",
-            matmul_reduce_scatter(DType::F32, 4, rs),
+            matmul_reduce_scatter_kernel::build_for(DType::F32, 4, rs),
         ),
         ("all_to_all.kir", all_to_all(DType::F32, 4, 8, 128)),
     ];
@@ -482,7 +484,7 @@ proptest! {
         seed in any::<u64>(), schedule in any::<u64>(),
     ) {
         let dims = all_gather_matmul_bidirectional_kernel::Dims { h, k: 128, n: 128 };
-        let kern = all_gather_matmul_bidirectional(DType::F32, devices, dims).unwrap();
+        let kern = all_gather_matmul_bidirectional_kernel::build_for(DType::F32, devices, dims).unwrap();
         let x: Vec<Array> = (0..devices).map(|d| random(&[2 * h, 128], seed + d as u64)).collect();
         let w = random(&[128, 128], seed + 99);
         // The kernel takes each shard as its two halves.
@@ -505,13 +507,13 @@ proptest! {
 #[test]
 fn the_bidirectional_matmul_halves_the_link_time_per_step() {
     let (devices, h, k, n) = (4usize, 16usize, 128usize, 256usize);
-    let bidi = all_gather_matmul_bidirectional(
+    let bidi = all_gather_matmul_bidirectional_kernel::build_for(
         DType::F32,
         devices,
         all_gather_matmul_bidirectional_kernel::Dims { h, k, n },
     )
     .unwrap();
-    let one_way = all_gather_matmul(
+    let one_way = all_gather_matmul_kernel::build_for(
         DType::F32,
         devices,
         Protocol::Handshake,
@@ -622,7 +624,7 @@ proptest! {
             })
             .collect();
         let dims = ring_attention_bwd_kernel::Dims { sq, d, skv };
-        let kern = ring_attention_bwd(DType::F32, devices, scale, dims).unwrap();
+        let kern = ring_attention_bwd_kernel::build_for(DType::F32, devices, scale, dims).unwrap();
         let want = reference::ring_attention_bwd(&q, &k, &v, &dout, scale as f64);
         // Sums over every device's rows, rounded per step in f32.
         let tol = Tolerance { abs: 1e-4, rel: 1e-4 };

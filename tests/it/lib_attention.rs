@@ -136,9 +136,9 @@ proptest! {
 fn an_out_of_range_block_table_entry_is_an_error_on_every_path() {
     use kernels::attention::decode::{DecodeConfig, paged_decode_attention};
     let (b, hkv, g, d, pages, page, pages_per_seq) = (1, 1, 8, 32, 4, 8, 2);
-    let kernel = paged_decode_attention(
-        &DecodeConfig { sm_scale: 0.2 },
+    let kernel = paged_decode_attention::build_for(
         F32,
+        &DecodeConfig { sm_scale: 0.2 },
         kernels::attention::decode::paged_decode_attention::Dims {
             b,
             hkv,
@@ -296,7 +296,7 @@ proptest! {
         // delta from the (rounded) output the forward would have written.
         let delta_rounded = reference::attention_delta(o_arr.data(), &g);
         all_paths(
-            kernels::attention::backward::attention_delta(bq, dtype, kernels::attention::backward::attention_delta::Dims { b, h, sq, d }),
+            kernels::attention::backward::attention_delta::build_for(dtype, bq, kernels::attention::backward::attention_delta::Dims { b, h, sq, d }),
             &[o_arr.clone(), g.clone()],
             vec![delta_rounded.clone()],
             &[Tolerance { abs: 1e-4, rel: 1e-4 }],
@@ -377,7 +377,7 @@ proptest! {
             b, hkv, g, d, pages: pool, page, pages_per_seq,
         };
         all_paths(
-            paged_decode_attention(&DecodeConfig { sm_scale: scale as f32 }, dtype, dims),
+            paged_decode_attention::build_for(dtype, &DecodeConfig { sm_scale: scale as f32 }, dims),
             &args,
             vec![want],
             &[out_tol(dtype)],
@@ -409,7 +409,7 @@ proptest! {
             b, hkv, g, d, pages: pool, page, pages_per_seq,
         };
         let cfg = DecodeDmaConfig { sm_scale: scale as f32, pages_per_block: ppb };
-        let k = paged_decode_attention_dma(&cfg, dtype, dims).unwrap();
+        let k = paged_decode_attention_dma::build_for(dtype, &cfg, dims).unwrap();
         let shuffled = kernel_ir::InterpOptions { dma_seed: Some(seed), ..Default::default() };
         let out = kernel_ir::interpret_with(&k, &args, &shuffled).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let r = kernels::check::ErrorStats::between(&out[0], &want, out_tol(dtype));

@@ -61,7 +61,7 @@ proptest! {
         let sb = positive(&[kb, nb], seed + 3, 0.002, 0.01);
         let want = scaled_mm::reference(&a, &sa, &b, &sb);
         let dims = scaled_mm::scaled_mm::Dims { m, k, n, kb, nb };
-        all_paths(scaled_mm::scaled_mm(32, d, F32, dims), &[a, sa, b, sb], vec![want], &[Tolerance::matmul(k, F32)])?;
+        all_paths(scaled_mm::scaled_mm::build_for(d, F32, 32, dims), &[a, sa, b, sb], vec![want], &[Tolerance::matmul(k, F32)])?;
     }
 
     #[test]
@@ -76,7 +76,7 @@ proptest! {
         let scale = positive(&[1, n], seed + 2, 2e-4, 5e-4);
         let want = w8a16::reference(&x, &w, &scale);
         let dims = w8a16::w8a16_matmul::Dims { m, k, n };
-        all_paths(w8a16::w8a16_matmul(32, 128, 128, BF16, out, dims), &[x, w, scale], vec![want], &[Tolerance::matmul(k, out)])?;
+        all_paths(w8a16::w8a16_matmul::build_for(BF16, out, 32, 128, 128, dims), &[x, w, scale], vec![want], &[Tolerance::matmul(k, out)])?;
     }
 }
 
@@ -115,7 +115,7 @@ proptest! {
         let s = |v: f64| Array::new(F32, [1, 1], vec![v]).unwrap();
         let dims = Dims { b, hkv, g, d, pages: pool, page, pages_per_seq };
         all_paths(
-            paged_decode_attention_fp8(scale as f32, dtype, kv, dims),
+            paged_decode_attention_fp8::build_for(dtype, kv, scale as f32, dims),
             &[lens, tab, q, kp, vp, s(ks), s(vs)],
             vec![want],
             &[Tolerance::attention(dtype)],

@@ -112,7 +112,7 @@ proptest! {
         let (cos, sin) = kernels::rope::rope_tables(s, d, 10000.0);
         let want = reference::rope(&x, &cos, &sin);
         let dims = kernels::rope::rope::Dims { b: 1, h, s, d, half: d / 2 };
-        all_paths(kernels::rope::rope(bs, dt, dims), &[x, cos, sin], vec![want], &[Tolerance::for_dtype(dt)])?;
+        all_paths(kernels::rope::rope::build_for(dt, bs, dims), &[x, cos, sin], vec![want], &[Tolerance::for_dtype(dt)])?;
     }
 
     #[test]

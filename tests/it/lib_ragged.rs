@@ -72,7 +72,7 @@ proptest! {
             h, t, d, hkv, pages: pool, page,
         };
         let tol = Tolerance::attention(dtype);
-        let k = ragged_paged_attention(&cfg, dtype, dims).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let k = ragged_paged_attention::build_for(dtype, &cfg, dims).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let shuffled = kernel_ir::InterpOptions { dma_seed: Some(seed), ..Default::default() };
         let out = kernel_ir::interpret_with(&k, &args, &shuffled).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let r = ErrorStats::between(&out[0], &want, tol);

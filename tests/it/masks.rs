@@ -261,7 +261,7 @@ proptest! {
             pre[0].shape(), pre[1].shape(), pre[2].shape(), q.shape(), k.shape(), v.shape(),
             masks.shape(), qseg.shape(), kseg.shape(),
         ]).unwrap();
-        let kern = masked_attention(&cfg, DType::F32, dims).unwrap();
+        let kern = masked_attention::build_for(DType::F32, &cfg, dims).unwrap();
         let mut args = pre.to_vec();
         args.extend([q.clone(), k.clone(), v.clone(), masks.clone(), qseg, kseg]);
         for backend in Backend::ALL {
@@ -390,7 +390,7 @@ proptest! {
         let delta = kernels::reference::attention_delta(o_arr.data(), &c.g);
         let delta_arr = Array::new(DType::F32, [1, h, sq, 1], delta.clone()).unwrap();
         crate::common::all_paths(
-            attention_delta(bq, dtype, attention_delta::Dims { b: 1, h, sq, d }),
+            attention_delta::build_for(dtype, bq, attention_delta::Dims { b: 1, h, sq, d }),
             &[o_arr, c.g.clone()],
             vec![delta],
             &[Tolerance { abs: 1e-4, rel: 1e-4 }],
@@ -405,7 +405,7 @@ proptest! {
         let mut args = pre.to_vec();
         args.extend(rest.iter().cloned());
         crate::common::all_paths(
-            masked_attention_dq(&cfg, dtype, masked_attention_dq::Dims { h, nq, nk, b: 1, sq, d, hkv, skv, n }),
+            masked_attention_dq::build_for(dtype, &cfg, masked_attention_dq::Dims { h, nq, nk, b: 1, sq, d, hkv, skv, n }),
             &args,
             vec![dq],
             &[tol],
@@ -413,7 +413,7 @@ proptest! {
         let mut args = pre_t.to_vec();
         args.extend(rest.iter().cloned());
         crate::common::all_paths(
-            masked_attention_dkv(&cfg, dtype, masked_attention_dkv::Dims { h, nk, nq, b: 1, sq, d, hkv, skv, n }),
+            masked_attention_dkv::build_for(dtype, &cfg, masked_attention_dkv::Dims { h, nk, nq, b: 1, sq, d, hkv, skv, n }),
             &args,
             vec![dk, dv],
             &[tol],

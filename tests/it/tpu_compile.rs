@@ -671,27 +671,28 @@ fn the_collective_kernels_compile_for_every_multichip_topology() {
         let m = 16;
         kernels.push(all_gather(dt, 4, m, 128).unwrap());
         let dims = all_gather_matmul_kernel::Dims { m, k: 128, n: 256 };
-        kernels.push(all_gather_matmul(dt, 4, Protocol::Handshake, dims).unwrap());
+        kernels
+            .push(all_gather_matmul_kernel::build_for(dt, 4, Protocol::Handshake, dims).unwrap());
         let dims = all_gather_matmul_bidirectional_kernel::Dims {
             h: m,
             k: 128,
             n: 256,
         };
-        kernels.push(all_gather_matmul_bidirectional(dt, 4, dims).unwrap());
+        kernels.push(all_gather_matmul_bidirectional_kernel::build_for(dt, 4, dims).unwrap());
         let dims = matmul_reduce_scatter_kernel::Dims { m, k: 128, n: 256 };
-        kernels.push(matmul_reduce_scatter(dt, 4, dims).unwrap());
+        kernels.push(matmul_reduce_scatter_kernel::build_for(dt, 4, dims).unwrap());
         let dims = ring_attention_kernel::Dims {
             sq: 16,
             d: 128,
             skv: 128,
         };
-        kernels.push(ring_attention(dt, 4, 0.088, dims).unwrap());
+        kernels.push(ring_attention_kernel::build_for(dt, 4, 0.088, dims).unwrap());
         let dims = ring_attention_bwd_kernel::Dims {
             sq: 16,
             d: 128,
             skv: 128,
         };
-        kernels.push(ring_attention_bwd(dt, 4, 0.088, dims).unwrap());
+        kernels.push(ring_attention_bwd_kernel::build_for(dt, 4, 0.088, dims).unwrap());
         kernels.push(all_to_all(dt, 4, m, 128).unwrap());
     }
     for t in Target::ALL {
@@ -763,7 +764,7 @@ fn masked_attention_compiles_for_every_generation() {
             block_k: 128,
             rule: None,
         };
-        let k = masked_attention(&cfg, dt, dims).unwrap();
+        let k = masked_attention::build_for(dt, &cfg, dims).unwrap();
         for t in Target::ALL {
             if let Err(e) = tpu.compile_kernel(&k, t) {
                 panic!("masked_attention ({dt:?}) on {t}: {e}");

@@ -83,7 +83,7 @@ pub fn seed_kernels() -> Vec<Kernel> {
         n: 128,
     };
     ks.push(
-        all_gather_matmul(F32, 4, Protocol::Handshake, dims)
+        all_gather_matmul_kernel::build_for(F32, 4, Protocol::Handshake, dims)
             .unwrap()
             .into_kernel(),
     );

@@ -153,7 +153,8 @@ pub fn masked(args: &[String]) -> Result<(), Failure> {
     let dims = kernels::attention::masked::masked_attention::Dims::from_shapes(&shapes)
         .map_err(|e| usage(e.to_string()))?;
     let dtype = args[3].dtype();
-    let kernel = masked_attention(&cfg, dtype, dims).map_err(|e| Failure::Run(e.to_string()))?;
+    let kernel =
+        masked_attention::build_for(dtype, &cfg, dims).map_err(|e| Failure::Run(e.to_string()))?;
     let outs = Prepared::new(be, &kernel)
         .and_then(|p| p.run(&args))
         .map_err(|e| Failure::Run(format!("{be}: {e}")))?;

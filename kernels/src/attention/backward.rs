@@ -1,7 +1,7 @@
 //! Flash attention backward (FlashAttention-2 style), from the forward's
 //! logsumexp and `delta = rowsum(dO ∘ O)`:
 //!
-//! * [`attention_delta()`]: `delta` per query row;
+//! * [`attention_delta`](mod@attention_delta): `delta` per query row;
 //! * [`flash_attention_dq()`]: grid (batch, head, q block, k block); for each
 //!   q block, `dq = scale · Σ_k dS·K` accumulated over k blocks;
 //! * [`flash_attention_dkv()`]: grid (batch, kv head, k block, group head,
@@ -21,14 +21,14 @@
 //! of ragged last blocks is zeroed before it can reach a product.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{KernelErrors, VerifiedKernel};
 
 use super::band::Band;
 use super::{AttnConfig, ScoreRows, kv_rows, mask_scores, q_rows, raw_scores, visible_keys};
 
 /// `delta = rowsum(dO ∘ O)` in f32, `[b, h, sq, 1]`.
 #[tpu_kernel(grid = (b, h, kernel_ir::cdiv(sq, bq)), semantics = (parallel, parallel, parallel))]
-pub fn attention_delta<T: Element>(
+pub fn attention_delta<T: Float>(
     bq: usize,
     #[shape(b, h, sq, d)]
     #[block([1, 1, bq, d], |bi, hi, i| (bi, hi, i, 0))]
@@ -42,15 +42,6 @@ pub fn attention_delta<T: Element>(
 ) {
     let prod = o.load((0, 0, .., ..)).cast::<f32>() * d_o.load((0, 0, .., ..)).cast::<f32>();
     delta.store((0, 0, .., ..), prod.sum_keep(1));
-}
-
-/// [`attention_delta()`] for a dtype.
-pub fn attention_delta(
-    block_q: usize,
-    dtype: DType,
-    dims: attention_delta::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("attention_delta", dtype, T => attention_delta::build::<T>(block_q, dims))
 }
 
 /// `P` and `dS` of one (q block, k block), laid out as `rows` says:
@@ -235,9 +226,10 @@ fn dkv_update(
 #[tpu_kernel(
     grid = (b, h, kernel_ir::cdiv(sq, cfg.block_q), kernel_ir::cdiv(skv, cfg.block_k)),
     semantics = (parallel, parallel, parallel, arbitrary),
-    name = if with_len { "flash_attention_dq_kv_len" } else { "flash_attention_dq" }
+    name = if with_len { "flash_attention_dq_kv_len" } else { "flash_attention_dq" },
+    check = crate::attention::check_heads(h, hkv)
 )]
-pub fn flash_attention_dq<T: Element>(
+pub fn flash_attention_dq<T: Float>(
     cfg: &AttnConfig,
     with_len: bool,
     #[present(with_len)]
@@ -294,7 +286,7 @@ pub fn flash_attention_dq(
     dtype: DType,
     dims: flash_attention_dq::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    dq_kernel(cfg, false, dtype, dims)
+    flash_attention_dq::build_for(dtype, cfg, false, dims)
 }
 
 /// The dq kernel of [`crate::attention::flash_attention_kv_len()`]: keys at
@@ -306,17 +298,7 @@ pub fn flash_attention_dq_kv_len(
     dtype: DType,
     dims: flash_attention_dq::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    dq_kernel(cfg, true, dtype, dims)
-}
-
-fn dq_kernel(
-    cfg: &AttnConfig,
-    with_len: bool,
-    dtype: DType,
-    dims: flash_attention_dq::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    super::check_heads(dims.h, dims.hkv)?;
-    with_float!("flash_attention_dq", dtype, T => flash_attention_dq::build::<T>(cfg, with_len, dims))
+    flash_attention_dq::build_for(dtype, cfg, true, dims)
 }
 
 /// The q block grid step (k block `i`, q block `j`) of `nq` fetches: its
@@ -366,9 +348,10 @@ fn k_rows(
 #[tpu_kernel(
     grid = (b, hkv, kernel_ir::cdiv(skv, cfg.block_k), crate::attention::group(h, hkv), kernel_ir::cdiv(sq, cfg.block_q)),
     semantics = (parallel, parallel, parallel, arbitrary, arbitrary),
-    name = if with_len { "flash_attention_dkv_kv_len" } else { "flash_attention_dkv" }
+    name = if with_len { "flash_attention_dkv_kv_len" } else { "flash_attention_dkv" },
+    check = crate::attention::check_heads(h, hkv)
 )]
-pub fn flash_attention_dkv<T: Element>(
+pub fn flash_attention_dkv<T: Float>(
     cfg: &AttnConfig,
     with_len: bool,
     #[present(with_len)]
@@ -431,7 +414,7 @@ pub fn flash_attention_dkv(
     dtype: DType,
     dims: flash_attention_dkv::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    dkv_kernel(cfg, false, dtype, dims)
+    flash_attention_dkv::build_for(dtype, cfg, false, dims)
 }
 
 /// The dk/dv kernel of [`crate::attention::flash_attention_kv_len()`]:
@@ -442,17 +425,7 @@ pub fn flash_attention_dkv_kv_len(
     dtype: DType,
     dims: flash_attention_dkv::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    dkv_kernel(cfg, true, dtype, dims)
-}
-
-fn dkv_kernel(
-    cfg: &AttnConfig,
-    with_len: bool,
-    dtype: DType,
-    dims: flash_attention_dkv::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    super::check_heads(dims.h, dims.hkv)?;
-    with_float!("flash_attention_dkv", dtype, T => flash_attention_dkv::build::<T>(cfg, with_len, dims))
+    flash_attention_dkv::build_for(dtype, cfg, true, dims)
 }
 
 /// `dq`, `dk` and `dv` of flash attention in one pass: grid (batch, kv
@@ -464,9 +437,10 @@ fn dkv_kernel(
 #[tpu_kernel(
     grid = (b, hkv, kernel_ir::cdiv(skv, cfg.block_k), crate::attention::group(h, hkv), kernel_ir::cdiv(sq, cfg.block_q)),
     semantics = (parallel, parallel, arbitrary, arbitrary, arbitrary),
-    name = if with_len { "flash_attention_dqkv_kv_len" } else { "flash_attention_dqkv" }
+    name = if with_len { "flash_attention_dqkv_kv_len" } else { "flash_attention_dqkv" },
+    check = crate::attention::check_heads(h, hkv)
 )]
-pub fn flash_attention_dqkv<T: Element>(
+pub fn flash_attention_dqkv<T: Float>(
     cfg: &AttnConfig,
     with_len: bool,
     #[present(with_len)]
@@ -542,7 +516,7 @@ pub fn flash_attention_dqkv(
     dtype: DType,
     dims: flash_attention_dqkv::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    dqkv_kernel(cfg, false, dtype, dims)
+    flash_attention_dqkv::build_for(dtype, cfg, false, dims)
 }
 
 /// [`flash_attention_dqkv()`] for [`crate::attention::flash_attention_kv_len()`]:
@@ -553,15 +527,5 @@ pub fn flash_attention_dqkv_kv_len(
     dtype: DType,
     dims: flash_attention_dqkv::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    dqkv_kernel(cfg, true, dtype, dims)
-}
-
-fn dqkv_kernel(
-    cfg: &AttnConfig,
-    with_len: bool,
-    dtype: DType,
-    dims: flash_attention_dqkv::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    super::check_heads(dims.h, dims.hkv)?;
-    with_float!("flash_attention_dqkv", dtype, T => flash_attention_dqkv::build::<T>(cfg, with_len, dims))
+    flash_attention_dqkv::build_for(dtype, cfg, true, dims)
 }

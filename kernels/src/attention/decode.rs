@@ -13,7 +13,7 @@
 //! page_size, d]`.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{Array, VerifiedKernel};
 
 use super::{MASK_VALUE, Online, normalized, online_softmax_init, online_update};
 use crate::entry::{
@@ -22,7 +22,7 @@ use crate::entry::{
 use crate::reference;
 use crate::tolerance::Tolerance;
 
-/// Config of [`paged_decode_attention()`].
+/// Config of [`paged_decode_attention`](mod@paged_decode_attention).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodeConfig {
     /// Score scale, usually `1/√d`.
@@ -31,7 +31,7 @@ pub struct DecodeConfig {
 
 /// Paged decode attention.
 #[tpu_kernel(grid = (b, hkv, pages_per_seq), semantics = (parallel, parallel, arbitrary))]
-pub fn paged_decode_attention<T: Element>(
+pub fn paged_decode_attention<T: Float>(
     cfg: &DecodeConfig,
     #[shape(b)] lengths: Prefetch,
     #[shape(b, pages_per_seq)] block_tables: Prefetch,
@@ -102,16 +102,7 @@ pub(super) fn attend_tokens(
     online_update(g, st, s, vb);
 }
 
-/// [`paged_decode_attention()`] for a dtype.
-pub fn paged_decode_attention(
-    cfg: &DecodeConfig,
-    dtype: DType,
-    dims: paged_decode_attention::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("paged_decode_attention", dtype, T => paged_decode_attention::build::<T>(cfg, dims))
-}
-
-/// [`paged_decode_attention()`] in the library.
+/// [`paged_decode_attention`](mod@paged_decode_attention) in the library.
 pub const PAGED_DECODE_ATTENTION: Entry = Entry {
     name: "paged_decode_attention",
     fixed_inputs: None,
@@ -132,7 +123,11 @@ pub const PAGED_DECODE_ATTENTION: Entry = Entry {
         let cfg = DecodeConfig {
             sm_scale: c.scale("sm_scale", dims.d)?,
         };
-        Ok(paged_decode_attention(&cfg, c.dtype("dtype")?, dims)?)
+        Ok(paged_decode_attention::build_for(
+            c.dtype("dtype")?,
+            &cfg,
+            dims,
+        )?)
     },
     reference: paged_reference,
     check: paged_check,

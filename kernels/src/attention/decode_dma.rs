@@ -18,14 +18,13 @@
 //! steps with the fetch of the next block hidden behind the compute.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 use super::decode::{attend_tokens, paged_check, paged_inputs, paged_reference, paged_sample};
 use super::{Online, normalized, online_softmax_init};
 use crate::entry::{DTYPE, Entry, EntryError, ParamKind, Preset, param, refs};
 use crate::tolerance::Tolerance;
 
-/// Config of [`paged_decode_attention_dma()`].
+/// Config of [`paged_decode_attention_dma`](mod@paged_decode_attention_dma).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DecodeDmaConfig {
     /// Score scale, usually `1/√d`.
@@ -100,7 +99,7 @@ pub(super) fn block_copies(
     grid = (b, hkv, pages_per_seq / cfg.pages_per_block),
     semantics = (parallel, parallel, arbitrary)
 )]
-pub fn paged_decode_attention_dma<T: Element>(
+pub fn paged_decode_attention_dma<T: Float>(
     cfg: &DecodeDmaConfig,
     #[shape(b)] lengths: Prefetch,
     #[shape(b, pages_per_seq)] block_tables: Prefetch,
@@ -168,16 +167,7 @@ pub fn paged_decode_attention_dma<T: Element>(
     }
 }
 
-/// [`paged_decode_attention_dma()`] for a dtype.
-pub fn paged_decode_attention_dma(
-    cfg: &DecodeDmaConfig,
-    dtype: DType,
-    dims: paged_decode_attention_dma::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("paged_decode_attention_dma", dtype, T => paged_decode_attention_dma::build::<T>(cfg, dims))
-}
-
-/// [`paged_decode_attention_dma()`] in the library.
+/// [`paged_decode_attention_dma`](mod@paged_decode_attention_dma) in the library.
 pub const PAGED_DECODE_ATTENTION_DMA: Entry = Entry {
     name: "paged_decode_attention_dma",
     fixed_inputs: None,
@@ -212,7 +202,11 @@ pub const PAGED_DECODE_ATTENTION_DMA: Entry = Entry {
             sm_scale: c.scale("sm_scale", dims.d)?,
             pages_per_block: ppb,
         };
-        Ok(paged_decode_attention_dma(&cfg, c.dtype("dtype")?, dims)?)
+        Ok(paged_decode_attention_dma::build_for(
+            c.dtype("dtype")?,
+            &cfg,
+            dims,
+        )?)
     },
     reference: paged_reference,
     check: paged_check,

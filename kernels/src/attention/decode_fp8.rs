@@ -5,8 +5,8 @@
 //! `v_scale` multiplies the normalized output, so neither costs a pass over
 //! the page. Grid, tables and lengths are [`super::decode`]'s.
 
+use kernel_ir::Array;
 use kernel_ir::prelude::*;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 use super::decode::{paged_check, paged_reference, paged_sample};
 use super::{MASK_VALUE, Online, normalized, online_softmax_init, online_update};
@@ -15,7 +15,7 @@ use crate::tolerance::Tolerance;
 
 /// Paged decode attention over fp8 K/V pages with per-tensor scales.
 #[tpu_kernel(grid = (b, hkv, pages_per_seq), semantics = (parallel, parallel, arbitrary))]
-pub fn paged_decode_attention_fp8<T: Element, KV: Element>(
+pub fn paged_decode_attention_fp8<T: Float, KV: Fp8>(
     sm_scale: f32,
     #[shape(b)] lengths: Prefetch,
     #[shape(b, pages_per_seq)] block_tables: Prefetch,
@@ -58,40 +58,6 @@ pub fn paged_decode_attention_fp8<T: Element, KV: Element>(
     }
 }
 
-/// [`paged_decode_attention_fp8`](mod@paged_decode_attention_fp8) for a
-/// query dtype (bf16 or f32) and an fp8 KV format.
-pub fn paged_decode_attention_fp8(
-    sm_scale: f32,
-    dtype: DType,
-    kv_dtype: DType,
-    dims: paged_decode_attention_fp8::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    macro_rules! build {
-        ($t:ty) => {
-            match kv_dtype {
-                DType::F8E4M3FN => {
-                    paged_decode_attention_fp8::build::<$t, f8e4m3fn>(sm_scale, dims)
-                }
-                DType::F8E5M2 => paged_decode_attention_fp8::build::<$t, f8e5m2>(sm_scale, dims),
-                other => Err(kernel_ir::unsupported_dtype(
-                    "paged_decode_attention_fp8 (kv)",
-                    other,
-                    &[DType::F8E4M3FN, DType::F8E5M2],
-                )),
-            }
-        };
-    }
-    match dtype {
-        DType::BF16 => build!(bf16),
-        DType::F32 => build!(f32),
-        other => Err(kernel_ir::unsupported_dtype(
-            "paged_decode_attention_fp8",
-            other,
-            &[DType::BF16, DType::F32],
-        )),
-    }
-}
-
 fn kv_dtype(c: &Config) -> Result<DType, EntryError> {
     Ok(if c.choice("kv")? == "e5m2" {
         DType::F8E5M2
@@ -116,7 +82,7 @@ fn fp8_reference(c: &Config, a: &[Array]) -> Result<Vec<Vec<f64>>, EntryError> {
     paged_reference(c, &deq)
 }
 
-/// [`paged_decode_attention_fp8()`] in the library.
+/// [`paged_decode_attention_fp8`](mod@paged_decode_attention_fp8) in the library.
 pub const PAGED_DECODE_ATTENTION_FP8: Entry = Entry {
     name: "paged_decode_attention_fp8",
     fixed_inputs: None,
@@ -151,10 +117,10 @@ pub const PAGED_DECODE_ATTENTION_FP8: Entry = Entry {
     build: |c, s| {
         let dims = paged_decode_attention_fp8::Dims::from_shapes(&refs(s))?;
         let scale = c.scale("sm_scale", dims.d)?;
-        Ok(paged_decode_attention_fp8(
-            scale,
+        Ok(paged_decode_attention_fp8::build_for(
             c.dtype("dtype")?,
             kv_dtype(c)?,
+            scale,
             dims,
         )?)
     },

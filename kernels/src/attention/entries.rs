@@ -329,9 +329,9 @@ pub const ATTENTION_DELTA: Entry = Entry {
     },
     build: |c, s| {
         let dims = attention_delta::Dims::from_shapes(&refs(s))?;
-        Ok(attention_delta(
-            c.usize("block_q")?.min(dims.sq),
+        Ok(attention_delta::build_for(
             c.dtype("dtype")?,
+            c.usize("block_q")?.min(dims.sq),
             dims,
         )?)
     },

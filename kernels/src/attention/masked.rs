@@ -5,8 +5,8 @@
 //! partial one reads its deduplicated element mask. Segment ids (packed
 //! sequences) apply on top: a query sees only keys of its own segment.
 
+use kernel_ir::KernelErrors;
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 use super::mask::{Mask, MultiHeadMask};
 use super::{MASK_VALUE, Online, group, online_softmax_finish, online_softmax_init, online_update};
@@ -181,9 +181,13 @@ pub(crate) fn check_tables(
 /// `lse: [b, h, sq, 1]`; a row with no visible key gives 0 and −∞.
 #[tpu_kernel(
     grid = (b, h, kernel_ir::cdiv(sq, cfg.block_q), kernel_ir::cdiv(skv, cfg.block_k)),
-    semantics = (parallel, parallel, parallel, arbitrary)
+    semantics = (parallel, parallel, parallel, arbitrary),
+    check = {
+        crate::attention::check_heads(h, hkv)?;
+        check_tables(cfg, (h, nq, nk), (sq, skv), false)
+    }
 )]
-pub fn masked_attention<T: Element>(
+pub fn masked_attention<T: Float>(
     cfg: &MaskedConfig,
     #[shape(h, nq, nk)] kind: Prefetch,
     #[shape(h, nq, nk)] fetch: Prefetch,
@@ -241,16 +245,4 @@ pub fn masked_attention<T: Element>(
     if ki == num_programs(3) - 1 {
         online_softmax_finish(st, o, lse);
     }
-}
-
-/// The kernel for a config, dtype and shapes (see [`masked_attention`](mod@masked_attention)'s
-/// docs for the arguments).
-pub fn masked_attention(
-    cfg: &MaskedConfig,
-    dtype: DType,
-    dims: masked_attention::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    super::check_heads(dims.h, dims.hkv)?;
-    check_tables(cfg, (dims.h, dims.nq, dims.nk), (dims.sq, dims.skv), false)?;
-    with_float!("masked_attention", dtype, T => masked_attention::build::<T>(cfg, dims))
 }

@@ -18,7 +18,6 @@
 //! fetch nothing new.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 use super::backward::zero_tail;
 use super::group;
@@ -84,9 +83,13 @@ fn probs_and_dscores(
 /// `kv_seg` (shapes as in [`super::masked::masked_attention`]).
 #[tpu_kernel(
     grid = (b, h, kernel_ir::cdiv(sq, cfg.block_q), kernel_ir::cdiv(skv, cfg.block_k)),
-    semantics = (parallel, parallel, parallel, arbitrary)
+    semantics = (parallel, parallel, parallel, arbitrary),
+    check = {
+        crate::attention::check_heads(h, hkv)?;
+        crate::attention::masked::check_tables(cfg, (h, nq, nk), (sq, skv), false)
+    }
 )]
-pub fn masked_attention_dq<T: Element>(
+pub fn masked_attention_dq<T: Float>(
     cfg: &MaskedConfig,
     #[shape(h, nq, nk)] kind: Prefetch,
     #[shape(h, nq, nk)] fetch: Prefetch,
@@ -151,27 +154,19 @@ pub fn masked_attention_dq<T: Element>(
     }
 }
 
-/// The kernel for a config, dtype and shapes (see
-/// [`masked_attention_dq`](mod@masked_attention_dq)'s docs for the arguments).
-pub fn masked_attention_dq(
-    cfg: &MaskedConfig,
-    dtype: DType,
-    dims: masked_attention_dq::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    super::check_heads(dims.h, dims.hkv)?;
-    super::masked::check_tables(cfg, (dims.h, dims.nq, dims.nk), (dims.sq, dims.skv), false)?;
-    with_float!("masked_attention_dq", dtype, T => masked_attention_dq::build::<T>(cfg, dims))
-}
-
 /// `dk` and `dv` of masked attention, `[b, hkv, skv, d]` each. Arguments:
 /// the transposed tables (`kind_t`, `fetch_t`, `mask_fetch_t`, `[h, nk,
 /// nq]`), then `q`, `k`, `v`, `d_o`, `lse`, `delta`, `masks`, `q_seg`,
 /// `kv_seg` as for [`masked_attention_dq`].
 #[tpu_kernel(
     grid = (b, hkv, kernel_ir::cdiv(skv, cfg.block_k), group(h, hkv), kernel_ir::cdiv(sq, cfg.block_q)),
-    semantics = (parallel, parallel, parallel, arbitrary, arbitrary)
+    semantics = (parallel, parallel, parallel, arbitrary, arbitrary),
+    check = {
+        crate::attention::check_heads(h, hkv)?;
+        crate::attention::masked::check_tables(cfg, (h, nk, nq), (sq, skv), true)
+    }
 )]
-pub fn masked_attention_dkv<T: Element>(
+pub fn masked_attention_dkv<T: Float>(
     cfg: &MaskedConfig,
     #[shape(h, nk, nq)] kind_t: Prefetch,
     #[shape(h, nk, nq)] fetch_t: Prefetch,
@@ -242,16 +237,4 @@ pub fn masked_attention_dkv<T: Element>(
         dk.store((0, 0, .., ..), dk_acc.load(..).cast::<T>());
         dv.store((0, 0, .., ..), dv_acc.load(..).cast::<T>());
     }
-}
-
-/// The kernel for a config, dtype and shapes (see
-/// [`masked_attention_dkv`](mod@masked_attention_dkv)'s docs for the arguments).
-pub fn masked_attention_dkv(
-    cfg: &MaskedConfig,
-    dtype: DType,
-    dims: masked_attention_dkv::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    super::check_heads(dims.h, dims.hkv)?;
-    super::masked::check_tables(cfg, (dims.h, dims.nk, dims.nq), (dims.sq, dims.skv), true)?;
-    with_float!("masked_attention_dkv", dtype, T => masked_attention_dkv::build::<T>(cfg, dims))
 }

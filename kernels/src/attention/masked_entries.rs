@@ -316,7 +316,11 @@ pub const MASKED_ATTENTION: Entry = Entry {
     build: |c, s| {
         let setup = Setup::new(c, &s[3], &s[4])?;
         let dims = super::masked::masked_attention::Dims::from_shapes(&refs(s))?;
-        Ok(masked_attention(&setup.cfg, c.dtype("dtype")?, dims)?)
+        Ok(masked_attention::build_for(
+            c.dtype("dtype")?,
+            &setup.cfg,
+            dims,
+        )?)
     },
     reference: |c, a| {
         let s = Setup::new(c, a[3].shape(), a[4].shape())?;
@@ -364,7 +368,11 @@ pub const MASKED_ATTENTION_DQ: Entry = Entry {
     build: |c, s| {
         let setup = Setup::new(c, &s[3], &s[4])?;
         let dims = super::masked_backward::masked_attention_dq::Dims::from_shapes(&refs(s))?;
-        Ok(masked_attention_dq(&setup.cfg, c.dtype("dtype")?, dims)?)
+        Ok(masked_attention_dq::build_for(
+            c.dtype("dtype")?,
+            &setup.cfg,
+            dims,
+        )?)
     },
     reference: |c, a| Ok(vec![reference_grads(c, a)?.0]),
     check: |c, k, a| check(c, k, a, false),
@@ -389,7 +397,11 @@ pub const MASKED_ATTENTION_DKV: Entry = Entry {
     build: |c, s| {
         let setup = Setup::new(c, &s[3], &s[4])?;
         let dims = super::masked_backward::masked_attention_dkv::Dims::from_shapes(&refs(s))?;
-        Ok(masked_attention_dkv(&setup.cfg, c.dtype("dtype")?, dims)?)
+        Ok(masked_attention_dkv::build_for(
+            c.dtype("dtype")?,
+            &setup.cfg,
+            dims,
+        )?)
     },
     reference: |c, a| {
         let (_, dk, dv) = reference_grads(c, a)?;

@@ -32,9 +32,9 @@ fn backward(
     let (o, lse) = super::vjp::saved_outputs(call)?;
     let d_o = call.cotangent(0)?;
     let dtype = ins[3].dtype();
-    let delta_k = attention_delta(
-        cfg.block_q,
+    let delta_k = attention_delta::build_for(
         dtype,
+        cfg.block_q,
         attention_delta::Dims::from_shapes(&[o.shape(), d_o.shape()]).map_err(|e| err(e.into()))?,
     )
     .map_err(|e| err(e.into()))?;
@@ -62,16 +62,16 @@ fn backward(
     let shapes =
         |ts: &[&Tensor]| -> Vec<Vec<usize>> { ts.iter().map(|t| t.shape().to_vec()).collect() };
     let (dq_shapes, dkv_shapes) = (shapes(&dq_args), shapes(&dkv_args));
-    let dq_k = masked_attention_dq(
-        cfg,
+    let dq_k = masked_attention_dq::build_for(
         dtype,
+        cfg,
         super::masked_backward::masked_attention_dq::Dims::from_shapes(&refs(&dq_shapes))
             .map_err(|e| err(e.into()))?,
     )
     .map_err(|e| err(e.into()))?;
-    let dkv_k = masked_attention_dkv(
-        cfg,
+    let dkv_k = masked_attention_dkv::build_for(
         dtype,
+        cfg,
         super::masked_backward::masked_attention_dkv::Dims::from_shapes(&refs(&dkv_shapes))
             .map_err(|e| err(e.into()))?,
     )

@@ -68,7 +68,7 @@ mod vjp;
 use band::Band;
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, Target, VerifiedKernel};
+use kernel_ir::{KernelErrors, Target, VerifiedKernel};
 use runtime::graph::{RuntimeError, Tensor};
 
 use crate::entry::build_error;
@@ -510,9 +510,10 @@ fn no_visible_key(m_row: Tile) -> Tile {
 #[tpu_kernel(
     grid = (b, h, kernel_ir::cdiv(sq, cfg.block_q), kernel_ir::cdiv(skv, cfg.block_k)),
     semantics = (parallel, parallel, parallel, arbitrary),
-    name = if with_len { "flash_attention_kv_len" } else { "flash_attention" }
+    name = if with_len { "flash_attention_kv_len" } else { "flash_attention" },
+    check = check_heads(h, hkv)
 )]
-pub fn flash_attention<T: Element>(
+pub fn flash_attention<T: Float>(
     cfg: &AttnConfig,
     with_len: bool,
     #[present(with_len)]
@@ -558,7 +559,7 @@ pub fn flash_attention(
     dtype: DType,
     dims: flash_attention::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    forward("flash_attention", cfg, false, dtype, dims)
+    flash_attention::build_for(dtype, cfg, false, dims)
 }
 
 /// Records flash attention on the graph runtime, with its backward, for a
@@ -616,8 +617,8 @@ fn record_forward(
     // The dims come from q, k and v (the kv_len operand is `[1]` always).
     let dims = flash_attention::Dims::from_shapes(&[q.shape(), k.shape(), v.shape()])
         .map_err(|e| build_error(name, e))?;
-    let kernel =
-        forward(name, cfg, kv_len.is_some(), q.dtype(), dims).map_err(|e| build_error(name, e))?;
+    let kernel = flash_attention::build_for(q.dtype(), cfg, kv_len.is_some(), dims)
+        .map_err(|e| build_error(name, e))?;
     let mut args: Vec<&Tensor> = kv_len.into_iter().collect();
     args.extend([q, k, v]);
     let vjp = vjp::vjp(cfg.clone(), kv_len.is_some());
@@ -641,18 +642,7 @@ pub fn flash_attention_kv_len(
     dtype: DType,
     dims: flash_attention::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    forward("flash_attention_kv_len", cfg, true, dtype, dims)
-}
-
-fn forward(
-    name: &str,
-    cfg: &AttnConfig,
-    with_len: bool,
-    dtype: DType,
-    dims: flash_attention::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    check_heads(dims.h, dims.hkv)?;
-    with_float!(name, dtype, T => flash_attention::build::<T>(cfg, with_len, dims))
+    flash_attention::build_for(dtype, cfg, true, dims)
 }
 
 pub(crate) mod entries;

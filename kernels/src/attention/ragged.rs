@@ -23,14 +23,14 @@
 //! sequence (padding) get `o = 0`.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{Array, VerifiedKernel};
 
 use super::decode_dma::{PageCopies, block_copies};
 use super::{MASK_VALUE, Online, normalized, online_softmax_init, online_update};
 use crate::entry::{Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, param, refs};
 use crate::tolerance::Tolerance;
 
-/// Config of [`ragged_paged_attention()`].
+/// Config of [`ragged_paged_attention`](mod@ragged_paged_attention).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RaggedConfig {
     /// Score scale, usually `1/√d`.
@@ -109,7 +109,7 @@ pub fn ragged_metadata(cu_q_lens: &[usize], t: usize, block_q: usize) -> RaggedM
 
 /// Ragged paged attention over a mixed prefill/decode batch.
 #[tpu_kernel(grid = (hkv, visits), semantics = (parallel, arbitrary))]
-pub fn ragged_paged_attention<T: Element>(
+pub fn ragged_paged_attention<T: Float>(
     cfg: &RaggedConfig,
     #[shape(seqs_plus_one)] cu_q_lens: Prefetch,
     #[shape(seqs)] kv_lens: Prefetch,
@@ -209,15 +209,6 @@ pub fn ragged_paged_attention<T: Element>(
     if v == last || visit_qblk.load([(v + 1).min(last)]) != qb {
         o.store(.., merged.load(..).cast::<T>());
     }
-}
-
-/// [`ragged_paged_attention()`] for a dtype.
-pub fn ragged_paged_attention(
-    cfg: &RaggedConfig,
-    dtype: DType,
-    dims: ragged_paged_attention::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("ragged_paged_attention", dtype, T => ragged_paged_attention::build::<T>(cfg, dims))
 }
 
 /// A ragged batch as the reference reads it: where each sequence's new
@@ -407,7 +398,7 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     ]
 }
 
-/// [`ragged_paged_attention()`] in the library.
+/// [`ragged_paged_attention`](mod@ragged_paged_attention) in the library.
 pub const RAGGED_PAGED_ATTENTION: Entry = Entry {
     name: "ragged_paged_attention",
     fixed_inputs: None,
@@ -498,7 +489,11 @@ pub const RAGGED_PAGED_ATTENTION: Entry = Entry {
         if let Some(p) = problem {
             return Err(EntryError::Shape(p));
         }
-        Ok(ragged_paged_attention(&cfg, c.dtype("dtype")?, dims)?)
+        Ok(ragged_paged_attention::build_for(
+            c.dtype("dtype")?,
+            &cfg,
+            dims,
+        )?)
     },
     reference: |c, a| {
         let tables: Vec<Vec<usize>> = ints(&a[2])

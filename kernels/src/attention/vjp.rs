@@ -62,9 +62,9 @@ fn backward(
         block_k: inner(cfg.block_k),
         ..*cfg
     };
-    let delta_k = attention_delta(
-        cfg.block_q,
+    let delta_k = attention_delta::build_for(
         dtype,
+        cfg.block_q,
         attention_delta::Dims::from_shapes(&[o.shape(), d_o.shape()]).map_err(|e| err(e.into()))?,
     )
     .map_err(|e| err(e.into()))?;

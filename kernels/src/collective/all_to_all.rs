@@ -7,11 +7,11 @@
 //! handshake is needed.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{KernelErrors, VerifiedKernel};
 
 /// `o[j] = x[me]` of device `j`, for every device `j` of the mesh.
 #[tpu_kernel(grid = (), semantics = (), mesh = (x = devices))]
-pub fn all_to_all_kernel<T: Element>(
+pub fn all_to_all_kernel<T: Float>(
     devices: usize,
     #[any]
     #[shape(devices, c, d)]
@@ -65,5 +65,5 @@ pub fn all_to_all(
     d: usize,
 ) -> Result<VerifiedKernel, KernelErrors> {
     let dims = all_to_all_kernel::Dims { c, d };
-    with_float!("all_to_all", dtype, T => all_to_all_kernel::build::<T>(devices, dims))
+    all_to_all_kernel::build_for(dtype, devices, dims)
 }

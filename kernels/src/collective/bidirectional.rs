@@ -10,14 +10,13 @@
 //! sent into again, the receiver of the left-going half its right one.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 /// `o = all_gather(x) @ w` with `x`'s halves sent both ways: at step `s`
 /// device `d` multiplies the top half of block `d - s` (arrived from the
 /// left) and the bottom half of block `d + s` (arrived from the right)
 /// while forwarding both.
 #[tpu_kernel(grid = (1,), semantics = (arbitrary,), mesh = (x = devices))]
-pub fn all_gather_matmul_bidirectional_kernel<T: Element>(
+pub fn all_gather_matmul_bidirectional_kernel<T: Float>(
     devices: usize,
     #[any]
     #[shape(2, h, k)]
@@ -101,16 +100,4 @@ pub fn all_gather_matmul_bidirectional_kernel<T: Element>(
             free_l.at(()).signal_remote(1, right);
         }
     }
-}
-
-/// [`all_gather_matmul_bidirectional_kernel`](mod@all_gather_matmul_bidirectional_kernel):
-/// `x` is the shard `[2 * h, k]` as its two halves `[2, h, k]`, `w` is
-/// `[k, n]`, the result `[devices * 2 * h, n]` (as
-/// [`super::all_gather_matmul`]'s).
-pub fn all_gather_matmul_bidirectional(
-    dtype: DType,
-    devices: usize,
-    dims: all_gather_matmul_bidirectional_kernel::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("all_gather_matmul_bidirectional", dtype, T => all_gather_matmul_bidirectional_kernel::build::<T>(devices, dims))
 }

@@ -6,11 +6,11 @@
 //! can be satisfied by another step's bytes.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
+use kernel_ir::{KernelErrors, VerifiedKernel};
 
 /// `o = concat(x of every device)` along rows, on a ring of `devices`.
 #[tpu_kernel(grid = (), semantics = (), mesh = (x = devices))]
-pub fn all_gather_kernel<T: Element>(
+pub fn all_gather_kernel<T: Float>(
     devices: usize,
     #[any]
     #[shape(m, n)]
@@ -60,5 +60,5 @@ pub fn all_gather(
     n: usize,
 ) -> Result<VerifiedKernel, KernelErrors> {
     let dims = all_gather_kernel::Dims { m, n };
-    with_float!("all_gather", dtype, T => all_gather_kernel::build::<T>(devices, dims))
+    all_gather_kernel::build_for(dtype, devices, dims)
 }

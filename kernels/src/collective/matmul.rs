@@ -8,7 +8,6 @@
 //! on purpose, to show what [`kernel_ir::interpret_mesh`] reports.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 /// How [`all_gather_matmul`] keeps its slots safe. Only
 /// [`Protocol::Handshake`] is correct; the others are the classic
@@ -58,7 +57,7 @@ impl Protocol {
 /// step `s` it multiplies the block that came from device `d - s` while
 /// forwarding it to device `d + 1`.
 #[tpu_kernel(grid = (1,), semantics = (arbitrary,), mesh = (x = devices))]
-pub fn all_gather_matmul_kernel<T: Element>(
+pub fn all_gather_matmul_kernel<T: Float>(
     devices: usize,
     protocol: Protocol,
     #[any]
@@ -113,17 +112,6 @@ pub fn all_gather_matmul_kernel<T: Element>(
     }
 }
 
-/// [`all_gather_matmul_kernel`](mod@all_gather_matmul_kernel): `x` is the
-/// shard `[m, k]`, `w` is `[k, n]`, the result `[devices * m, n]`.
-pub fn all_gather_matmul(
-    dtype: DType,
-    devices: usize,
-    protocol: Protocol,
-    dims: all_gather_matmul_kernel::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("all_gather_matmul", dtype, T => all_gather_matmul_kernel::build::<T>(devices, protocol, dims))
-}
-
 /// `o = reduce_scatter(x @ w)` over rows: device `d` holds `x`'s columns
 /// block `d` (`[devices * m, k]`, the contraction sharded) and `w`'s rows
 /// block `d` (`[k, n]`), and ends with rows block `d` of the summed
@@ -131,7 +119,7 @@ pub fn all_gather_matmul(
 /// adds the partial sum that arrived from the left, and sends the total
 /// on; the block reaches its owner after visiting every device.
 #[tpu_kernel(grid = (1,), semantics = (arbitrary,), mesh = (x = devices))]
-pub fn matmul_reduce_scatter_kernel<T: Element>(
+pub fn matmul_reduce_scatter_kernel<T: Float>(
     devices: usize,
     #[shape(devices * m, k)]
     #[block([devices * m, k], |_| (0, 0))]
@@ -193,15 +181,4 @@ pub fn matmul_reduce_scatter_kernel<T: Element>(
             o.store(.., sum.cast::<T>());
         }
     }
-}
-
-/// [`matmul_reduce_scatter_kernel`](mod@matmul_reduce_scatter_kernel):
-/// `x` is `[devices * m, k]` (this device's columns), `w` `[k, n]` (its
-/// rows), the result `[m, n]`.
-pub fn matmul_reduce_scatter(
-    dtype: DType,
-    devices: usize,
-    dims: matmul_reduce_scatter_kernel::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("matmul_reduce_scatter", dtype, T => matmul_reduce_scatter_kernel::build::<T>(devices, dims))
 }

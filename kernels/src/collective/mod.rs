@@ -5,15 +5,15 @@
 //! `reduce_scatter_matmul.py`).
 //!
 //! * [`all_gather`]: ring all-gather of row shards;
-//! * [`all_gather_matmul`]: the collective matmul, `all_gather(x) @ w`
+//! * [`all_gather_matmul_kernel`]: the collective matmul, `all_gather(x) @ w`
 //!   with each step's matmul overlapping the next block's transfer, and
-//!   [`all_gather_matmul_bidirectional`], its halves sent both ways
+//!   [`all_gather_matmul_bidirectional_kernel`], its halves sent both ways
 //!   around the ring;
-//! * [`matmul_reduce_scatter`]: `reduce_scatter(x @ w)` with the partial
+//! * [`matmul_reduce_scatter_kernel`]: `reduce_scatter(x @ w)` with the partial
 //!   sums passed around the ring as they are computed;
-//! * [`ring_attention`]: attention over kv shards passed around the ring,
+//! * [`ring_attention_kernel`]: attention over kv shards passed around the ring,
 //!   the online softmax carried from step to step, and
-//!   [`ring_attention_bwd`], its backward (the blocks' `dk`, `dv` passed
+//!   [`ring_attention_bwd_kernel`], its backward (the blocks' `dk`, `dv` passed
 //!   around with them);
 //! * [`all_to_all`]: the MoE dispatch, chunk `j` of every device to
 //!   device `j`.
@@ -46,11 +46,8 @@ mod ring_attention;
 mod ring_attention_bwd;
 
 pub use all_to_all::{all_to_all, all_to_all_kernel};
-pub use bidirectional::{all_gather_matmul_bidirectional, all_gather_matmul_bidirectional_kernel};
+pub use bidirectional::all_gather_matmul_bidirectional_kernel;
 pub use gather::{all_gather, all_gather_kernel};
-pub use matmul::{
-    Protocol, all_gather_matmul, all_gather_matmul_kernel, matmul_reduce_scatter,
-    matmul_reduce_scatter_kernel,
-};
-pub use ring_attention::{ring_attention, ring_attention_kernel};
-pub use ring_attention_bwd::{ring_attention_bwd, ring_attention_bwd_kernel};
+pub use matmul::{Protocol, all_gather_matmul_kernel, matmul_reduce_scatter_kernel};
+pub use ring_attention::ring_attention_kernel;
+pub use ring_attention_bwd::ring_attention_bwd_kernel;

@@ -6,12 +6,11 @@
 //! slots use the same "slot free" handshake as the collective matmul.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 /// `o = softmax(scale · q kᵀ) v` over the keys of every device, and the
 /// rows' logsumexp `lse` (what a backward needs), non-causal.
 #[tpu_kernel(grid = (1,), semantics = (arbitrary,), mesh = (x = devices))]
-pub fn ring_attention_kernel<T: Element>(
+pub fn ring_attention_kernel<T: Float>(
     devices: usize,
     scale: f32,
     #[shape(sq, d)]
@@ -93,16 +92,4 @@ pub fn ring_attention_kernel<T: Element>(
     }
     o.store(.., (acc / l).cast::<T>());
     lse.store(.., (m + l.log()).broadcast_to([sq, 128]));
-}
-
-/// [`ring_attention_kernel`](mod@ring_attention_kernel) for a dtype: `q`
-/// is this device's `[sq, d]`, `k` and `v` its `[skv, d]`; `scale` is
-/// usually `1/sqrt(d)`.
-pub fn ring_attention(
-    dtype: DType,
-    devices: usize,
-    scale: f32,
-    dims: ring_attention_kernel::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("ring_attention", dtype, T => ring_attention_kernel::build::<T>(devices, scale, dims))
 }

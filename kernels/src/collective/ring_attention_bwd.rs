@@ -10,14 +10,13 @@
 //! owner used one step before.
 
 use kernel_ir::prelude::*;
-use kernel_ir::{Element, KernelErrors, VerifiedKernel};
 
 /// `dq`, `dk`, `dv` of [`super::ring_attention`] from the forward's `o`,
 /// `lse` and the output cotangent `do_`: `dq` of this device's queries
 /// over every key, `dk`, `dv` of this device's keys and values over every
 /// query.
 #[tpu_kernel(grid = (1,), semantics = (arbitrary,), mesh = (x = devices))]
-pub fn ring_attention_bwd_kernel<T: Element>(
+pub fn ring_attention_bwd_kernel<T: Float>(
     devices: usize,
     scale: f32,
     #[shape(sq, d)]
@@ -148,15 +147,4 @@ pub fn ring_attention_bwd_kernel<T: Element>(
     dq.store(.., dq_acc.cast::<T>());
     dk.store(.., dkbuf.load((home, .., ..)).cast::<T>());
     dv.store(.., dvbuf.load((home, .., ..)).cast::<T>());
-}
-
-/// [`ring_attention_bwd_kernel`](mod@ring_attention_bwd_kernel) for a
-/// dtype, at the forward's `devices`, `scale` and dims.
-pub fn ring_attention_bwd(
-    dtype: DType,
-    devices: usize,
-    scale: f32,
-    dims: ring_attention_bwd_kernel::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("ring_attention_bwd", dtype, T => ring_attention_bwd_kernel::build::<T>(devices, scale, dims))
 }

@@ -7,13 +7,15 @@
 //! use kernel_ir::DType;
 //! use my_kernels::{RmsNormMatmul, rms_norm_matmul};
 //! let cfg = RmsNormMatmul { block_m: 8, block_n: 128, eps: 1e-6 };
-//! let dims = my_kernels::rms_norm_matmul::Dims { m: 16, k: 128, n: 256 };
-//! let kernel = rms_norm_matmul(&cfg, DType::F32, dims).unwrap();
+//! let dims = rms_norm_matmul::Dims { m: 16, k: 128, n: 256 };
+//! // `#[tpu_kernel]` made `build::<f32>(..)` and `build_for(dtype, ..)`,
+//! // which picks the instance from a dtype known at run time.
+//! let kernel = rms_norm_matmul::build_for(DType::F32, &cfg, dims).unwrap();
 //! assert_eq!(kernel.name, "rms_norm_matmul");
 //! ```
 
+use kernel_ir::Array;
 use kernel_ir::prelude::*;
-use kernel_ir::{Array, Element, KernelErrors, VerifiedKernel};
 
 /// Tiling and the norm's epsilon.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,7 +38,7 @@ pub struct RmsNormMatmul {
     grid = (kernel_ir::cdiv(m, cfg.block_m), kernel_ir::cdiv(n, cfg.block_n)),
     semantics = (parallel, parallel)
 )]
-pub fn rms_norm_matmul<T: Element>(
+pub fn rms_norm_matmul<T: Float>(
     cfg: &RmsNormMatmul,
     #[shape(m, k)]
     #[block([cfg.block_m, k], |i, _j| (i, 0))]
@@ -55,15 +57,6 @@ pub fn rms_norm_matmul<T: Element>(
     let rstd = ((v * v).sum_keep(1) / k as f32 + cfg.eps).rsqrt();
     let normed = (v * rstd * gamma.load(..)).cast::<T>();
     o.store(.., dot(normed, w.load(..)).cast::<T>());
-}
-
-/// The kernel for a config, a float dtype (f32, bf16, f16) and shapes.
-pub fn rms_norm_matmul(
-    cfg: &RmsNormMatmul,
-    dtype: DType,
-    dims: rms_norm_matmul::Dims,
-) -> Result<VerifiedKernel, KernelErrors> {
-    with_float!("rms_norm_matmul", dtype, T => rms_norm_matmul::build::<T>(cfg, dims))
 }
 
 /// The same computation in f64 on the host, row-major `[m, n]`: what

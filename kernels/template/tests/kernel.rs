@@ -23,7 +23,7 @@ const CFG: RmsNormMatmul = RmsNormMatmul {
 };
 
 fn kernel(dtype: DType, m: usize, k: usize, n: usize) -> kernel_ir::VerifiedKernel {
-    rms_norm_matmul(&CFG, dtype, my_kernels::rms_norm_matmul::Dims { m, k, n }).unwrap()
+    rms_norm_matmul::build_for(dtype, &CFG, rms_norm_matmul::Dims { m, k, n }).unwrap()
 }
 
 proptest! {
@@ -129,7 +129,7 @@ fn estimate_is_near_its_roofline() {
         ..CFG
     };
     let dims = my_kernels::rms_norm_matmul::Dims { m, k, n };
-    let tpu_kernel = rms_norm_matmul(&cfg, DType::BF16, dims).unwrap();
+    let tpu_kernel = rms_norm_matmul::build_for(DType::BF16, &cfg, dims).unwrap();
     let e = estimate_for_tpu(&tpu_kernel, &args, Target::V6e).unwrap();
     let over = e.over_roofline().expect("v6e has a clock");
     eprintln!(

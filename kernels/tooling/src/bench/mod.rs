@@ -253,9 +253,9 @@ impl Workload {
                 // and dk/dv kernels.
                 vec![
                     Stage {
-                        kernel: bw::attention_delta(
-                            b,
+                        kernel: bw::attention_delta::build_for(
                             DType::F32,
+                            b,
                             bw::attention_delta::Dims { b: 1, h, sq: s, d },
                         )
                         .map_err(err)?,
@@ -334,7 +334,7 @@ impl Workload {
             // Pool: q k v, kind fetch mask_fetch masks q_seg kv_seg.
             let dims = dims!(kernels::attention::masked::masked_attention::Dims);
             return Ok(vec![Stage {
-                kernel: masked_attention(&cfg, DType::F32, dims).map_err(err)?,
+                kernel: masked_attention::build_for(DType::F32, &cfg, dims).map_err(err)?,
                 inputs: vec![3, 4, 5, 0, 1, 2, 6, 7, 8],
             }]);
         }
@@ -344,16 +344,16 @@ impl Workload {
         let dkv = dims!(kernels::attention::masked_backward::masked_attention_dkv::Dims);
         Ok(vec![
             Stage {
-                kernel: attention_delta(b, DType::F32, DeltaDims { b: 1, h, sq: s, d })
+                kernel: attention_delta::build_for(DType::F32, b, DeltaDims { b: 1, h, sq: s, d })
                     .map_err(err)?,
                 inputs: vec![4, 3],
             },
             Stage {
-                kernel: masked_attention_dq(&cfg, DType::F32, dq).map_err(err)?,
+                kernel: masked_attention_dq::build_for(DType::F32, &cfg, dq).map_err(err)?,
                 inputs: vec![6, 7, 8, 0, 1, 2, 3, 5, 15, 9, 10, 11],
             },
             Stage {
-                kernel: masked_attention_dkv(&cfg, DType::F32, dkv).map_err(err)?,
+                kernel: masked_attention_dkv::build_for(DType::F32, &cfg, dkv).map_err(err)?,
                 inputs: vec![12, 13, 14, 0, 1, 2, 3, 5, 15, 9, 10, 11],
             },
         ])
