@@ -3,8 +3,8 @@
 //! reference, tolerances, presets) that every tool and test reads.
 //!
 //! This crate knows no tool: the comparisons, benchmarks, export and
-//! training loop are the `tooling` crate (`kernels/tooling`), the command
-//! is the `tessera` crate (`kernels/cli`). Cargo keeps it that way: neither
+//! training loop are the `tooling` crate, the command
+//! is the `tessera` crate (`cli/`). Cargo keeps it that way: neither
 //! is a dependency here.
 //!
 //! * [`attention`]: flash attention forward (GQA/MQA, causal, sliding

@@ -2,7 +2,7 @@
 
 Usage: jax_export.py TESSERA OUTDIR. For each flash-attention case (causal,
 GQA, sliding window; f32 and bf16) exports the kernel, loads it with
-the installed tessera-jax package (kernels/python) and calls it under jax.jit on CPU, comparing
+the installed tessera-jax package (python) and calls it under jax.jit on CPU, comparing
 o with jax.nn.dot_product_attention and o and lse with a float64 numpy
 reference, and jax.grad through the artifact's exported VJP with JAX's
 autodiff of the reference; then exports a JAX function that calls the artifact with

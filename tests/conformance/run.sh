@@ -36,7 +36,7 @@ if [ -z "$python" ]; then
 fi
 
 cache="${TESSERA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}"
-# A venv of jax/jaxlib VERSION with this checkout's tessera-jax (kernels/python)
+# A venv of jax/jaxlib VERSION with this checkout's tessera-jax (python)
 # installed as a user installs it, on every run (no sys.path edits in the
 # scripts). Made once in the cache folder, beside its final place and renamed
 # into it, so a half-made venv is never used.
@@ -49,64 +49,69 @@ jax_venv() { # VERSION
     "$v.partial/bin/python" -m pip install --quiet --disable-pip-version-check "jax==$1" "jaxlib==$1" 'setuptools>=77' >&2
     mv "$v.partial" "$v"
   fi
-  "$v/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation ./kernels/python >&2
+  "$v/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation ./python >&2
   echo "$v"
 }
 venv=$(jax_venv 0.11.2)
 
 out=target/conformance
 mkdir -p "$out"
-cargo build --quiet --release -p tessera-cli --bin tessera
+# The test profile's binary (opt-level 1, dependencies at 2), which
+# `cargo test --workspace` has built already: a release build here would
+# compile the whole workspace a second time (minutes on 2 cores) for
+# nothing these checks measure.
+cargo build --quiet -p tessera-cli --bin tessera
+tessera=./target/debug/tessera
 for k in add_f32 matmul_bf16_f32 flash_attention_causal_bf16 double_buffered_rows_f32; do
-  ./target/release/tessera lower "$k" --target mosaic --out "$out/$k.tessera.mlir"
+  "$tessera" lower "$k" --target mosaic --out "$out/$k.tessera.mlir"
 done
 "$venv/bin/python" tests/conformance/compare.py "$out"
 # Tessera artifacts inside JAX programs (tessera export + the tessera-jax package installed above):
 # called on CPU against jax.nn.dot_product_attention and f64, exported for TPU and
 # compiled with libtpu. Report in target/conformance/jax/report.md.
 mkdir -p "$out/jax"
-"$venv/bin/python" tests/conformance/jax_export.py ./target/release/tessera "$out/jax"
+"$venv/bin/python" tests/conformance/jax_export.py "$tessera" "$out/jax"
 # Random numbers in kernels against jax.random, bit for bit: random_bits (plain
 # and one folded key per row) and dropout (f32, bf16) under jax.jit on CPU with
 # keys jax made (target/conformance/random/report.md).
-"$venv/bin/python" tests/conformance/jax_random.py ./target/release/tessera "$out/random"
+"$venv/bin/python" tests/conformance/jax_random.py "$tessera" "$out/random"
 # HBM traffic of flash attention against Pallas's own (same pipeline rule):
 # Tessera must move no more bytes, causal or not, with a valid length or a
 # sliding window (against splash attention) or neither.
-"$venv/bin/python" tests/conformance/pallas_traffic.py ./target/release/tessera "$out"
+"$venv/bin/python" tests/conformance/pallas_traffic.py "$tessera" "$out"
 # libtpu's static schedule estimate: Tessera's flash attention (forward and
 # backward) and matmul against Pallas's own at the same blocks, and XLA's dot,
 # each program compiled in its own child process; fails when an asserted
 # configuration's Tessera/Pallas ratio is above its target
 # (target/conformance/tpu_estimate.md).
-"$venv/bin/python" tests/conformance/tpu_estimate.py ./target/release/tessera "$out"
+"$venv/bin/python" tests/conformance/tpu_estimate.py "$tessera" "$out"
 # Kernels across chips beside Pallas's TPU interpret mode on 4 CPU devices: the
 # ring all-gather and the collective matmul give Pallas's outputs on Tessera's
 # interpreter and SPMD program, and every race Pallas's detector reports in the
 # matmul without its handshake is found by Tessera's interpreter too
 # (target/conformance/pallas_mesh.md).
-"$venv/bin/python" tests/conformance/pallas_mesh.py ./target/release/tessera "$out"
+"$venv/bin/python" tests/conformance/pallas_mesh.py "$tessera" "$out"
 # Tessera artifacts inside SPMD JAX programs: flash attention per shard in
 # shard_map over 8 CPU devices (batch and heads sharded) and its gradient with
 # shard_map's default checks; the collective kernels exported from their kernel
 # files and called per shard over 4 CPU devices; each program exported for TPU
 # and compiled with libtpu for the 4 chips of v5e, v6e, v5p and v7x slices
 # (target/conformance/spmd/report.md).
-"$venv/bin/python" tests/conformance/jax_spmd.py ./target/release/tessera "$out"
+"$venv/bin/python" tests/conformance/jax_spmd.py "$tessera" "$out"
 # Masked attention beside splash attention on the same masks and segment ids:
 # outputs against splash (interpret mode) and f64, and Tessera must move no more
 # q/k/v bytes than splash's index maps over its own mask info
 # (target/conformance/splash.md).
-"$venv/bin/python" tests/conformance/splash.py ./target/release/tessera "$out"
+"$venv/bin/python" tests/conformance/splash.py "$tessera" "$out"
 # Tessera kernels inside PyTorch programs: export --gpu artifacts through
 # tessera_torch (torch.library custom ops with autograd) on the CPU, Triton's
 # interpreter running the programs a GPU compiles, against SDPA and float64
 # (target/conformance/torch/report.md). Its environment is .ci/setup.sh's.
 torch_env="$cache/torch-2.15.0-triton-3.9.0"
-PYTHONPATH=kernels/python/src "$torch_env/bin/python" tests/conformance/torch_op.py ./target/release/tessera "$out/torch"
+PYTHONPATH=python/src "$torch_env/bin/python" tests/conformance/torch_op.py "$tessera" "$out/torch"
 # The version matrix: an artifact loaded and run in jax 0.12.0.1, and every
 # preset compiled with libtpu 0.0.48.1 and 0.0.51 side by side, estimates
 # that move more than 5% reported (target/conformance/versions.md).
 newer=$(jax_venv 0.12.0.1)
-"$newer/bin/python" tests/conformance/versions.py ./target/release/tessera "$out" \
+"$newer/bin/python" tests/conformance/versions.py "$tessera" "$out" \
   "$cache/libtpu/0.0.48.1/libtpu.so" "$cache/libtpu/0.0.51/libtpu.so"

@@ -136,7 +136,7 @@ if [[ $steps == *" cases "* || $steps == *" bench "* || $steps == *" jax "* || $
     (cd "$work" && "$python" -c 'import tarfile; tarfile.open("cases.tar.xz").extractall(".", filter="data")') || exit 1
   fi
 fi
-export PYTHONPATH=$root/kernels/python/src${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$root/python/src${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false TRITON_CACHE_DIR=$work/triton-cache
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$OUT/gpu.txt" 2>&1 || true
 "$python" -c 'import torch, triton, jax; print(f"torch {torch.__version__}, triton {triton.__version__}, jax {jax.__version__}")' >>"$OUT/gpu.txt" 2>&1

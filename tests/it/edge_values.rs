@@ -4,7 +4,7 @@
 //! and the limits each path holds (long bodies, large grids).
 //! Each kernel runs on every `Backend` and every output element is
 //! compared with the value the rule gives (NaN must be NaN, +inf must be
-//! +inf). `kernels/cli/tests/cli_kir.rs` finds such cases: a grammar
+//! +inf). `cli/tests/cli_kir.rs` finds such cases: a grammar
 //! fuzzer over kernel files, checked across the same paths.
 
 use kernel_ir::{Array, DType, parse};

@@ -80,9 +80,9 @@ const CRATES: [&str; 8] = [
     "lowering",
     "runtime",
     "kernels",
-    "kernels/tooling",
-    "kernels/testing",
-    "kernels/cli",
+    "tooling",
+    "testing",
+    "cli",
 ];
 
 #[test]
@@ -227,7 +227,7 @@ const KNOWN_CIRCLES: &[(&str, &str, &str, &str)] = &[
         "a kernel call node carries the backward its caller declared (`KernelVjp`, defined with the rest of autodiff), which autodiff's walk over the nodes calls",
     ),
     (
-        "kernels/tooling",
+        "tooling",
         "bench::measure",
         "bench::torch",
         "measure runs each method's measurement and hands the PyTorch one to torch.rs, which answers in measure's child-result format and run cap",
@@ -287,7 +287,7 @@ fn the_library_depends_on_no_tool() {
             "kernels depends on {tool}"
         );
     }
-    let tooling = deps("kernels/tooling");
+    let tooling = deps("tooling");
     assert!(tooling.contains(&"kernels".to_string()), "{tooling:?}");
     assert!(
         !tooling.contains(&"tessera".to_string()) && !tooling.contains(&"tessera-cli".to_string()),
@@ -295,7 +295,7 @@ fn the_library_depends_on_no_tool() {
     );
 }
 
-/// The JAX loader's package (`kernels/python`) is Tessera's version: its
+/// The JAX loader's package (`python`) is Tessera's version: its
 /// `__version__` (which `pyproject.toml` reads) is the workspace's, so the
 /// loader's check of an artifact's `tessera_version` means what it says.
 #[test]
@@ -308,14 +308,14 @@ fn the_python_package_has_the_workspace_version() {
     };
     let cargo = read("Cargo.toml");
     let workspace = quoted(&cargo, "version =").expect("the workspace names its version");
-    let init = read("kernels/python/src/tessera_artifact.py");
+    let init = read("python/src/tessera_artifact.py");
     let package = quoted(&init, "__version__ =").expect("tessera_artifact names __version__");
     assert_eq!(
         package, workspace,
-        "set __version__ in kernels/python/src/tessera_artifact.py"
+        "set __version__ in python/src/tessera_artifact.py"
     );
     assert_eq!(workspace, env!("CARGO_PKG_VERSION"));
-    let pyproject = read("kernels/python/pyproject.toml");
+    let pyproject = read("python/pyproject.toml");
     assert!(
         pyproject.contains("version = { attr = \"tessera_artifact.__version__\" }"),
         "pyproject.toml must read its version from tessera_artifact.__version__"

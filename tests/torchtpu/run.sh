@@ -26,8 +26,8 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch_tpu, jax
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     torch-tpu==0.2.0 torch==2.15.0 libtpu==0.0.51 jax==0.11.2 jaxlib==0.11.2
 fi
-# The JAX loader's package (kernels/python), this checkout's.
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps ./kernels/python
+# The JAX loader's package (python), this checkout's.
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps ./python
 
 out=target/torchtpu
 mkdir -p "$out"

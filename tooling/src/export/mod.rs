@@ -8,7 +8,7 @@
 //! kernel's arguments, and branches with `stablehlo.case`: platform `cpu`
 //! (index 0) runs the decomposed StableHLO, pure XLA with nothing to
 //! register; platform `tpu` (index 1) runs the `tpu_custom_call`. The
-//! loader `kernels/python (package tessera-jax)` turns the directory into a
+//! loader `python (package tessera-jax)` turns the directory into a
 //! `jax.export.Exported`.
 
 use std::fmt::Write;

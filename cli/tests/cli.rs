@@ -612,7 +612,7 @@ fn exports_replace_only_earlier_exports_and_a_failed_bucket_changes_nothing() {
 /// a missing file, a directory and `--config` are usage errors.
 #[test]
 fn kernel_files_lower_and_compile() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/filetests");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/filetests");
     let ring = root.join("lower/ring-permute-tpu-custom-call.kir");
     let ring = ring.to_str().unwrap();
     let o = tessera(&["lower", ring, "--target", "mosaic"]);

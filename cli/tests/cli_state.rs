@@ -67,7 +67,7 @@ const EXPORTS: &[(&str, &[&str])] = &[
 
 /// What a whole export directory is: the SHA-256 of its index (manifest or
 /// `buckets.json`), after every file it names checked against its digest
-/// (the rule `kernels/python (package tessera-jax)` applies). An error says what
+/// (the rule `python (package tessera-jax)` applies). An error says what
 /// does not match.
 fn whole_export(dir: &Path) -> Result<String, String> {
     // Only a regular file is read: a damaged index may be a link to

@@ -417,7 +417,7 @@ DIR/manifest.json (inputs and outputs with dtypes and shapes); for kernels
 with backward kernels (flash attention, rms_norm, layer_norm) also DIR/vjp/,
 the VJP in jax.export's convention. --bucket writes one artifact per size of
 an axis (every input whose axis matches the first input's), DIR/AXIS_N/,
-and DIR/buckets.json. kernels/python (package tessera-jax) loads them
+and DIR/buckets.json. python (package tessera-jax) loads them
 (load, load_family) as jax.export.Exported objects.
 ";
 

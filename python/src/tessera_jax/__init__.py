@@ -15,7 +15,7 @@ portable artifact) and states its avals. Checked against jax/jaxlib 0.11.2
 and 0.12.0.1, the oldest and the newest supported (the conformance venvs,
 tests/conformance/run.sh and versions.py). Depends only on jax.
 
-Installed with `pip install ./kernels/python` from a Tessera checkout; its
+Installed with `pip install ./python` from a Tessera checkout; its
 version is that checkout's Tessera version, and it loads only artifacts
 whose manifest names the same release (`tessera_version`, major and minor).
 """

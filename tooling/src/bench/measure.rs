@@ -59,7 +59,7 @@ pub const MAX_RUNS: usize = 100;
 pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, String> {
     if m == Method::Torch {
         let python = super::torch_python()
-            .ok_or("no Python with torch (kernels/tooling/benches/setup_torch.sh makes one)")?;
+            .ok_or("no Python with torch (tooling/benches/setup_torch.sh makes one)")?;
         return super::torch::measure_torch(&python, w, budget);
     }
     let pool = w.pool(m)?;

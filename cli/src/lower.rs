@@ -119,7 +119,7 @@ pub fn list(args: &[String]) -> Result<(), Failure> {
 
 /// `tessera export KERNEL [--config k=v]... [--shape NAME=DxD..]... [--bucket AXIS=N,N..] --out DIR`:
 /// the kernel as a multi-platform artifact (`module.mlir`, `manifest.json`,
-/// `vjp/` where it has backward kernels) for `kernels/python (package tessera-jax)`;
+/// `vjp/` where it has backward kernels) for `python (package tessera-jax)`;
 /// with `--bucket`, one artifact per size of that axis (`DIR/AXIS_N/`) and
 /// `DIR/buckets.json`.
 pub fn export(args: &[String]) -> Result<(), Failure> {

@@ -1,7 +1,7 @@
 //! The PyTorch baseline: the same workload measured by PyTorch in a Python
 //! child process (its own process, as every measurement), when a Python
 //! with torch is at hand: `$TESSERA_TORCH_PYTHON`, or the venv
-//! `kernels/tooling/benches/setup_torch.sh` makes in the cache folder. Time is the
+//! `tooling/benches/setup_torch.sh` makes in the cache folder. Time is the
 //! median of runs after a warm-up filling the budget (at least two, at most
 //! [`super::measure::MAX_RUNS`], as for the others); peak memory the resident-set growth of the
 //! first run, read the same way.

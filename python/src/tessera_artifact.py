@@ -69,7 +69,7 @@ def check(path: PathLike, index: str = "manifest.json") -> dict[str, Any]:
     if not isinstance(made_by, str) or _release(made_by) != _release(__version__):
         raise ArtifactError(
             f"{d / index}: exported by Tessera {made_by!r}, but this loader is {__version__}; "
-            "install the Python package of the Tessera that exported it (pip install ./kernels/python "
+            "install the Python package of the Tessera that exported it (pip install ./python "
             "from that checkout) or export it again with this one")
     files = man.get("files")
     if not isinstance(files, dict) or not files:

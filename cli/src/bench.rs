@@ -89,7 +89,7 @@ pub fn bench(args: &[String]) -> Result<(), Failure> {
     let torch = tooling::bench::torch_python().is_some();
     if !torch {
         eprintln!(
-            "no Python with torch: PyTorch is not measured (kernels/tooling/benches/setup_torch.sh makes one)"
+            "no Python with torch: PyTorch is not measured (tooling/benches/setup_torch.sh makes one)"
         );
     }
     let workloads = if filter == Some("masked_attention") {
