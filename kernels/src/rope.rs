@@ -58,7 +58,7 @@ pub fn rope_tables(seq: usize, d: usize, base: f64) -> (kernel_ir::Array, kernel
     (mk(c), mk(s))
 }
 
-/// [`rope()`] in the library.
+/// [`rope`](mod@rope) in the library.
 pub const ROPE: Entry = Entry {
     name: "rope",
     fixed_inputs: None,

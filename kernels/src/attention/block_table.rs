@@ -202,7 +202,7 @@ impl BlockTables {
         3 * 4 * self.kind.len() + self.masks.len() * self.bq * self.bk
     }
 
-    /// The tables as the arrays [`super::masked::masked_attention`](fn@super::masked::masked_attention) takes:
+    /// The tables as the arrays [`super::masked::masked_attention`](mod@super::masked::masked_attention) takes:
     /// the scalar prefetch `[kind, fetch, mask_fetch]` (i32 `[heads,
     /// q_blocks, k_blocks]`) and the element masks (i32 `[n, bq, bk]`,
     /// nonzero visible; one all-hidden mask when no step is partial, which

@@ -311,7 +311,7 @@ const GQA_BACKWARD_SHAPES: &[(&str, &[usize])] = &[
     ("delta", &[1, 4, 200, 1]),
 ];
 
-/// [`attention_delta()`] in the library.
+/// [`attention_delta`](mod@attention_delta) in the library.
 pub const ATTENTION_DELTA: Entry = Entry {
     name: "attention_delta",
     fixed_inputs: None,

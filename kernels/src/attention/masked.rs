@@ -11,7 +11,7 @@ use kernel_ir::prelude::*;
 use super::mask::{Mask, MultiHeadMask};
 use super::{MASK_VALUE, Online, group, online_softmax_finish, online_softmax_init, online_update};
 
-/// Config of [`masked_attention()`].
+/// Config of [`masked_attention`](mod@masked_attention).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MaskedConfig {
     /// Scale of the scores, usually `1/√d`.

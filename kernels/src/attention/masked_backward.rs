@@ -1,10 +1,10 @@
-//! The backward of [`super::masked::masked_attention`](fn@super::masked::masked_attention), driven by the same
+//! The backward of [`super::masked::masked_attention`](mod@super::masked::masked_attention), driven by the same
 //! block tables as its forward:
 //!
-//! * [`masked_attention_dq()`]: grid (batch, head, q block, k block) over
+//! * [`masked_attention_dq`](mod@masked_attention_dq): grid (batch, head, q block, k block) over
 //!   the forward's tables (`kind`, `fetch`, `mask_fetch`); `dq = scale ·
 //!   Σ_k dS·K`;
-//! * [`masked_attention_dkv()`]: grid (batch, kv head, k block, group head,
+//! * [`masked_attention_dkv`](mod@masked_attention_dkv): grid (batch, kv head, k block, group head,
 //!   q block) over the transposed tables
 //!   ([`super::block_table::BlockTables::transposed_arrays`]), whose fetch
 //!   column names query blocks; `dV = Σ Pᵀ·dO`, `dK = scale · Σ dSᵀ·Q`
@@ -14,7 +14,7 @@
 //! the sequence ends leave a pair visible, and exactly 0 elsewhere (so a
 //! dead row, whose lse is −∞, contributes nothing), and `dS = P ∘ (dO·Vᵀ −
 //! delta)` (times `1 − tanh²` under a soft-cap), `delta` from
-//! [`super::backward::attention_delta()`]. Empty steps compute nothing and
+//! [`super::backward::attention_delta`](mod@super::backward::attention_delta). Empty steps compute nothing and
 //! fetch nothing new.
 
 use kernel_ir::prelude::*;

@@ -299,7 +299,7 @@ const CHUNKED_BF16: &[(&str, &str)] = &[
 /// One kv head shared by both query heads.
 const GQA: &[(&str, &[usize])] = &[("k", &[1, 1, 256, 64]), ("v", &[1, 1, 256, 64])];
 
-/// [`masked_attention()`] in the library.
+/// [`masked_attention`](mod@masked_attention) in the library.
 pub const MASKED_ATTENTION: Entry = Entry {
     name: "masked_attention",
     fixed_inputs: Some(|c, s| fixed(c, s, false, 6)),
@@ -357,7 +357,7 @@ pub const MASKED_ATTENTION: Entry = Entry {
     ],
 };
 
-/// [`masked_attention_dq()`] in the library.
+/// [`masked_attention_dq`](mod@masked_attention_dq) in the library.
 pub const MASKED_ATTENTION_DQ: Entry = Entry {
     name: "masked_attention_dq",
     fixed_inputs: Some(|c, s| fixed(c, s, false, 9)),
@@ -386,7 +386,7 @@ pub const MASKED_ATTENTION_DQ: Entry = Entry {
     }],
 };
 
-/// [`masked_attention_dkv()`] in the library.
+/// [`masked_attention_dkv`](mod@masked_attention_dkv) in the library.
 pub const MASKED_ATTENTION_DKV: Entry = Entry {
     name: "masked_attention_dkv",
     fixed_inputs: Some(|c, s| fixed(c, s, true, 9)),

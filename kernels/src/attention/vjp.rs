@@ -1,5 +1,5 @@
 //! The backward flash attention declares in its entries: the forward saved
-//! `o` and the logsumexp; the backward runs [`attention_delta()`], then
+//! `o` and the logsumexp; the backward runs [`attention_delta`](mod@attention_delta), then
 //! the one-pass [`flash_attention_dqkv()`] (five products per block pair
 //! instead of seven), or, where its whole-sequence `dq` scratch does not
 //! fit the generation's VMEM (the verifier refuses it: long sequences,

@@ -9,7 +9,7 @@
 
 use kernel_ir::prelude::*;
 
-/// How [`all_gather_matmul`] keeps its slots safe. Only
+/// How [`all_gather_matmul_kernel`](mod@all_gather_matmul_kernel) keeps its slots safe. Only
 /// [`Protocol::Handshake`] is correct; the others are the classic
 /// mistakes, kept so the interpreter's errors can be seen (and tested) on
 /// a real kernel.
