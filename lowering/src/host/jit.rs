@@ -132,28 +132,30 @@ impl Engine {
         }
         melior::utility::register_all_llvm_translations(&m.ctx);
         m.clear_diagnostics();
-        // One engine is created at a time, so the jitdump cleanup after it
-        // never races another engine's listener opening its file.
-        let _creating = ENGINE_CREATION
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let engine = Engine::create(m, module, entry);
-        remove_jitdumps();
-        engine
-    }
-
-    fn create(m: &Mlir, module: &Module, entry: &str) -> Result<Engine, LoweringError> {
-        // SAFETY: the module is a valid, verified LLVM-dialect module; no
-        // shared libraries are passed.
-        let raw = unsafe {
-            mlir_sys::mlirExecutionEngineCreate(
-                module.to_raw(),
-                opt_level(op_count(module)),
-                0,
-                std::ptr::null(),
-                false,
-                false,
-            )
+        let raw = {
+            // One engine is created at a time, so the jitdump cleanup after
+            // it never races another engine's listener opening its file.
+            // Only the creation: the listener has its file open once the
+            // engine exists, and the compile itself (LLVM's passes and
+            // code generation, at initialization and lookup below) runs
+            // unlocked, so threads compile kernels side by side.
+            let _creating = ENGINE_CREATION
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // SAFETY: the module is a valid, verified LLVM-dialect module;
+            // no shared libraries are passed.
+            let raw = unsafe {
+                mlir_sys::mlirExecutionEngineCreate(
+                    module.to_raw(),
+                    opt_level(op_count(module)),
+                    0,
+                    std::ptr::null(),
+                    false,
+                    false,
+                )
+            };
+            remove_jitdumps();
+            raw
         };
         if raw.ptr.is_null() {
             return Err(LoweringError::Mlir {
