@@ -38,6 +38,32 @@
 
 pub mod reference;
 
+use kernel_ir::prelude::*;
+use kernel_ir::{AsyncCopy, SemArray};
+
+/// The hop every ring kernel makes each step: slot `slot` of a
+/// double-buffered `[2, ..]` scratch sent to the other slot of the same
+/// scratch on device `to`, signalled on `send[row, slot]` here and
+/// `recv[row, 1 - slot]` there (one semaphore row per buffer travelling).
+#[kernel_fn]
+fn ring_hop(
+    buf: Ref,
+    slot: usize,
+    send: SemArray,
+    recv: SemArray,
+    row: usize,
+    to: Tile,
+) -> AsyncCopy {
+    let next = 1 - slot;
+    make_async_remote_copy(
+        buf.slice((slot, .., ..)),
+        buf.slice((next, .., ..)),
+        send.at((row, slot)),
+        recv.at((row, next)),
+        to,
+    )
+}
+
 mod all_to_all;
 mod bidirectional;
 mod gather;

@@ -50,22 +50,10 @@ pub fn ring_attention_kernel<T: Float>(
     let mut acc = constant(0.0f32, F32, [sq, d]);
     #[unroll]
     for s in 0..devices {
-        let (slot, next) = (s % 2, (s + 1) % 2);
+        let slot = s % 2;
         let more = s + 1 < devices;
-        let fk = make_async_remote_copy(
-            kbuf.slice((slot, .., ..)),
-            kbuf.slice((next, .., ..)),
-            send.at((0, slot)),
-            recv.at((0, next)),
-            right,
-        );
-        let fv = make_async_remote_copy(
-            vbuf.slice((slot, .., ..)),
-            vbuf.slice((next, .., ..)),
-            send.at((1, slot)),
-            recv.at((1, next)),
-            right,
-        );
+        let fk = crate::collective::ring_hop(kbuf, slot, send, recv, 0, right);
+        let fv = crate::collective::ring_hop(vbuf, slot, send, recv, 1, right);
         if more {
             if s > 0 {
                 free.at(()).wait(1);

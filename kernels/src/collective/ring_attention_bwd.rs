@@ -75,37 +75,13 @@ pub fn ring_attention_bwd_kernel<T: Float>(
     let mut dq_acc = constant(0.0f32, F32, [sq, d]);
     #[unroll]
     for s in 0..devices {
-        let (slot, next) = (s % 2, (s + 1) % 2);
+        let slot = s % 2;
         let more = s + 1 < devices;
-        let fk = make_async_remote_copy(
-            kbuf.slice((slot, .., ..)),
-            kbuf.slice((next, .., ..)),
-            send.at((0, slot)),
-            recv.at((0, next)),
-            right,
-        );
-        let fv = make_async_remote_copy(
-            vbuf.slice((slot, .., ..)),
-            vbuf.slice((next, .., ..)),
-            send.at((1, slot)),
-            recv.at((1, next)),
-            right,
-        );
-        let fdk = make_async_remote_copy(
-            dkbuf.slice((slot, .., ..)),
-            dkbuf.slice((next, .., ..)),
-            send.at((2, slot)),
-            recv.at((2, next)),
-            right,
-        );
-        let fdv = make_async_remote_copy(
-            dvbuf.slice((slot, .., ..)),
-            dvbuf.slice((next, .., ..)),
-            send.at((3, slot)),
-            recv.at((3, next)),
-            right,
-        );
-        // Every step sends into the right neighbour's slot `next`, which
+        let fk = crate::collective::ring_hop(kbuf, slot, send, recv, 0, right);
+        let fv = crate::collective::ring_hop(vbuf, slot, send, recv, 1, right);
+        let fdk = crate::collective::ring_hop(dkbuf, slot, send, recv, 2, right);
+        let fdv = crate::collective::ring_hop(dvbuf, slot, send, recv, 3, right);
+        // Every step sends into the right neighbour's other slot, which
         // it used at its step s - 1.
         if s > 0 {
             free.at(()).wait(1);
