@@ -277,7 +277,37 @@ cmp_trait!(
 );
 
 /// `&&` and `||` in a kernel body: short-circuit on `bool`, elementwise
-/// and/or on bool tiles.
+/// and/or on bool tiles, and a [`Predicate`] when they mix (a build-time
+/// `bool` with a tile, either way round): a known side decides without
+/// recording the other where it can.
+///
+/// ```
+/// use kernel_ir::prelude::*;
+///
+/// #[tpu_kernel(grid = (4,), semantics = (arbitrary,))]
+/// fn tail_rows(
+///     tail: usize,
+///     #[shape(8, 128)] #[block([8, 128], |_| (0, 0))] o: Out<f32>,
+/// ) {
+///     if tail == 0 || program_id(0) < 3 {
+///         o.store(.., 1.0);
+///     }
+///     if tail > 0 && program_id(0) == 3 {
+///         o.store(.., 2.0);
+///     }
+/// }
+///
+/// fn main() {
+///     let ifs = |tail| {
+///         let k = tail_rows::build(tail, tail_rows::Dims {}).unwrap();
+///         k.to_string().matches(" if ").count()
+///     };
+///     // No tail: the first `if` is known true, the second known false.
+///     assert_eq!(ifs(0), 0);
+///     // A tail: both are decided when the kernel runs.
+///     assert_eq!(ifs(5), 2);
+/// }
+/// ```
 pub trait DslLogic<R> {
     /// `bool` or `Tile`.
     type Output;
@@ -308,6 +338,65 @@ impl DslLogic<Tile> for Tile {
         self | rhs()
     }
 }
+
+/// `&&` on conditions of which one at least is known while building or a
+/// [`Predicate`]: a known side decides without the other where it can
+/// (`false && x` does not build `x`), a tile side stays a tile.
+#[track_caller]
+fn predicate_and(lhs: Predicate, rhs: impl FnOnce() -> Predicate) -> Predicate {
+    match lhs {
+        Predicate::Known(false) => Predicate::Known(false),
+        Predicate::Known(true) => rhs(),
+        Predicate::Tile(a) => match rhs() {
+            Predicate::Known(false) => Predicate::Known(false),
+            Predicate::Known(true) => Predicate::Tile(a),
+            Predicate::Tile(b) => Predicate::Tile(a & b),
+        },
+    }
+}
+
+/// `||` as [`predicate_and`] is `&&`: `true || x` does not build `x`.
+#[track_caller]
+fn predicate_or(lhs: Predicate, rhs: impl FnOnce() -> Predicate) -> Predicate {
+    match lhs {
+        Predicate::Known(true) => Predicate::Known(true),
+        Predicate::Known(false) => rhs(),
+        Predicate::Tile(a) => match rhs() {
+            Predicate::Known(true) => Predicate::Known(true),
+            Predicate::Known(false) => Predicate::Tile(a),
+            Predicate::Tile(b) => Predicate::Tile(a | b),
+        },
+    }
+}
+
+/// `&&`/`||` between a build-time `bool`, a bool scalar tile and a
+/// [`Predicate`] in any mix (`if tail == 0 || row < n`): a [`Predicate`],
+/// which a kernel body's `if` takes.
+macro_rules! mixed_logic {
+    ($($l:ty, $r:ty);* $(;)?) => {$(
+        impl DslLogic<$r> for $l {
+            type Output = Predicate;
+            #[track_caller]
+            fn dsl_and(self, rhs: impl FnOnce() -> $r) -> Predicate {
+                predicate_and(self.into(), || rhs().into())
+            }
+            #[track_caller]
+            fn dsl_or(self, rhs: impl FnOnce() -> $r) -> Predicate {
+                predicate_or(self.into(), || rhs().into())
+            }
+        }
+    )*};
+}
+
+mixed_logic!(
+    bool, Tile;
+    Tile, bool;
+    bool, Predicate;
+    Predicate, bool;
+    Tile, Predicate;
+    Predicate, Tile;
+    Predicate, Predicate;
+);
 
 /// A function marked `#[kernel_fn]`: callable from kernel bodies.
 pub struct KernelFn<F>(pub F);
