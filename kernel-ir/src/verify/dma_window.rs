@@ -31,6 +31,12 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
         for r in &op.results {
             defs.insert(*r, &op.kind);
         }
+        // A loop's index is its body's first argument, defined by the loop.
+        if let OpKind::For { body, .. } = &op.kind
+            && let Some(index) = body.args.first()
+        {
+            defs.insert(*index, &op.kind);
+        }
     });
     let mut errors = Vec::new();
     k.body.walk(&mut |op| {
@@ -78,6 +84,51 @@ fn known_multiple(defs: &HashMap<ValueId, &OpKind>, v: &IndexValue) -> i64 {
     match v {
         IndexValue::Static(s) => s.unsigned_abs().min(i64::MAX as u64) as i64,
         IndexValue::Dynamic(id) => of(defs, *id, 0),
+    }
+}
+
+/// A dynamic index in the kernel body's own terms (`program_id(0) * 8 +
+/// 3`, `lens[..]`, `the loop index`) rather than the IR's `%N`, which the
+/// author never wrote; deep or unknown parts are `…`.
+fn describe(k: &Kernel, defs: &HashMap<ValueId, &OpKind>, v: ValueId, depth: usize) -> String {
+    if depth > 4 {
+        return "…".into();
+    }
+    let inner = |x: ValueId| {
+        let s = describe(k, defs, x, depth + 1);
+        match defs.get(&x) {
+            Some(OpKind::Binary { .. }) => format!("({s})"),
+            _ => s,
+        }
+    };
+    match defs.get(&v) {
+        Some(OpKind::Constant {
+            value: Literal::Int(c),
+            ..
+        }) => c.to_string(),
+        Some(OpKind::ProgramId { dim }) => format!("program_id({dim})"),
+        Some(OpKind::NumPrograms { dim }) => format!("num_programs({dim})"),
+        Some(OpKind::For { .. }) => "the loop index".into(),
+        Some(OpKind::Convert { x, .. }) => describe(k, defs, *x, depth),
+        Some(OpKind::Load { buffer, .. }) => match k.buffer(*buffer) {
+            Some((name, ..)) => format!("{name}[..]"),
+            None => "a loaded value".into(),
+        },
+        Some(OpKind::Binary { op, lhs, rhs }) => {
+            let sym = match op {
+                BinaryOp::Add => "+",
+                BinaryOp::Sub => "-",
+                BinaryOp::Mul => "*",
+                BinaryOp::Div => "/",
+                BinaryOp::Rem => "%",
+                _ => {
+                    let name = format!("{op:?}").to_lowercase();
+                    return format!("{name}({}, {})", inner(*lhs), inner(*rhs));
+                }
+            };
+            format!("{} {sym} {}", inner(*lhs), inner(*rhs))
+        }
+        _ => "…".into(),
     }
 }
 
@@ -174,7 +225,7 @@ fn window_error(
                     "a copy of {mem} `{name}` rows {} of {sl}",
                     match ss {
                         IndexValue::Static(s) => format!("from {s}"),
-                        IndexValue::Dynamic(v) => format!("from {v}"),
+                        IndexValue::Dynamic(v) => format!("from `{}`", describe(k, defs, *v, 0)),
                     }
                 ),
                 if p > 1 {
