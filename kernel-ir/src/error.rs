@@ -466,6 +466,25 @@ pub enum ErrorKind {
     /// A signature change after the kernel was finished or at a bad time.
     #[error("[builder] {0}")]
     Builder(String),
+    /// A generic kernel asked for a dtype it has no instance for (a
+    /// `build_for` or a library builder).
+    #[error(
+        "[dtype] {what} is instantiated for {}, not {dtype}",
+        or_list(supported)
+    )]
+    UnsupportedDtype {
+        /// The kernel (and which operand, where it matters).
+        what: String,
+        /// The dtype asked for.
+        dtype: crate::DType,
+        /// The dtypes it has.
+        supported: Vec<crate::DType>,
+    },
+    /// A kernel's configuration that does not fit its shapes, found by its
+    /// own rules before anything is built (heads that must divide, block
+    /// tables of other sizes).
+    #[error("[config] {0}")]
+    Config(String),
 
     // ---- execution (interpreter) ----
     /// Input shapes that bind no consistent shape symbols, or an operand
@@ -578,4 +597,14 @@ pub enum ErrorKind {
         /// The limit.
         limit: u64,
     },
+}
+
+/// `a`, `a or b`, `a, b or c`: the dtypes of an error's list.
+fn or_list(dtypes: &[crate::DType]) -> String {
+    let names: Vec<String> = dtypes.iter().map(ToString::to_string).collect();
+    match names.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => "no dtype".to_string(),
+    }
 }

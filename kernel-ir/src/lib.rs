@@ -52,6 +52,11 @@ pub mod guide {
     pub mod from_triton {
         #![doc = include_str!("../doc/guide-triton.md")]
     }
+    /// Per-row statistics, reductions across steps, arg-max and top-k,
+    /// lane-dense layouts, halos, build-time conditions.
+    pub mod patterns {
+        #![doc = include_str!("../doc/patterns.md")]
+    }
 }
 
 mod dtype;
@@ -169,17 +174,15 @@ pub fn cdiv(n: usize, block: usize) -> usize {
 /// use kernel_ir::DType;
 /// let e = kernel_ir::unsupported_dtype("fp8_gemm (inputs)", DType::F32, &[DType::F8E4M3FN, DType::F8E5M2]);
 /// assert!(e.to_string().contains("f8e4m3fn or f8e5m2, not f32"), "{e}");
+/// // Typed, for a caller that tells a dtype refusal from other errors.
+/// assert!(e.any(|k| matches!(k, kernel_ir::ErrorKind::UnsupportedDtype { dtype: DType::F32, .. })));
 /// ```
 pub fn unsupported_dtype(what: &str, dtype: DType, supported: &[DType]) -> KernelErrors {
-    let names: Vec<String> = supported.iter().map(ToString::to_string).collect();
-    let list = match names.split_last() {
-        Some((last, [])) => last.clone(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => "no dtype".to_string(),
-    };
-    KernelErrors::from(KernelError::from(ErrorKind::Builder(format!(
-        "{what} is instantiated for {list}, not {dtype}"
-    ))))
+    KernelErrors::from(KernelError::from(ErrorKind::UnsupportedDtype {
+        what: what.to_string(),
+        dtype,
+        supported: supported.to_vec(),
+    }))
 }
 
 /// Everything a kernel author needs, in one import.

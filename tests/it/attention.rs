@@ -164,6 +164,88 @@ fn k_is_tiled_on_its_physical_minor_dim() {
     );
 }
 
+/// Query heads that the kv heads do not divide are refused by each
+/// kernel's own `check` before anything is built, forward and backward,
+/// as a typed config error naming the fix.
+#[test]
+fn heads_the_kv_heads_do_not_divide_are_a_config_error() {
+    use kernels::attention::backward::{flash_attention_dkv, flash_attention_dq};
+    let cfg = AttnConfig {
+        causal: false,
+        sm_scale: 0.125,
+        block_q: 8,
+        block_k: 128,
+        window: None,
+        softcap: None,
+    };
+    let (b, h, hkv, sq, skv, d) = (1, 4, 3, 8, 128, 128);
+    let config = |e: &kernel_ir::KernelErrors| {
+        e.any(|k| matches!(k, kernel_ir::ErrorKind::Config(m) if m.contains("h = 4 query heads and hkv = 3") && m.contains("use hkv = 1 (MQA)")))
+    };
+    let fwd = flash_attention(
+        &cfg,
+        F32,
+        kernels::attention::flash_attention::Dims {
+            b,
+            h,
+            hkv,
+            sq,
+            skv,
+            d,
+        },
+    )
+    .unwrap_err();
+    assert!(config(&fwd), "{fwd}");
+    let dq = flash_attention_dq::build_for(
+        F32,
+        &cfg,
+        false,
+        flash_attention_dq::Dims {
+            b,
+            h,
+            hkv,
+            sq,
+            skv,
+            d,
+        },
+    )
+    .unwrap_err();
+    assert!(config(&dq), "{dq}");
+    let dkv = flash_attention_dkv::build_for(
+        F32,
+        &cfg,
+        false,
+        flash_attention_dkv::Dims {
+            b,
+            h,
+            hkv,
+            sq,
+            skv,
+            d,
+        },
+    )
+    .unwrap_err();
+    assert!(config(&dkv), "{dkv}");
+    // The bounds admit f32, bf16 and f16 only: a typed dtype refusal.
+    let i32 = flash_attention(
+        &cfg,
+        kernel_ir::DType::I32,
+        kernels::attention::flash_attention::Dims {
+            b,
+            h: 3,
+            hkv,
+            sq,
+            skv,
+            d,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        i32.any(|k| matches!(k, kernel_ir::ErrorKind::UnsupportedDtype { .. })),
+        "{i32}"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 

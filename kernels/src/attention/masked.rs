@@ -162,7 +162,7 @@ pub(crate) fn check_tables(
         return Ok(());
     }
     Err(KernelErrors::from(kernel_ir::KernelError::from(
-        kernel_ir::ErrorKind::Builder(format!(
+        kernel_ir::ErrorKind::Config(format!(
             "the block tables are [{h}, {rows}, {cols}] but {sq} queries and {skv} keys in blocks of {} x {} need [{h}, {}, {}]{}; build them with BlockTables::build for these sizes",
             cfg.block_q,
             cfg.block_k,

@@ -172,7 +172,7 @@ pub(crate) fn check_heads(h: usize, hkv: usize) -> Result<(), KernelErrors> {
         return Ok(());
     }
     Err(KernelErrors::from(kernel_ir::KernelError::from(
-        kernel_ir::ErrorKind::Builder(format!(
+        kernel_ir::ErrorKind::Config(format!(
             "grouped-query attention needs the query heads to be a multiple of the kv heads: \
              got h = {h} query heads and hkv = {hkv} kv heads; use hkv = 1 (MQA), hkv = h (MHA) or a divisor of h"
         )),

@@ -1,1 +1,1 @@
-../../../../runtime/src/triton/interpreter.py
+../../../runtime/src/triton/interpreter.py
