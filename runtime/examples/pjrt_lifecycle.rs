@@ -3,8 +3,8 @@
 //! module (twice), and free everything. Run it under valgrind:
 //!
 //! ```text
-//! cargo build -p tessera-runtime --example pjrt_lifecycle
-//! valgrind --leak-check=full target/debug/examples/pjrt_lifecycle
+//! cargo build --release -p tessera-runtime --example pjrt_lifecycle
+//! valgrind --leak-check=full target/release/examples/pjrt_lifecycle
 //! ```
 //!
 //! Everything Tessera allocates is freed before `main` returns; what

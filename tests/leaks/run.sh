@@ -11,13 +11,10 @@ if ! command -v valgrind >/dev/null 2>&1; then
   echo "leaks: skipped, valgrind is not installed (.ci/setup.sh installs it)"
   exit 0
 fi
-# The test profile's build (`cargo test --workspace` built it): a leak is
-# a leak at any optimisation level, and a release build would compile the
-# runtime's dependencies a second time.
-cargo build --quiet -p tessera-runtime --example pjrt_lifecycle
+cargo build --quiet --release -p tessera-runtime --example pjrt_lifecycle
 report=target/leaks/valgrind.txt
 mkdir -p target/leaks
-valgrind --leak-check=full --num-callers=40 target/debug/examples/pjrt_lifecycle >"$report" 2>&1
+valgrind --leak-check=full --num-callers=40 target/release/examples/pjrt_lifecycle >"$report" 2>&1
 grep -q "pjrt lifecycle: ok" "$report" || { cat "$report"; echo "leaks: the program failed"; exit 1; }
 definitely=$(grep -oP 'definitely lost: \K[0-9,]+' "$report" | tr -d ,)
 indirectly=$(grep -oP 'indirectly lost: \K[0-9,]+' "$report" | tr -d ,)
