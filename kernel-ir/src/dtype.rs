@@ -331,28 +331,33 @@ impl Element for bool {
 }
 
 /// A float element a kernel can be built for at run time: `f32`,
-/// [`half::bf16`] and [`half::f16`]. A `#[tpu_kernel]` whose type
-/// parameters are bounded by `Float` (or [`Fp8`]) gets a `build_for`
-/// that picks the instance from a [`DType`]; which of these a target
-/// accepts (no f16 on a TPU) is the verifier's rule, not the bound's.
-pub trait Float: Element {
-    /// The dtypes of every type implementing this trait, in dispatch order.
-    const DTYPES: &'static [DType] = &[DType::F32, DType::BF16, DType::F16];
-}
+/// [`half::bf16`] and [`half::f16`], and no other (sealed: a
+/// `#[tpu_kernel]` whose type parameters are bounded by `Float` or [`Fp8`]
+/// gets a `build_for` matching a [`DType`] against exactly these types).
+/// Which of them a target accepts (no f16 on a TPU) is the verifier's
+/// rule, not the bound's.
+pub trait Float: Element + sealed::Sealed {}
 
 impl Float for f32 {}
 impl Float for half::bf16 {}
 impl Float for half::f16 {}
 
-/// An 8-bit float element: [`fp8::f8e4m3fn`] and [`fp8::f8e5m2`]
-/// (see [`Float`] for what the bound gives a kernel).
-pub trait Fp8: Element {
-    /// The dtypes of every type implementing this trait, in dispatch order.
-    const DTYPES: &'static [DType] = &[DType::F8E4M3FN, DType::F8E5M2];
-}
+/// An 8-bit float element: [`fp8::f8e4m3fn`] and [`fp8::f8e5m2`], and no
+/// other (see [`Float`] for what the bound gives a kernel).
+pub trait Fp8: Element + sealed::Sealed {}
 
 impl Fp8 for fp8::f8e4m3fn {}
 impl Fp8 for fp8::f8e5m2 {}
+
+/// Keeps [`Float`] and [`Fp8`] to the types `build_for` dispatches over.
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::bf16 {}
+    impl Sealed for half::f16 {}
+    impl Sealed for super::fp8::f8e4m3fn {}
+    impl Sealed for super::fp8::f8e5m2 {}
+}
 
 #[cfg(test)]
 mod tests {

@@ -7,8 +7,9 @@ use quote::{format_ident, quote};
 use syn::{GenericParam, Ident, ItemFn, TypeParamBound};
 
 /// A bound `build_for` knows the instances of: the last segment of the
-/// trait's path, and the Rust types it is implemented for, in the order of
-/// its `DTYPES`.
+/// trait's path, and the Rust types it is implemented for (the traits are
+/// sealed in `kernel_ir`, so this list is the whole of each), in dispatch
+/// order.
 struct DTypeSet {
     trait_name: &'static str,
     types: fn() -> Vec<(TokenStream, TokenStream)>,
@@ -46,7 +47,15 @@ struct Choice {
 /// `build_for`, when every generic parameter is a type bounded by `Float`
 /// or `Fp8` and no config parameter's type names one of them; nothing
 /// otherwise (the author dispatches by hand, as for any generic fn).
-pub fn build_for(func: &ItemFn, name: &str, config: &[&syn::PatType]) -> Option<TokenStream> {
+///
+/// `name` is the kernel's name as `build` gives it (the `name = ..`
+/// expression over the config where the attribute has one), so a refusal
+/// names the kernel that was asked for.
+pub fn build_for(
+    func: &ItemFn,
+    name: &TokenStream,
+    config: &[&syn::PatType],
+) -> Option<TokenStream> {
     let generics = &func.sig.generics;
     if generics.params.is_empty() || generics.where_clause.is_some() {
         return None;
@@ -124,7 +133,7 @@ pub fn build_for(func: &ItemFn, name: &str, config: &[&syn::PatType]) -> Option<
 fn dispatch(
     choices: &[Choice],
     chosen: &mut Vec<TokenStream>,
-    name: &str,
+    name: &TokenStream,
     several: bool,
     config: &[&Ident],
 ) -> TokenStream {
@@ -133,9 +142,10 @@ fn dispatch(
     };
     let arg = &first.arg;
     let what = if several {
-        format!("{name} ({})", first.param)
+        let param = first.param.to_string();
+        quote!(&::std::format!("{} ({})", #name, #param))
     } else {
-        name.to_string()
+        quote!(#name)
     };
     let types = (first.set.types)();
     let dtypes: Vec<&TokenStream> = types.iter().map(|(d, _)| d).collect();

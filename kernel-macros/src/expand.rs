@@ -436,7 +436,7 @@ fn module(
     let (impl_generics, ty_generics, where_clause) = func.sig.generics.split_for_impl();
     let turbofish = ty_generics.as_turbofish();
     let type_params: Vec<&Ident> = func.sig.generics.type_params().map(|t| &t.ident).collect();
-    let build_for = crate::dispatch::build_for(func, &name_str, &config_params);
+    let build_for = crate::dispatch::build_for(func, &kernel_name, &config_params);
     let stmts = &body.stmts;
 
     let kernel_body = if stub {

@@ -226,8 +226,9 @@ fn heads_the_kv_heads_do_not_divide_are_a_config_error() {
     )
     .unwrap_err();
     assert!(config(&dkv), "{dkv}");
-    // The bounds admit f32, bf16 and f16 only: a typed dtype refusal.
-    let i32 = flash_attention(
+    // The bounds admit f32, bf16 and f16 only: a typed dtype refusal that
+    // names the kernel asked for (`name = ..` of the attribute).
+    let i32 = kernels::attention::flash_attention_kv_len(
         &cfg,
         kernel_ir::DType::I32,
         kernels::attention::flash_attention::Dims {
@@ -241,7 +242,12 @@ fn heads_the_kv_heads_do_not_divide_are_a_config_error() {
     )
     .unwrap_err();
     assert!(
-        i32.any(|k| matches!(k, kernel_ir::ErrorKind::UnsupportedDtype { .. })),
+        i32.any(|k| matches!(k, kernel_ir::ErrorKind::UnsupportedDtype { what, .. } if what == "flash_attention_kv_len")),
+        "{i32}"
+    );
+    assert!(
+        i32.to_string()
+            .contains("flash_attention_kv_len is instantiated for f32, bf16 or f16, not i32"),
         "{i32}"
     );
 }

@@ -121,10 +121,7 @@ fn describe(k: &Kernel, defs: &HashMap<ValueId, &OpKind>, v: ValueId, depth: usi
                 BinaryOp::Mul => "*",
                 BinaryOp::Div => "/",
                 BinaryOp::Rem => "%",
-                _ => {
-                    let name = format!("{op:?}").to_lowercase();
-                    return format!("{name}({}, {})", inner(*lhs), inner(*rhs));
-                }
+                _ => return format!("{}({}, {})", op.name(), inner(*lhs), inner(*rhs)),
             };
             format!("{} {sym} {}", inner(*lhs), inner(*rhs))
         }

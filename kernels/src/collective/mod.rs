@@ -41,7 +41,7 @@ pub mod reference;
 use kernel_ir::prelude::*;
 use kernel_ir::{AsyncCopy, SemArray};
 
-/// The hop every ring kernel makes each step: slot `slot` of a
+/// The hop the ring attention kernels make each step: slot `slot` of a
 /// double-buffered `[2, ..]` scratch sent to the other slot of the same
 /// scratch on device `to`, signalled on `send[row, slot]` here and
 /// `recv[row, 1 - slot]` there (one semaphore row per buffer travelling).
