@@ -17,10 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use std::sync::Arc;
-
 use kernel_ir::{Array, DType, KernelErrors, VerifiedKernel};
-use runtime::graph::{KernelVjp, Runtime, RuntimeError, Tensor};
 
 use super::tolerance::Tolerance;
 
@@ -199,7 +196,28 @@ pub type Outputs = Vec<Vec<f64>>;
 /// input (call order) from the call's inputs, outputs and output
 /// cotangents, recorded with tensor ops and kernel calls on the graph
 /// runtime (see [`Entry::call`]).
-pub type Backward = fn(&Config, &[Vec<usize>]) -> Result<Arc<dyn KernelVjp>, EntryError>;
+#[cfg(feature = "graph")]
+pub type Backward =
+    fn(&Config, &[Vec<usize>]) -> Result<std::sync::Arc<dyn runtime::graph::KernelVjp>, EntryError>;
+
+/// Without the `graph` feature there is no runtime to record a backward
+/// on, so no entry has one (`backward` is always `None`).
+#[cfg(not(feature = "graph"))]
+#[derive(Clone, Copy, Debug)]
+pub enum Backward {}
+
+/// `Some(f)` as an entry's `backward` with the `graph` feature, `None`
+/// without it (the backward's code is compiled out with the runtime).
+macro_rules! backward {
+    ($f:expr) => {{
+        #[cfg(feature = "graph")]
+        let b: Option<$crate::entry::Backward> = Some($f);
+        #[cfg(not(feature = "graph"))]
+        let b: Option<$crate::entry::Backward> = None;
+        b
+    }};
+}
+pub(crate) use backward;
 
 /// The inputs a config and the inputs' shapes determine (a mask's block
 /// tables), by argument index, with their values.
@@ -214,8 +232,8 @@ pub struct Entry {
     /// so its program takes only the others (a JAX caller never builds a
     /// mask's tables).
     pub fixed_inputs: Option<FixedInputs>,
-    /// Its backward, if it has one: [`Entry::call`] records calls that
-    /// [`runtime::graph::grad`] differentiates with it.
+    /// Its backward, if it has one: `Entry::call` (feature `graph`)
+    /// records calls that `runtime::graph::grad` differentiates with it.
     pub backward: Option<Backward>,
     /// One line about it.
     pub about: &'static str,
@@ -254,47 +272,6 @@ pub struct Preset {
 }
 
 impl Entry {
-    /// Records a call of the kernel on the graph runtime, built for `cfg`
-    /// and the shapes of `args` (in the order of
-    /// [`Entry::default_shapes`]); with its declared backward, so
-    /// gradients flow through it.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use kernel_ir::{Array, DType};
-    /// use kernels::{Config, find};
-    /// use runtime::graph::{Runtime, grad};
-    ///
-    /// let rt = Runtime::cpu()?;
-    /// let entry = find("rms_norm").unwrap();
-    /// let cfg = Config::parse(entry, &[])?;
-    /// let x = rt.tensor(&Array::random(DType::F32, [16, 128], 1, -1.0, 1.0))?.requires_grad()?;
-    /// let g = rt.tensor(&Array::random(DType::F32, [128], 2, 0.5, 1.5))?.requires_grad()?;
-    /// let y = entry.call(&rt, &cfg, &[&x, &g])?.remove(0);
-    /// let loss = y.mul(&y)?.mean(&[0, 1])?;
-    /// let grads = grad(&loss, &[&x, &g])?; // through rms_norm_bwd
-    /// # Ok(()) }
-    /// ```
-    #[track_caller]
-    pub fn call(
-        &self,
-        rt: &Runtime,
-        cfg: &Config,
-        args: &[&Tensor],
-    ) -> Result<Vec<Tensor>, RuntimeError> {
-        let loc = std::panic::Location::caller();
-        let shapes: Vec<Vec<usize>> = args.iter().map(|t| t.shape().to_vec()).collect();
-        let refused = |e: EntryError| RuntimeError::Record {
-            message: format!("kernel `{}`: {e}", self.name),
-            loc: loc.to_string(),
-        };
-        let kernel = self.build(cfg, &shapes).map_err(refused)?;
-        match self.backward {
-            Some(make) => rt.call_with_vjp(&kernel, args, make(cfg, &shapes).map_err(refused)?),
-            None => rt.call(&kernel, args),
-        }
-    }
-
     /// The inputs (scalar prefetch first) with their default shapes.
     pub fn default_shapes(&self, cfg: &Config) -> Result<Shapes, EntryError> {
         (self.inputs)(cfg)
@@ -638,23 +615,4 @@ pub fn in_range(
         )));
     }
     Ok(())
-}
-
-/// A kernel that did not build for a typed call (`call_flash_attention`,
-/// ...), as a runtime error naming it.
-pub fn build_error(kernel: &str, e: impl Into<EntryError>) -> RuntimeError {
-    RuntimeError::failed(format!("building `{kernel}`"), e.into().to_string())
-}
-
-/// An entry error met inside a backward, as a runtime error.
-pub fn backward_error(kernel: &str, e: EntryError) -> RuntimeError {
-    RuntimeError::failed(
-        format!("building the backward of `{kernel}`"),
-        e.to_string(),
-    )
-}
-
-/// The shapes of `ts`, as [`Entry::build`] takes them.
-pub fn shapes_of(ts: &[&Tensor]) -> Vec<Vec<usize>> {
-    ts.iter().map(|t| t.shape().to_vec()).collect()
 }

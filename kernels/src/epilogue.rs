@@ -3,6 +3,7 @@
 //! f32 accumulator before the single store, so the pre-activation never
 //! goes to memory.
 
+#[cfg(feature = "graph")]
 use std::sync::Arc;
 
 use kernel_ir::prelude::*;
@@ -15,6 +16,7 @@ use crate::entry::{
 };
 use crate::foundation::accumulate_k_step;
 use crate::reference;
+#[cfg(feature = "graph")]
 use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 /// The activation of the epilogue.
@@ -132,7 +134,7 @@ pub fn matmul_epilogue(c: &EpilogueConfig) -> Result<VerifiedKernel, KernelError
 pub const MATMUL_EPILOGUE: Entry = Entry {
     name: "matmul_epilogue",
     fixed_inputs: None,
-    backward: Some(|c, _| {
+    backward: crate::entry::backward!(|c, _| {
         let act = activation(c)?;
         Ok(Arc::new(move |call: &VjpCall<'_>| {
             matmul_epilogue_backward(act, call)
@@ -218,6 +220,7 @@ pub const MATMUL_EPILOGUE: Entry = Entry {
 };
 
 /// `act'(z)` as tensor ops (f32).
+#[cfg(feature = "graph")]
 fn activation_slope(act: Activation, z: &Tensor) -> Result<Tensor, RuntimeError> {
     Ok(match act {
         // Φ(z) + z·φ(z)
@@ -259,6 +262,7 @@ fn activation(c: &Config) -> Result<Activation, EntryError> {
 /// `z = x·w + bias` recomputed in f32 (the kernel never stores it), then
 /// `dz = g·act'(z)`, `dx = dz·wᵀ`, `dw = xᵀ·dz`, `dbias = Σ_rows dz`,
 /// `dresidual = g`.
+#[cfg(feature = "graph")]
 fn matmul_epilogue_backward(
     act: Activation,
     call: &VjpCall<'_>,

@@ -425,7 +425,7 @@ pub const SOFTMAX: Entry = Entry {
 pub const LAYER_NORM: Entry = Entry {
     name: "layer_norm",
     fixed_inputs: None,
-    backward: Some(|c, s| {
+    backward: crate::entry::backward!(|c, s| {
         let cfg = crate::norm::norm_config(c, &s[0])?;
         Ok(crate::norm::norm_vjp(crate::norm::layer_norm_bwd, cfg))
     }),

@@ -35,6 +35,8 @@
 pub mod check;
 pub mod collective;
 pub mod entry;
+#[cfg(feature = "graph")]
+pub mod graph;
 pub mod reference;
 pub mod tolerance;
 

@@ -9,17 +9,21 @@
 //! in scratch and writing `[1, cols]` at the last step. The padding rows of
 //! a ragged last block are masked out of those sums.
 
+#[cfg(feature = "graph")]
 use std::sync::Arc;
 
 use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
 
 use crate::entry::{
-    Config, DTYPE, Entry, EntryError, ParamKind, Preset, Shapes, backward_error, build_error, dims,
-    dtype_tolerance, no_check, param, uniform_inputs,
+    Config, DTYPE, Entry, EntryError, ParamKind, Preset, Shapes, dims, dtype_tolerance, no_check,
+    param, uniform_inputs,
 };
+#[cfg(feature = "graph")]
+use crate::graph::{backward_error, build_error};
 use crate::reference;
 use crate::tolerance::Tolerance;
+#[cfg(feature = "graph")]
 use runtime::graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 
 /// The config parameters of the norm kernels.
@@ -113,6 +117,7 @@ pub fn rms_norm(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
 /// Records RMS norm of `x` (`[cfg.rows, cfg.cols]`, `cfg.dtype`) with
 /// `gamma` (`[cols]`, f32) on the graph runtime, with its backward (the
 /// [`rms_norm_bwd`](mod@rms_norm_bwd) kernel).
+#[cfg(feature = "graph")]
 pub fn call_rms_norm(cfg: &NormConfig, x: &Tensor, gamma: &Tensor) -> Result<Tensor, RuntimeError> {
     let kernel = rms_norm(cfg).map_err(|e| build_error("rms_norm", e))?;
     let vjp = norm_vjp(rms_norm_bwd, cfg.clone());
@@ -270,7 +275,7 @@ const NORM_PRESET: &[(&str, &[usize])] = &[("x", &[40, 256]), ("dy", &[40, 256])
 pub const RMS_NORM: Entry = Entry {
     name: "rms_norm",
     fixed_inputs: None,
-    backward: Some(|c, s| Ok(norm_vjp(rms_norm_bwd, norm_config(c, &s[0])?))),
+    backward: crate::entry::backward!(|c, s| Ok(norm_vjp(rms_norm_bwd, norm_config(c, &s[0])?))),
     about: "RMS norm over the last dim",
     params: NORM_PARAMS,
     inputs: |_| Ok(vec![("x", vec![64, 256]), ("gamma", vec![256])]),
@@ -345,6 +350,7 @@ pub const LAYER_NORM_BWD: Entry = Entry {
 /// gamma, beta): its `_bwd` kernel on x, gamma and the output's
 /// cotangent; the parameter gradients come back as `[1, cols]` and are
 /// reshaped to the parameters' `[cols]`.
+#[cfg(feature = "graph")]
 pub(crate) fn norm_vjp(
     bwd: fn(&NormConfig) -> Result<VerifiedKernel, KernelErrors>,
     cfg: NormConfig,
@@ -352,6 +358,7 @@ pub(crate) fn norm_vjp(
     Arc::new(move |call: &VjpCall<'_>| norm_backward(bwd, &cfg, call))
 }
 
+#[cfg(feature = "graph")]
 fn norm_backward(
     bwd: fn(&NormConfig) -> Result<VerifiedKernel, KernelErrors>,
     cfg: &NormConfig,

@@ -8,11 +8,13 @@
 //! The key is scalar prefetch `key[2]`: the two words of
 //! `jax.random.key_data(key)` viewed as `int32`.
 
+#[cfg(feature = "graph")]
 use std::sync::Arc;
 
 use kernel_ir::prelude::*;
 use kernel_ir::random::Key;
 use kernel_ir::{Array, KernelErrors, VerifiedKernel};
+#[cfg(feature = "graph")]
 use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 use crate::entry::{
@@ -196,6 +198,7 @@ pub const RANDOM_BITS: Entry = Entry {
 /// Dropout's backward is dropout: the key regenerates the forward's mask,
 /// so `dx = keep ? dy / (1 − rate) : 0` is the forward kernel run on the
 /// cotangent, and no mask is stored between the passes.
+#[cfg(feature = "graph")]
 fn dropout_backward(call: &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeError> {
     let (key, x) = (&call.inputs[0], &call.inputs[1]);
     let dy = call.cotangent(0)?;
@@ -212,7 +215,7 @@ fn dropout_backward(call: &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeEr
 pub const DROPOUT: Entry = Entry {
     name: "dropout",
     fixed_inputs: None,
-    backward: Some(|_, _| Ok(Arc::new(dropout_backward))),
+    backward: crate::entry::backward!(|_, _| Ok(Arc::new(dropout_backward))),
     about: "dropout with jax.random.bernoulli's mask (Threefry-2x32, bit for bit), scaled by 1/(1-rate); key as scalar prefetch",
     params: &[
         DTYPE,

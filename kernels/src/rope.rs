@@ -3,15 +3,18 @@
 //! `rope(x) = [x₁·cos − x₂·sin, x₂·cos + x₁·sin]`, where `cos` and `sin`
 //! are `[seq, head_dim / 2]` tables (f32) the caller computes once.
 
+#[cfg(feature = "graph")]
 use std::sync::Arc;
 
 use kernel_ir::prelude::*;
 
-use crate::entry::backward_error;
 use crate::entry::{
     DTYPE, Entry, ParamKind, Preset, dtype_tolerance, no_check, param, refs, uniform_inputs,
 };
+#[cfg(feature = "graph")]
+use crate::graph::backward_error;
 use crate::reference;
+#[cfg(feature = "graph")]
 use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 /// RoPE over `x: [b, h, s, d]` (`d` even), `block_s` positions per step.
@@ -62,7 +65,7 @@ pub fn rope_tables(seq: usize, d: usize, base: f64) -> (kernel_ir::Array, kernel
 pub const ROPE: Entry = Entry {
     name: "rope",
     fixed_inputs: None,
-    backward: Some(|c, s| {
+    backward: crate::entry::backward!(|c, s| {
         let dims = rope::Dims::from_shapes(&refs(s))?;
         let block_s = c.usize("block_s")?.min(dims.s);
         Ok(Arc::new(move |call: &VjpCall<'_>| {
@@ -113,6 +116,7 @@ pub const ROPE: Entry = Entry {
 /// opposite angle, so `dx = rope(g, cos, −sin)` (the kernel itself); the
 /// tables' gradients, summed over batch and heads, are
 /// `dcos = g₁x₁ + g₂x₂` and `dsin = g₂x₁ − g₁x₂` (tensor ops).
+#[cfg(feature = "graph")]
 fn rope_backward(block_s: usize, call: &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeError> {
     let (x, cos, sin) = (&call.inputs[0], &call.inputs[1], &call.inputs[2]);
     let g = call.cotangent(0)?;

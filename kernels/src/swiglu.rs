@@ -2,6 +2,7 @@
 //! products accumulate side by side over the `arbitrary` k dim, so `x` is
 //! read once per block and neither product goes to memory.
 
+#[cfg(feature = "graph")]
 use std::sync::Arc;
 
 use kernel_ir::prelude::*;
@@ -13,6 +14,7 @@ use crate::entry::{
 };
 use crate::foundation::{k_block_operands, k_block_rhs};
 use crate::reference;
+#[cfg(feature = "graph")]
 use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 /// Shapes and blocking: `x[m, k]`, `w_gate, w_up [k, n]`, `o[m, n]`.
@@ -85,13 +87,14 @@ pub fn swiglu(c: &SwigluConfig) -> Result<VerifiedKernel, KernelErrors> {
 
 /// Records the fused SwiGLU of `x` (`[cfg.m, cfg.k]`) with `w_gate`,
 /// `w_up` (`[k, n]`) on the graph runtime, with its backward.
+#[cfg(feature = "graph")]
 pub fn call_swiglu(
     cfg: &SwigluConfig,
     x: &Tensor,
     w_gate: &Tensor,
     w_up: &Tensor,
 ) -> Result<Tensor, RuntimeError> {
-    let kernel = swiglu(cfg).map_err(|e| crate::entry::build_error("swiglu", e))?;
+    let kernel = swiglu(cfg).map_err(|e| crate::graph::build_error("swiglu", e))?;
     let mut out =
         x.runtime()
             .call_with_vjp(&kernel, &[x, w_gate, w_up], Arc::new(swiglu_backward))?;
@@ -102,7 +105,7 @@ pub fn call_swiglu(
 pub const SWIGLU: Entry = Entry {
     name: "swiglu",
     fixed_inputs: None,
-    backward: Some(|_, _| Ok(Arc::new(swiglu_backward))),
+    backward: crate::entry::backward!(|_, _| Ok(Arc::new(swiglu_backward))),
     about: "fused SwiGLU: silu(x*w_gate) * (x*w_up)",
     params: &[
         DTYPE,
@@ -157,6 +160,7 @@ pub const SWIGLU: Entry = Entry {
 /// recomputed (the fused kernel never stores them), with `s = σ(a)`,
 /// `da = g·u·s·(1 + a·(1 − s))`, `du = g·a·s`, then `dx = da·w_gateᵀ +
 /// du·w_upᵀ`, `dw_gate = xᵀ·da`, `dw_up = xᵀ·du`.
+#[cfg(feature = "graph")]
 fn swiglu_backward(call: &VjpCall<'_>) -> Result<Vec<Option<Tensor>>, RuntimeError> {
     let f32 = DType::F32;
     let (x, wg, wu) = (&call.inputs[0], &call.inputs[1], &call.inputs[2]);

@@ -261,7 +261,8 @@ fn no_submodules_import_each_other_in_a_circle_but_the_listed_ones() {
 /// The library knows no tool: the kernel crate's dependencies name
 /// neither the tooling crate nor the command (Cargo then refuses any
 /// `use tooling::` in the library), and the tooling crate does not name
-/// the command.
+/// the command. The library reaches the runtime only through its `graph`
+/// feature (the test command builds it without).
 #[test]
 fn the_library_depends_on_no_tool() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
@@ -287,6 +288,24 @@ fn the_library_depends_on_no_tool() {
             "kernels depends on {tool}"
         );
     }
+    // Without its `graph` feature the library needs only the IR: the
+    // layers that link MLIR and PJRT are optional dependencies.
+    let manifest = std::fs::read_to_string(root.join("kernels/Cargo.toml")).unwrap();
+    let mut in_deps = false;
+    for line in manifest.lines() {
+        if line.starts_with('[') {
+            in_deps = line == "[dependencies]";
+        } else if in_deps && ["runtime", "lowering"].iter().any(|l| line.starts_with(l)) {
+            assert!(
+                line.contains("optional = true"),
+                "kernels needs the layers below the IR only for its graph feature: `{line}`"
+            );
+        }
+    }
+    assert!(
+        manifest.contains("graph = [\"dep:runtime\"]"),
+        "the graph feature is what brings in the runtime"
+    );
     let tooling = deps("tooling");
     assert!(tooling.contains(&"kernels".to_string()), "{tooling:?}");
     assert!(

@@ -111,8 +111,8 @@ struct Saved {
 }
 
 /// One (q block, k block) step of `dq`, without the causal/window element
-/// mask when the whole block is inside the band (as the forward's
-/// `attend_block`): on a GPU the loop then runs as two branch-free pieces,
+/// mask when the whole block is inside the band (as the forward kernel
+/// does): on a GPU the loop then runs as two branch-free pieces,
 /// the blocks left of the diagonal and the diagonal.
 #[kernel_fn]
 fn dq_step(

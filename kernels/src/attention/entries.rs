@@ -166,7 +166,7 @@ pub(crate) const GQA_SHAPES: &[(&str, &[usize])] = &[
 pub const FLASH_ATTENTION: Entry = Entry {
     name: "flash_attention",
     fixed_inputs: None,
-    backward: Some(|c, s| {
+    backward: crate::entry::backward!(|c, s| {
         let (q, k) = (&s[0], &s[1]);
         let cfg = attn_config(c, q[2], k[2], q[3])?;
         Ok(vjp::vjp(cfg, false))
@@ -216,7 +216,7 @@ pub const FLASH_ATTENTION: Entry = Entry {
 pub const FLASH_ATTENTION_KV_LEN: Entry = Entry {
     name: "flash_attention_kv_len",
     fixed_inputs: None,
-    backward: Some(|c, s| {
+    backward: crate::entry::backward!(|c, s| {
         let (q, k) = (&s[1], &s[2]);
         let cfg = attn_config(c, q[2], k[2], q[3])?;
         Ok(vjp::vjp(cfg, true))

@@ -303,7 +303,7 @@ const GQA: &[(&str, &[usize])] = &[("k", &[1, 1, 256, 64]), ("v", &[1, 1, 256, 6
 pub const MASKED_ATTENTION: Entry = Entry {
     name: "masked_attention",
     fixed_inputs: Some(|c, s| fixed(c, s, false, 6)),
-    backward: Some(|c, s| {
+    backward: crate::entry::backward!(|c, s| {
         let setup = Setup::new(c, &s[3], &s[4])?;
         Ok(super::masked_vjp::vjp(
             setup.cfg,

@@ -61,17 +61,21 @@ pub mod mask;
 pub mod masked;
 pub mod masked_backward;
 mod masked_entries;
+#[cfg(feature = "graph")]
 mod masked_vjp;
 pub mod ragged;
+#[cfg(feature = "graph")]
 mod vjp;
 
 use band::Band;
 
 use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, Target, VerifiedKernel};
+#[cfg(feature = "graph")]
 use runtime::graph::{RuntimeError, Tensor};
 
-use crate::entry::build_error;
+#[cfg(feature = "graph")]
+use crate::graph::build_error;
 
 /// Config of [`flash_attention()`] and the backward kernels.
 #[derive(Clone, Debug, PartialEq)]
@@ -182,14 +186,6 @@ pub(crate) fn check_heads(h: usize, hkv: usize) -> Result<(), KernelErrors> {
 /// Added to masked scores: far below any real score, yet finite so that a
 /// row never computes `−∞ − (−∞)`.
 pub const MASK_VALUE: f32 = -1e30;
-
-/// Scaled (and soft-capped) scores of one (q block, k block) with the
-/// causal and window masks applied.
-#[kernel_fn]
-fn block_scores(cfg: &AttnConfig, q: Ref, k: Ref, qi: Tile, ki: Tile) -> Tile {
-    let s = raw_scores(cfg, ScoreRows::Queries, q, k);
-    mask_scores(cfg, ScoreRows::Queries, s, qi, ki)
-}
 
 /// Which operand's rows a score tile's rows are: the queries (`q·kᵀ`,
 /// `[block_q, block_k]`) or the keys (`k·qᵀ`, `[block_k, block_q]`).
@@ -410,9 +406,9 @@ fn online_update(rows: usize, st: Online, s: Tile, vb: Tile) {
     );
 }
 
-/// One (q block, k block) step of the forward pass: scores, masks (the
-/// causal/window masks, a valid kv length, the padding of a ragged last k
-/// block), online-softmax update.
+/// One (q block, k block) step of the forward pass, the whole of its
+/// math: scores, the mask (the causal/window band, a valid kv length, the
+/// end of the array in a ragged last k block), the online-softmax update.
 #[kernel_fn]
 fn attend_step(
     cfg: &AttnConfig,
@@ -423,14 +419,22 @@ fn attend_step(
     kv_len: Option<Tile>,
 ) {
     let (bq, bk) = (cfg.block_q, cfg.block_k);
+    let ragged = !skv.is_multiple_of(bk);
     let mut vb = v.load((0, 0, .., ..));
-    let mut s = block_scores(cfg, q, k, qi, ki);
-    if kv_len.is_some() || !skv.is_multiple_of(bk) {
+    let mut s = raw_scores(cfg, ScoreRows::Queries, q, k);
+    // Hidden keys score MASK_VALUE; an unmasked step records no position.
+    if cfg.masked() || kv_len.is_some() || ragged {
         let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
+        if cfg.masked() {
+            let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
+            if let Some(visible) = Band::of(cfg).visible(q_pos, k_pos) {
+                s = select(visible, s, MASK_VALUE);
+            }
+        }
         if let Some(len) = kv_len {
             s = select(k_pos < len, s, MASK_VALUE);
         }
-        if !skv.is_multiple_of(bk) {
+        if ragged {
             // The last k block runs past the array: its padding must not
             // reach the scores or (as 0 · garbage) the output.
             s = select(k_pos < skv as i32, s, MASK_VALUE);
@@ -439,26 +443,6 @@ fn attend_step(
         }
     }
     online_update(bq, st, s, vb);
-}
-
-/// [`attend_step`], without the causal/window element mask when the whole
-/// block is inside the band (every block left of the diagonal): the mask
-/// is a compare and select per score, and a masked score tile is used
-/// twice (max, exp), so it is also a materialized copy on the CPU.
-#[kernel_fn]
-fn attend_block(
-    cfg: &AttnConfig,
-    skv: usize,
-    qkv: Qkv,
-    st: Online,
-    (qi, ki): (Tile, Tile),
-    kv_len: Option<Tile>,
-) {
-    if Band::of(cfg).block_inside(qi, ki, cfg.block_q, cfg.block_k) {
-        attend_step(&cfg.unmasked(), skv, qkv, st, (qi, ki), kv_len);
-    } else {
-        attend_step(cfg, skv, qkv, st, (qi, ki), kv_len);
-    }
 }
 
 /// First step: reset the running state. Last step: normalize, write the
@@ -545,7 +529,14 @@ pub fn flash_attention<T: Float>(
         online_softmax_init(st);
     }
     if cfg.key_blocks(qi, sq, len).contains(ki) {
-        attend_block(cfg, skv, Qkv { q, k, v }, st, (qi, ki), len);
+        // A block wholly inside the band needs no element mask (a compare
+        // and select per score, and on the CPU a copy of the score tile).
+        let qkv = Qkv { q, k, v };
+        if Band::of(cfg).block_inside(qi, ki, cfg.block_q, cfg.block_k) {
+            attend_step(&cfg.unmasked(), skv, qkv, st, (qi, ki), len);
+        } else {
+            attend_step(cfg, skv, qkv, st, (qi, ki), len);
+        }
     }
     if ki == num_programs(3) - 1 {
         online_softmax_finish(st, o, lse);
@@ -583,6 +574,7 @@ pub fn flash_attention(
 /// let dq = grad(&o.sum(&[0, 1, 2, 3])?, &[&q])?; // through dq and dk/dv
 /// # Ok(()) }
 /// ```
+#[cfg(feature = "graph")]
 pub fn call_flash_attention(
     cfg: &AttnConfig,
     q: &Tensor,
@@ -594,6 +586,7 @@ pub fn call_flash_attention(
 
 /// [`call_flash_attention`] with keys at or past `kv_len[0]` (an i32
 /// `[1]` tensor) masked: [`flash_attention_kv_len()`] and its backward.
+#[cfg(feature = "graph")]
 pub fn call_flash_attention_kv_len(
     cfg: &AttnConfig,
     kv_len: &Tensor,
@@ -604,6 +597,7 @@ pub fn call_flash_attention_kv_len(
     record_forward(cfg, Some(kv_len), [q, k, v])
 }
 
+#[cfg(feature = "graph")]
 fn record_forward(
     cfg: &AttnConfig,
     kv_len: Option<&Tensor>,

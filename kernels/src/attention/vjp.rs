@@ -17,7 +17,8 @@ use super::backward::{
     attention_delta, flash_attention_dkv, flash_attention_dkv_kv_len, flash_attention_dq,
     flash_attention_dq_kv_len, flash_attention_dqkv, flash_attention_dqkv_kv_len,
 };
-use crate::entry::{backward_error, refs};
+use crate::entry::refs;
+use crate::graph::backward_error;
 
 /// The backward of a forward call at `cfg` (the config it ran with).
 pub(crate) fn vjp(cfg: AttnConfig, with_len: bool) -> Arc<dyn KernelVjp> {
