@@ -123,7 +123,7 @@ const VREG_FILE_BYTES: u64 = 64 * 8 * 128 * 4;
 const COMPILER_HEADROOM_BYTES: u64 = 64 << 10;
 
 /// VMEM the TPU compiler takes from the scoped limit for itself, measured
-/// with libtpu (`tests/it/tpu_compile.rs`): a matmul spills what does not
+/// with libtpu (`tests/it/targets/tpu_compile.rs`): a matmul spills what does not
 /// fit in the register file to VMEM, up to its result tile plus its lhs
 /// tile (a transposed lhs is staged there), beyond the 256 KiB of vregs;
 /// reductions and branches take a few KiB, covered by a fixed headroom.

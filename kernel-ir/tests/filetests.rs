@@ -1,7 +1,7 @@
 //! The IR kinds of the `.kir` file tests (`tests/filetests`, format in
 //! [`kernel_ir::filetest`]): every verify and interp test, run without
 //! MLIR. The lowerings of the same files run from the workspace's
-//! integration tests (`tests/it/filetests.rs`).
+//! integration tests (`tests/it/targets/filetests.rs`).
 
 use std::path::{Path, PathBuf};
 

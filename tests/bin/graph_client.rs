@@ -1,7 +1,7 @@
 //! A process that runs the transformer block on the graph runtime at the
 //! given sequence lengths with the given compile-cache directory, checks
 //! every result against the f64 reference and prints its cache counters.
-//! The multi-process cache tests (`tests/it/graph.rs`) run several.
+//! The multi-process cache tests (`tests/it/graph_runtime/graph.rs`) run several.
 //!
 //! `graph-client --cache DIR --lengths 5,17,100 [--buckets 64,128,256]`
 

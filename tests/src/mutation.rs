@@ -1,9 +1,9 @@
 //! Random mutations of valid kernels: any field of the signature, any
 //! operand of any op, shapes, types, index maps, grids, scratch, prefetch,
 //! op order. The result may be invalid in any way; the mutation test
-//! (`tests/it/random_kernels.rs`) holds the verifier and interpreter to
+//! (`tests/it/language/random_kernels.rs`) holds the verifier and interpreter to
 //! never panicking on it, and the TPU differential test
-//! (`tests/it/tpu_compile.rs`) compiles the ones that still verify.
+//! (`tests/it/targets/tpu_compile.rs`) compiles the ones that still verify.
 
 use kernel_ir::prelude::*;
 use kernel_ir::{

@@ -8,7 +8,7 @@
 //! dots, iota masks, masked loads and stores, loops, branches and scratch
 //! carried over an `arbitrary` dim. Most come out valid; the verifier
 //! decides. The point is the other direction: every kernel the verifier
-//! accepts must compile with libtpu (`tests/it/tpu_compile.rs`).
+//! accepts must compile with libtpu (`tests/it/targets/tpu_compile.rs`).
 
 use kernel_ir::prelude::*;
 use kernel_ir::{DimSemantics, Idx, Kernel, KernelErrors, ReduceOp, SplitMix64, Start};

@@ -2,7 +2,7 @@
 //! one thing between a load and a store, to find which ops the TPU
 //! compiler takes in which dtypes and ranks. It is how the rules of
 //! `kernel_ir`'s `verify::mosaic` pass were found, and the differential
-//! test runs it with the random kernels (`tests/it/tpu_compile.rs`).
+//! test runs it with the random kernels (`tests/it/targets/tpu_compile.rs`).
 
 use kernel_ir::prelude::*;
 use kernel_ir::{DimSemantics, IndexExpr, ReduceOp, UnaryOp};

@@ -2,7 +2,7 @@
 //! `i ≤ j` (or `i < j`) is a product with a triangular matrix of ones made
 //! from two iotas, as TPU kernels for chunked linear attention and
 //! state-space layers compute them. A scan across grid steps carries its
-//! running total in scratch (see `tests/it/scan.rs`).
+//! running total in scratch (see `tests/it/language/scan.rs`).
 
 use super::tile::{Tile, dot, iota};
 use crate::DType;

@@ -1,5 +1,5 @@
 //! `dma-window`: the views a TPU DMA moves, found by compiling copies with
-//! libtpu 0.0.48 on v5e, v5p, v6e and v7x (`tests/it/tpu_dma.rs`):
+//! libtpu 0.0.48 on v5e, v5p, v6e and v7x (`tests/it/targets/tpu_dma.rs`):
 //!
 //! * the lane (last) dim of each side is whole, or sliced in multiples of
 //!   128 lanes ("The contiguous inner slice in the DMA transfer must be

@@ -37,8 +37,8 @@
 //! vectors in SMEM, bool and rank-1
 //! vectors through loops and branches, packed rank-1 selects, `core_parallel`
 //! and buffering limits; and `dma_window`, the copy windows a TPU DMA moves,
-//! checked against a matrix of copies in `tests/it/tpu_dma.rs`). The module
-//! docs list them with the compiler's words; `tests/it/tpu_compile.rs` shows,
+//! checked against a matrix of copies in `tests/it/targets/tpu_dma.rs`). The module
+//! docs list them with the compiler's words; `tests/it/targets/tpu_compile.rs` shows,
 //! per rule, that the error points at the offending line and that libtpu
 //! rejects the kernel when the rule is skipped
 //! (`Kernel::verify_without_mosaic_rules`, hidden, for that test only). Where a

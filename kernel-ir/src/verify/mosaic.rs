@@ -3,7 +3,7 @@
 //! words about the kernel rather than about the compiler's internals.
 //!
 //! Every rule here was found by compiling with libtpu 0.0.48 for v5e, v6e,
-//! v5p and v7x (the differential test `tests/it/tpu_compile.rs` and the
+//! v5p and v7x (the differential test `tests/it/targets/tpu_compile.rs` and the
 //! support matrix it came from) and holds on all four unless it says so:
 //!
 //! * `f16`: no f16 vectors on any generation ("Invalid vector type for

@@ -84,7 +84,7 @@
 //!   on. Spans are guards, so on one thread they nest by construction; a
 //!   trace keeps at most `MAX_SPANS` (then counts the dropped). The summary
 //!   is computed from the spans alone and must equal `Stats` over the same
-//!   run (`tests/it/trace.rs`).
+//!   run (`tests/it/graph_runtime/trace.rs`).
 //! * **A seen structure skips lowering.** `plan::shape_of` fingerprints
 //!   everything the module text depends on (per node: op and attributes,
 //!   shape, dtype, padding, input positions; leaves by shape and dtype; a

@@ -4,7 +4,7 @@
 use kernel_ir::prelude::*;
 use kernels::foundation::{self as dsl, AddConfig, LayerNormConfig, MatmulConfig, SoftmaxConfig};
 
-use crate::builder_kernels as builder;
+use crate::language::builder_kernels as builder;
 
 fn same<E: std::fmt::Debug>(
     a: Result<kernel_ir::VerifiedKernel, E>,

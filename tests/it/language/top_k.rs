@@ -132,7 +132,7 @@ fn top_k_compiles_with_libtpu_for_every_generation() {
     i.store(.., idx);
     a.store(.., xv.argmin_keep(1));
     let kernel = k.build().unwrap();
-    let tpu = crate::tpu_compile::tpu();
+    let tpu = crate::targets::tpu_compile::tpu();
     for t in kernel_ir::Target::ALL {
         if let Err(e) = tpu.compile_kernel(&kernel, t) {
             panic!("{t}: {e}");

@@ -245,7 +245,7 @@ fn stochastic_rounding_is_unbiased_where_nearest_is_not() {
 fn random_bits_and_stochastic_rounding_compile_with_libtpu_for_every_generation() {
     // Threefry's shifts, the bitcasts and the selects of stochastic
     // rounding, as Mosaic and the TPU back end take them.
-    let tpu = crate::tpu_compile::tpu();
+    let tpu = crate::targets::tpu_compile::tpu();
     let kernel = stochastic(8, 256).unwrap();
     for t in kernel_ir::Target::ALL {
         if let Err(e) = tpu.compile_kernel(&kernel, t) {

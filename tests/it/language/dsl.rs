@@ -215,7 +215,7 @@ fn build_time_errors_point_at_the_kernel_source() {
     let first = e.first().unwrap();
     assert!(matches!(first.kind, ErrorKind::Tiling { .. }), "{e}");
     let loc = first.loc.as_ref().unwrap();
-    assert!(loc.file.ends_with("tests/it/dsl.rs"), "{loc}");
+    assert!(loc.file.ends_with("tests/it/language/dsl.rs"), "{loc}");
     let src = include_str!("dsl.rs");
     let line = src.lines().nth(loc.line as usize - 1).unwrap();
     assert!(line.contains("x: In<f32>"), "points at `{line}`");
@@ -368,7 +368,7 @@ fn grid_errors_point_at_the_grid() {
     let e = two_core_copy::build(two_core_copy::Dims {}).unwrap_err();
     assert!(e.to_string().contains("[tpu-core-parallel]"), "{e}");
     let loc = e.0[0].loc.as_ref().expect("a located error");
-    assert!(loc.file.ends_with("tests/it/dsl.rs"), "{loc}");
+    assert!(loc.file.ends_with("tests/it/language/dsl.rs"), "{loc}");
     let line = include_str!("dsl.rs")
         .lines()
         .position(|l| l.starts_with("#[tpu_kernel(grid = (2,), semantics = (core_parallel,))]"))

@@ -412,7 +412,7 @@ fn a_mosaic_error_names_the_rust_line_of_the_offending_op() {
         panic!("libtpu compiled an i8 add");
     };
     assert!(diagnostic.is_mosaic(), "{diagnostic}");
-    let want = format!("tests/it/tpu_compile.rs:{}:", line + 1);
+    let want = format!("tests/it/targets/tpu_compile.rs:{}:", line + 1);
     let at = diagnostic.location.clone().unwrap_or_default();
     assert!(
         at.starts_with(&want),

@@ -175,7 +175,7 @@ proptest! {
 /// The line of `needle` in the collective matmul (the first kernel of
 /// its file).
 fn line_of(needle: &str) -> u32 {
-    include_str!("../../kernels/src/collective/matmul.rs")
+    include_str!("../../../kernels/src/collective/matmul.rs")
         .lines()
         .position(|l| l.contains(needle))
         .map_or(0, |i| i as u32 + 1)

@@ -46,21 +46,30 @@ pub(crate) fn catalog() -> Vec<(&'static str, VerifiedKernel)> {
     all.extend([
         (
             "strip_sum_loop",
-            crate::dsl::strip_sum::build(3, crate::dsl::strip_sum::Dims { m: 16, n: 384 }).unwrap(),
+            crate::language::dsl::strip_sum::build(
+                3,
+                crate::language::dsl::strip_sum::Dims { m: 16, n: 384 },
+            )
+            .unwrap(),
         ),
         (
             "branches",
-            crate::dsl::branches::build(true, crate::dsl::branches::Dims {}).unwrap(),
+            crate::language::dsl::branches::build(true, crate::language::dsl::branches::Dims {})
+                .unwrap(),
         ),
         (
             "gather_softmax_prefetch",
-            crate::dsl::gather_softmax::build(crate::dsl::gather_softmax::Dims { rows: 3, n: 5 })
-                .unwrap(),
+            crate::language::dsl::gather_softmax::build(
+                crate::language::dsl::gather_softmax::Dims { rows: 3, n: 5 },
+            )
+            .unwrap(),
         ),
         (
             "prefix_chunks_dynamic_loop",
-            crate::dsl::prefix_chunks::build::<8>(crate::dsl::prefix_chunks::Dims { m: 16 })
-                .unwrap(),
+            crate::language::dsl::prefix_chunks::build::<8>(
+                crate::language::dsl::prefix_chunks::Dims { m: 16 },
+            )
+            .unwrap(),
         ),
         (
             "axpy_inout",
@@ -143,7 +152,7 @@ fn a_whole_array_operand_cannot_be_loaded_directly_on_tpu() {
     };
     assert_eq!((op.as_str(), *target), ("store", "Mosaic"));
     let loc = loc.as_ref().map(|l| l.file.to_string()).unwrap_or_default();
-    assert!(loc.ends_with("tests/it/lowered.rs"), "{e}");
+    assert!(loc.ends_with("tests/it/targets/lowered.rs"), "{e}");
     assert!(e.to_string().contains("DMA"), "{e}");
     let _ = ErrorKind::ForeignTile;
 }

@@ -10,7 +10,7 @@ use runtime::tpu::{KernelCompileError, TpuError};
 use tests::random_kernel::{RandomKernel, random_kernel};
 use tests::support_matrix;
 
-use crate::tpu_compile::tpu;
+use crate::targets::tpu_compile::tpu;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -148,17 +148,16 @@ fn fuzz(
     step: u64,
 ) -> (Vec<(u64, String, Outcome)>, [usize; 4]) {
     let exe = std::env::current_exe().unwrap();
+    // The harness names a test by its module path without the crate.
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+    let worker = format!("{module}::tpu_fuzz_worker");
     let mut out = Vec::new();
     let mut verified = [0usize; 4];
     let mut next = seeds.start;
     while next < seeds.end {
+        let from = next;
         let child = std::process::Command::new(&exe)
-            .args([
-                "--exact",
-                "tpu_fuzz::tpu_fuzz_worker",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args(["--exact", &worker, "--nocapture", "--test-threads=1"])
             .env("TESSERA_TPU_FUZZ_WORKER", format!("{next}..{}", seeds.end))
             .env(
                 "TESSERA_TPU_FUZZ_SOURCE",
@@ -235,6 +234,11 @@ fn fuzz(
                 String::from_utf8_lossy(&child.stderr)
             );
         }
+        // A worker that ran no kernel would be started again forever.
+        assert!(
+            next > from,
+            "the fuzz worker `{worker}` ran no kernel from seed {from}; is it this binary's test name?\n{stdout}"
+        );
     }
     (out, verified)
 }

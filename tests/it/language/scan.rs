@@ -109,7 +109,7 @@ proptest! {
 
 #[test]
 fn cumsum_compiles_with_libtpu_for_every_generation() {
-    let tpu = crate::tpu_compile::tpu();
+    let tpu = crate::targets::tpu_compile::tpu();
     for dtype in [F32, BF16] {
         let kernel = scans(dtype, 16, 128).unwrap();
         for t in kernel_ir::Target::ALL {

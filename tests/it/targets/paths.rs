@@ -9,7 +9,7 @@ use kernels::foundation::*;
 use kernels::reference;
 use proptest::prelude::*;
 
-use crate::builder_kernels;
+use crate::language::builder_kernels;
 
 /// Fails unless every backend ran and matched (one output).
 fn all_paths(

@@ -13,7 +13,7 @@ use runtime::backend::Backend;
 use tests::mutation::{mutate, seed_kernels};
 use tooling::paths::run_paths;
 
-use crate::grad::{H, h_dot};
+use crate::graph_runtime::grad::{H, h_dot};
 
 /// An elementwise expression over inputs `x` and `y`.
 #[derive(Clone, Debug)]

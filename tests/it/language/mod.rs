@@ -1,0 +1,13 @@
+//! The kernel language and its IR: the DSL, the builder, the text form, the verifier, the interpreter.
+pub(crate) mod builder_kernels;
+mod dma;
+pub(crate) mod dsl;
+mod dsl_vs_builder;
+mod edge_values;
+mod fp8;
+mod invalid;
+mod parse;
+mod random;
+mod random_kernels;
+mod scan;
+mod top_k;
