@@ -13,12 +13,11 @@
 //!   [`attention::decode_dma`] (the same with hand-made, double-buffered
 //!   page copies), [`attention::ragged`] (ragged paged attention over
 //!   mixed prefill/decode batches);
-//! * [`norm`]: RMS norm forward and backward, layer norm backward
-//!   (forward in [`foundation`]);
+//! * [`norm`]: RMS norm and layer norm, forward and backward;
 //! * [`epilogue`]: matmul with a fused bias + gelu/silu (+ residual)
 //!   epilogue; [`rope`]: rotary embeddings; [`swiglu`]: fused SwiGLU;
 //! * [`foundation`]: tiled elementwise add, tiled matmul with an f32
-//!   accumulator in scratch, row softmax, layer norm;
+//!   accumulator in scratch, row softmax;
 //! * [`moe`]: grouped matmul for mixture-of-experts layers;
 //! * [`random`](mod@random): random words and dropout, bit for bit
 //!   `jax.random`'s (Threefry-2x32); [`router`]: the MoE router's top-k;
@@ -62,7 +61,7 @@ pub const ENTRIES: &[&Entry] = &[
     &foundation::ADD,
     &foundation::MATMUL,
     &foundation::SOFTMAX,
-    &foundation::LAYER_NORM,
+    &norm::LAYER_NORM,
     &attention::FLASH_ATTENTION,
     &attention::FLASH_ATTENTION_KV_LEN,
     &attention::ATTENTION_DELTA,

@@ -1,5 +1,4 @@
-//! Normalization: RMS norm forward and backward, layer norm backward (the
-//! forward is [`crate::foundation::layer_norm()`]).
+//! Normalization: RMS norm and layer norm, forward and backward.
 //!
 //! Rows are normalized over their last dim, one block of whole rows per
 //! grid step, in f32 whatever the storage dtype. The backward kernels
@@ -175,6 +174,57 @@ pub fn rms_norm_bwd(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
     rms_norm_bwd::build_for(c.dtype, c.block_rows, c.eps, dims)
 }
 
+/// Config of [`layer_norm()`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerNormConfig {
+    /// Array rows.
+    pub rows: usize,
+    /// Array columns (normalized over).
+    pub cols: usize,
+    /// Rows per block.
+    pub block_rows: usize,
+    /// Added to the variance.
+    pub eps: f32,
+    /// Element type of x and o (math runs in f32; gamma and beta are f32).
+    pub dtype: DType,
+}
+
+/// Layer norm over the last dim: `(x − mean) / sqrt(var + eps) · gamma +
+/// beta`, with rank-1 gamma and beta broadcast over the rows of a block.
+#[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (parallel,))]
+pub fn layer_norm<T: Float>(
+    block_rows: usize,
+    eps: f32,
+    #[shape(rows, cols)]
+    #[block([block_rows, cols], |i| (i, 0))]
+    x: In<T>,
+    #[shape(cols)]
+    #[block([cols], |_| 0)]
+    gamma: In<f32>,
+    #[shape(cols)]
+    #[block([cols], |_| 0)]
+    beta: In<f32>,
+    #[shape(rows, cols)]
+    #[block([block_rows, cols], |i| (i, 0))]
+    o: Out<T>,
+) {
+    let v = x.load(..).convert(F32);
+    let n = cols as f32;
+    let centered = v - v.sum_keep(1) / n;
+    let var = (centered * centered).sum_keep(1) / n;
+    let y = centered * (var + eps).rsqrt() * gamma.load(..) + beta.load(..);
+    o.store(.., y.cast::<T>());
+}
+
+/// The [`layer_norm`](mod@layer_norm) kernel for a config.
+pub fn layer_norm(c: &LayerNormConfig) -> Result<VerifiedKernel, KernelErrors> {
+    let dims = layer_norm::Dims {
+        rows: c.rows,
+        cols: c.cols,
+    };
+    layer_norm::build_for(c.dtype, c.block_rows, c.eps, dims)
+}
+
 /// Layer norm backward: with `x̂ = (x − mean)·r`,
 /// `dx = r · (dy·γ − mean(dy·γ) − x̂ · mean(dy·γ·x̂))`,
 /// `dgamma = Σ_rows dy·x̂`, `dbeta = Σ_rows dy`.
@@ -319,6 +369,62 @@ pub const RMS_NORM_BWD: Entry = Entry {
         about: "RMS norm backward: dx, and dgamma reduced over an arbitrary grid",
         config: &[("block_rows", "16"), ("eps", "1e-6")],
         shapes: NORM_PRESET,
+    }],
+};
+
+/// [`layer_norm()`] in the library.
+pub const LAYER_NORM: Entry = Entry {
+    name: "layer_norm",
+    fixed_inputs: None,
+    backward: crate::entry::backward!(|c, s| {
+        let cfg = norm_config(c, &s[0])?;
+        Ok(norm_vjp(layer_norm_bwd, cfg))
+    }),
+    about: "layer norm over the last dim",
+    params: NORM_PARAMS,
+    inputs: |_| {
+        Ok(vec![
+            ("x", vec![64, 256]),
+            ("gamma", vec![256]),
+            ("beta", vec![256]),
+        ])
+    },
+    build: |c, s| {
+        let [rows, cols] = dims(&s[0], "x")?;
+        Ok(layer_norm(&LayerNormConfig {
+            rows,
+            cols,
+            block_rows: c.usize("block_rows")?.min(rows),
+            eps: c.f32("eps")?,
+            dtype: c.dtype("dtype")?,
+        })?)
+    },
+    reference: |c, a| {
+        Ok(vec![reference::layer_norm(
+            &a[0],
+            &a[1],
+            &a[2],
+            c.f32("eps")? as f64,
+        )])
+    },
+    check: no_check,
+    tolerance: |_, k| {
+        k.outputs()
+            .map(|o| match o.dtype {
+                DType::F32 => Tolerance {
+                    abs: 1e-4,
+                    rel: 1e-4,
+                },
+                d => Tolerance::for_dtype(d),
+            })
+            .collect()
+    },
+    sample: norm_inputs,
+    presets: &[Preset {
+        name: "layer_norm_f32",
+        about: "layer norm, f32[64, 256], 8 rows per step",
+        config: &[],
+        shapes: &[],
     }],
 };
 

@@ -10,6 +10,7 @@ use kernel_ir::{
     Index, IndexExpr, IndexValue, Kernel, OpKind, Region, SplitMix64, TileType, ValueId,
 };
 use kernels::foundation::*;
+use kernels::norm::{LayerNormConfig, layer_norm};
 
 use crate::random_kernel::RandomKernel;
 

@@ -54,6 +54,7 @@
 pub mod backward;
 pub mod band;
 pub mod block_table;
+mod config;
 pub mod decode;
 pub mod decode_dma;
 pub mod decode_fp8;
@@ -63,312 +64,28 @@ pub mod masked_backward;
 mod masked_entries;
 #[cfg(feature = "graph")]
 mod masked_vjp;
+mod online;
 pub mod ragged;
+mod scores;
 #[cfg(feature = "graph")]
 mod vjp;
 
 use band::Band;
+pub use config::AttnConfig;
+pub(crate) use config::{check_heads, group, kv_rows, q_rows};
+pub(crate) use online::{
+    Online, normalized, online_softmax_finish, online_softmax_init, online_update,
+};
+pub use scores::MASK_VALUE;
+pub(crate) use scores::{ScoreRows, mask_scores, raw_scores, visible_keys};
 
 use kernel_ir::prelude::*;
-use kernel_ir::{KernelErrors, Target, VerifiedKernel};
+use kernel_ir::{KernelErrors, VerifiedKernel};
 #[cfg(feature = "graph")]
 use runtime::graph::{RuntimeError, Tensor};
 
 #[cfg(feature = "graph")]
 use crate::graph::build_error;
-
-/// Config of [`flash_attention()`] and the backward kernels.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AttnConfig {
-    /// Query `i` attends to keys `j ≤ i` only.
-    pub causal: bool,
-    /// Scale of the scores, usually `1/√d`.
-    pub sm_scale: f32,
-    /// Query rows per block.
-    pub block_q: usize,
-    /// Keys per block.
-    pub block_k: usize,
-    /// Sliding window: keys more than `window − 1` positions away are hidden.
-    pub window: Option<usize>,
-    /// Logit soft-cap: `s ← cap · tanh(s / cap)`.
-    pub softcap: Option<f32>,
-}
-
-impl AttnConfig {
-    /// Plain attention (`1/√d` scale, no window, no soft-cap) with the
-    /// target's default blocks ([`AttnConfig::default_block`]) for these
-    /// sequence lengths, each clamped to the sequence length.
-    pub fn for_target(target: Target, causal: bool, d: usize, sq: usize, skv: usize) -> AttnConfig {
-        let b = AttnConfig::default_block(target);
-        AttnConfig {
-            causal,
-            sm_scale: 1.0 / (d as f32).sqrt(),
-            block_q: b.min(sq),
-            block_k: b.min(skv),
-            window: None,
-            softcap: None,
-        }
-    }
-
-    /// The default query and key block of a generation, from `tessera
-    /// tune flash_attention --tpu G` (b = 1, h = 2, s = 2048, d = 128, bf16,
-    /// blocks 128/256/512, libtpu 0.0.48.1): 512 × 512 won on v5e (39.3 µs
-    /// against 75.5 at 256 × 256 and 215 at 128 × 128) and on v6e (25.4
-    /// µs; 65.4 and 220), causal on v6e too. v5p and v7x have no published
-    /// clock, so their estimates rank by cycles only and were not tuned:
-    /// there the MXU width (128 on v5p, 256 on v7x).
-    pub fn default_block(target: Target) -> usize {
-        match target {
-            Target::V5e | Target::V6e => 512,
-            Target::V5p | Target::V7x => target.mxu_width(),
-        }
-    }
-
-    /// The config without the causal mask and the window: for blocks the
-    /// band holds whole, which need no element mask.
-    pub(crate) fn unmasked(&self) -> AttnConfig {
-        AttnConfig {
-            causal: false,
-            window: None,
-            ..self.clone()
-        }
-    }
-
-    /// Whether any key can be hidden from a query (mask needed).
-    fn masked(&self) -> bool {
-        !Band::of(self).is_full()
-    }
-
-    /// The k blocks q block `qi` (of `sq` queries) sees, by the mask and
-    /// a valid length: the body skips the others, the K/V index maps clamp
-    /// to these.
-    pub(crate) fn key_blocks<E: kernel_ir::IntExpr>(
-        &self,
-        qi: E,
-        sq: usize,
-        kv_len: Option<E>,
-    ) -> band::BlockRange<E> {
-        Band::of(self).key_blocks(qi, (self.block_q, sq), self.block_k, kv_len)
-    }
-
-    /// The q blocks that see k block `ki` (of `skv` keys): the dk/dv
-    /// kernel's view.
-    pub(crate) fn query_blocks<E: kernel_ir::IntExpr>(
-        &self,
-        ki: E,
-        skv: usize,
-    ) -> band::BlockRange<E> {
-        Band::of(self).query_blocks(ki, self.block_q, (self.block_k, skv))
-    }
-}
-
-/// Query heads per kv head (`h / hkv`), for index maps and grids; never a
-/// division by zero (a zero `hkv` is the verifier's zero-size error, and
-/// the constructors check the head counts first with [`check_heads`]).
-pub(crate) fn group(h: usize, hkv: usize) -> usize {
-    h / hkv.max(1)
-}
-
-/// The head counts GQA needs: `hkv ≥ 1` kv heads, each shared by the same
-/// number of query heads (`h` a multiple of `hkv`).
-pub(crate) fn check_heads(h: usize, hkv: usize) -> Result<(), KernelErrors> {
-    if hkv >= 1 && h >= hkv && h.is_multiple_of(hkv) {
-        return Ok(());
-    }
-    Err(KernelErrors::from(kernel_ir::KernelError::from(
-        kernel_ir::ErrorKind::Config(format!(
-            "grouped-query attention needs the query heads to be a multiple of the kv heads: \
-             got h = {h} query heads and hkv = {hkv} kv heads; use hkv = 1 (MQA), hkv = h (MHA) or a divisor of h"
-        )),
-    )))
-}
-
-/// Added to masked scores: far below any real score, yet finite so that a
-/// row never computes `−∞ − (−∞)`.
-pub const MASK_VALUE: f32 = -1e30;
-
-/// Which operand's rows a score tile's rows are: the queries (`q·kᵀ`,
-/// `[block_q, block_k]`) or the keys (`k·qᵀ`, `[block_k, block_q]`).
-///
-/// The forward and `dq` kernels reduce over keys, so their scores have
-/// query rows on every platform. The dk/dv kernels reduce over queries:
-/// on the TPU they keep query rows and transpose `P` and `dS` into the MXU
-/// (Pallas's layout: the saved logsumexp is a column there, broadcast
-/// along lanes); on the GPU they compute `k·qᵀ` directly, as Triton's
-/// fused-attention tutorial does, so every product has the k block as its
-/// M dimension (128 rows, where the q block's 32 would leave Hopper's
-/// warpgroup MMA unused) and nothing is transposed but two operands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ScoreRows {
-    /// `[block_q, block_k]`: row `i` is query `i`.
-    Queries,
-    /// `[block_k, block_q]`: row `j` is key `j`.
-    Keys,
-}
-
-impl ScoreRows {
-    /// The dk/dv kernels' layout for the platform being built for
-    /// ([`kernel_ir::current_platform`]).
-    pub(crate) fn for_dkv() -> ScoreRows {
-        match kernel_ir::current_platform() {
-            kernel_ir::Platform::Tpu => ScoreRows::Queries,
-            kernel_ir::Platform::Gpu => ScoreRows::Keys,
-        }
-    }
-
-    /// A score tile's shape.
-    pub(crate) fn shape(self, cfg: &AttnConfig) -> [usize; 2] {
-        match self {
-            ScoreRows::Queries => [cfg.block_q, cfg.block_k],
-            ScoreRows::Keys => [cfg.block_k, cfg.block_q],
-        }
-    }
-
-    /// The axis of a score tile along which the query changes.
-    fn query_axis(self) -> usize {
-        match self {
-            ScoreRows::Queries => 0,
-            ScoreRows::Keys => 1,
-        }
-    }
-
-    /// A per-query column `[block_q, 1]` (the logsumexp, delta) shaped to
-    /// broadcast over a score tile.
-    pub(crate) fn per_query(self, column: Tile) -> Tile {
-        match self {
-            ScoreRows::Queries => column,
-            ScoreRows::Keys => column.t(),
-        }
-    }
-
-    /// `a·bᵀ` of a query-side block `a` (q, dO) and a key-side block `b`
-    /// (k, v) with the score tile's rows: `b·aᵀ` with key rows.
-    pub(crate) fn outer(self, a: Tile, b: Tile) -> Tile {
-        match self {
-            ScoreRows::Queries => dot(a, b.t()),
-            ScoreRows::Keys => dot(b, a.t()),
-        }
-    }
-
-    /// A score tile with key rows (`[block_k, block_q]`), transposed if
-    /// it has query rows.
-    pub(crate) fn with_key_rows(self, s: Tile) -> Tile {
-        match self {
-            ScoreRows::Queries => s.t(),
-            ScoreRows::Keys => s,
-        }
-    }
-
-    /// A score tile with query rows (`[block_q, block_k]`), transposed if
-    /// it has key rows.
-    pub(crate) fn with_query_rows(self, s: Tile) -> Tile {
-        match self {
-            ScoreRows::Queries => s,
-            ScoreRows::Keys => s.t(),
-        }
-    }
-
-    /// The query and key positions of every score of block (`qi`, `ki`).
-    pub(crate) fn positions(self, cfg: &AttnConfig, qi: Tile, ki: Tile) -> (Tile, Tile) {
-        let shape = self.shape(cfg);
-        let qa = self.query_axis();
-        let q_pos = iota(I32, shape, qa) + qi * cfg.block_q;
-        let k_pos = iota(I32, shape, 1 - qa) + ki * cfg.block_k;
-        (q_pos, k_pos)
-    }
-}
-
-/// `scale · q·kᵀ` (or `k·qᵀ`, as `rows` says), soft-capped, unmasked.
-#[kernel_fn]
-fn raw_scores(cfg: &AttnConfig, rows: ScoreRows, q: Ref, k: Ref) -> Tile {
-    // The MXU multiplies in the input dtype and accumulates in f32.
-    let mut s = rows.outer(q.load((0, 0, .., ..)), k.load((0, 0, .., ..))) * cfg.sm_scale;
-    if let Some(cap) = cfg.softcap {
-        s = (s * (1.0 / cap)).tanh() * cap;
-    }
-    s
-}
-
-/// Scores hidden by the causal mask or the window set to [`MASK_VALUE`].
-#[kernel_fn]
-fn mask_scores(cfg: &AttnConfig, rows: ScoreRows, s: Tile, qi: Tile, ki: Tile) -> Tile {
-    if cfg.masked() {
-        select(visible_keys(cfg, rows, qi, ki), s, MASK_VALUE)
-    } else {
-        s
-    }
-}
-
-/// Bools laid out as `rows` says: which keys the causal mask and the
-/// window leave visible to which queries (all, when neither applies).
-/// Computed from positions only, so padding cannot poison it.
-#[kernel_fn]
-fn visible_keys(cfg: &AttnConfig, rows: ScoreRows, qi: Tile, ki: Tile) -> Tile {
-    let (q_pos, k_pos) = rows.positions(cfg, qi, ki);
-    if let Some(v) = Band::of(cfg).visible(q_pos, k_pos) {
-        v
-    } else {
-        k_pos >= 0
-    }
-}
-
-/// The K/V block grid step (q block `i`, k block `j`) fetches: the step's
-/// own block when it has work, else the nearest block of `i` that has, so
-/// a skipped step fetches nothing new ([`AttnConfig::key_blocks`] decides
-/// both).
-pub(crate) fn kv_block(
-    cfg: &AttnConfig,
-    (i, sq): (IndexExpr, usize),
-    j: IndexExpr,
-    kv_len: Option<IndexExpr>,
-    skv: usize,
-) -> IndexExpr {
-    cfg.key_blocks(i, sq, kv_len)
-        .clamp(j, kernel_ir::cdiv(skv, cfg.block_k))
-}
-
-/// The block of the operands with one row per query (q, o, dO; lse and
-/// delta with `cols` 1) at grid step (batch, head, q block, k block).
-pub(crate) fn q_rows(
-    cfg: &AttnConfig,
-    cols: usize,
-) -> BlockMap<impl FnOnce([IndexExpr; 4]) -> (IndexExpr, IndexExpr, IndexExpr, i64)> {
-    BlockMap::new(
-        [1, 1, cfg.block_q, cols],
-        |[bi, hi, i, _]: [IndexExpr; 4]| (bi, hi, i, 0),
-    )
-}
-
-/// The K/V block at grid step (batch, head, q block `i`, k block `j`): the
-/// query head's kv head, and the k block [`kv_block`] picks.
-pub(crate) fn kv_rows(
-    cfg: &AttnConfig,
-    d: usize,
-    (h, hkv): (usize, usize),
-    (sq, skv): (usize, usize),
-    kv_len: Option<Ref>,
-) -> BlockMap<impl FnOnce([IndexExpr; 4]) -> (IndexExpr, IndexExpr, IndexExpr, i64) + '_> {
-    BlockMap::new(
-        [1, 1, cfg.block_k, d],
-        move |[bi, hi, i, j]: [IndexExpr; 4]| {
-            let kv = kv_block(cfg, (i, sq), j, kv_len.map(|t| t.at(0)), skv);
-            (bi, hi / group(h, hkv), kv, 0)
-        },
-    )
-}
-
-/// The online softmax's running state, in scratch: the row max `m` and
-/// sum `l` (each row's value in all 128 lanes, `[rows, 128]`) and the
-/// unnormalized output `acc` (`[rows, d]`).
-#[derive(Clone, Copy)]
-pub(crate) struct Online {
-    /// Running row max.
-    pub(crate) m: Ref,
-    /// Running row sum of `exp(s − m)`.
-    pub(crate) l: Ref,
-    /// Running `Σ exp(s − m) · v`.
-    pub(crate) acc: Ref,
-}
 
 /// One grid step's q, k and v windows.
 #[derive(Clone, Copy)]
@@ -379,31 +96,6 @@ pub(crate) struct Qkv {
     pub(crate) k: Ref,
     /// The v block.
     pub(crate) v: Ref,
-}
-
-/// The online-softmax step for `rows` query rows: new running max and
-/// sum, rescaled accumulator.
-#[kernel_fn]
-fn online_update(rows: usize, st: Online, s: Tile, vb: Tile) {
-    let Online { m, l, acc } = st;
-    // `m` and `l` hold each row's value in all 128 lanes. Reading them back
-    // as a lane max (not a `[rows, 1]` column load) gives Mosaic a value
-    // already replicated across lanes, so broadcasting it over the
-    // `[rows, bk]` scores and the `[rows, d]` accumulator is free: a
-    // column load is broadcast by a lane permute per vreg, which libtpu's
-    // schedule estimate put at 2.4x the whole step's cycles at 512 x 512
-    // blocks on v6e (ARCHITECTURE.md, the kernels' invariants).
-    let m_prev = m.load(..).max_keep(1);
-    let l_prev = l.load(..).max_keep(1);
-    let m_new = m_prev.max(s.max_keep(1));
-    let p = (s - m_new).exp();
-    let alpha = (m_prev - m_new).exp();
-    acc.store(.., acc.load(..) * alpha + dot(p.convert(vb.dtype()), vb));
-    m.store(.., m_new.broadcast_to([rows, 128]));
-    l.store(
-        ..,
-        (l_prev * alpha + p.sum_keep(1)).broadcast_to([rows, 128]),
-    );
 }
 
 /// One (q block, k block) step of the forward pass, the whole of its
@@ -443,49 +135,6 @@ fn attend_step(
         }
     }
     online_update(bq, st, s, vb);
-}
-
-/// First step: reset the running state. Last step: normalize, write the
-/// output and the logsumexp.
-#[kernel_fn]
-fn online_softmax_init(st: Online) {
-    st.m.store(.., f32::NEG_INFINITY);
-    st.l.store(.., 0.0);
-    st.acc.store(.., 0.0);
-}
-
-/// Writes `o = acc / l` and `lse = m + log l`; rows that saw no visible
-/// key (see [`no_visible_key`]) get `o = 0` and `lse = −∞`.
-#[kernel_fn]
-fn online_softmax_finish(st: Online, o: Ref, lse: Ref) {
-    let (out, lse_row) = normalized(st);
-    o.store((0, 0, .., ..), out.convert(o.dtype()));
-    lse.store((0, 0, .., ..), lse_row);
-}
-
-/// `acc / l` and `m + log l` of the online softmax, with the rows that saw
-/// no visible key set to 0 and −∞.
-///
-/// A row sees no key when every key is masked (causal with a short K, a
-/// window, a valid length of 0): its running max is still −∞ (no block
-/// was computed) or [`MASK_VALUE`] (only masked scores were), which no
-/// real score reaches. Its softmax is empty: the output is 0 (the sum over
-/// no keys) and the logsumexp −∞ (the log of an empty sum), as in the f64
-/// reference, on every path; the backward passes give it zero gradients.
-#[kernel_fn]
-fn normalized(Online { m, l, acc }: Online) -> (Tile, Tile) {
-    let m_row = m.load((.., 0..1));
-    let dead = no_visible_key(m_row);
-    let l_row = select(dead, 1.0, l.load((.., 0..1)));
-    let alive = select(dead, 0.0, 1.0);
-    let out = acc.load(..) / l_row * alive;
-    (out, select(dead, f32::NEG_INFINITY, m_row + l_row.log()))
-}
-
-/// Whether rows with running max `m_row` have seen no visible key.
-#[kernel_fn]
-fn no_visible_key(m_row: Tile) -> Tile {
-    m_row < MASK_VALUE * 0.5
 }
 
 /// Flash attention forward over `[batch, heads, seq, head_dim]` arrays;

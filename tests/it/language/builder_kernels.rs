@@ -3,7 +3,8 @@
 
 use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
-use kernels::foundation::{AddConfig, LayerNormConfig, MatmulConfig, SoftmaxConfig};
+use kernels::foundation::{AddConfig, MatmulConfig, SoftmaxConfig};
+use kernels::norm::LayerNormConfig;
 
 /// Tiled elementwise `o = x + y` over a 2-D grid of blocks. Partial last
 /// blocks are allowed: their padding is computed and dropped.

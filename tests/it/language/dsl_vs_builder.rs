@@ -2,7 +2,8 @@
 //! builder versions, for several configs each.
 
 use kernel_ir::prelude::*;
-use kernels::foundation::{self as dsl, AddConfig, LayerNormConfig, MatmulConfig, SoftmaxConfig};
+use kernels::foundation::{self as dsl, AddConfig, MatmulConfig, SoftmaxConfig};
+use kernels::norm::{self, LayerNormConfig};
 
 use crate::language::builder_kernels as builder;
 
@@ -82,7 +83,7 @@ fn layer_norm_matches_builder() {
         eps: 1e-5,
         dtype: F32,
     };
-    same(dsl::layer_norm(&c), builder::layer_norm(&c));
+    same(norm::layer_norm(&c), builder::layer_norm(&c));
 }
 
 #[test]

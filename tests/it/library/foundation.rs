@@ -4,6 +4,7 @@ use kernel_ir::prelude::*;
 use kernel_ir::{InterpOptions, interpret_with};
 use kernels::check::{ErrorStats, Tolerance};
 use kernels::foundation::*;
+use kernels::norm::{LayerNormConfig, layer_norm};
 use kernels::reference;
 use proptest::prelude::*;
 

@@ -6,6 +6,7 @@ use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
 use kernels::check::Tolerance;
 use kernels::foundation::*;
+use kernels::norm::{LayerNormConfig, layer_norm};
 use kernels::reference;
 use proptest::prelude::*;
 

@@ -3,6 +3,7 @@
 
 use kernel_ir::prelude::*;
 use kernels::foundation::*;
+use kernels::norm::{LayerNormConfig, layer_norm};
 
 #[test]
 fn add_ir() {
