@@ -92,7 +92,8 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
                     match &out {
                         Some(path) if single => {
                             let bytes = c.executable.unwrap_or_default();
-                            tooling::atomic_file::write(path, &bytes).map_err(Failure::Run)?;
+                            tooling::atomic_file::write(path, &bytes)
+                                .map_err(|e| Failure::Run(e.into()))?;
                             println!(
                                 "        wrote {} ({})",
                                 path.display(),

@@ -52,7 +52,7 @@ pub fn lower(args: &[String]) -> Result<(), Failure> {
                     "--out {path} exists and is not a regular file; name a new file or a regular one to replace"
                 )));
             }
-            tooling::atomic_file::write(p, text.as_bytes()).map_err(Failure::Run)?;
+            tooling::atomic_file::write(p, text.as_bytes()).map_err(|e| Failure::Run(e.into()))?;
             println!("wrote {path} ({} bytes)", text.len());
         }
         None => print!("{text}"),

@@ -164,7 +164,7 @@ pub fn masked(args: &[String]) -> Result<(), Failure> {
         (dir.join("o.npy"), tooling::npy::encode(&outs[0])),
         (dir.join("lse.npy"), tooling::npy::encode(&outs[1])),
     ];
-    tooling::atomic_file::write_all(&files).map_err(Failure::Run)?;
+    tooling::atomic_file::write_all(&files).map_err(|e| Failure::Run(e.into()))?;
     let computed = t.kind.iter().filter(|&&x| x != 0).count();
     println!(
         "masked_attention on {be}: {computed} of {} steps computed, {} distinct partial masks, tables {} B; wrote {}/o.npy, lse.npy",

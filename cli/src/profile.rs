@@ -43,7 +43,7 @@ pub fn profile(args: &[String]) -> Result<(), Failure> {
         (trace.clone(), p.trace.to_chrome_json().into_bytes()),
         (chart.clone(), svg(&p).into_bytes()),
     ])
-    .map_err(Failure::Run)?;
+    .map_err(|e| Failure::Run(e.into()))?;
     println!("{}", p.workload);
     print!("{}", p.trace.summary());
     println!(

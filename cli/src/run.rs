@@ -187,7 +187,7 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
                 .map_err(|e| Failure::Run(format!("cannot create {}: {e}", dir.display())))?;
         }
     }
-    tooling::atomic_file::write_all(&files).map_err(Failure::Run)?;
+    tooling::atomic_file::write_all(&files).map_err(|e| Failure::Run(e.into()))?;
     for line in report {
         println!("{line}");
     }

@@ -144,18 +144,31 @@ pub fn check_every_path(
 pub fn check_refused_on_every_path(
     kernel: &VerifiedKernel,
     args: &[Array],
-) -> Result<Vec<(Backend, String)>, String> {
+) -> Result<Vec<(Backend, String)>, RanAnyway> {
     Backend::ALL
         .into_iter()
         .map(|b| match runtime::backend::run(b, kernel, args) {
-            Ok(_) => Err(format!(
-                "kernel `{}` ran on {b} with arguments it should refuse (shapes {:?})",
-                kernel.name,
-                args.iter().map(Array::shape).collect::<Vec<_>>()
-            )),
+            Ok(_) => Err(RanAnyway {
+                kernel: kernel.name.clone(),
+                path: b,
+                shapes: args.iter().map(|a| a.shape().to_vec()).collect(),
+            }),
             Err(e) => Ok((b, e.to_string())),
         })
         .collect()
+}
+
+/// A path that ran a kernel with arguments it should have refused
+/// ([`check_refused_on_every_path`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("kernel `{kernel}` ran on {path} with arguments it should refuse (shapes {shapes:?})")]
+pub struct RanAnyway {
+    /// The kernel's name.
+    pub kernel: String,
+    /// The path that ran it.
+    pub path: Backend,
+    /// The arguments' shapes.
+    pub shapes: Vec<Vec<usize>>,
 }
 
 /// The texts [`assert_lowered_snapshots!`] pins, by folder: the printed
@@ -167,19 +180,21 @@ pub fn check_refused_on_every_path(
 /// the kernel's source lines, which would change the snapshot whenever a
 /// line above the kernel moves: its text shows a placeholder there and
 /// the Mosaic module printed after it, without locations.
-pub fn lowered_texts(kernel: &VerifiedKernel) -> Result<Vec<(&'static str, String)>, String> {
+pub fn lowered_texts(kernel: &VerifiedKernel) -> Result<Vec<(&'static str, String)>, LoweredError> {
     use base64::Engine;
-    let named = |what: &str, e: lowering::LoweringError| format!("{what}: {e}");
-    let call = lowering::tpu_custom_call(kernel).map_err(|e| named("tpu_custom_call", e))?;
+    let named = |target: &'static str| {
+        move |source: lowering::LoweringError| LoweredError::Lowering { target, source }
+    };
+    let call = lowering::tpu_custom_call(kernel).map_err(named("tpu_custom_call"))?;
     let b64 = base64::engine::general_purpose::STANDARD.encode(&call.serialized_body);
     if !call.module.contains(&b64) {
-        return Err("tpu_custom_call: the module does not carry its serialized body".into());
+        return Err(LoweredError::BodyMissing);
     }
     Ok(vec![
         ("ir", kernel.to_string()),
         (
             "kernel_module",
-            lowering::kernel_module(kernel).map_err(|e| named("kernel_module", e))?,
+            lowering::kernel_module(kernel).map_err(named("kernel_module"))?,
         ),
         (
             "tpu_custom_call",
@@ -192,9 +207,26 @@ pub fn lowered_texts(kernel: &VerifiedKernel) -> Result<Vec<(&'static str, Strin
         ),
         (
             "decomposed",
-            lowering::decomposed(kernel).map_err(|e| named("decomposed", e))?,
+            lowering::decomposed(kernel).map_err(named("decomposed"))?,
         ),
     ])
+}
+
+/// Why [`lowered_texts`] has no text for a kernel.
+#[derive(Debug, thiserror::Error)]
+pub enum LoweredError {
+    /// A target's lowering failed.
+    #[error("{target}: {source}")]
+    Lowering {
+        /// The snapshot folder (target) whose lowering failed.
+        target: &'static str,
+        /// The lowering's error.
+        source: lowering::LoweringError,
+    },
+    /// The custom call's module does not carry its serialized Mosaic body
+    /// (a lowering bug).
+    #[error("tpu_custom_call: the module does not carry its serialized body")]
+    BodyMissing,
 }
 
 /// Pins a kernel's printed IR and its lowering to each target as insta
@@ -287,20 +319,53 @@ pub fn estimate_for_tpu(
     kernel: &VerifiedKernel,
     args: &[Array],
     target: Target,
-) -> Result<tooling::estimate::KernelEstimate, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this test binary: {e}"))?;
+) -> Result<tooling::estimate::KernelEstimate, EstimateError> {
+    let exe = std::env::current_exe().map_err(EstimateError::NoTestBinary)?;
     let child = runtime::tpu::child::ChildCompiler::new(
         exe,
         [TPU_CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"],
     )
     .with_env(TPU_CHILD_ENV, "1");
-    let cost = tooling::cost::cost(kernel, args)?;
-    tooling::estimate::estimate_kernel(&child, kernel, &cost, target).map_err(|e| {
-        format!(
-            "`{}` on {target}: {e} (a test file that estimates needs `tessera_testing::tpu_child!();` at its root)",
-            kernel.name
-        )
+    let cost = tooling::cost::cost(kernel, args).map_err(|message| EstimateError::Cost {
+        kernel: kernel.name.clone(),
+        message,
+    })?;
+    tooling::estimate::estimate_kernel(&child, kernel, &cost, target).map_err(|source| {
+        EstimateError::Estimate {
+            kernel: kernel.name.clone(),
+            target,
+            source: Box::new(source),
+        }
     })
+}
+
+/// Why [`estimate_for_tpu`] has no estimate.
+#[derive(Debug, thiserror::Error)]
+pub enum EstimateError {
+    /// The running test binary, which serves the compile, cannot be found.
+    #[error("cannot find this test binary: {0}")]
+    NoTestBinary(std::io::Error),
+    /// The kernel did not run on the interpreter with the sample
+    /// arguments (their traffic and flops are what the guards compare).
+    #[error("`{kernel}`: counting its traffic on the interpreter: {message}")]
+    Cost {
+        /// The kernel's name.
+        kernel: String,
+        /// The interpreter's error.
+        message: String,
+    },
+    /// Lowering, libtpu or its profiler failed in the child process.
+    #[error(
+        "`{kernel}` on {target}: {source} (a test file that estimates needs `tessera_testing::tpu_child!();` at its root)"
+    )]
+    Estimate {
+        /// The kernel's name.
+        kernel: String,
+        /// The generation.
+        target: Target,
+        /// The child's error.
+        source: Box<tooling::estimate::KernelChildError>,
+    },
 }
 
 /// Compiles `kernel` with libtpu, the TPU compiler (compile-only, no TPU

@@ -6,6 +6,36 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// Why a file was not written (nothing was: the target is as it was).
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The target exists and is not a regular file: the rename would
+    /// replace a device node, a FIFO or a directory.
+    #[error(
+        "{} exists and is not a regular file; name a new file or a regular one to replace",
+        .0.display()
+    )]
+    NotARegularFile(PathBuf),
+    /// The caller's own name is taken by a directory.
+    #[error("{} is a directory; remove it (the name is a checkpoint's file)", .0.display())]
+    Directory(PathBuf),
+    /// Creating, writing, syncing or renaming failed.
+    #[error("cannot write {}: {source}", path.display())]
+    Io {
+        /// The target file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+}
+
+/// For the callers that report in words.
+impl From<WriteError> for String {
+    fn from(e: WriteError) -> String {
+        e.to_string()
+    }
+}
+
 /// The temporary name `write` uses for `path`.
 fn temp_path(path: &Path) -> PathBuf {
     let dir = path
@@ -33,14 +63,11 @@ impl Staged {
     /// Refuses a `path` that exists and is not a regular file (a device
     /// node, a FIFO, a directory, a link to one): the rename would replace
     /// it, and run as root `--out /dev/null` would replace `/dev/null`.
-    pub fn new(path: &Path, bytes: &[u8]) -> Result<Staged, String> {
+    pub fn new(path: &Path, bytes: &[u8]) -> Result<Staged, WriteError> {
         if let Ok(meta) = std::fs::metadata(path)
             && !meta.is_file()
         {
-            return Err(format!(
-                "{} exists and is not a regular file; name a new file or a regular one to replace",
-                path.display()
-            ));
+            return Err(WriteError::NotARegularFile(path.to_path_buf()));
         }
         Staged::stage(path, bytes)
     }
@@ -50,37 +77,37 @@ impl Staged {
     /// entry there but a directory is replaced, a FIFO or a link left in
     /// its place included (the rename replaces the entry, never what a
     /// link points to).
-    pub fn new_own(path: &Path, bytes: &[u8]) -> Result<Staged, String> {
+    pub fn new_own(path: &Path, bytes: &[u8]) -> Result<Staged, WriteError> {
         if let Ok(meta) = std::fs::symlink_metadata(path)
             && meta.is_dir()
         {
-            return Err(format!(
-                "{} is a directory; remove it (the name is a checkpoint's file)",
-                path.display()
-            ));
+            return Err(WriteError::Directory(path.to_path_buf()));
         }
         Staged::stage(path, bytes)
     }
 
-    fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, String> {
+    fn stage(path: &Path, bytes: &[u8]) -> Result<Staged, WriteError> {
         let temp = temp_path(path);
         let staged = Staged {
             temp: temp.clone(),
             target: path.to_path_buf(),
             committed: false,
         };
-        let mut f = std::fs::File::create(&temp)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        f.write_all(bytes)
-            .and_then(|()| f.sync_all())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let io = |source| WriteError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut f = std::fs::File::create(&temp).map_err(io)?;
+        f.write_all(bytes).and_then(|()| f.sync_all()).map_err(io)?;
         Ok(staged)
     }
 
     /// Renames the temporary file over the target.
-    pub fn commit(mut self) -> Result<(), String> {
-        std::fs::rename(&self.temp, &self.target)
-            .map_err(|e| format!("cannot write {}: {e}", self.target.display()))?;
+    pub fn commit(mut self) -> Result<(), WriteError> {
+        std::fs::rename(&self.temp, &self.target).map_err(|source| WriteError::Io {
+            path: self.target.clone(),
+            source,
+        })?;
         self.committed = true;
         Ok(())
     }
@@ -95,19 +122,19 @@ impl Drop for Staged {
 }
 
 /// Writes `bytes` to `path` all or nothing.
-pub fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
+pub fn write(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
     Staged::new(path, bytes)?.commit()
 }
 
 /// Writes `bytes` to `path` all or nothing, replacing any entry but a
 /// directory there (see [`Staged::new_own`]).
-pub fn write_own(path: &Path, bytes: &[u8]) -> Result<(), String> {
+pub fn write_own(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
     Staged::new_own(path, bytes)?.commit()
 }
 
 /// Writes several files all or nothing: every one is staged first, and only
 /// when all are staged are they renamed into place.
-pub fn write_all(files: &[(PathBuf, Vec<u8>)]) -> Result<(), String> {
+pub fn write_all(files: &[(PathBuf, Vec<u8>)]) -> Result<(), WriteError> {
     let staged = files
         .iter()
         .map(|(p, b)| Staged::new(p, b))
@@ -154,7 +181,11 @@ mod tests {
             std::path::PathBuf::from("/dev/null"),
         ] {
             let e = write(&p, b"x").unwrap_err();
-            assert!(e.contains("not a regular file"), "{e}");
+            assert!(
+                matches!(&e, WriteError::NotARegularFile(at) if *at == p),
+                "{e:?}"
+            );
+            assert!(e.to_string().contains("not a regular file"), "{e}");
         }
         let meta = std::fs::symlink_metadata(&fifo).unwrap();
         assert!(!meta.is_file(), "the FIFO is still a FIFO");
