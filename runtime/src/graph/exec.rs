@@ -59,18 +59,56 @@ pub(crate) fn materialize(inner: &Inner, requested: &[Arc<Node>]) {
     }
 }
 
-/// Adds the live intermediates, lowers, compiles (through the cache) and
+/// Plans (the live intermediates added, the structure's fingerprint),
+/// then runs a cached plan, or lowers, compiles (through the cache) and
 /// executes; stores the results.
 fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> {
     let order = lower::topo_order(outputs)?;
-    // A deferred node referenced from outside this subgraph (a user's
-    // handle, or a pending node elsewhere) is materialized too.
+    add_live_intermediates(&order, outputs);
+    let platform = kernel_platform(inner);
+    // `order` is still this subgraph's: the outputs added above are nodes
+    // of it, so a walk from the longer list visits the same nodes in the
+    // same order.
+    let shape = plan::shape_of(&order, outputs, &format!("{} {platform}", inner.devices));
+    trace_subgraph(inner, &order, outputs);
+    drop(order);
+    // The fast path: a structure seen before runs its cached executable
+    // without lowering.
+    if let Some(shape) = &shape
+        && let Some(done) = run_planned(inner, shape, outputs)
+    {
+        return done;
+    }
+    let program = {
+        let _span = inner.tracer.span("lower");
+        let kernel_text =
+            |k: &VerifiedKernel, name: &str| kernel_function(inner, &platform, k, name);
+        lower::lower(outputs, inner.devices, &kernel_text)?
+    };
+    let executable = compile(inner, &program, &platform)?;
+    let results = execute(
+        inner,
+        &program.params,
+        program.outputs.len(),
+        &executable,
+        program.transposes,
+    )?;
+    if let Some(shape) = &shape {
+        remember_plan(inner, shape, &program, executable);
+    }
+    store(inner, &program.outputs, results)
+}
+
+/// Adds to `outputs` the deferred nodes of `order` referenced from outside
+/// this subgraph (a user's handle, or a pending node elsewhere): they are
+/// materialized now, not recomputed later.
+fn add_live_intermediates(order: &[lower::Pending], outputs: &mut Vec<Arc<Node>>) {
     // References from inside the subgraph, per node: per use, the user's
     // deferred state and the copy of its input list in `order`, plus the
     // user's tape when it is tracked (the same inputs); and a kernel
     // output's tape holding its later siblings.
     let mut internal: HashMap<u64, usize> = HashMap::new();
-    for (n, _, inputs) in &order {
+    for (n, _, inputs) in order {
         let taped = matches!(n.tape, Tape::Op { .. });
         for i in inputs {
             *internal.entry(i.id).or_default() += 2 + usize::from(taped);
@@ -81,7 +119,7 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
             }
         }
     }
-    for (n, op, _) in &order {
+    for (n, op, _) in order {
         let held = internal.get(&n.id).copied().unwrap_or(0);
         // One more reference: `order`'s own entry.
         let is_output = outputs.iter().any(|o| o.id == n.id);
@@ -92,62 +130,77 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
             outputs.push(n.clone());
         }
     }
+}
 
-    // The lowering of kernel calls: the platform's, or decomposed.
-    let platform = match inner.options.kernels {
+/// The lowering of kernel calls: the platform's, or decomposed.
+fn kernel_platform(inner: &Inner) -> String {
+    match inner.options.kernels {
         super::KernelLowering::Auto => inner.client.platform().to_string(),
         super::KernelLowering::Decomposed => "decomposed".to_string(),
-    };
-    // The fast path: a structure seen before runs its cached executable
-    // without lowering. `order` is still this subgraph's: the outputs
-    // added above are nodes of it, so a walk from the longer list visits
-    // the same nodes in the same order.
-    let salt = format!("{} {platform}", inner.devices);
-    let shape = plan::shape_of(&order, outputs, &salt);
-    if inner.tracer.is_on() {
-        let collectives = order.iter().filter(|(_, op, _)| op.is_collective()).count();
-        for (_, op, _) in order.iter().filter(|(_, op, _)| op.is_collective()) {
-            if let Some(mut s) = inner.tracer.span("collective") {
-                s.arg("op", op.name());
-            }
-        }
-        if let Some(mut s) = inner.tracer.span("subgraph") {
-            s.arg("nodes", order.len());
-            s.arg("outputs", outputs.len());
-            s.arg("collectives", collectives);
+    }
+}
+
+/// The trace's spans of a subgraph: its collectives and its size.
+fn trace_subgraph(inner: &Inner, order: &[lower::Pending], outputs: &[Arc<Node>]) {
+    if !inner.tracer.is_on() {
+        return;
+    }
+    let collectives = order.iter().filter(|(_, op, _)| op.is_collective()).count();
+    for (_, op, _) in order.iter().filter(|(_, op, _)| op.is_collective()) {
+        if let Some(mut s) = inner.tracer.span("collective") {
+            s.arg("op", op.name());
         }
     }
-    drop(order);
-    if let Some(shape) = &shape {
-        let cached = inner
-            .plans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&shape.fingerprint)
-            .cloned();
-        if let Some(p) = cached
-            && let Some(params) = plan::bind(&p, shape)
-        {
-            if let Some(mut s) = inner.tracer.span("cache lookup") {
-                s.arg("tier", "plan");
-            }
-            {
-                let mut s = inner.stats();
-                s.hits_memory += 1;
-                s.transposes += p.transposes.0;
-                s.transpose_bytes += p.transposes.1;
-            }
-            let results = execute(inner, &params, outputs.len(), &p.executable, p.transposes)?;
-            return store(inner, outputs, results);
-        }
+    if let Some(mut s) = inner.tracer.span("subgraph") {
+        s.arg("nodes", order.len());
+        s.arg("outputs", outputs.len());
+        s.arg("collectives", collectives);
     }
-    let kernel_text = |k: &VerifiedKernel, name: &str| -> Result<String, RuntimeError> {
-        kernel_function(inner, &platform, k, name)
-    };
-    let program = {
-        let _span = inner.tracer.span("lower");
-        lower::lower(outputs, inner.devices, &kernel_text)?
-    };
+}
+
+/// Runs the cached plan of a structure seen before, if its inputs bind;
+/// `None` when there is none (lower and compile instead).
+fn run_planned(
+    inner: &Inner,
+    shape: &plan::Shape,
+    outputs: &[Arc<Node>],
+) -> Option<Result<(), RuntimeError>> {
+    let cached = inner
+        .plans
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&shape.fingerprint)
+        .cloned()?;
+    let params = plan::bind(&cached, shape)?;
+    if let Some(mut s) = inner.tracer.span("cache lookup") {
+        s.arg("tier", "plan");
+    }
+    {
+        let mut s = inner.stats();
+        s.hits_memory += 1;
+        s.transposes += cached.transposes.0;
+        s.transpose_bytes += cached.transposes.1;
+    }
+    Some(
+        execute(
+            inner,
+            &params,
+            outputs.len(),
+            &cached.executable,
+            cached.transposes,
+        )
+        .and_then(|results| store(inner, outputs, results)),
+    )
+}
+
+/// The executable of `program`, through the compile cache (memory, disk,
+/// remote, or compiled now; the cache's error keeps its PJRT cause), with
+/// the host kernels it calls registered in this process on the CPU.
+fn compile(
+    inner: &Inner,
+    program: &lower::Program,
+    platform: &str,
+) -> Result<Arc<crate::pjrt::Executable>, RuntimeError> {
     let options = CompileOptions {
         num_replicas: inner.devices,
         num_partitions: 1,
@@ -202,30 +255,33 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
                 .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e))?;
         }
     }
-    let results = execute(
-        inner,
-        &program.params,
-        program.outputs.len(),
-        &lookup.executable,
-        program.transposes,
-    )?;
-    if let Some(shape) = &shape
-        && let Some(slots) = plan::slots(&program, shape)
-    {
-        let mut plans = inner.plans.lock().unwrap_or_else(|p| p.into_inner());
-        if plans.len() >= plan::CAPACITY {
-            plans.clear();
-        }
-        plans.insert(
-            shape.fingerprint,
-            Arc::new(plan::Plan {
-                executable: lookup.executable.clone(),
-                slots,
-                transposes: program.transposes,
-            }),
-        );
+    Ok(lookup.executable)
+}
+
+/// Keeps the executable as the plan of this structure (the memo is
+/// cleared when full: a program that records ever new structures must not
+/// grow it without bound).
+fn remember_plan(
+    inner: &Inner,
+    shape: &plan::Shape,
+    program: &lower::Program,
+    executable: Arc<crate::pjrt::Executable>,
+) {
+    let Some(slots) = plan::slots(program, shape) else {
+        return;
+    };
+    let mut plans = inner.plans.lock().unwrap_or_else(|p| p.into_inner());
+    if plans.len() >= plan::CAPACITY {
+        plans.clear();
     }
-    store(inner, &program.outputs, results)
+    plans.insert(
+        shape.fingerprint,
+        Arc::new(plan::Plan {
+            executable,
+            slots,
+            transposes: program.transposes,
+        }),
+    );
 }
 
 /// Stores each output's buffers in its node.
