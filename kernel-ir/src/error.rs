@@ -463,9 +463,9 @@ pub enum ErrorKind {
         "[foreign-tile] a tile or ref from another kernel builder (or one that was already finished) was used here; build every value of a kernel inside its own builder"
     )]
     ForeignTile,
-    /// A signature change after the kernel was finished or at a bad time.
+    /// The builder API used out of order or on the wrong thing.
     #[error("[builder] {0}")]
-    Builder(String),
+    Builder(BuilderMisuse),
     /// A generic kernel asked for a dtype it has no instance for (a
     /// `build_for` or a library builder).
     #[error(
@@ -607,4 +607,45 @@ fn or_list(dtypes: &[crate::DType]) -> String {
         Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
         None => "no dtype".to_string(),
     }
+}
+
+/// A misuse of the builder API ([`ErrorKind::Builder`]): what the
+/// `#[tpu_kernel]` macro never writes, but a hand-built kernel can.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BuilderMisuse {
+    /// `axis_index` of an axis the kernel's mesh does not have.
+    #[error("axis_index(\"{0}\"): the kernel's mesh has no axis `{0}`; declare it with `mesh`")]
+    UnknownMeshAxis(String),
+    /// An index map taking another number of grid indices than the grid has.
+    #[error(
+        "the index map takes {takes} grid indices but the grid has {grid_rank} dims; set the grid first and take one index per grid dim"
+    )]
+    IndexMapArity {
+        /// The indices the map takes.
+        takes: usize,
+        /// The grid's rank.
+        grid_rank: usize,
+    },
+    /// A declaration that only operands have (`what`: the method), made on
+    /// scratch or a semaphore.
+    #[error("{0} applies to operands only")]
+    NotAnOperand(&'static str),
+    /// Scalar prefetch moved out of SMEM.
+    #[error("scalar prefetch always lives in smem")]
+    PrefetchOutsideSmem,
+    /// A semaphore indexed by a range.
+    #[error("a semaphore is indexed by numbers or i32 scalars, not ranges")]
+    SemaphoreRange,
+    /// A region closed that was never opened.
+    #[error("no region is open")]
+    NoRegionOpen,
+    /// The kernel finished with a region still open.
+    #[error("a region was left open")]
+    RegionLeftOpen,
+    /// The builder's state was taken (finished twice, or from a panic).
+    #[error("the builder's state is gone")]
+    StateGone,
+    /// A value without a type and no error recorded for it (a builder bug).
+    #[error("a value has no type but no error was recorded")]
+    UntypedValue,
 }

@@ -120,7 +120,7 @@ pub(super) fn close(builder: u32, yields: &[Tile], loc: &Loc) -> Region {
             st.regions.pop().unwrap_or_default()
         } else {
             st.error(
-                ErrorKind::Builder("no region is open".into()),
+                ErrorKind::Builder(crate::BuilderMisuse::NoRegionOpen),
                 Some(loc.clone()),
             );
             Region::default()

@@ -198,10 +198,7 @@ impl SemArray {
                 _ => {
                     state::with(self.builder, |st| {
                         st.error(
-                            ErrorKind::Builder(
-                                "a semaphore is indexed by numbers or i32 scalars, not ranges"
-                                    .into(),
-                            ),
+                            ErrorKind::Builder(crate::BuilderMisuse::SemaphoreRange),
                             Some(loc.clone()),
                         )
                     });

@@ -235,12 +235,12 @@ impl KernelBuilder {
     pub fn finish(self) -> Result<Kernel, KernelErrors> {
         let st = state::remove(self.id).ok_or_else(|| {
             KernelErrors::from(crate::KernelError::from(ErrorKind::Builder(
-                "the builder's state is gone".into(),
+                crate::BuilderMisuse::StateGone,
             )))
         })?;
         let mut errors = st.errors;
         if st.regions.len() != 1 {
-            errors.push(ErrorKind::Builder("a region was left open".into()).into());
+            errors.push(ErrorKind::Builder(crate::BuilderMisuse::RegionLeftOpen).into());
         }
         if !errors.is_empty() {
             return Err(KernelErrors(errors));
@@ -248,7 +248,7 @@ impl KernelBuilder {
         let values: Option<Vec<TileType>> = st.values.into_iter().collect();
         let Some(values) = values else {
             return Err(KernelErrors(vec![
-                ErrorKind::Builder("a value has no type but no error was recorded".into()).into(),
+                ErrorKind::Builder(crate::BuilderMisuse::UntypedValue).into(),
             ]));
         };
         let mut kernel = st.sig;

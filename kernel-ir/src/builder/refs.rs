@@ -139,11 +139,16 @@ impl Ref {
     }
 
     /// Changes a declaration of an operand; other buffers get an error.
-    fn edit_operand(self, what: &str, loc: Loc, f: impl FnOnce(&mut crate::Operand)) -> Ref {
+    fn edit_operand(
+        self,
+        what: &'static str,
+        loc: Loc,
+        f: impl FnOnce(&mut crate::Operand),
+    ) -> Ref {
         state::with(self.builder, |st| match self.buffer {
             BufferRef::Operand(i) if i < st.sig.operands.len() => f(&mut st.sig.operands[i]),
             _ => st.error(
-                ErrorKind::Builder(format!("{what} applies to operands only")),
+                ErrorKind::Builder(crate::BuilderMisuse::NotAnOperand(what)),
                 Some(loc),
             ),
         });
@@ -166,9 +171,10 @@ impl Ref {
         if rank != G {
             state::with(self.builder, |st| {
                 st.error(
-                    ErrorKind::Builder(format!(
-                        "the index map takes {G} grid indices but the grid has {rank} dims; set the grid first and take one index per grid dim"
-                    )),
+                    ErrorKind::Builder(crate::BuilderMisuse::IndexMapArity {
+                        takes: G,
+                        grid_rank: rank,
+                    }),
                     Some(loc.clone()),
                 )
             });
@@ -263,7 +269,7 @@ impl Ref {
             }
             BufferRef::Scratch(i) if i < st.sig.scratch.len() => st.sig.scratch[i].space = space,
             _ => st.error(
-                ErrorKind::Builder("scalar prefetch always lives in smem".into()),
+                ErrorKind::Builder(crate::BuilderMisuse::PrefetchOutsideSmem),
                 Some(loc),
             ),
         });

@@ -312,8 +312,8 @@ pub fn axis_index(axis: &str) -> Tile {
             Some(a) => a,
             None => {
                 st.error(
-                    crate::ErrorKind::Builder(format!(
-                        "axis_index(\"{axis}\"): the kernel's mesh has no axis `{axis}`; declare it with `mesh`"
+                    crate::ErrorKind::Builder(crate::BuilderMisuse::UnknownMeshAxis(
+                        axis.to_string(),
                     )),
                     Some(loc),
                 );

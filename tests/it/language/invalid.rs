@@ -146,7 +146,16 @@ fn index_map_taking_fewer_grid_indices_than_the_grid_has() {
     k.grid([4, 2], [Parallel, Parallel]);
     k.input("x", F32, [32, 256]).block([8, 128], |[i]| (i, 0));
     let e = rejected(k.build());
-    assert!(e.any(|k| matches!(k, ErrorKind::Builder(m) if m.contains("takes 1 grid indices but the grid has 2"))), "{e}");
+    assert!(
+        e.any(|k| matches!(
+            k,
+            ErrorKind::Builder(kernel_ir::BuilderMisuse::IndexMapArity {
+                takes: 1,
+                grid_rank: 2
+            })
+        )),
+        "{e}"
+    );
 }
 
 #[test]
