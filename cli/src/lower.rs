@@ -158,7 +158,7 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
             entry: format!("file:{name}"),
             config: Vec::new(),
         };
-        let art = export::export_on(&kernel, &[], gpu).map_err(Failure::Run)?;
+        let art = export::export_on(&kernel, &[], gpu).map_err(|e| Failure::Run(e.into()))?;
         publish(dir, &export::artifact_files(&art, None, &prov))?;
         let devices = kernel
             .mesh

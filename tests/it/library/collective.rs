@@ -637,3 +637,17 @@ proptest! {
         }
     }
 }
+
+/// A kernel across chips exports for CPU and TPU, and `--gpu` is refused
+/// with a typed error naming it (a Triton program is one device's).
+#[test]
+fn a_kernel_across_chips_exports_without_gpu_platforms_only() {
+    let k = all_gather(DType::F32, 4, 8, 128).unwrap();
+    assert!(tooling::export::export_on(&k, &[], false).is_ok());
+    match tooling::export::export_on(&k, &[], true) {
+        Err(tooling::export::ExportError::AcrossChipsOnGpu { kernel }) => {
+            assert_eq!(kernel, k.name)
+        }
+        other => panic!("expected the across-chips refusal, got {:?}", other.err()),
+    }
+}

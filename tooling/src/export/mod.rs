@@ -292,24 +292,80 @@ pub fn publish(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(),
 /// ```no_run
 /// # let kernel: kernel_ir::VerifiedKernel = unimplemented!();
 /// tooling::export::write_kernel(&kernel, "my_kernel", &[], std::path::Path::new("out/my_kernel"))?;
-/// # Ok::<(), String>(())
+/// # Ok::<(), tooling::export::ExportError>(())
 /// ```
 pub fn write_kernel(
     kernel: &VerifiedKernel,
     name: &str,
     config: &[(String, String)],
     dir: &std::path::Path,
-) -> Result<(), String> {
+) -> Result<(), ExportError> {
     let prov = Provenance {
         entry: name.to_string(),
         config: config.to_vec(),
     };
     let files = artifact_files(&export(kernel)?, None, &prov);
-    publish(dir, &files).map_err(|e| e.to_string())
+    Ok(publish(dir, &files)?)
+}
+
+/// Why a kernel was not exported.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// A platform's lowering failed.
+    #[error(transparent)]
+    Lowering(#[from] lowering::LoweringError),
+    /// `--gpu` asked of a kernel across chips (a Triton program is one
+    /// device's).
+    #[error(
+        "`{kernel}` runs across chips; its GPU platforms are not exported (the Triton program is one device's): export it without --gpu"
+    )]
+    AcrossChipsOnGpu {
+        /// The kernel's name.
+        kernel: String,
+    },
+    /// A GPU platform's Triton program could not be made.
+    #[error("the {platform} platform of `{kernel}`: {source}")]
+    Triton {
+        /// The platform (`cuda`, `rocm`).
+        platform: &'static str,
+        /// The kernel's name.
+        kernel: String,
+        /// Triton's or the GPU lowering's error.
+        source: Box<runtime::triton::TritonError>,
+    },
+    /// A fixed input whose value does not match the program's input.
+    #[error(
+        "fixed input {index} of `{kernel}` is {dtype:?} {shape:?}, but the program's input is {found}"
+    )]
+    FixedInput {
+        /// The kernel's name.
+        kernel: String,
+        /// The input's index.
+        index: usize,
+        /// The value's dtype.
+        dtype: kernel_ir::DType,
+        /// The value's shape.
+        shape: Vec<usize>,
+        /// The program's input there (or none).
+        found: String,
+    },
+    /// The kernel's steps for the PyTorch loader (`triton.json`).
+    #[error("{0}")]
+    Steps(String),
+    /// The artifact's folder could not be written (nothing was).
+    #[error(transparent)]
+    Write(#[from] StageError),
+}
+
+/// For the callers that report in words.
+impl From<ExportError> for String {
+    fn from(e: ExportError) -> String {
+        e.to_string()
+    }
 }
 
 /// Exports `kernel` (see the module docs).
-pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
+pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, ExportError> {
     export_fixed(kernel, &[])
 }
 
@@ -317,7 +373,10 @@ pub fn export(kernel: &VerifiedKernel) -> Result<Artifact, String> {
 /// into the module as constants: its `@main` takes the other arguments
 /// only (an entry's [`kernels::entry::FixedInputs`], such as a mask's
 /// block tables).
-pub fn export_fixed(kernel: &VerifiedKernel, fixed: &[(usize, Array)]) -> Result<Artifact, String> {
+pub fn export_fixed(
+    kernel: &VerifiedKernel,
+    fixed: &[(usize, Array)],
+) -> Result<Artifact, ExportError> {
     export_on(kernel, fixed, false)
 }
 
@@ -327,35 +386,31 @@ pub fn export_on(
     kernel: &VerifiedKernel,
     fixed: &[(usize, Array)],
     gpu: bool,
-) -> Result<Artifact, String> {
-    let err = |e: lowering::LoweringError| e.to_string();
+) -> Result<Artifact, ExportError> {
     // A kernel across chips is called per shard inside `jax.shard_map`,
     // whose program is partitioned: its CPU branch numbers devices by
     // partition.
-    let cpu = lowering::decomposed_as(kernel, lowering::Spmd::Partitions).map_err(err)?;
-    let tpu = lowering::tpu_custom_call(kernel).map_err(err)?.module;
+    let cpu = lowering::decomposed_as(kernel, lowering::Spmd::Partitions)?;
+    let tpu = lowering::tpu_custom_call(kernel)?.module;
     let mut branches = vec![
-        (
-            "cpu",
-            lowering::private_function(&cpu, "tessera_cpu").map_err(err)?,
-        ),
-        (
-            "tpu",
-            lowering::private_function(&tpu, "tessera_tpu").map_err(err)?,
-        ),
+        ("cpu", lowering::private_function(&cpu, "tessera_cpu")?),
+        ("tpu", lowering::private_function(&tpu, "tessera_tpu")?),
     ];
     if gpu {
         if kernel.mesh.is_some() {
-            return Err(format!(
-                "`{}` runs across chips; its GPU platforms are not exported (the Triton program is one device's): export it without --gpu",
-                kernel.name
-            ));
+            return Err(ExportError::AcrossChipsOnGpu {
+                kernel: kernel.name.clone(),
+            });
         }
         for (platform, target) in GPU_PLATFORMS {
-            let module = runtime::triton::custom_call_module(kernel, target)
-                .map_err(|e| format!("the {platform} platform of `{}`: {e}", kernel.name))?;
-            let f =
-                lowering::private_function(&module, &format!("tessera_{platform}")).map_err(err)?;
+            let module = runtime::triton::custom_call_module(kernel, target).map_err(|e| {
+                ExportError::Triton {
+                    platform,
+                    kernel: kernel.name.clone(),
+                    source: Box::new(e),
+                }
+            })?;
+            let f = lowering::private_function(&module, &format!("tessera_{platform}"))?;
             branches.push((platform, f));
         }
     }
@@ -369,7 +424,7 @@ pub fn export_on(
         .collect();
     let mut art = multi_platform(&kernel.name, &ins, &outs, &branches, fixed)?;
     if gpu {
-        art.steps = Some(kernel_steps(kernel, fixed)?);
+        art.steps = Some(kernel_steps(kernel, fixed).map_err(ExportError::Steps)?);
     }
     art.mesh = kernel
         .mesh
@@ -391,19 +446,20 @@ fn multi_platform(
     outs: &Signature,
     branches: &[(&str, String)],
     fixed: &[(usize, Array)],
-) -> Result<Artifact, String> {
-    let err = |e: lowering::LoweringError| e.to_string();
+) -> Result<Artifact, ExportError> {
     for (i, a) in fixed {
         match ins.get(*i) {
             Some((n, shape, d)) if shape.as_slice() == a.shape() && *d == a.dtype() => {
                 let _ = n;
             }
             other => {
-                return Err(format!(
-                    "fixed input {i} of `{name}` is {:?} {:?}, but the program's input is {other:?}",
-                    a.dtype(),
-                    a.shape()
-                ));
+                return Err(ExportError::FixedInput {
+                    kernel: name.to_string(),
+                    index: *i,
+                    dtype: a.dtype(),
+                    shape: a.shape().to_vec(),
+                    found: format!("{other:?}"),
+                });
             }
         }
     }
@@ -502,7 +558,7 @@ fn multi_platform(
     }
     m += "}\n";
     // Checked by MLIR: it parses (and its @main can be embedded again).
-    lowering::private_function(&m, "main").map_err(err)?;
+    lowering::private_function(&m, "main")?;
     let entries = |sig: &Signature| -> Vec<String> {
         sig.iter()
             .map(|(n, s, d)| manifest_entry(n, s, *d))
