@@ -174,7 +174,7 @@ pub fn masked(args: &[String]) -> Result<(), Failure> {
         dir.display()
     );
     if a.flag("cost") {
-        let c = tooling::cost::cost(&kernel, &args).map_err(Failure::Run)?;
+        let c = tooling::cost::cost(&kernel, &args).map_err(|e| Failure::Run(e.to_string()))?;
         println!("{}", c.to_json());
     }
     Ok(())

@@ -326,9 +326,9 @@ pub fn estimate_for_tpu(
         [TPU_CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"],
     )
     .with_env(TPU_CHILD_ENV, "1");
-    let cost = tooling::cost::cost(kernel, args).map_err(|message| EstimateError::Cost {
+    let cost = tooling::cost::cost(kernel, args).map_err(|source| EstimateError::Cost {
         kernel: kernel.name.clone(),
-        message,
+        source,
     })?;
     tooling::estimate::estimate_kernel(&child, kernel, &cost, target).map_err(|source| {
         EstimateError::Estimate {
@@ -347,12 +347,12 @@ pub enum EstimateError {
     NoTestBinary(std::io::Error),
     /// The kernel did not run on the interpreter with the sample
     /// arguments (their traffic and flops are what the guards compare).
-    #[error("`{kernel}`: counting its traffic on the interpreter: {message}")]
+    #[error("`{kernel}`: counting its traffic on the interpreter: {source}")]
     Cost {
         /// The kernel's name.
         kernel: String,
         /// The interpreter's error.
-        message: String,
+        source: Box<kernel_ir::KernelError>,
     },
     /// Lowering, libtpu or its profiler failed in the child process.
     #[error(

@@ -140,10 +140,14 @@ impl Cost {
 }
 
 /// The traffic and flops of `kernel` on `inputs` (as
-/// [`kernel_ir::interpret`] takes them).
-pub fn cost(kernel: &VerifiedKernel, inputs: &[Array]) -> Result<Cost, String> {
-    let (_, trace) = kernel_ir::interpret_traced(kernel, inputs, &InterpOptions::default())
-        .map_err(|e| e.to_string())?;
+/// [`kernel_ir::interpret`] takes them); the interpreter's error when it
+/// does not run.
+pub fn cost(
+    kernel: &VerifiedKernel,
+    inputs: &[Array],
+) -> Result<Cost, Box<kernel_ir::KernelError>> {
+    let (_, trace) =
+        kernel_ir::interpret_traced(kernel, inputs, &InterpOptions::default()).map_err(Box::new)?;
     Ok(cost_of(kernel, trace))
 }
 
@@ -268,10 +272,14 @@ impl MeshCost {
     }
 }
 
-/// [`MeshCost`] of `kernel` on `inputs[d]` for device `d`.
-pub fn mesh_cost(kernel: &VerifiedKernel, inputs: &[Vec<Array>]) -> Result<MeshCost, String> {
-    let run = kernel_ir::interpret_mesh(kernel, inputs, &InterpOptions::default())
-        .map_err(|e| e.to_string())?;
+/// [`MeshCost`] of `kernel` on `inputs[d]` for device `d`; the
+/// interpreter's error when it does not run.
+pub fn mesh_cost(
+    kernel: &VerifiedKernel,
+    inputs: &[Vec<Array>],
+) -> Result<MeshCost, Box<kernel_ir::KernelError>> {
+    let run =
+        kernel_ir::interpret_mesh(kernel, inputs, &InterpOptions::default()).map_err(Box::new)?;
     let trace = run.traces.into_iter().next().unwrap_or_default();
     Ok(MeshCost {
         device: cost_of(kernel, trace),
