@@ -28,6 +28,79 @@ use crate::atomic_file;
 /// Checkpoints kept on disk (older ones are removed after a save).
 pub const KEEP: usize = 3;
 
+/// Why a checkpoint was not written, or a checkpoint directory not
+/// taken or cleared (the messages are what `tessera train` prints).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// A file operation in the directory failed.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// `create`, `remove`, `sync` or `read`.
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// A checkpoint's file was not written (nothing of it was).
+    #[error(transparent)]
+    Write(#[from] atomic_file::WriteError),
+    /// The directory given cannot be created.
+    #[error("--checkpoint-dir {}: cannot create it: {source}", dir.display())]
+    DirNotCreated {
+        /// The directory.
+        dir: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The directory given cannot be written (its lock file cannot be opened).
+    #[error("--checkpoint-dir {} is not writable: {source}", dir.display())]
+    DirNotWritable {
+        /// The directory.
+        dir: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// Another run holds the directory.
+    #[error(
+        "--checkpoint-dir {} is in use by another tessera train (it holds {}); wait for it or give another directory",
+        dir.display(),
+        lock.display()
+    )]
+    DirInUse {
+        /// The directory.
+        dir: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
+    },
+    /// A tensor that is not f32.
+    #[error("tensor `{name}` is {dtype}; checkpoints hold f32")]
+    NotF32 {
+        /// The tensor's name.
+        name: String,
+        /// Its dtype.
+        dtype: DType,
+    },
+}
+
+impl CheckpointError {
+    fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError {
+        let path = path.to_path_buf();
+        move |source| CheckpointError::Io {
+            action,
+            path,
+            source,
+        }
+    }
+}
+
+/// For the callers that report in words.
+impl From<CheckpointError> for String {
+    fn from(e: CheckpointError) -> String {
+        e.to_string()
+    }
+}
+
 const FORMAT: &str = "tessera-checkpoint-1";
 
 /// Everything a resumed run needs.
@@ -55,10 +128,10 @@ pub struct Checkpoint {
 /// pointing at removed tensors): a run started over (`--no-resume`) must
 /// not leave an older run's checkpoints to be mixed with its own. Returns
 /// how many were removed.
-pub fn remove_all(dir: &Path) -> Result<usize, String> {
+pub fn remove_all(dir: &Path) -> Result<usize, CheckpointError> {
     let all = manifests(dir)?;
     for (_, m) in &all {
-        std::fs::remove_file(m).map_err(|e| format!("cannot remove {}: {e}", m.display()))?;
+        std::fs::remove_file(m).map_err(CheckpointError::io("remove", m))?;
     }
     sync_dir(dir)?;
     for (step, _) in &all {
@@ -72,15 +145,15 @@ fn stem(step: u64) -> String {
 }
 
 /// The tensors in the safetensors layout.
-pub fn encode_safetensors(tensors: &[(String, Array)]) -> Result<Vec<u8>, String> {
+pub fn encode_safetensors(tensors: &[(String, Array)]) -> Result<Vec<u8>, CheckpointError> {
     let mut header = serde_json::Map::new();
     let mut data = Vec::new();
     for (name, a) in tensors {
         if a.dtype() != DType::F32 {
-            return Err(format!(
-                "tensor `{name}` is {}; checkpoints hold f32",
-                a.dtype()
-            ));
+            return Err(CheckpointError::NotF32 {
+                name: name.clone(),
+                dtype: a.dtype(),
+            });
         }
         let bytes = a.to_le_bytes();
         let start = data.len();
@@ -164,16 +237,16 @@ pub fn decode_safetensors(bytes: &[u8]) -> Result<Vec<(String, Array)>, String> 
 }
 
 /// Syncs a directory, so renames in it survive a crash.
-fn sync_dir(dir: &Path) -> Result<(), String> {
+fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| format!("cannot sync {}: {e}", dir.display()))
+        .map_err(CheckpointError::io("sync", dir))
 }
 
 /// Writes `ck` into `dir` (created if missing), atomically; removes all
 /// but the newest [`KEEP`] checkpoints. Returns the manifest's path.
-pub fn save(dir: &Path, ck: &Checkpoint) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+pub fn save(dir: &Path, ck: &Checkpoint) -> Result<PathBuf, CheckpointError> {
+    std::fs::create_dir_all(dir).map_err(CheckpointError::io("create", dir))?;
     let bytes = encode_safetensors(&ck.tensors)?;
     let name = stem(ck.step);
     let tensors = dir.join(format!("{name}.safetensors"));
@@ -215,24 +288,28 @@ pub struct DirLock {
 /// (which gets an error naming the directory), and removes the temporary
 /// files saves killed mid-write left behind (safe now that no other run
 /// can be writing here).
-pub fn lock_dir(dir: &Path) -> Result<DirLock, String> {
+pub fn lock_dir(dir: &Path) -> Result<DirLock, CheckpointError> {
     use std::os::fd::AsRawFd;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| format!("--checkpoint-dir {}: cannot create it: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|source| CheckpointError::DirNotCreated {
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     let path = dir.join(".lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|e| format!("--checkpoint-dir {} is not writable: {e}", dir.display()))?;
+        .map_err(|source| CheckpointError::DirNotWritable {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
     // SAFETY: a valid open descriptor; flock has no memory effects.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(format!(
-            "--checkpoint-dir {} is in use by another tessera train (it holds {}); wait for it or give another directory",
-            dir.display(),
-            path.display()
-        ));
+        return Err(CheckpointError::DirInUse {
+            dir: dir.to_path_buf(),
+            lock: path,
+        });
     }
     if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.filter_map(Result::ok) {
@@ -247,11 +324,11 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock, String> {
 }
 
 /// The steps of the manifests in `dir`, newest first.
-fn manifests(dir: &Path) -> Result<Vec<(u64, PathBuf)>, String> {
+fn manifests(dir: &Path) -> Result<Vec<(u64, PathBuf)>, CheckpointError> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
+        Err(e) => return Err(CheckpointError::io("read", dir)(e)),
     };
     let mut v: Vec<(u64, PathBuf)> = rd
         .filter_map(Result::ok)
@@ -269,7 +346,7 @@ fn manifests(dir: &Path) -> Result<Vec<(u64, PathBuf)>, String> {
     Ok(v)
 }
 
-fn prune(dir: &Path) -> Result<(), String> {
+fn prune(dir: &Path) -> Result<(), CheckpointError> {
     for (step, manifest) in manifests(dir)?.into_iter().skip(KEEP) {
         // Manifest first: a checkpoint is never left half-removed with a
         // manifest that points at nothing.
@@ -639,5 +716,20 @@ mod tests {
         }
         let good = encode_safetensors(&ck(1).tensors).unwrap();
         assert_eq!(decode_safetensors(&good).unwrap(), ck(1).tensors);
+    }
+
+    #[test]
+    fn a_held_directory_is_refused_naming_its_lock() {
+        let d = dir("held");
+        let _held = lock_dir(&d).unwrap();
+        match lock_dir(&d) {
+            Err(CheckpointError::DirInUse { dir, lock }) => {
+                assert_eq!((dir, lock), (d.clone(), d.join(".lock")));
+            }
+            other => panic!("expected DirInUse, got {other:?}"),
+        }
+        let e = encode_safetensors(&[("x".into(), Array::zeros(DType::BF16, [2]))]);
+        assert!(matches!(e, Err(CheckpointError::NotF32 { .. })), "{e:?}");
+        let _ = std::fs::remove_dir_all(&d);
     }
 }
