@@ -174,21 +174,6 @@ pub fn rms_norm_bwd(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
     rms_norm_bwd::build_for(c.dtype, c.block_rows, c.eps, dims)
 }
 
-/// Config of [`layer_norm()`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct LayerNormConfig {
-    /// Array rows.
-    pub rows: usize,
-    /// Array columns (normalized over).
-    pub cols: usize,
-    /// Rows per block.
-    pub block_rows: usize,
-    /// Added to the variance.
-    pub eps: f32,
-    /// Element type of x and o (math runs in f32; gamma and beta are f32).
-    pub dtype: DType,
-}
-
 /// Layer norm over the last dim: `(x − mean) / sqrt(var + eps) · gamma +
 /// beta`, with rank-1 gamma and beta broadcast over the rows of a block.
 #[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (parallel,))]
@@ -217,7 +202,7 @@ pub fn layer_norm<T: Float>(
 }
 
 /// The [`layer_norm`](mod@layer_norm) kernel for a config.
-pub fn layer_norm(c: &LayerNormConfig) -> Result<VerifiedKernel, KernelErrors> {
+pub fn layer_norm(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
     let dims = layer_norm::Dims {
         rows: c.rows,
         cols: c.cols,
@@ -389,16 +374,7 @@ pub const LAYER_NORM: Entry = Entry {
             ("beta", vec![256]),
         ])
     },
-    build: |c, s| {
-        let [rows, cols] = dims(&s[0], "x")?;
-        Ok(layer_norm(&LayerNormConfig {
-            rows,
-            cols,
-            block_rows: c.usize("block_rows")?.min(rows),
-            eps: c.f32("eps")?,
-            dtype: c.dtype("dtype")?,
-        })?)
-    },
+    build: |c, s| Ok(layer_norm(&norm_config(c, &s[0])?)?),
     reference: |c, a| {
         Ok(vec![reference::layer_norm(
             &a[0],

@@ -10,7 +10,7 @@ use kernel_ir::{
     Index, IndexExpr, IndexValue, Kernel, OpKind, Region, SplitMix64, TileType, ValueId,
 };
 use kernels::foundation::*;
-use kernels::norm::{LayerNormConfig, layer_norm};
+use kernels::norm::{NormConfig, layer_norm};
 
 use crate::random_kernel::RandomKernel;
 
@@ -38,7 +38,7 @@ pub fn seed_kernels() -> Vec<Kernel> {
         })
         .unwrap()
         .into_kernel(),
-        layer_norm(&LayerNormConfig {
+        layer_norm(&NormConfig {
             rows: 16,
             cols: 128,
             block_rows: 8,

@@ -4,7 +4,7 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
 use kernels::foundation::{AddConfig, MatmulConfig, SoftmaxConfig};
-use kernels::norm::LayerNormConfig;
+use kernels::norm::NormConfig;
 
 /// Tiled elementwise `o = x + y` over a 2-D grid of blocks. Partial last
 /// blocks are allowed: their padding is computed and dropped.
@@ -93,7 +93,7 @@ pub fn softmax(c: &SoftmaxConfig) -> Result<VerifiedKernel, KernelErrors> {
 
 /// Layer norm over the last dim: `(x − mean) / sqrt(var + eps) · gamma +
 /// beta`, with rank-1 gamma and beta broadcast over the rows of a block.
-pub fn layer_norm(c: &LayerNormConfig) -> Result<VerifiedKernel, KernelErrors> {
+pub fn layer_norm(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
     let mut k = KernelBuilder::new("layer_norm");
     k.grid([cdiv(c.rows, c.block_rows)], [Parallel]);
     let block = [c.block_rows, c.cols];

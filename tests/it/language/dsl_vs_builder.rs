@@ -3,7 +3,7 @@
 
 use kernel_ir::prelude::*;
 use kernels::foundation::{self as dsl, AddConfig, MatmulConfig, SoftmaxConfig};
-use kernels::norm::{self, LayerNormConfig};
+use kernels::norm::{self, NormConfig};
 
 use crate::language::builder_kernels as builder;
 
@@ -76,7 +76,7 @@ fn softmax_matches_builder() {
 
 #[test]
 fn layer_norm_matches_builder() {
-    let c = LayerNormConfig {
+    let c = NormConfig {
         rows: 64,
         cols: 256,
         block_rows: 8,

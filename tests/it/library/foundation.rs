@@ -4,7 +4,7 @@ use kernel_ir::prelude::*;
 use kernel_ir::{InterpOptions, interpret_with};
 use kernels::check::{ErrorStats, Tolerance};
 use kernels::foundation::*;
-use kernels::norm::{LayerNormConfig, layer_norm};
+use kernels::norm::{NormConfig, layer_norm};
 use kernels::reference;
 use proptest::prelude::*;
 
@@ -132,7 +132,7 @@ fn softmax_matches_reference() {
 
 #[test]
 fn layer_norm_matches_reference() {
-    let c = LayerNormConfig {
+    let c = NormConfig {
         rows: 40,
         cols: 256,
         block_rows: 8,

@@ -6,7 +6,7 @@ use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
 use kernels::check::Tolerance;
 use kernels::foundation::*;
-use kernels::norm::{LayerNormConfig, layer_norm};
+use kernels::norm::{NormConfig, layer_norm};
 use kernels::reference;
 use proptest::prelude::*;
 
@@ -88,7 +88,7 @@ proptest! {
     ) {
         let dtype = if bf { BF16 } else { F32 };
         let tile = 8 * dtype.packing();
-        let c = LayerNormConfig { rows: rb * tile + extra, cols: cb * 128, block_rows: tile, eps: 1e-5, dtype };
+        let c = NormConfig { rows: rb * tile + extra, cols: cb * 128, block_rows: tile, eps: 1e-5, dtype };
         let x = Array::random(dtype, [c.rows, c.cols], seed, -3.0, 5.0);
         let g = Array::random(F32, [c.cols], seed + 1, 0.5, 1.5);
         let b = Array::random(F32, [c.cols], seed + 2, -1.0, 1.0);
@@ -155,7 +155,7 @@ fn builder_foundation_kernels_on_every_path() {
     )
     .unwrap();
 
-    let c = LayerNormConfig {
+    let c = NormConfig {
         rows: 40,
         cols: 256,
         block_rows: 8,

@@ -3,7 +3,7 @@
 
 use kernel_ir::prelude::*;
 use kernels::foundation::*;
-use kernels::norm::{LayerNormConfig, layer_norm};
+use kernels::norm::{NormConfig, layer_norm};
 
 #[test]
 fn add_ir() {
@@ -64,7 +64,7 @@ fn softmax_ir() {
 
 #[test]
 fn layer_norm_ir() {
-    let k = layer_norm(&LayerNormConfig {
+    let k = layer_norm(&NormConfig {
         rows: 64,
         cols: 256,
         block_rows: 8,
