@@ -292,11 +292,12 @@ body:
     )
 }
 
-/// A long straight-line body still compiles on every path (the JIT at -O0
-/// past `OPTIMIZED_OPS`, where -O3 took 18 s for 1,000 ops) and gives `x`
-/// back; one past `limits::MAX_HOST_OPS` is refused by the JIT and the
-/// PJRT FFI path with a `[limit]` error naming the limit, while the
-/// interpreter and the decomposed path run it.
+/// A long straight-line body still compiles on every path and gives `x`
+/// back (500 ops: the JIT's module stays below its `OPTIMIZED_OPS`, so it
+/// is compiled at -O3, the costly part of this test); one past
+/// `limits::MAX_HOST_OPS` is refused by the JIT and the PJRT FFI path with
+/// a `[limit]` error naming the limit, while the interpreter and the
+/// decomposed path run it.
 #[test]
 fn long_bodies_compile_or_are_refused_by_the_limit() {
     let x: Vec<f32> = (0..8 * 128).map(|i| (i % 7) as f32 - 3.0).collect();
