@@ -117,7 +117,7 @@ pub(crate) fn check_heads(h: usize, hkv: usize) -> Result<(), KernelErrors> {
 /// own block when it has work, else the nearest block of `i` that has, so
 /// a skipped step fetches nothing new ([`AttnConfig::key_blocks`] decides
 /// both).
-pub(crate) fn kv_block(
+fn kv_block(
     cfg: &AttnConfig,
     (i, sq): (IndexExpr, usize),
     j: IndexExpr,

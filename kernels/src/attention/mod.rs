@@ -89,13 +89,13 @@ use crate::graph::build_error;
 
 /// One grid step's q, k and v windows.
 #[derive(Clone, Copy)]
-pub(crate) struct Qkv {
+struct Qkv {
     /// The q block.
-    pub(crate) q: Ref,
+    q: Ref,
     /// The k block.
-    pub(crate) k: Ref,
+    k: Ref,
     /// The v block.
-    pub(crate) v: Ref,
+    v: Ref,
 }
 
 /// One (q block, k block) step of the forward pass, the whole of its
