@@ -1,10 +1,13 @@
 //! A small PJRT program for leak checking: load the plugin, create a
 //! client, move buffers of every dtype in and out, compile and run a
-//! module (twice), and free everything. Run it under valgrind:
+//! module (twice), and free everything. `tests/leaks/run.sh` runs it under
+//! valgrind (the dev build, its debug info stripped: valgrind 3.19 cannot
+//! read DWARF 5):
 //!
 //! ```text
-//! cargo build --release -p tessera-runtime --example pjrt_lifecycle
-//! valgrind --leak-check=full target/release/examples/pjrt_lifecycle
+//! cargo build --workspace --example pjrt_lifecycle
+//! objcopy --strip-debug target/debug/examples/pjrt_lifecycle /tmp/pjrt_lifecycle
+//! valgrind --leak-check=full /tmp/pjrt_lifecycle
 //! ```
 //!
 //! Everything Tessera allocates is freed before `main` returns; what
