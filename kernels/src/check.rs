@@ -86,30 +86,3 @@ impl fmt::Display for ErrorStats {
         )
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kernel_ir::DType;
-
-    #[test]
-    fn nan_never_passes() {
-        let a = Array::new(DType::F32, [2], vec![1.0, f64::NAN]).unwrap();
-        let s = ErrorStats::between(&a, &[1.0, 1.0], Tolerance { abs: 1e9, rel: 1e9 });
-        assert!(!s.passes());
-        assert_eq!(s.nan_count, 1);
-    }
-
-    #[test]
-    fn tolerance_is_abs_plus_rel() {
-        let a = Array::new(DType::F32, [2], vec![1.0, 100.5]).unwrap();
-        let t = Tolerance {
-            abs: 0.1,
-            rel: 0.004,
-        };
-        assert!(ErrorStats::between(&a, &[1.05, 100.0], t).passes());
-        assert!(!ErrorStats::between(&a, &[1.2, 100.0], t).passes());
-        let b = Array::new(DType::F32, [1], vec![1.0]).unwrap();
-        assert!(!ErrorStats::between(&b, &[1.0, 2.0], t).passes());
-    }
-}

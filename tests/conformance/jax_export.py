@@ -49,6 +49,17 @@ def reference(q, k, v, window):
     return (p / p.sum(-1, keepdims=True)) @ v, lse
 
 
+def max_abs(a, b):
+    """max |a - b| in float64 on the host (numpy: an eager jnp op would
+    compile an XLA program per op and shape)."""
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+
+
+def max_rel(a, b):
+    """max |a - b| / max |b| in float64 on the host."""
+    return max_abs(a, b) / float(np.abs(np.asarray(b, np.float64)).max())
+
+
 def jax_reference(q, k, v, window):
     """The same attention in jnp (f32), for JAX's own autodiff."""
     q, k, v = (x.astype(jnp.float32) for x in (q, k, v))
@@ -82,7 +93,7 @@ def main():
             # jax's attention takes [b, s, h, d].
             t = lambda x: x.transpose(0, 2, 1, 3)
             local = window if window is not None else None
-            jo = t(jax.nn.dot_product_attention(t(q), t(k), t(v), is_causal=True, local_window_size=local))
+            jo = jax.jit(lambda q, k, v: t(jax.nn.dot_product_attention(t(q), t(k), t(v), is_causal=True, local_window_size=local)))(q, k, v)
             ro, rlse = reference(q, k, v, window)
             err_jax = float(np.abs(np.asarray(o, np.float64) - np.asarray(jo, np.float64)).max())
             err_ref = float(np.abs(np.asarray(o, np.float64) - ro).max())
@@ -102,8 +113,8 @@ def main():
                     return (o.astype(jnp.float32) * wo).sum() + (lse * wl).sum()
                 return l
             gt = jax.jit(jax.grad(loss(exp.call), argnums=(0, 1, 2)))(q, k, v)
-            gj = jax.grad(loss(lambda q, k, v: jax_reference(q, k, v, window)), argnums=(0, 1, 2))(q, k, v)
-            errs = [float(jnp.abs(a.astype(jnp.float32) - b).max() / jnp.abs(b).max()) for a, b in zip(gt, gj)]
+            gj = jax.jit(jax.grad(loss(lambda q, k, v: jax_reference(q, k, v, window)), argnums=(0, 1, 2)))(q, k, v)
+            errs = [max_rel(a, b) for a, b in zip(gt, gj)]
             gok = max(errs) <= {"float32": 1e-4, "bfloat16": 2e-2}[dtype]
             lines.append(f"  - jax.grad (dq, dk, dv) against JAX's autodiff of the reference, max error / max |grad|: {', '.join(f'{e:.1e}' for e in errs)}: {'ok' if gok else 'FAILED'}")
             if not gok:
@@ -158,11 +169,11 @@ def main():
             w = jnp.asarray(rng.standard_normal(exp.out_avals[0].shape), jnp.float32)
             loss = lambda f: (lambda *a: (f(*a)[0].astype(jnp.float32) * w).sum())
             o = jax.jit(exp.call)(*args)[0]
-            e_fwd = float(jnp.abs(o.astype(jnp.float32) - ref(*args)[0]).max())
+            e_fwd = max_abs(o, jax.jit(ref)(*args)[0])
             n = len(args)
             gt = jax.jit(jax.grad(loss(exp.call), argnums=tuple(range(n))))(*args)
-            gj = jax.grad(loss(ref), argnums=tuple(range(n)))(*args)
-            errs = [float(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)).max() / jnp.abs(b.astype(jnp.float32)).max()) for a, b in zip(gt, gj)]
+            gj = jax.jit(jax.grad(loss(ref), argnums=tuple(range(n))))(*args)
+            errs = [max_rel(a, b) for a, b in zip(gt, gj)]
             tol = {"float32": 1e-4, "bfloat16": 3e-2}[dtype]
             ok = e_fwd <= tol * 10 and max(errs) <= tol
             lines.append(f"- {case}: max |o - jnp reference| {e_fwd:.1e}; jax.grad against JAX's autodiff, max error / max |grad|: {', '.join(f'{e:.1e}' for e in errs)}: {'ok' if ok else 'FAILED'}")
@@ -330,9 +341,9 @@ def masked_checks(tessera, out, lines):
                 return (o.astype(jnp.float32) * wo).sum() + jnp.where(live, lse * wl, 0.0).sum()
             return l
         gt = jax.jit(jax.grad(loss(lambda q, k, v: exp.call(q, k, v, q_seg, kv_seg)), argnums=(0, 1, 2)))(q, k, v)
-        gj = jax.grad(loss(lambda q, k, v: masked_reference_jnp(q, k, v, vis[None], cap)), argnums=(0, 1, 2))(q, k, v)
-        errs = [float(jnp.abs(a.astype(jnp.float32) - b).max() / jnp.abs(b).max()) for a, b in zip(gt, gj)]
-        gok = max(errs) <= (1e-4 if tol < 1e-3 else 3e-2) and not any(bool(jnp.isnan(a.astype(jnp.float32)).any()) for a in gt)
+        gj = jax.jit(jax.grad(loss(lambda q, k, v: masked_reference_jnp(q, k, v, vis[None], cap)), argnums=(0, 1, 2)))(q, k, v)
+        errs = [max_rel(a, b) for a, b in zip(gt, gj)]
+        gok = max(errs) <= (1e-4 if tol < 1e-3 else 3e-2) and not any(bool(np.isnan(np.asarray(a, np.float32)).any()) for a in gt)
         lines.append(f"  - jax.grad (dq, dk, dv) against JAX's autodiff of the jnp reference, max error / max |grad|: {', '.join(f'{e:.1e}' for e in errs)}: {'ok' if gok else 'FAILED'}")
         if not gok:
             failures.append(f"masked {case} (grad)")
@@ -372,9 +383,10 @@ def directional_checks(tessera, out, lines):
         g = jax.jit(jax.grad(f, argnums=tuple(range(len(xs)))))(*xs)
         # The projection summed in float64, so the difference measures the
         # outputs' change, not float32 summation noise.
+        call = jax.jit(exp.call)
         def f64(*a):
             return sum(float((np.asarray(o, np.float64) * np.asarray(w, np.float64)).sum())
-                       for o, w in zip(jax.jit(exp.call)(*a), ws))
+                       for o, w in zip(call(*a), ws))
         # One input at a time: the components can be large and of opposite
         # signs, and their sum small.
         h, errs = 1e-3, []
@@ -511,9 +523,9 @@ def whole_or_refused(tessera, out, lines):
                     s = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(q.shape[-1])
                     return (jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, -1), v), None)
                 return jax_reference(q, k, v, None)
-            g = jax.grad(loss_of(exp.call))(q)
-            gr = jax.grad(loss_of(ref))(q)
-            err = float(jnp.abs(g - gr).max() / jnp.abs(gr).max())
+            g = jax.jit(jax.grad(loss_of(exp.call)))(q)
+            gr = jax.jit(jax.grad(loss_of(ref)))(q)
+            err = max_rel(g, gr)
             if err > 1e-4:
                 bad += 1
     ok = bad == 0

@@ -19,7 +19,8 @@
 # and libtpu 0.0.51, the newest supported, beside 0.11.2 and 0.0.48.1.
 # Writes target/conformance/report.md listing every remaining difference
 # with its reason; exits non-zero on a failed check or an unexplained
-# difference.
+# difference. The checks run side by side (one per core), each one's output
+# printed whole when all have ended.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -62,56 +63,90 @@ mkdir -p "$out"
 # nothing these checks measure.
 cargo build --quiet -p tessera-cli --bin tessera
 tessera=./target/debug/tessera
+# Both venvs exist before any check starts (the checks run side by side).
+newer=$(jax_venv 0.12.0.1)
+
+# The checks are independent programs (each writes its own files under
+# $out), mostly one busy core each: they run as jobs, as many at once as
+# the machine has cores, longest first, each one's output kept in
+# $out/logs/NAME.log and printed, in this order, when all have ended. The
+# script fails if any check failed, after every check has run.
+logs="$out/logs"
+rm -rf "$logs"
+mkdir -p "$logs"
+slots=$(nproc 2>/dev/null || echo 2)
+names=()
+check() { # NAME COMMAND...
+  local name=$1
+  shift
+  while [ "$(jobs -rp | wc -l)" -ge "$slots" ]; do wait -n || true; done
+  ( set +e; "$@" >"$logs/$name.log" 2>&1; echo $? >"$logs/$name.rc" ) &
+  names+=("$name")
+}
 for k in add_f32 matmul_bf16_f32 flash_attention_causal_bf16 double_buffered_rows_f32; do
   "$tessera" lower "$k" --target mosaic --out "$out/$k.tessera.mlir"
 done
-"$venv/bin/python" tests/conformance/compare.py "$out"
 # Tessera artifacts inside JAX programs (tessera export + the tessera-jax package installed above):
 # called on CPU against jax.nn.dot_product_attention and f64, exported for TPU and
 # compiled with libtpu. Report in target/conformance/jax/report.md.
 mkdir -p "$out/jax"
-"$venv/bin/python" tests/conformance/jax_export.py "$tessera" "$out/jax"
-# Random numbers in kernels against jax.random, bit for bit: random_bits (plain
-# and one folded key per row) and dropout (f32, bf16) under jax.jit on CPU with
-# keys jax made (target/conformance/random/report.md).
-"$venv/bin/python" tests/conformance/jax_random.py "$tessera" "$out/random"
-# HBM traffic of flash attention against Pallas's own (same pipeline rule):
-# Tessera must move no more bytes, causal or not, with a valid length or a
-# sliding window (against splash attention) or neither.
-"$venv/bin/python" tests/conformance/pallas_traffic.py "$tessera" "$out"
+check jax_export "$venv/bin/python" tests/conformance/jax_export.py "$tessera" "$out/jax"
 # libtpu's static schedule estimate: Tessera's flash attention (forward and
 # backward) and matmul against Pallas's own at the same blocks, and XLA's dot,
 # each program compiled in its own child process; fails when an asserted
 # configuration's Tessera/Pallas ratio is above its target
 # (target/conformance/tpu_estimate.md).
-"$venv/bin/python" tests/conformance/tpu_estimate.py "$tessera" "$out"
-# Kernels across chips beside Pallas's TPU interpret mode on 4 CPU devices: the
-# ring all-gather and the collective matmul give Pallas's outputs on Tessera's
-# interpreter and SPMD program, and every race Pallas's detector reports in the
-# matmul without its handshake is found by Tessera's interpreter too
-# (target/conformance/pallas_mesh.md).
-"$venv/bin/python" tests/conformance/pallas_mesh.py "$tessera" "$out"
+check tpu_estimate "$venv/bin/python" tests/conformance/tpu_estimate.py "$tessera" "$out"
+# The version matrix: an artifact loaded and run in jax 0.12.0.1, and every
+# preset compiled with libtpu 0.0.48.1 and 0.0.51 side by side, estimates
+# that move more than 5% reported (target/conformance/versions.md).
+check versions "$newer/bin/python" tests/conformance/versions.py "$tessera" "$out" \
+  "$cache/libtpu/0.0.48.1/libtpu.so" "$cache/libtpu/0.0.51/libtpu.so"
 # Tessera artifacts inside SPMD JAX programs: flash attention per shard in
 # shard_map over 8 CPU devices (batch and heads sharded) and its gradient with
 # shard_map's default checks; the collective kernels exported from their kernel
 # files and called per shard over 4 CPU devices; each program exported for TPU
 # and compiled with libtpu for the 4 chips of v5e, v6e, v5p and v7x slices
 # (target/conformance/spmd/report.md).
-"$venv/bin/python" tests/conformance/jax_spmd.py "$tessera" "$out"
+check jax_spmd "$venv/bin/python" tests/conformance/jax_spmd.py "$tessera" "$out"
 # Masked attention beside splash attention on the same masks and segment ids:
 # outputs against splash (interpret mode) and f64, and Tessera must move no more
 # q/k/v bytes than splash's index maps over its own mask info
 # (target/conformance/splash.md).
-"$venv/bin/python" tests/conformance/splash.py "$tessera" "$out"
+check splash "$venv/bin/python" tests/conformance/splash.py "$tessera" "$out"
+# HBM traffic of flash attention against Pallas's own (same pipeline rule):
+# Tessera must move no more bytes, causal or not, with a valid length or a
+# sliding window (against splash attention) or neither.
+check pallas_traffic "$venv/bin/python" tests/conformance/pallas_traffic.py "$tessera" "$out"
 # Tessera kernels inside PyTorch programs: export --gpu artifacts through
 # tessera_torch (torch.library custom ops with autograd) on the CPU, Triton's
 # interpreter running the programs a GPU compiles, against SDPA and float64
 # (target/conformance/torch/report.md). Its environment is .ci/setup.sh's.
 torch_env="$cache/torch-2.15.0-triton-3.9.0"
-PYTHONPATH=python/src "$torch_env/bin/python" tests/conformance/torch_op.py "$tessera" "$out/torch"
-# The version matrix: an artifact loaded and run in jax 0.12.0.1, and every
-# preset compiled with libtpu 0.0.48.1 and 0.0.51 side by side, estimates
-# that move more than 5% reported (target/conformance/versions.md).
-newer=$(jax_venv 0.12.0.1)
-"$newer/bin/python" tests/conformance/versions.py "$tessera" "$out" \
-  "$cache/libtpu/0.0.48.1/libtpu.so" "$cache/libtpu/0.0.51/libtpu.so"
+check torch_op env PYTHONPATH=python/src "$torch_env/bin/python" tests/conformance/torch_op.py "$tessera" "$out/torch"
+# Kernels across chips beside Pallas's TPU interpret mode on 4 CPU devices: the
+# ring all-gather and the collective matmul give Pallas's outputs on Tessera's
+# interpreter and SPMD program, and every race Pallas's detector reports in the
+# matmul without its handshake is found by Tessera's interpreter too
+# (target/conformance/pallas_mesh.md).
+check pallas_mesh "$venv/bin/python" tests/conformance/pallas_mesh.py "$tessera" "$out"
+# Random numbers in kernels against jax.random, bit for bit: random_bits (plain
+# and one folded key per row) and dropout (f32, bf16) under jax.jit on CPU with
+# keys jax made (target/conformance/random/report.md).
+check jax_random "$venv/bin/python" tests/conformance/jax_random.py "$tessera" "$out/random"
+# Tessera's tpu_custom_call and Mosaic bodies against Pallas's own exports
+# (target/conformance/report.md).
+check compare "$venv/bin/python" tests/conformance/compare.py "$out"
+
+wait
+failed=()
+for name in "${names[@]}"; do
+  echo "== conformance: $name"
+  cat "$logs/$name.log"
+  rc=$(cat "$logs/$name.rc" 2>/dev/null || echo "no exit status")
+  [ "$rc" = 0 ] || failed+=("$name (exit $rc)")
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "conformance: failed: ${failed[*]} (logs in $logs)"
+  exit 1
+fi

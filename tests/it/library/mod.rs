@@ -1,6 +1,7 @@
 //! The kernel library against f64 references: each family on every CPU path, masks, traffic.
 mod attention;
 mod block_fetches;
+mod catalog;
 mod collective;
 mod cost;
 mod foundation;
