@@ -293,8 +293,9 @@ body:
 }
 
 /// A long straight-line body still compiles on every path and gives `x`
-/// back (500 ops: the JIT's module stays below its `OPTIMIZED_OPS`, so it
-/// is compiled at -O3, the costly part of this test); one past
+/// back (1,000 ops: the JIT's module, 24.5k LLVM ops, stays below its
+/// `OPTIMIZED_OPS`, so it is compiled optimized, at -O2: -O3 took 35 s on
+/// it); one past
 /// `limits::MAX_HOST_OPS` is refused by the JIT and the PJRT FFI path with
 /// a `[limit]` error naming the limit, while the interpreter and the
 /// decomposed path run it.
