@@ -122,6 +122,78 @@ pub use verify::VerifiedKernel;
 #[doc = include_str!("../doc/tpu_kernel.md")]
 pub use kernel_macros::tpu_kernel;
 
+/// An operand group: operands several kernels take alike, declared once.
+///
+/// On a struct whose fields are operands with their `#[shape]`, `#[block]`
+/// and layout attributes, `#[operands]` defines a group; a kernel parameter
+/// `#[operands] _: Group<T>` stands for its fields, in order, under the
+/// names the group gives them (the body uses `x`, not `group.x`). Shape
+/// symbols and config values in the fields' attributes are the kernel's
+/// own (`rows` below is each kernel's parameter). A group's generics are
+/// bare element types, bounded by the kernel; a kernel may take several
+/// groups. Groups are used within their crate (`pub(crate)` at most); a
+/// group used from another module is named by its path
+/// (`#[operands] _: super::Pair<T>`) or imported, and the functions its
+/// attributes call (block maps) are looked up where the kernel is, as if
+/// the fields were written there: import them beside the kernel.
+///
+/// ```
+/// use kernel_ir::prelude::*;
+///
+/// /// `x` and `y`, `rows` rows per grid step.
+/// #[operands]
+/// struct Pair<T> {
+///     #[shape(m, n)]
+///     #[block([rows, n], |i| (i, 0))]
+///     x: In<T>,
+///     #[shape(m, n)]
+///     #[block([rows, n], |i| (i, 0))]
+///     y: In<T>,
+/// }
+///
+/// #[tpu_kernel(grid = (m / rows,), semantics = (parallel,))]
+/// fn add<T: Float>(
+///     rows: usize,
+///     #[operands] _: Pair<T>,
+///     #[shape(m, n)]
+///     #[block([rows, n], |i| (i, 0))]
+///     o: Out<T>,
+/// ) {
+///     o.store(.., x.load(..) + y.load(..));
+/// }
+///
+/// #[tpu_kernel(grid = (m / rows,), semantics = (parallel,))]
+/// fn mul<T: Float>(
+///     rows: usize,
+///     #[operands] _: Pair<T>,
+///     #[shape(m, n)]
+///     #[block([rows, n], |i| (i, 0))]
+///     o: Out<T>,
+/// ) {
+///     o.store(.., x.load(..) * y.load(..));
+/// }
+///
+/// fn main() {
+///     let dims = add::Dims { m: 16, n: 128 };
+///     let k = add::build_for(F32, 8, dims).unwrap();
+///     let names: Vec<&str> = k.arguments().map(|a| a.name).collect();
+///     assert_eq!(names, ["x", "y"]);
+///     let x = Array::random(F32, [16, 128], 1, -1.0, 1.0);
+///     let y = Array::random(F32, [16, 128], 2, -1.0, 1.0);
+///     let args = [x.clone(), y.clone()];
+///     let sum = interpret(&k, &args).unwrap();
+///     let product = mul::build_for(F32, 8, mul::Dims { m: 16, n: 128 }).unwrap();
+///     let prod = interpret(&product, &args).unwrap();
+///     let (a, b) = (x.data()[5] as f32, y.data()[5] as f32);
+///     assert_eq!(sum[0].data()[5], f64::from(a + b));
+///     assert_eq!(prod[0].data()[5], f64::from(a * b));
+/// }
+/// ```
+pub use kernel_macros::operands;
+
+#[doc(hidden)]
+pub use kernel_macros::__splice_operands;
+
 /// Makes a function callable from `#[tpu_kernel]` bodies.
 ///
 /// The body is rewritten like a kernel body (`if`, `for`, comparisons), and
@@ -197,7 +269,7 @@ pub mod prelude {
         Array, BlockMap, DType, DotDims, Float, Fp8, IndexExpr, KernelBuilder, Layout, MemorySpace,
         OptionalLoad, Ref, SemArray, Target, Tile, axis_index, bf16, cdiv, constant, device_id,
         dot, dot_general, ds, f8e4m3fn, f8e5m2, f16, for_range, for_range_step, if_else, interpret,
-        iota, kernel_fn, make_async_copy, make_async_remote_copy, num_programs, program_id, scoped,
-        select, top_k, tpu_kernel, when,
+        iota, kernel_fn, make_async_copy, make_async_remote_copy, num_programs, operands,
+        program_id, scoped, select, top_k, tpu_kernel, when,
     };
 }

@@ -23,6 +23,13 @@ pub fn tpu_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
             return quote!(#e #item);
         }
     };
+    // A group parameter: the group's macro splices its operands in and
+    // hands the kernel back to this macro.
+    match crate::operands::find_group(&func) {
+        Ok(Some(g)) => return crate::operands::defer_to_group(&g, attr, item),
+        Ok(None) => {}
+        Err(e) => return e.to_compile_error(),
+    }
     let mut errors = Vec::new();
     let attr = match syn::parse2::<KernelAttr>(attr) {
         Ok(a) => Some(a),

@@ -6,7 +6,9 @@
 //! rewrites the body where Rust cannot be overloaded (`body`), and expands to
 //! a module with `Dims`, `kernel` and `build` (`expand`), and `build_for`
 //! where the type parameters' bounds name their dtypes (`dispatch`). On error it emits
-//! the errors, and the function itself so IDEs keep working.
+//! the errors, and the function itself so IDEs keep working. A kernel with
+//! an operand group (`operands`) expands in two steps: through the group's
+//! own macro, which splices the operands in, and back.
 
 mod attr;
 mod body;
@@ -14,6 +16,7 @@ mod checks;
 mod dispatch;
 mod expand;
 mod kernel_fn;
+mod operands;
 mod scoped;
 mod sig;
 
@@ -23,6 +26,21 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn tpu_kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::tpu_kernel(attr.into(), item.into()).into()
+}
+
+/// An operand group: a struct of operands that kernels take as one
+/// parameter; see `kernel_ir::operands`.
+#[proc_macro_attribute]
+pub fn operands(attr: TokenStream, item: TokenStream) -> TokenStream {
+    operands::operands(attr.into(), item.into()).into()
+}
+
+/// What an operand group's macro calls: the kernel with the group's
+/// operands in place of its group parameter. Not for direct use.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __splice_operands(input: TokenStream) -> TokenStream {
+    operands::splice(input.into()).into()
 }
 
 /// Makes a function callable from kernel bodies; see `kernel_ir::kernel_fn`.

@@ -57,11 +57,14 @@ venv=$(jax_venv 0.11.2)
 
 out=target/conformance
 mkdir -p "$out"
-# The test profile's binary (opt-level 1, dependencies at 2), which
-# `cargo test --workspace` has built already: a release build here would
-# compile the whole workspace a second time (minutes on 2 cores) for
-# nothing these checks measure.
-cargo build --quiet -p tessera-cli --bin tessera
+# The command as `cargo test --workspace` built it for the CLI's tests
+# (test profile: opt-level 1, dependencies at 2), found fresh after the
+# tests: a release build would compile the whole workspace a second time,
+# and even `cargo build -p tessera-cli` resolves features without the
+# dev-dependencies and rebuilds runtime, kernels and tooling (45 s on 2
+# cores) for nothing these checks measure. `--no-run` leaves that build
+# at target/debug/tessera.
+cargo test --quiet --workspace --no-run
 tessera=./target/debug/tessera
 # Both venvs exist before any check starts (the checks run side by side).
 newer=$(jax_venv 0.12.0.1)

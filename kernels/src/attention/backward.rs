@@ -24,7 +24,9 @@ use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
 
 use super::band::Band;
-use super::{AttnConfig, ScoreRows, kv_rows, mask_scores, q_rows, raw_scores, visible_keys};
+use super::{
+    AttnConfig, QueryKeys, ScoreRows, kv_rows, mask_scores, q_rows, raw_scores, visible_keys,
+};
 
 /// `delta = rowsum(dO ∘ O)` in f32, `[b, h, sq, 1]`.
 #[tpu_kernel(grid = (b, h, kernel_ir::cdiv(sq, bq)), semantics = (parallel, parallel, parallel))]
@@ -232,19 +234,7 @@ fn dkv_update(
 pub fn flash_attention_dq<T: Float>(
     cfg: &AttnConfig,
     with_len: bool,
-    #[present(with_len)]
-    #[shape(1)]
-    kv_len: Option<Prefetch>,
-    #[shape(b, h, sq, d)]
-    #[block(q_rows(cfg, d))]
-    q: In<T>,
-    #[shape(b, hkv, skv, d)]
-    #[block(kv_rows(cfg, d, (h, hkv), (sq, skv), kv_len))]
-    #[col_major]
-    k: In<T>,
-    #[shape(b, hkv, skv, d)]
-    #[block(kv_rows(cfg, d, (h, hkv), (sq, skv), kv_len))]
-    v: In<T>,
+    #[operands] _: QueryKeys<T>,
     #[shape(b, h, sq, d)]
     #[block(q_rows(cfg, d))]
     d_o: In<T>,
@@ -343,17 +333,12 @@ fn k_rows(
     )
 }
 
-/// `dk` and `dv` of flash attention: `[b, hkv, skv, d]` each, summed over
-/// the query heads that share each kv head.
-#[tpu_kernel(
-    grid = (b, hkv, kernel_ir::cdiv(skv, cfg.block_k), crate::attention::group(h, hkv), kernel_ir::cdiv(sq, cfg.block_q)),
-    semantics = (parallel, parallel, parallel, arbitrary, arbitrary),
-    name = if with_len { "flash_attention_dkv_kv_len" } else { "flash_attention_dkv" },
-    check = crate::attention::check_heads(h, hkv)
-)]
-pub fn flash_attention_dkv<T: Float>(
-    cfg: &AttnConfig,
-    with_len: bool,
+/// What the dk/dv and one-pass kernels read, tiled per kv head: the valid
+/// key count (with `with_len`), k and v by [`k_rows`] (k column-major), and
+/// the query-side operands (q, dO, lse, delta) of each of the kv head's
+/// query heads by [`group_q_rows`].
+#[operands]
+struct KvHeadInputs<T> {
     #[present(with_len)]
     #[shape(1)]
     kv_len: Option<Prefetch>,
@@ -376,6 +361,20 @@ pub fn flash_attention_dkv<T: Float>(
     #[shape(b, h, sq, 1)]
     #[block(group_q_rows(cfg, 1, (h, hkv), (sq, skv)))]
     delta: In<f32>,
+}
+
+/// `dk` and `dv` of flash attention: `[b, hkv, skv, d]` each, summed over
+/// the query heads that share each kv head.
+#[tpu_kernel(
+    grid = (b, hkv, kernel_ir::cdiv(skv, cfg.block_k), crate::attention::group(h, hkv), kernel_ir::cdiv(sq, cfg.block_q)),
+    semantics = (parallel, parallel, parallel, arbitrary, arbitrary),
+    name = if with_len { "flash_attention_dkv_kv_len" } else { "flash_attention_dkv" },
+    check = crate::attention::check_heads(h, hkv)
+)]
+pub fn flash_attention_dkv<T: Float>(
+    cfg: &AttnConfig,
+    with_len: bool,
+    #[operands] _: KvHeadInputs<T>,
     #[shape(b, hkv, skv, d)]
     #[block(k_rows(cfg, d))]
     dk: Out<T>,
@@ -443,28 +442,7 @@ pub fn flash_attention_dkv_kv_len(
 pub fn flash_attention_dqkv<T: Float>(
     cfg: &AttnConfig,
     with_len: bool,
-    #[present(with_len)]
-    #[shape(1)]
-    kv_len: Option<Prefetch>,
-    #[shape(b, h, sq, d)]
-    #[block(group_q_rows(cfg, d, (h, hkv), (sq, skv)))]
-    q: In<T>,
-    #[shape(b, hkv, skv, d)]
-    #[block(k_rows(cfg, d))]
-    #[col_major]
-    k: In<T>,
-    #[shape(b, hkv, skv, d)]
-    #[block(k_rows(cfg, d))]
-    v: In<T>,
-    #[shape(b, h, sq, d)]
-    #[block(group_q_rows(cfg, d, (h, hkv), (sq, skv)))]
-    d_o: In<T>,
-    #[shape(b, h, sq, 1)]
-    #[block(group_q_rows(cfg, 1, (h, hkv), (sq, skv)))]
-    lse: In<f32>,
-    #[shape(b, h, sq, 1)]
-    #[block(group_q_rows(cfg, 1, (h, hkv), (sq, skv)))]
-    delta: In<f32>,
+    #[operands] _: KvHeadInputs<T>,
     #[shape(b, h, sq, d)]
     #[block([1, crate::attention::group(h, hkv), sq, d], |bi, hk, _, _, _| (bi, hk, 0, 0))]
     dq: Out<T>,

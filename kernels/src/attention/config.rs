@@ -157,3 +157,23 @@ pub(crate) fn kv_rows(
         },
     )
 }
+
+/// What the forward and dq kernels read alike, tiled per query block: the
+/// valid key count (with `with_len`), q by [`q_rows`], and k and v by
+/// [`kv_rows`] (k column-major, the MXU's layout for `q · kᵀ`).
+#[operands]
+pub(crate) struct QueryKeys<T> {
+    #[present(with_len)]
+    #[shape(1)]
+    kv_len: Option<Prefetch>,
+    #[shape(b, h, sq, d)]
+    #[block(q_rows(cfg, d))]
+    q: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block(kv_rows(cfg, d, (h, hkv), (sq, skv), kv_len))]
+    #[col_major]
+    k: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block(kv_rows(cfg, d, (h, hkv), (sq, skv), kv_len))]
+    v: In<T>,
+}

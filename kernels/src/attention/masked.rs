@@ -173,6 +173,43 @@ pub(crate) fn check_tables(
     )))
 }
 
+/// What the forward and dq kernels read first, per query block: the
+/// `[h, nq, nk]` tables (`kind`, `fetch`, `mask_fetch`), q, and the k/v
+/// block `fetch` names for each step (GQA: the query head's kv head).
+#[operands]
+pub(crate) struct TablesQkv<T> {
+    #[shape(h, nq, nk)]
+    kind: Prefetch,
+    #[shape(h, nq, nk)]
+    fetch: Prefetch,
+    #[shape(h, nq, nk)]
+    mask_fetch: Prefetch,
+    #[shape(b, h, sq, d)]
+    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _j| (bi, hi, i, 0))]
+    q: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / group(h, hkv), fetch[(hi, i, j)], 0))]
+    k: In<T>,
+    #[shape(b, hkv, skv, d)]
+    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / group(h, hkv), fetch[(hi, i, j)], 0))]
+    v: In<T>,
+}
+
+/// The element masks (`mask_fetch` picks one per step) and the segment ids
+/// of the q rows and of the fetched k block.
+#[operands]
+pub(crate) struct Segments {
+    #[shape(n, cfg.block_q, cfg.block_k)]
+    #[block([1, cfg.block_q, cfg.block_k], |_bi, hi, i, j| (mask_fetch[(hi, i, j)], 0, 0))]
+    masks: In<i32>,
+    #[shape(b, sq, 1)]
+    #[block([1, cfg.block_q, 1], |bi, _hi, i, _j| (bi, i, 0))]
+    q_seg: In<i32>,
+    #[shape(b, 1, skv)]
+    #[block([1, 1, cfg.block_k], |bi, hi, i, j| (bi, 0, fetch[(hi, i, j)]))]
+    kv_seg: In<i32>,
+}
+
 /// Forward over `[b, h, sq, d]` queries and `[b, hkv, skv, d]` keys and
 /// values, driven by the tables of an `h`-head mask at `block_q` ×
 /// `block_k`: `kind`, `fetch`, `mask_fetch` (`[h, nq, nk]` i32) and the
@@ -189,27 +226,8 @@ pub(crate) fn check_tables(
 )]
 pub fn masked_attention<T: Float>(
     cfg: &MaskedConfig,
-    #[shape(h, nq, nk)] kind: Prefetch,
-    #[shape(h, nq, nk)] fetch: Prefetch,
-    #[shape(h, nq, nk)] mask_fetch: Prefetch,
-    #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _j| (bi, hi, i, 0))]
-    q: In<T>,
-    #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / group(h, hkv), fetch[(hi, i, j)], 0))]
-    k: In<T>,
-    #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / group(h, hkv), fetch[(hi, i, j)], 0))]
-    v: In<T>,
-    #[shape(n, cfg.block_q, cfg.block_k)]
-    #[block([1, cfg.block_q, cfg.block_k], |_bi, hi, i, j| (mask_fetch[(hi, i, j)], 0, 0))]
-    masks: In<i32>,
-    #[shape(b, sq, 1)]
-    #[block([1, cfg.block_q, 1], |bi, _hi, i, _j| (bi, i, 0))]
-    q_seg: In<i32>,
-    #[shape(b, 1, skv)]
-    #[block([1, 1, cfg.block_k], |bi, hi, i, j| (bi, 0, fetch[(hi, i, j)]))]
-    kv_seg: In<i32>,
+    #[operands] _: TablesQkv<T>,
+    #[operands] _: Segments,
     #[shape(b, h, sq, d)]
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _j| (bi, hi, i, 0))]
     o: Out<T>,

@@ -21,7 +21,7 @@ use kernel_ir::prelude::*;
 
 use super::backward::zero_tail;
 use super::group;
-use super::masked::{MaskedConfig, visible_pairs};
+use super::masked::{MaskedConfig, Segments, TablesQkv, visible_pairs};
 
 /// What one backward step reads: the forward's inputs, the output
 /// cotangent, the saved logsumexp and delta, the element mask and the
@@ -91,18 +91,7 @@ fn probs_and_dscores(
 )]
 pub fn masked_attention_dq<T: Float>(
     cfg: &MaskedConfig,
-    #[shape(h, nq, nk)] kind: Prefetch,
-    #[shape(h, nq, nk)] fetch: Prefetch,
-    #[shape(h, nq, nk)] mask_fetch: Prefetch,
-    #[shape(b, h, sq, d)]
-    #[block([1, 1, cfg.block_q, d], |bi, hi, i, _j| (bi, hi, i, 0))]
-    q: In<T>,
-    #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / group(h, hkv), fetch[(hi, i, j)], 0))]
-    k: In<T>,
-    #[shape(b, hkv, skv, d)]
-    #[block([1, 1, cfg.block_k, d], |bi, hi, i, j| (bi, hi / group(h, hkv), fetch[(hi, i, j)], 0))]
-    v: In<T>,
+    #[operands] _: TablesQkv<T>,
     #[shape(b, h, sq, d)]
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _j| (bi, hi, i, 0))]
     d_o: In<T>,
@@ -112,15 +101,7 @@ pub fn masked_attention_dq<T: Float>(
     #[shape(b, h, sq, 1)]
     #[block([1, 1, cfg.block_q, 1], |bi, hi, i, _j| (bi, hi, i, 0))]
     delta: In<f32>,
-    #[shape(n, cfg.block_q, cfg.block_k)]
-    #[block([1, cfg.block_q, cfg.block_k], |_bi, hi, i, j| (mask_fetch[(hi, i, j)], 0, 0))]
-    masks: In<i32>,
-    #[shape(b, sq, 1)]
-    #[block([1, cfg.block_q, 1], |bi, _hi, i, _j| (bi, i, 0))]
-    q_seg: In<i32>,
-    #[shape(b, 1, skv)]
-    #[block([1, 1, cfg.block_k], |bi, hi, i, j| (bi, 0, fetch[(hi, i, j)]))]
-    kv_seg: In<i32>,
+    #[operands] _: Segments,
     #[shape(b, h, sq, d)]
     #[block([1, 1, cfg.block_q, d], |bi, hi, i, _j| (bi, hi, i, 0))]
     dq: Out<T>,

@@ -72,7 +72,7 @@ mod vjp;
 
 use band::Band;
 pub use config::AttnConfig;
-pub(crate) use config::{check_heads, group, kv_rows, q_rows};
+pub(crate) use config::{QueryKeys, check_heads, group, kv_rows, q_rows};
 pub(crate) use online::{
     Online, normalized, online_softmax_finish, online_softmax_init, online_update,
 };
@@ -149,19 +149,7 @@ fn attend_step(
 pub fn flash_attention<T: Float>(
     cfg: &AttnConfig,
     with_len: bool,
-    #[present(with_len)]
-    #[shape(1)]
-    kv_len: Option<Prefetch>,
-    #[shape(b, h, sq, d)]
-    #[block(q_rows(cfg, d))]
-    q: In<T>,
-    #[shape(b, hkv, skv, d)]
-    #[block(kv_rows(cfg, d, (h, hkv), (sq, skv), kv_len))]
-    #[col_major]
-    k: In<T>,
-    #[shape(b, hkv, skv, d)]
-    #[block(kv_rows(cfg, d, (h, hkv), (sq, skv), kv_len))]
-    v: In<T>,
+    #[operands] _: QueryKeys<T>,
     #[shape(b, h, sq, d)]
     #[block(q_rows(cfg, d))]
     o: Out<T>,
