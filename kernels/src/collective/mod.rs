@@ -64,6 +64,35 @@ fn ring_hop(
     )
 }
 
+/// What both ring attention kernels take: this device's whole query block,
+/// and its k and v blocks where they are (`#[any]`: copied into the
+/// travelling buffers by [`own_kv_block`]).
+#[operands]
+pub(crate) struct RingQkv<T> {
+    #[shape(sq, d)]
+    #[block([sq, d], |_| (0, 0))]
+    q: In<T>,
+    #[any]
+    #[shape(skv, d)]
+    k: In<T>,
+    #[any]
+    #[shape(skv, d)]
+    v: In<T>,
+}
+
+/// The ring attention kernels' first step: this device's own k and v
+/// block copied into slot 0 of the double-buffered `kbuf` and `vbuf`
+/// (signalled on `local[0]` and `local[1]`), both waited for.
+#[kernel_fn]
+fn own_kv_block(k: Ref, v: Ref, kbuf: Ref, vbuf: Ref, local: SemArray) {
+    let own_k = make_async_copy(k, kbuf.slice((0, .., ..)), local.at(0));
+    let own_v = make_async_copy(v, vbuf.slice((0, .., ..)), local.at(1));
+    own_k.start();
+    own_v.start();
+    own_k.wait();
+    own_v.wait();
+}
+
 mod all_to_all;
 mod bidirectional;
 mod gather;

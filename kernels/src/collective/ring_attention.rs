@@ -13,15 +13,7 @@ use kernel_ir::prelude::*;
 pub fn ring_attention_kernel<T: Float>(
     devices: usize,
     scale: f32,
-    #[shape(sq, d)]
-    #[block([sq, d], |_| (0, 0))]
-    q: In<T>,
-    #[any]
-    #[shape(skv, d)]
-    k: In<T>,
-    #[any]
-    #[shape(skv, d)]
-    v: In<T>,
+    #[operands] _: crate::collective::RingQkv<T>,
     #[shape(sq, d)]
     #[block([sq, d], |_| (0, 0))]
     o: Out<T>,
@@ -38,12 +30,7 @@ pub fn ring_attention_kernel<T: Float>(
     let me = device_id();
     let right = (me + 1) % devices;
     let left = (me + devices - 1) % devices;
-    let own_k = make_async_copy(k, kbuf.slice((0, .., ..)), local.at(0));
-    let own_v = make_async_copy(v, vbuf.slice((0, .., ..)), local.at(1));
-    own_k.start();
-    own_v.start();
-    own_k.wait();
-    own_v.wait();
+    crate::collective::own_kv_block(k, v, kbuf, vbuf, local);
     let qs = q.load(..).convert(F32) * scale;
     let mut m = constant(f32::NEG_INFINITY, F32, [sq, 1]);
     let mut l = constant(0.0f32, F32, [sq, 1]);
