@@ -16,6 +16,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -32,10 +33,80 @@ pub(crate) fn envelope(payload: &[u8]) -> Vec<u8> {
     v
 }
 
+/// Why an entry's bytes are unusable (the entry is dropped and the
+/// program compiled again).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    /// It does not start with Tessera's magic and checksum header.
+    #[error("not a Tessera cache entry (bad header)")]
+    BadHeader,
+    /// Fewer (or more) payload bytes than the header says.
+    #[error("truncated entry ({got} of {want} payload bytes)")]
+    Truncated {
+        /// Payload bytes present.
+        got: usize,
+        /// Payload bytes the header records.
+        want: usize,
+    },
+    /// The payload's SHA-256 is not the header's.
+    #[error("checksum mismatch")]
+    Checksum,
+}
+
+/// Why the disk tier could not be used: each names the path and keeps the
+/// OS's error (shared: a failed look-up is handed to every waiter).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DiskError {
+    /// The cache directory could not be created.
+    #[error("cannot create the compile cache {}: {source}", dir.display())]
+    Create {
+        /// The directory.
+        dir: PathBuf,
+        /// The OS's error.
+        source: Arc<std::io::Error>,
+    },
+    /// The cache directory's metadata could not be read.
+    #[error("cannot read the compile cache {}: {source}", dir.display())]
+    Metadata {
+        /// The directory.
+        dir: PathBuf,
+        /// The OS's error.
+        source: Arc<std::io::Error>,
+    },
+    /// Other users can write the directory (and it is not ours to tighten).
+    #[error(
+        "the compile cache {} is writable by other users, and a cached executable is code; run `chmod 700 {}` or choose another cache directory",
+        dir.display(),
+        dir.display()
+    )]
+    WritableByOthers {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A key's lock file could not be opened or locked.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Lock {
+        /// `open` or `lock`.
+        action: &'static str,
+        /// The lock file.
+        path: PathBuf,
+        /// The OS's error.
+        source: Arc<std::io::Error>,
+    },
+    /// An entry could not be written.
+    #[error("cannot write the compile cache entry {key}: {source}")]
+    Write {
+        /// The entry's key.
+        key: String,
+        /// The OS's error.
+        source: Arc<std::io::Error>,
+    },
+}
+
 /// The payload of an entry, or why the entry is unusable.
-pub(crate) fn open_envelope(bytes: &[u8]) -> Result<&[u8], String> {
+pub(crate) fn open_envelope(bytes: &[u8]) -> Result<&[u8], EntryError> {
     if bytes.len() < 52 || &bytes[..12] != MAGIC {
-        return Err("not a Tessera cache entry (bad header)".into());
+        return Err(EntryError::BadHeader);
     }
     let sum = &bytes[12..44];
     let mut len = [0u8; 8];
@@ -43,13 +114,13 @@ pub(crate) fn open_envelope(bytes: &[u8]) -> Result<&[u8], String> {
     let len = u64::from_le_bytes(len) as usize;
     let payload = &bytes[52..];
     if payload.len() != len {
-        return Err(format!(
-            "truncated entry ({} of {len} payload bytes)",
-            payload.len()
-        ));
+        return Err(EntryError::Truncated {
+            got: payload.len(),
+            want: len,
+        });
     }
     if Sha256::digest(payload).as_slice() != sum {
-        return Err("checksum mismatch".into());
+        return Err(EntryError::Checksum);
     }
     Ok(payload)
 }
@@ -86,25 +157,27 @@ fn current_uid() -> Option<u32> {
 
 impl DiskCache {
     /// Opens (creating, owner-only) the cache directory.
-    pub fn open(dir: &Path) -> Result<DiskCache, String> {
+    pub fn open(dir: &Path) -> Result<DiskCache, DiskError> {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| format!("cannot create the compile cache {}: {e}", dir.display()))?;
-        let meta = std::fs::metadata(dir)
-            .map_err(|e| format!("cannot read the compile cache {}: {e}", dir.display()))?;
+            .map_err(|e| DiskError::Create {
+                dir: dir.to_path_buf(),
+                source: Arc::new(e),
+            })?;
+        let meta = std::fs::metadata(dir).map_err(|e| DiskError::Metadata {
+            dir: dir.to_path_buf(),
+            source: Arc::new(e),
+        })?;
         if meta.mode() & 0o022 != 0 {
             let ours = current_uid().is_some_and(|u| u == meta.uid());
             if !ours
                 || std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).is_err()
             {
-                return Err(format!(
-                    "the compile cache {} is writable by other users, and a cached executable is code; \
-                     run `chmod 700 {}` or choose another cache directory",
-                    dir.display(),
-                    dir.display()
-                ));
+                return Err(DiskError::WritableByOthers {
+                    dir: dir.to_path_buf(),
+                });
             }
         }
         Ok(DiskCache {
@@ -117,7 +190,7 @@ impl DiskCache {
     }
 
     /// Locks `key` for this process (blocking while another holds it).
-    pub fn lock(&self, key: &str) -> Result<KeyLock, String> {
+    pub fn lock(&self, key: &str) -> Result<KeyLock, DiskError> {
         let path = self.dir.join(format!("{key}.lock"));
         let file = OpenOptions::new()
             .create(true)
@@ -125,9 +198,16 @@ impl DiskCache {
             .write(true)
             .mode(0o600)
             .open(&path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        file.lock()
-            .map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
+            .map_err(|e| DiskError::Lock {
+                action: "open",
+                path: path.clone(),
+                source: Arc::new(e),
+            })?;
+        file.lock().map_err(|e| DiskError::Lock {
+            action: "lock",
+            path: path.clone(),
+            source: Arc::new(e),
+        })?;
         Ok(KeyLock { file })
     }
 
@@ -155,7 +235,7 @@ impl DiskCache {
     }
 
     /// Writes `payload` for `key` atomically (temporary file, sync, rename).
-    pub fn write(&self, key: &str, payload: &[u8]) -> Result<(), String> {
+    pub fn write(&self, key: &str, payload: &[u8]) -> Result<(), DiskError> {
         let tmp = self.dir.join(format!(
             ".{key}.{}.{}.tmp",
             std::process::id(),
@@ -176,7 +256,10 @@ impl DiskCache {
         };
         write().map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
-            format!("cannot write the compile cache entry {key}: {e}")
+            DiskError::Write {
+                key: key.to_string(),
+                source: Arc::new(e),
+            }
         })
     }
 }
@@ -187,6 +270,36 @@ use std::os::unix::fs::OpenOptionsExt;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each way an entry is unusable is its own variant, with the counts.
+    #[test]
+    fn damaged_entries_say_how() {
+        let e = envelope(b"payload");
+        assert_eq!(open_envelope(&e), Ok(&b"payload"[..]));
+        assert_eq!(open_envelope(b"short"), Err(EntryError::BadHeader));
+        assert_eq!(
+            open_envelope(&e[..e.len() - 2]),
+            Err(EntryError::Truncated { got: 5, want: 7 })
+        );
+        let mut flipped = e.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert_eq!(open_envelope(&flipped), Err(EntryError::Checksum));
+    }
+
+    /// A cache directory that cannot be made is `Create`, naming it.
+    #[test]
+    fn a_directory_under_a_file_is_a_create_error() {
+        let file = std::env::temp_dir().join(format!("tessera-disk-file-{}", std::process::id()));
+        std::fs::write(&file, b"x").unwrap();
+        let dir = file.join("cache");
+        let e = DiskCache::open(&dir).unwrap_err();
+        assert!(
+            matches!(&e, DiskError::Create { dir: d, .. } if *d == dir),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(&dir.display().to_string()), "{e}");
+        let _ = std::fs::remove_file(&file);
+    }
 
     /// A FIFO or a link to a device where an entry goes reads as a
     /// corrupt entry (dropped and compiled again), at once: reading the

@@ -13,6 +13,8 @@
 
 pub(crate) mod disk;
 
+pub use disk::{DiskError, EntryError};
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -57,7 +59,7 @@ pub type RemoteError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Checks a cache entry file's bytes (header, length, checksum): `Ok` with
 /// the payload size, or why it would be dropped and recompiled.
-pub fn check_entry(bytes: &[u8]) -> Result<usize, String> {
+pub fn check_entry(bytes: &[u8]) -> Result<usize, EntryError> {
     disk::open_envelope(bytes).map(<[u8]>::len)
 }
 
@@ -92,9 +94,9 @@ pub enum CacheError {
     /// reports it as [`crate::graph::Cause::Pjrt`]).
     #[error(transparent)]
     Compile(#[from] crate::pjrt::PjrtError),
-    /// The disk tier's lock could not be taken (the OS's words).
-    #[error("{0}")]
-    Lock(String),
+    /// The disk tier could not be used (its lock could not be taken).
+    #[error(transparent)]
+    Disk(#[from] DiskError),
 }
 
 type Slot = Arc<OnceLock<Result<(Arc<Executable>, Tier, Duration, u64), CacheError>>>;
@@ -195,7 +197,7 @@ impl CompileCache {
         let mut corrupt = 0;
         // Held until the entry is written, so other processes wait for it.
         let _lock = match &self.disk {
-            Some(d) => Some(d.lock(key).map_err(CacheError::Lock)?),
+            Some(d) => Some(d.lock(key)?),
             None => None,
         };
         if let Some(d) = &self.disk {

@@ -67,7 +67,10 @@ pub enum Cause {
     /// Triton, a program it rejects).
     #[error(transparent)]
     Triton(std::sync::Arc<crate::triton::TritonError>),
-    /// Anything else, said in words (the compile cache, the OS).
+    /// The compile cache's disk tier (its directory, a key's lock).
+    #[error(transparent)]
+    Cache(#[from] crate::cache::DiskError),
+    /// Anything else, said in words (the OS).
     #[error("{0}")]
     Other(String),
 }
@@ -93,7 +96,7 @@ impl From<crate::cache::CacheError> for Cause {
     fn from(e: crate::cache::CacheError) -> Self {
         match e {
             crate::cache::CacheError::Compile(e) => Cause::Pjrt(e),
-            crate::cache::CacheError::Lock(e) => Cause::Other(e),
+            crate::cache::CacheError::Disk(e) => Cause::Cache(e),
         }
     }
 }

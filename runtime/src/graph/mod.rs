@@ -44,7 +44,7 @@
 //!   nothing is computed twice; dead nodes are never computed. Failures (an
 //!   ancestor's stored error, lowering, compile, execution) are stored in all
 //!   of those nodes as `RuntimeError::Failed { what, cause, recorded_at }`:
-//!   the cause stays typed (`Cause::Pjrt`, `Lowering`, `Kernel`, `Plugin`),
+//!   the cause stays typed (`Cause::Pjrt`, `Lowering`, `Kernel`, `Plugin`, `Cache`),
 //!   and `recorded_at` is set once, by the first node that stores it.
 //! * **The module text is the canonical form**: nodes are numbered in a
 //!   deterministic topological order, materialized inputs and constants other
