@@ -499,11 +499,22 @@ pub enum ErrorKind {
     /// a kernel is lowered for GPUs (`VerifiedKernel::check_gpu`), not by
     /// `Kernel::verify`, since a TPU kernel need not fit a GPU.
     #[error("[gpu] {0}")]
-    Gpu(String),
-    /// The devices of a mesh all wait and nothing in flight can wake one
-    /// (each device's waiting op is listed).
-    #[error("[deadlock] {0}")]
-    Deadlock(String),
+    Gpu(GpuRule),
+    /// The devices of a mesh all wait and nothing in flight can wake one.
+    #[error(
+        "[deadlock] every device is waiting and no copy or signal in flight can wake one: {}{}; on a TPU this kernel hangs. Check that each wait has a matching signal or copy on the device it names",
+        .waiting.join("; "),
+        if .finished.is_empty() { String::new() } else {
+            format!("; devices that finished: {}", .finished.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+        }
+    )]
+    Deadlock {
+        /// Each waiting device's op, with its location: `device 0 waits at
+        /// file:line: ..`.
+        waiting: Vec<String>,
+        /// The devices that had already finished.
+        finished: Vec<usize>,
+    },
     /// An error on one device of a mesh run.
     #[error("[device {device}] {error}")]
     OnDevice {
@@ -648,4 +659,52 @@ pub enum BuilderMisuse {
     /// A value without a type and no error recorded for it (a builder bug).
     #[error("a value has no type but no error was recorded")]
     UntypedValue,
+}
+
+/// The GPU rule a kernel breaks (an [`ErrorKind::Gpu`]).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum GpuRule {
+    /// A kernel across the devices of a mesh: a Triton program runs on one
+    /// GPU.
+    #[error(
+        "kernel `{kernel}` runs across the {devices} devices of its mesh; a Triton program runs on one GPU, so kernels across chips have no GPU form: run it with `tessera run FILE.kir --backend interp` or lower it for TPU"
+    )]
+    Mesh {
+        /// The kernel.
+        kernel: String,
+        /// Its devices.
+        devices: usize,
+    },
+    /// A tile dim that is not a power of two (Triton's tensors need one).
+    #[error(
+        "{what}; Triton's tensors have power-of-two dims, and {dim} is not one: use blocks of {} or {} (a ragged last block is masked), or lower this kernel for TPU or CPU only",
+        .dim.next_power_of_two() / 2,
+        .dim.next_power_of_two()
+    )]
+    NotPowerOfTwo {
+        /// The op or declaration and its tile, in words.
+        what: String,
+        /// The dim.
+        dim: usize,
+    },
+    /// A tile past the most elements a Triton tensor holds.
+    #[error("{what}, {elements} elements; a Triton tensor holds at most {max}: use smaller blocks")]
+    TooLarge {
+        /// The op and its tile, in words.
+        what: String,
+        /// Its elements.
+        elements: usize,
+        /// The most a Triton tensor holds.
+        max: usize,
+    },
+    /// f8e4m3fn on a target whose Triton lacks it.
+    #[error(
+        "{what}, and Triton has no f8e4m3fn on {target} (its fp8 types there are f8e5m2 and fp8e4b15): compile for sm_90 or later, gfx942 or gfx950, or use f8e5m2"
+    )]
+    NoF8e4m3fn {
+        /// The op or declaration, in words.
+        what: String,
+        /// The GPU target.
+        target: crate::GpuTarget,
+    },
 }

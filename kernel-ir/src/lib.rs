@@ -93,7 +93,7 @@ pub use dma::{
 };
 pub use dtype::fp8::{self, f8e4m3fn, f8e5m2};
 pub use dtype::{DType, Element, Float, Fp8, ParseDTypeError};
-pub use error::{BuilderMisuse, ErrorKind, KernelError, KernelErrors};
+pub use error::{BuilderMisuse, ErrorKind, GpuRule, KernelError, KernelErrors};
 pub use half::{bf16, f16};
 pub use index_map::{IndexEvalError, IndexExpr, IndexExprDisplay, IndexMap, IndexOp};
 pub use int_expr::IntExpr;

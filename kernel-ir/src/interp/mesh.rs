@@ -258,20 +258,14 @@ impl Network {
                 format!("device {d} waits at {l}: {what}")
             })
             .collect();
-        let done: Vec<String> = (0..st.status.len())
+        let finished: Vec<usize> = (0..st.status.len())
             .filter(|&d| matches!(st.status[d], Status::Done))
-            .map(|d| d.to_string())
             .collect();
-        let done = if done.is_empty() {
-            String::new()
-        } else {
-            format!("; devices that finished: {}", done.join(", "))
-        };
         st.failed = Some(KernelError::new(
-            ErrorKind::Deadlock(format!(
-                "every device is waiting and no copy or signal in flight can wake one: {}{done}; on a TPU this kernel hangs. Check that each wait has a matching signal or copy on the device it names",
-                each.join("; ")
-            )),
+            ErrorKind::Deadlock {
+                waiting: each,
+                finished,
+            },
             at,
         ));
     }
@@ -350,7 +344,7 @@ fn deliver_some(st: &mut State) {
 /// `e` as an error of device `d`.
 pub(crate) fn on_device(d: usize, e: KernelError) -> KernelError {
     match e.kind {
-        ErrorKind::Deadlock(_) | ErrorKind::OnDevice { .. } => e,
+        ErrorKind::Deadlock { .. } | ErrorKind::OnDevice { .. } => e,
         kind => KernelError::new(
             ErrorKind::OnDevice {
                 device: d,

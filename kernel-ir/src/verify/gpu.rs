@@ -18,7 +18,7 @@
 
 use super::VerifiedKernel;
 use crate::ops::ShapeDisplay;
-use crate::{DType, ErrorKind, GpuTarget, Kernel, KernelError, KernelErrors, Op, Region};
+use crate::{DType, ErrorKind, GpuRule, GpuTarget, Kernel, KernelError, KernelErrors, Op, Region};
 
 /// Triton's largest tensor, in elements (`TRITON_MAX_TENSOR_NUMEL`).
 pub(crate) const MAX_TENSOR_ELEMENTS: usize = 1 << 20;
@@ -57,11 +57,10 @@ pub(super) fn check(k: &Kernel, target: Option<GpuTarget>) -> Vec<KernelError> {
         let this = k;
         if let Some(m) = &this.mesh {
             errors.push(KernelError::new(
-                ErrorKind::Gpu(format!(
-                    "kernel `{}` runs across the {} devices of its mesh; a Triton program runs on one GPU, so kernels across chips have no GPU form: run it with `tessera run FILE.kir --backend interp` or lower it for TPU",
-                    this.name,
-                    m.devices()
-                )),
+                ErrorKind::Gpu(GpuRule::Mesh {
+                    kernel: this.name.to_string(),
+                    devices: m.devices(),
+                }),
                 this.grid_loc.clone(),
             ));
             return errors;
@@ -76,7 +75,10 @@ pub(super) fn check(k: &Kernel, target: Option<GpuTarget>) -> Vec<KernelError> {
             for (dtype, name, loc) in declared {
                 if dtype == DType::F8E4M3FN {
                     errors.push(KernelError::new(
-                        ErrorKind::Gpu(no_e4m3(t, &format!("`{name}` is f8e4m3fn"))),
+                        ErrorKind::Gpu(GpuRule::NoF8e4m3fn {
+                            what: format!("`{name}` is f8e4m3fn"),
+                            target: t,
+                        }),
                         loc.clone(),
                     ));
                 }
@@ -84,12 +86,6 @@ pub(super) fn check(k: &Kernel, target: Option<GpuTarget>) -> Vec<KernelError> {
         }
     }
     errors
-}
-
-fn no_e4m3(t: GpuTarget, what: &str) -> String {
-    format!(
-        "{what}, and Triton has no f8e4m3fn on {t} (its fp8 types there are f8e5m2 and fp8e4b15): compile for sm_90 or later, gfx942 or gfx950, or use f8e5m2"
-    )
 }
 
 fn check_region(k: &Kernel, r: &Region, target: Option<GpuTarget>, errors: &mut Vec<KernelError>) {
@@ -112,23 +108,18 @@ fn check_op(k: &Kernel, op: &Op, target: Option<GpuTarget>, errors: &mut Vec<Ker
                 ShapeDisplay(&ty.shape)
             )
         };
-        if let Some(&d) = ty.shape.iter().find(|d| !d.is_power_of_two()) {
-            let up = d.next_power_of_two();
-            let down = up / 2;
+        if let Some(&dim) = ty.shape.iter().find(|d| !d.is_power_of_two()) {
             errors.push(KernelError::new(
-                ErrorKind::Gpu(format!(
-                    "{}; Triton's tensors have power-of-two dims, and {d} is not one: use blocks of {down} or {up} (a ragged last block is masked), or lower this kernel for TPU or CPU only",
-                    what()
-                )),
+                ErrorKind::Gpu(GpuRule::NotPowerOfTwo { what: what(), dim }),
                 op.loc.clone(),
             ));
         } else if ty.elements() > MAX_TENSOR_ELEMENTS {
             errors.push(KernelError::new(
-                ErrorKind::Gpu(format!(
-                    "{}, {} elements; a Triton tensor holds at most {MAX_TENSOR_ELEMENTS}: use smaller blocks",
-                    what(),
-                    ty.elements()
-                )),
+                ErrorKind::Gpu(GpuRule::TooLarge {
+                    what: what(),
+                    elements: ty.elements(),
+                    max: MAX_TENSOR_ELEMENTS,
+                }),
                 op.loc.clone(),
             ));
         }
@@ -136,7 +127,10 @@ fn check_op(k: &Kernel, op: &Op, target: Option<GpuTarget>, errors: &mut Vec<Ker
             && let Some(t) = target.filter(|t| !t.has_f8e4m3fn())
         {
             errors.push(KernelError::new(
-                ErrorKind::Gpu(no_e4m3(t, &what())),
+                ErrorKind::Gpu(GpuRule::NoF8e4m3fn {
+                    what: what(),
+                    target: t,
+                }),
                 op.loc.clone(),
             ));
         }
