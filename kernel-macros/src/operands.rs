@@ -27,13 +27,7 @@ const MARK: &str = "operands";
 
 /// Expands `#[operands] struct Group<T> { fields }`.
 pub fn operands(attr: TokenStream, item: TokenStream) -> TokenStream {
-    match group_macro(attr, item.clone()) {
-        Ok(t) => t,
-        Err(e) => {
-            let e = e.to_compile_error();
-            quote!(#e)
-        }
-    }
+    group_macro(attr, item).unwrap_or_else(|e| e.to_compile_error())
 }
 
 fn group_macro(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
@@ -55,6 +49,12 @@ fn group_macro(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream>
             "an operand group names its operands: `struct Qkv<T> { q: In<T>, .. }`",
         ));
     };
+    if let Some(a) = s.attrs.iter().find(|a| !a.path().is_ident("doc")) {
+        return Err(syn::Error::new_spanned(
+            a,
+            "an operand group takes only doc comments; put operand attributes on its fields",
+        ));
+    }
     if matches!(s.vis, syn::Visibility::Public(_)) {
         return Err(syn::Error::new_spanned(
             &s.vis,
@@ -85,22 +85,7 @@ fn group_macro(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream>
     }
     let name = &s.ident;
     let vis = &s.vis;
-    let docs: Vec<&Attribute> = s
-        .attrs
-        .iter()
-        .filter(|a| a.path().is_ident("doc"))
-        .collect();
-    let others: Vec<&Attribute> = s
-        .attrs
-        .iter()
-        .filter(|a| !a.path().is_ident("doc"))
-        .collect();
-    if let Some(a) = others.first() {
-        return Err(syn::Error::new_spanned(
-            a,
-            "an operand group takes only doc comments; put operand attributes on its fields",
-        ));
-    }
+    let docs = &s.attrs;
     let shown: Vec<String> = fields
         .named
         .iter()
@@ -134,10 +119,12 @@ fn group_macro(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream>
 }
 
 /// The group parameter of a kernel: its position, the group's macro path
-/// and its generic arguments.
+/// (its type's path without generic arguments) and the span of its `_`,
+/// where the group's fields are resolved.
 pub struct GroupParam {
     pub index: usize,
     pub path: syn::Path,
+    pub anchor: Span,
 }
 
 /// The first `#[operands]` parameter of `func`, if any; an error for one
@@ -154,12 +141,12 @@ pub fn find_group(func: &ItemFn) -> syn::Result<Option<GroupParam>> {
                 "write `#[operands] _: Group<T>`: the attribute takes no arguments",
             ));
         }
-        if !matches!(&*pt.pat, Pat::Wild(_)) {
+        let Pat::Wild(wild) = &*pt.pat else {
             return Err(syn::Error::new_spanned(
                 &pt.pat,
                 "an operand group's parameter is written `_`: its operands keep the names the group gives them (`#[operands] _: Group<T>`)",
             ));
-        }
+        };
         if pt.attrs.len() > 1 {
             return Err(syn::Error::new_spanned(
                 pt,
@@ -176,7 +163,11 @@ pub fn find_group(func: &ItemFn) -> syn::Result<Option<GroupParam>> {
         if let Some(last) = path.segments.last_mut() {
             last.arguments = PathArguments::None;
         }
-        return Ok(Some(GroupParam { index, path }));
+        return Ok(Some(GroupParam {
+            index,
+            path,
+            anchor: wild.underscore_token.span,
+        }));
     }
     Ok(None)
 }
@@ -255,14 +246,6 @@ fn spliced(s: Splice) -> syn::Result<TokenStream> {
     let FnArg::Typed(pt) = &func.sig.inputs[g.index] else {
         unreachable!("find_group returns typed parameters")
     };
-    let anchor = match &*pt.pat {
-        Pat::Wild(w) => w.underscore_token.span,
-        other => other
-            .to_token_stream()
-            .into_iter()
-            .next()
-            .map_or(Span::call_site(), |t| t.span()),
-    };
     let args: Vec<TokenStream> = match &*pt.ty {
         Type::Path(tp) => match tp.path.segments.last().map(|s| &s.arguments) {
             Some(PathArguments::AngleBracketed(a)) => a
@@ -295,7 +278,7 @@ fn spliced(s: Splice) -> syn::Result<TokenStream> {
             ),
         ));
     }
-    let fields = respan(fields, anchor, &generics, &args);
+    let fields = respan(fields, g.anchor, &generics, &args);
     let params: Punctuated<FnArg, Token![,]> =
         syn::parse::Parser::parse2(Punctuated::parse_terminated, fields)?;
     let mut inputs = Punctuated::<FnArg, Token![,]>::new();

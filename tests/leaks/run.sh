@@ -32,13 +32,19 @@ definitely=$(grep -oP 'definitely lost: \K[0-9,]+' "$report" | tr -d ,)
 indirectly=$(grep -oP 'indirectly lost: \K[0-9,]+' "$report" | tr -d ,)
 # Per loss record, skip the allocator's frames (malloc and friends, Rust's
 # alloc/core/std and hashbrown wrappers); the first frame left allocated it.
+# Frames are judged by the path their function name starts with (a leading
+# `<` of a trait impl dropped), so `<runtime::X as core::ops::Drop>::drop`
+# is Tessera's and `<alloc::raw_vec::RawVecInner>::grow` the allocator's.
 ours=$(awk '
   /are (definitely|indirectly|possibly) lost in loss record/ { rec = 1; first = 1; next }
   /^==[0-9]+== $/ { rec = 0; next }
-  rec && first && /(at|by) 0x/ {
-    if ($0 ~ /(malloc|calloc|realloc|memalign|operator new|__rust_|__rdl_|alloc::|core::|std::|hashbrown::)/) next
+  rec && first && /(at|by) 0x[0-9A-Fa-f]+: / {
+    name = $0
+    sub(/^.*(at|by) 0x[0-9A-Fa-f]+: </, "", name)
+    sub(/^.*(at|by) 0x[0-9A-Fa-f]+: /, "", name)
+    if (name ~ /^(malloc|calloc|realloc|memalign|posix_memalign|operator new|__rust_|__rdl_|__rustc::|alloc::|core::|std::|hashbrown::)/) next
     first = 0
-    if ($0 ~ /(runtime|kernel_ir|pjrt_lifecycle)::/) n++
+    if (name ~ /^(runtime|kernel_ir|pjrt_lifecycle)::/) n++
   }
   END { print n + 0 }' "$report")
 named=$(grep -c '(runtime|kernel_ir|pjrt_lifecycle)::' -E "$report" || true)
