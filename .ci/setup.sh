@@ -44,6 +44,26 @@ if [ ${#missing[@]} -gt 0 ]; then
   run_quiet env DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# --- MLIR's C API as a shared library ----------------------------------------
+# Debian ships MLIR as one shared library (libMLIR.so) but its C API only as
+# static archives, and mlir-sys links shared (MLIR_SYS_LINK_SHARED in
+# .cargo/config.toml) only against a libMLIR-C.so. Linked statically, every
+# test binary carried its own ~300 MB copy of MLIR and LLVM: a clean build
+# of the tests took ~9 GB of disk and once filled CI's. This library is the
+# archives wrapped around libMLIR.so (~1 MB, under a second to link); it is
+# rebuilt when Debian's libMLIR.so is newer.
+mlir_lib=/usr/lib/llvm-22/lib
+if [ ! -s "$mlir_lib/libMLIR-C.so" ] || [ "$mlir_lib/libMLIR.so.22.1" -nt "$mlir_lib/libMLIR-C.so" ]; then
+  echo "setup: linking $mlir_lib/libMLIR-C.so (MLIR's C API over libMLIR.so)"
+  capi_tmp=$(mktemp -d)
+  run_quiet g++ -shared -o "$capi_tmp/libMLIR-C.so" -fuse-ld=mold \
+    -Wl,--whole-archive "$mlir_lib"/libMLIRCAPI*.a -Wl,--no-whole-archive \
+    -L"$mlir_lib" -lMLIR -lLLVM-22 -Wl,--no-undefined -Wl,-rpath,'$ORIGIN'
+  run_quiet $sudo install -m 0644 "$capi_tmp/libMLIR-C.so" "$mlir_lib/libMLIR-C.so.tmp"
+  run_quiet $sudo mv -f "$mlir_lib/libMLIR-C.so.tmp" "$mlir_lib/libMLIR-C.so"
+  rm -rf "$capi_tmp"
+fi
+
 # --- PJRT CPU plugin ----------------------------------------------------------
 # XLA's CPU plugin as shipped in a PyPI wheel (PJRT C API 0.115, the XLA of
 # jax 0.11.2). The hash pins the exact file.
@@ -57,7 +77,7 @@ if [ ! -s "$plugin" ]; then
   mkdir -p "$cache/pjrt"
   tmp=$(mktemp -d "$cache/pjrt/download.XXXXXX")
   printf '%s --hash=sha256:%s\n' "$wheel_name" "$wheel_sha256" >"$tmp/requirements.txt"
-  run_quiet python3 -m pip download --quiet --no-deps --require-hashes \
+  run_quiet python3 -m pip download --quiet --no-cache-dir --no-deps --require-hashes \
     -r "$tmp/requirements.txt" -d "$tmp"
   whl=$(ls "$tmp"/*.whl)
   echo "$wheel_sha256  $whl" | sha256sum --check --quiet
@@ -90,7 +110,7 @@ fetch_libtpu() { # VERSION SHA256 PYTHON-TAG (e.g. 311)
   local tmp
   tmp=$(mktemp -d "$cache/libtpu/download.XXXXXX")
   printf 'libtpu==%s --hash=sha256:%s\n' "$version" "$sha256" >"$tmp/requirements.txt"
-  run_quiet python3 -m pip download --quiet --no-deps --require-hashes \
+  run_quiet python3 -m pip download --quiet --no-cache-dir --no-deps --require-hashes \
     --only-binary=:all: --python-version "${tag:0:1}.${tag:1}" --implementation cp --abi "cp$tag" \
     --platform manylinux_2_31_x86_64 -r "$tmp/requirements.txt" -d "$tmp"
   local whl
@@ -143,7 +163,7 @@ pinned_env() { # DIR IMPORTS WHAT
   rm -rf "$tmp" "$dir"
   run_quiet "$python312" -m venv --without-pip "$tmp"
   cat >"$tmp/requirements.txt"
-  run_quiet "$python312" -m pip --python "$tmp/bin/python" install --quiet --no-deps \
+  run_quiet "$python312" -m pip --python "$tmp/bin/python" install --quiet --no-cache-dir --no-deps \
     --require-hashes --only-binary=:all: --disable-pip-version-check -r "$tmp/requirements.txt"
   run_quiet "$tmp/bin/python" -c "import $imports"
   mv "$tmp" "$dir"

@@ -47,10 +47,10 @@ jax_venv() { # VERSION
     echo "conformance: creating $v (jax==$1, jaxlib==$1)" >&2
     rm -rf "$v" "$v.partial"
     "$python" -m venv "$v.partial"
-    "$v.partial/bin/python" -m pip install --quiet --disable-pip-version-check "jax==$1" "jaxlib==$1" 'setuptools>=77' >&2
+    "$v.partial/bin/python" -m pip install --quiet --no-cache-dir --disable-pip-version-check "jax==$1" "jaxlib==$1" 'setuptools>=77' >&2
     mv "$v.partial" "$v"
   fi
-  "$v/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation ./python >&2
+  "$v/bin/python" -m pip install --quiet --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation ./python >&2
   echo "$v"
 }
 venv=$(jax_venv 0.11.2)
