@@ -263,6 +263,9 @@ impl Printer<'_> {
                 OpKind::Transpose { x, perm } => {
                     format!("{m} {x}, perm {perm:?} : {} -> {res_ty}", self.ty(*x))
                 }
+                OpKind::Roll { x, shift, axis } => {
+                    format!("{m} {x}, shift {shift}, axis {axis} : {res_ty}")
+                }
                 OpKind::Reduce { op, x, axes } => {
                     format!(
                         "{m} {} {x}, axes {axes:?} : {} -> {res_ty}",

@@ -24,6 +24,7 @@ mod dma;
 mod index;
 pub mod random;
 mod refs;
+mod roll;
 mod scan;
 mod state;
 mod tile;

@@ -1,10 +1,31 @@
-//! Prefix sums along an axis of a tile, on the matrix unit: the sum over
-//! `i ≤ j` (or `i < j`) is a product with a triangular matrix of ones made
-//! from two iotas, as TPU kernels for chunked linear attention and
-//! state-space layers compute them. A scan across grid steps carries its
-//! running total in scratch (see `tests/it/language/scan.rs`).
+//! Scans along an axis of a tile. Prefix sums run on the matrix unit: the
+//! sum over `i ≤ j` (or `i < j`) is a product with a triangular matrix of
+//! ones made from two iotas, as TPU kernels for chunked linear attention
+//! and state-space layers compute them. Any other associative op scans in
+//! `⌈log₂ n⌉` rolls (Hillis and Steele's scan): [`Tile::scan`], with
+//! `cumprod`, `cummax` and `cummin` built on it. A scan across grid steps
+//! carries its running total in scratch (see `tests/it/language/scan.rs`).
+//!
+//! ```
+//! use kernel_ir::prelude::*;
+//!
+//! // Running products and running maxima along each row.
+//! let mut k = KernelBuilder::new("running");
+//! k.grid([1], [Parallel]);
+//! let x = k.input("x", F32, [8, 128]).block([8, 128], |[_]| (0, 0));
+//! let p = k.output("p", F32, [8, 128]).block([8, 128], |[_]| (0, 0));
+//! let m = k.output("m", F32, [8, 128]).block([8, 128], |[_]| (0, 0));
+//! let xv = x.load(..);
+//! p.store(.., xv.cumprod(1));
+//! m.store(.., xv.scan(1, |earlier, later| earlier.max(later)));
+//! let kernel = k.build().unwrap();
+//! let data: Vec<f64> = (0..8 * 128).map(|i| [1.0, 2.0, 0.5, 3.0][i % 4]).collect();
+//! let out = interpret(&kernel, &[Array::new(F32, [8, 128], data).unwrap()]).unwrap();
+//! assert_eq!(&out[0].data()[..4], &[1.0, 2.0, 1.0, 3.0]);
+//! assert_eq!(&out[1].data()[..4], &[1.0, 2.0, 2.0, 3.0]);
+//! ```
 
-use super::tile::{Tile, dot, iota};
+use super::tile::{IntoOperand, Tile, dot, iota, select};
 use crate::DType;
 
 impl Tile {
@@ -24,6 +45,72 @@ impl Tile {
     #[track_caller]
     pub fn cumsum_exclusive(self, axis: usize) -> Tile {
         prefix_sum(self, axis, true)
+    }
+}
+
+impl Tile {
+    /// Inclusive scan along `axis` with an associative `op`: element `j` is
+    /// `x[0] ⊕ x[1] ⊕ … ⊕ x[j]`, where `op(earlier, later)` combines two
+    /// partial results in index order (so `op` need not commute). It takes
+    /// `⌈log₂ n⌉` steps, each a roll, `op` and a select, and groups the
+    /// terms as a tree, as `jax.lax.associative_scan` does: a float
+    /// product's rounding differs from a left-to-right loop's.
+    #[track_caller]
+    pub fn scan(self, axis: usize, op: impl Fn(Tile, Tile) -> Tile) -> Tile {
+        let shape = self.shape();
+        let Some(&n) = shape.get(axis) else {
+            // The roll reports the bad axis at the caller.
+            return self.roll(0, axis);
+        };
+        let pos = iota(DType::I32, shape, axis);
+        let mut y = self;
+        let mut step = 1;
+        while step < n {
+            let combined = op(y.roll(step as i64, axis), y);
+            y = select(pos.ge(step as i32), combined, y);
+            step *= 2;
+        }
+        y
+    }
+
+    /// Exclusive scan along `axis`: element `j` combines `x[0..j]`, and
+    /// element 0 is `identity` (the op's neutral value: 0 for a sum, 1 for
+    /// a product, `-inf` for a max).
+    #[track_caller]
+    pub fn scan_exclusive(
+        self,
+        axis: usize,
+        identity: impl IntoOperand,
+        op: impl Fn(Tile, Tile) -> Tile,
+    ) -> Tile {
+        self.scan(axis, op).shift(1, axis, identity)
+    }
+
+    /// Inclusive running product along `axis`. Narrow floats multiply in
+    /// f32 and round once at the end (as `cumsum` sums): rounded to bf16 at
+    /// every step, a product of `n` terms drifts by up to ~`n` roundings.
+    #[track_caller]
+    pub fn cumprod(self, axis: usize) -> Tile {
+        let dtype = self.dtype();
+        if dtype.is_float() && dtype != DType::F32 {
+            self.convert(DType::F32)
+                .scan(axis, |a, b| a * b)
+                .convert(dtype)
+        } else {
+            self.scan(axis, |a, b| a * b)
+        }
+    }
+
+    /// Inclusive running maximum along `axis`.
+    #[track_caller]
+    pub fn cummax(self, axis: usize) -> Tile {
+        self.scan(axis, |a, b| a.max(b))
+    }
+
+    /// Inclusive running minimum along `axis`.
+    #[track_caller]
+    pub fn cummin(self, axis: usize) -> Tile {
+        self.scan(axis, |a, b| a.min(b))
     }
 }
 

@@ -21,7 +21,7 @@ pub struct Tile {
 
 /// Runs `f` on the tile's builder; a failed op yields a value with no type,
 /// which later ops pass through silently (the error was reported once).
-fn record(builder: u32, f: impl FnOnce(&mut State) -> Option<ValueId>) -> Tile {
+pub(super) fn record(builder: u32, f: impl FnOnce(&mut State) -> Option<ValueId>) -> Tile {
     let id = state::with(builder, |st| f(st).unwrap_or_else(|| st.new_value(None)))
         .unwrap_or(ValueId(u32::MAX));
     Tile { id, builder }

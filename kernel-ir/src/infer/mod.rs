@@ -311,6 +311,22 @@ pub(crate) fn result_types(
                 perm.iter().map(|&p| t.shape[p]).collect::<Vec<_>>(),
             ))
         }
+        OpKind::Roll { x, shift, axis } => {
+            let t = ty(*x)?;
+            let Some(&n) = t.shape.get(*axis) else {
+                return Err(ErrorKind::Axis {
+                    op: "roll",
+                    detail: format!("axis {axis} of a rank-{} tile", t.shape.len()),
+                });
+            };
+            if *shift >= n.max(1) {
+                return Err(ErrorKind::Axis {
+                    op: "roll",
+                    detail: format!("shift {shift} is not below the axis size {n}"),
+                });
+            }
+            one(t.clone())
+        }
         OpKind::Reduce { op, x, axes } => {
             let t = ty(*x)?;
             for (i, &a) in axes.iter().enumerate() {

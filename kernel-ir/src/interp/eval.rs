@@ -288,6 +288,27 @@ impl Machine<'_> {
                     poison,
                 }
             }
+            OpKind::Roll { x, shift, axis } => {
+                let x = self.get(*x)?;
+                let xs = strides_of(&x.shape);
+                let n = x.shape[*axis];
+                let mut data = Vec::with_capacity(x.data.len());
+                let mut poison = x.poison.as_ref().map(|_| Vec::with_capacity(x.data.len()));
+                for_each_index(&x.shape, |flat, idx| {
+                    let from = (idx[*axis] + n - shift) % n;
+                    let src = flat - idx[*axis] * xs[*axis] + from * xs[*axis];
+                    data.push(x.data[src]);
+                    if let Some(p) = poison.as_mut() {
+                        p.push(x.is_poison(src));
+                    }
+                });
+                Val {
+                    dtype: x.dtype,
+                    shape: x.shape.clone(),
+                    data,
+                    poison,
+                }
+            }
             OpKind::Reduce { op: r, x, axes } => reduce(self.get(*x)?, *r, axes),
             OpKind::Dot {
                 lhs,

@@ -376,6 +376,17 @@ pub enum OpKind {
         /// Permutation.
         perm: Vec<usize>,
     },
+    /// Rotates along `axis` as `jnp.roll`: result element `i` is operand
+    /// element `(i - shift) mod n` (`n` the dim's size), so elements move
+    /// toward higher indices and wrap around.
+    Roll {
+        /// Operand.
+        x: ValueId,
+        /// Places moved, in `0..n` (the builder reduces any shift mod `n`).
+        shift: usize,
+        /// The dim rotated.
+        axis: usize,
+    },
     /// Reduces `axes` away.
     Reduce {
         /// The reduction.
@@ -502,6 +513,7 @@ impl OpKind {
             OpKind::BroadcastInDim { .. } => "broadcast_in_dim",
             OpKind::Reshape { .. } => "reshape",
             OpKind::Transpose { .. } => "transpose",
+            OpKind::Roll { .. } => "roll",
             OpKind::Reduce { .. } => "reduce",
             OpKind::Dot { .. } => "dot_general",
             OpKind::For { .. } => "for",
@@ -561,6 +573,7 @@ impl OpKind {
             | OpKind::BroadcastInDim { x, .. }
             | OpKind::Reshape { x, .. }
             | OpKind::Transpose { x, .. }
+            | OpKind::Roll { x, .. }
             | OpKind::Reduce { x, .. } => out.push(*x),
             OpKind::Binary { lhs, rhs, .. }
             | OpKind::Compare { lhs, rhs, .. }

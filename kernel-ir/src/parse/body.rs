@@ -299,6 +299,18 @@ impl<'a> Reader<'a> {
                     }
                 }
             }
+            "roll" => {
+                let x = c.value()?;
+                c.sym(",")?;
+                c.word("shift")?;
+                let shift = c.usize()?;
+                c.sym(",")?;
+                c.word("axis")?;
+                let axis = c.usize()?;
+                c.sym(":")?;
+                one_result(self, c)?;
+                OpKind::Roll { x, shift, axis }
+            }
             "reduce" => {
                 let name = c.ident()?;
                 let op = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min]

@@ -324,6 +324,19 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                 let t = self.ty(*x).clone();
                 Some(self.transpose(block, self.v(*x)?, &t, perm)?)
             }
+            OpKind::Roll { x, shift, axis } => {
+                // Pallas's `pltpu.roll`: a rotate by an i32 amount, jnp.roll's
+                // direction.
+                let t = self.ty(*x).clone();
+                let amount = self.i32_const(block, *shift as i64)?;
+                Some(self.ir.op1(
+                    block,
+                    "tpu.dynamic_rotate",
+                    &[self.v(*x)?, amount],
+                    self.ir.tile(&t),
+                    vec![("dimension", self.ir.parse_attr(&format!("{axis} : si32"))?)],
+                )?)
+            }
             OpKind::Reduce { op: r, x, axes } => Some(self.reduce(block, *r, *x, axes)?),
             OpKind::Dot {
                 lhs,

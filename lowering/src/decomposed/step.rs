@@ -277,6 +277,32 @@ impl<'c> Step<'_, 'c> {
                     vec![("permutation", ir.i64_array(&p))],
                 )?)
             }
+            OpKind::Roll { x, shift, axis } => {
+                // The last `shift` elements of the axis, then the rest.
+                let t = self.ty(*x).clone();
+                let xv = self.v(*x)?;
+                if *shift == 0 {
+                    Some(xv)
+                } else {
+                    let n = t.shape[*axis];
+                    let part = |start: usize, len: usize| {
+                        let mut starts = vec![0i64; t.shape.len()];
+                        starts[*axis] = start as i64;
+                        let mut sizes = t.shape.clone();
+                        sizes[*axis] = len;
+                        e.slice(b, xv, t.dtype, &starts, &sizes)
+                    };
+                    let tail = part(n - shift, *shift)?;
+                    let head = part(0, n - shift)?;
+                    Some(ir.op1(
+                        b,
+                        "stablehlo.concatenate",
+                        &[tail, head],
+                        e.t(&t.shape, t.dtype),
+                        vec![("dimension", ir.i64_attr(*axis as i64))],
+                    )?)
+                }
+            }
             OpKind::Reduce { op: r, x, axes } => {
                 let rt = rt.clone().unwrap_or_else(|| TileType::scalar(DType::F32));
                 Some(self.reduce(b, *r, *x, axes, &rt)?)

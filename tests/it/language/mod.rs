@@ -9,5 +9,6 @@ mod invalid;
 mod parse;
 mod random;
 mod random_kernels;
+mod roll;
 mod scan;
 mod top_k;

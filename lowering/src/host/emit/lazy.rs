@@ -93,6 +93,7 @@ impl<'c> HostEmitter<'_, 'c> {
             Expr::Select(a, c, d) => rec(a) && rec(c) && rec(d),
             Expr::Broadcast { src, .. }
             | Expr::Transpose { src, .. }
+            | Expr::Roll { src, .. }
             | Expr::Squeeze { src, .. } => !Self::reads(src, mem),
         }
     }
@@ -105,6 +106,7 @@ impl<'c> HostEmitter<'_, 'c> {
             Expr::Unary(_, a) | Expr::Convert(a) | Expr::Bitcast(a) => Self::reads(a, mem),
             Expr::Broadcast { src, .. }
             | Expr::Transpose { src, .. }
+            | Expr::Roll { src, .. }
             | Expr::Squeeze { src, .. } => Self::reads(src, mem),
             Expr::Binary(_, a, c) | Expr::Compare(_, a, c) => {
                 Self::reads(a, mem) || Self::reads(c, mem)
@@ -334,6 +336,47 @@ impl<'c> HostEmitter<'_, 'c> {
                 } else {
                     let one = self.eval(b, src, &sidx, 1)?;
                     self.lane0_splat(b, one, w, d)?
+                }
+            }
+            Expr::Roll { src, shift, axis } => {
+                let size = n.ty.shape[*axis];
+                // (i + n - shift) mod n: the source index of element i.
+                let from = |i: Raw| -> Result<Raw, LoweringError> {
+                    let back = self.idx(b, (size - shift) as i64)?;
+                    let sum = ir.op1(b, "arith.addi", &[i, back], ir.index(), Vec::new())?;
+                    let size = self.idx(b, size as i64)?;
+                    ir.op1(b, "arith.remui", &[sum, size], ir.index(), Vec::new())
+                };
+                if *axis + 1 < rank || w == 1 {
+                    let mut sidx = idx.to_vec();
+                    sidx[*axis] = from(idx[*axis])?;
+                    self.eval(b, src, &sidx, w)?
+                } else {
+                    // Along the vector: lane by lane, as a chunk may wrap.
+                    let mut v = ir.op1(
+                        b,
+                        "arith.constant",
+                        &[],
+                        vty,
+                        vec![("value", self.lit(0.0, d, vty)?)],
+                    )?;
+                    for lane in 0..w {
+                        let mut li = idx.to_vec();
+                        let l = self.idx(b, lane as i64)?;
+                        let at =
+                            ir.op1(b, "arith.addi", &[idx[*axis], l], ir.index(), Vec::new())?;
+                        li[*axis] = from(at)?;
+                        let one = self.eval(b, src, &li, 1)?;
+                        let s = self.lane0(b, one, d)?;
+                        v = ir.op1(
+                            b,
+                            "vector.insert",
+                            &[s, v],
+                            vty,
+                            vec![("static_position", ir.i64_array(&[lane as i64]))],
+                        )?;
+                    }
+                    v
                 }
             }
             Expr::Transpose { src, perm } => {

@@ -84,6 +84,12 @@ enum Expr {
         src: Rc<Node>,
         perm: Vec<usize>,
     },
+    /// Element `i` along `axis` comes from source element `(i - shift) mod n`.
+    Roll {
+        src: Rc<Node>,
+        shift: usize,
+        axis: usize,
+    },
     /// A reshape that only inserts or removes unit dims: output dim `i`
     /// comes from source dim `map[i]` (`None` for an inserted unit dim).
     Squeeze {
@@ -605,6 +611,23 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
             }
             OpKind::Transpose { x, perm } => {
                 let t = Self::permuted(&self.node(*x)?, perm);
+                self.set(op.results[0], Val::Tile(t));
+                self.maybe_materialize(b, op.results[0])?;
+            }
+            OpKind::Roll { x, shift, axis } => {
+                let src = self.node(*x)?;
+                let t = if *shift == 0 {
+                    src
+                } else {
+                    Rc::new(Node {
+                        ty: src.ty.clone(),
+                        e: Expr::Roll {
+                            src,
+                            shift: *shift,
+                            axis: *axis,
+                        },
+                    })
+                };
                 self.set(op.results[0], Val::Tile(t));
                 self.maybe_materialize(b, op.results[0])?;
             }

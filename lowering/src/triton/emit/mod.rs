@@ -572,6 +572,31 @@ impl<'a> Emitter<'a> {
                 };
                 self.line(format!("{out} = {text}"), loc);
             }
+            OpKind::Roll { x, shift, axis } => {
+                // Triton has no slice or rotate of a tensor: a gather along
+                // the axis from (i - shift) mod n.
+                let (dt, xs) = self.ty(*x);
+                let n = xs[*axis];
+                let from = expand_to(
+                    &format!("(tl.arange(0, {n}) + {}) % {n}", n - shift),
+                    *axis,
+                    xs.len(),
+                );
+                let index = if xs.len() > 1 {
+                    format!("tl.broadcast_to({from}, {})", shape_list(&xs))
+                } else {
+                    from
+                };
+                let v = Self::v(*x);
+                let text = if *shift == 0 {
+                    v
+                } else if dt == DType::Bool {
+                    format!("tl.gather({v}.to(tl.int8), {index}, {axis}) != 0")
+                } else {
+                    format!("tl.gather({v}, {index}, {axis})")
+                };
+                self.line(format!("{out} = {text}"), loc);
+            }
             OpKind::Reduce { op: r, x, axes } => {
                 let text = match self.replicated_reduce(*r, *x, axes, res(0)) {
                     Some(t) => t,
