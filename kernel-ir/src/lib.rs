@@ -86,7 +86,8 @@ pub use builder::{
     AsyncCopy, BlockMap, Bound, Carry, Idx, IntoIndexExprs, IntoIndices, IntoOperand,
     KernelBuilder, OptionalLoad, Ref, Scope, Sem, SemArray, Start, Tile, View, axis_index,
     constant, device_id, dot, dot_general, ds, for_range, for_range_step, if_else, iota,
-    make_async_copy, make_async_remote_copy, num_programs, program_id, scoped, select, top_k, when,
+    make_async_copy, make_async_remote_copy, num_programs, program_id, scoped, select, sort_by_key,
+    top_k, when,
 };
 pub use dma::{
     BufferSlice, CopyDescriptor, RemoteTarget, SemaphoreDecl, SemaphoreKind, SemaphoreSlot,
@@ -270,6 +271,6 @@ pub mod prelude {
         OptionalLoad, Ref, SemArray, Target, Tile, axis_index, bf16, cdiv, constant, device_id,
         dot, dot_general, ds, f8e4m3fn, f8e5m2, f16, for_range, for_range_step, if_else, interpret,
         iota, kernel_fn, make_async_copy, make_async_remote_copy, num_programs, operands,
-        program_id, scoped, select, top_k, tpu_kernel, when,
+        program_id, scoped, select, sort_by_key, top_k, tpu_kernel, when,
     };
 }

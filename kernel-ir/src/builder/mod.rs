@@ -26,6 +26,7 @@ pub mod random;
 mod refs;
 mod roll;
 mod scan;
+mod sort;
 mod state;
 mod tile;
 mod tile_ops;
@@ -37,6 +38,7 @@ pub use dma::{
 };
 pub use index::{Idx, IntoIndices, Start, ds};
 pub use refs::{BlockMap, IntoIndexExprs, OptionalLoad, Ref};
+pub use sort::sort_by_key;
 pub use tile::{
     IntoOperand, Tile, axis_index, constant, device_id, dot, dot_general, iota, num_programs,
     program_id, select,

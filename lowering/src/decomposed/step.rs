@@ -294,12 +294,23 @@ impl<'c> Step<'_, 'c> {
                     };
                     let tail = part(n - shift, *shift)?;
                     let head = part(0, n - shift)?;
-                    Some(ir.op1(
+                    // A barrier keeps XLA from fusing through the roll: a
+                    // sort's network of rolls and selects, fused, duplicated
+                    // its producers until a 64-wide bf16 sort took minutes
+                    // to compile (1.8 s with it).
+                    let rolled = ir.op1(
                         b,
                         "stablehlo.concatenate",
                         &[tail, head],
                         e.t(&t.shape, t.dtype),
                         vec![("dimension", ir.i64_attr(*axis as i64))],
+                    )?;
+                    Some(ir.op1(
+                        b,
+                        "stablehlo.optimization_barrier",
+                        &[rolled],
+                        e.t(&t.shape, t.dtype),
+                        Vec::new(),
                     )?)
                 }
             }

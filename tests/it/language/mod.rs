@@ -11,4 +11,5 @@ mod random;
 mod random_kernels;
 mod roll;
 mod scan;
+mod sort;
 mod top_k;

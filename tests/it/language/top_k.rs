@@ -40,7 +40,7 @@ fn ranked(row: &[f64], lowest_first: bool) -> Vec<usize> {
 
 /// Values drawn from a few levels (so rows tie), with ±∞ and, when
 /// `nan`, NaN among them.
-fn values(seed: u64, n: usize, nan: bool) -> Vec<f64> {
+pub(super) fn values(seed: u64, n: usize, nan: bool) -> Vec<f64> {
     let mut rng = kernel_ir::SplitMix64(seed);
     (0..n)
         .map(|_| match rng.next_u64() % 23 {

@@ -351,6 +351,63 @@ impl<'c> HostEmitter<'_, 'c> {
                     let mut sidx = idx.to_vec();
                     sidx[*axis] = from(idx[*axis])?;
                     self.eval(b, src, &sidx, w)?
+                } else if let Expr::Buf { mem } = src.e {
+                    // Lane l reads (i + l + n - shift) mod n of the row.
+                    let i32t = ir.i32();
+                    let lanes = self.ir.shaped_vector(&[w], i32t);
+                    let back: Vec<String> =
+                        (0..w).map(|l| (l + size - shift).to_string()).collect();
+                    let offsets = ir.op1(
+                        b,
+                        "arith.constant",
+                        &[],
+                        lanes,
+                        vec![(
+                            "value",
+                            ir.parse_attr(&format!(
+                                "dense<[{}]> : vector<{w}xi32>",
+                                back.join(", ")
+                            ))?,
+                        )],
+                    )?;
+                    let start = ir.op1(b, "arith.index_cast", &[idx[*axis]], i32t, Vec::new())?;
+                    let start = ir.op1(b, "vector.broadcast", &[start], lanes, Vec::new())?;
+                    let sum = ir.op1(b, "arith.addi", &[start, offsets], lanes, Vec::new())?;
+                    let n_lanes = ir.op1(
+                        b,
+                        "arith.constant",
+                        &[],
+                        lanes,
+                        vec![(
+                            "value",
+                            ir.parse_attr(&format!("dense<{size}> : vector<{w}xi32>"))?,
+                        )],
+                    )?;
+                    let from_lanes =
+                        ir.op1(b, "arith.remui", &[sum, n_lanes], lanes, Vec::new())?;
+                    let mask = ir.op1(
+                        b,
+                        "arith.constant",
+                        &[],
+                        self.ir.shaped_vector(&[w], ir.i1()),
+                        vec![(
+                            "value",
+                            ir.parse_attr(&format!("dense<true> : vector<{w}xi1>"))?,
+                        )],
+                    )?;
+                    let pass = ir.op1(
+                        b,
+                        "arith.constant",
+                        &[],
+                        vty,
+                        vec![("value", self.lit(0.0, d, vty)?)],
+                    )?;
+                    let mut base = idx.to_vec();
+                    base[*axis] = self.idx(b, 0)?;
+                    let mut ops = vec![mem];
+                    ops.extend(base);
+                    ops.extend([from_lanes, mask, pass]);
+                    ir.op1(b, "vector.gather", &ops, vty, Vec::new())?
                 } else {
                     // Along the vector: lane by lane, as a chunk may wrap.
                     let mut v = ir.op1(

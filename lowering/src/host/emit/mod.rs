@@ -615,7 +615,18 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                 self.maybe_materialize(b, op.results[0])?;
             }
             OpKind::Roll { x, shift, axis } => {
-                let src = self.node(*x)?;
+                let mut src = self.node(*x)?;
+                let d = src.ty.dtype;
+                if *shift != 0 && *axis + 1 == src.ty.shape.len() && !d.is_fp8() && d != DType::Bool
+                {
+                    // Along the vector the roll gathers from memory: the
+                    // source is computed once, not once per lane.
+                    let mem = self.materialize(b, &src)?;
+                    src = Rc::new(Node {
+                        ty: src.ty.clone(),
+                        e: Expr::Buf { mem },
+                    });
+                }
                 let t = if *shift == 0 {
                     src
                 } else {
