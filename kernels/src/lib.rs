@@ -21,6 +21,8 @@
 //! * [`moe`]: grouped matmul for mixture-of-experts layers;
 //! * [`random`](mod@random): random words and dropout, bit for bit
 //!   `jax.random`'s (Threefry-2x32); [`router`]: the MoE router's top-k;
+//! * [`conv1d`]: Mamba's causal depthwise conv1d, its halo rolled in from
+//!   the previous sequence block;
 //! * [`dma`]: every manual-DMA construct in one small kernel;
 //! * [`fp8_gemm`] (the CUTLASS FP8 GEMM), [`scaled_mm`] (block-scaled
 //!   FP8), [`w8a16`] (int8 weight-only);
@@ -42,6 +44,7 @@ pub mod tolerance;
 pub use entry::{Config, Entry, EntryError, Param, ParamKind, Preset};
 
 pub mod attention;
+pub mod conv1d;
 pub mod dma;
 pub mod epilogue;
 pub mod foundation;
@@ -86,6 +89,7 @@ pub const ENTRIES: &[&Entry] = &[
     &random::RANDOM_BITS,
     &random::DROPOUT,
     &router::ROUTER_TOP_K,
+    &conv1d::CAUSAL_CONV1D,
     &swiglu::SWIGLU,
     &moe::GROUPED_MATMUL,
     &dma::DOUBLE_BUFFERED_ROWS,
