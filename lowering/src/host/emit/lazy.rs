@@ -410,30 +410,7 @@ impl<'c> HostEmitter<'_, 'c> {
                     ir.op1(b, "vector.gather", &ops, vty, Vec::new())?
                 } else {
                     // Along the vector: lane by lane, as a chunk may wrap.
-                    let mut v = ir.op1(
-                        b,
-                        "arith.constant",
-                        &[],
-                        vty,
-                        vec![("value", self.lit(0.0, d, vty)?)],
-                    )?;
-                    for lane in 0..w {
-                        let mut li = idx.to_vec();
-                        let l = self.idx(b, lane as i64)?;
-                        let at =
-                            ir.op1(b, "arith.addi", &[idx[*axis], l], ir.index(), Vec::new())?;
-                        li[*axis] = from(at)?;
-                        let one = self.eval(b, src, &li, 1)?;
-                        let s = self.lane0(b, one, d)?;
-                        v = ir.op1(
-                            b,
-                            "vector.insert",
-                            &[s, v],
-                            vty,
-                            vec![("static_position", ir.i64_array(&[lane as i64]))],
-                        )?;
-                    }
-                    v
+                    self.lane_by_lane(b, src, idx, *axis, w, d, from)?
                 }
             }
             Expr::Transpose { src, perm } => {
@@ -446,33 +423,50 @@ impl<'c> HostEmitter<'_, 'c> {
                     self.eval(b, src, &sidx, w)?
                 } else {
                     // Lane by lane along the source dim that becomes last.
-                    let src_dim = perm[rank - 1];
-                    let mut v = ir.op1(
-                        b,
-                        "arith.constant",
-                        &[],
-                        vty,
-                        vec![("value", self.lit(0.0, d, vty)?)],
-                    )?;
-                    for lane in 0..w {
-                        let mut li = sidx.clone();
-                        let l = self.idx(b, lane as i64)?;
-                        li[src_dim] =
-                            ir.op1(b, "arith.addi", &[sidx[src_dim], l], ir.index(), Vec::new())?;
-                        let one = self.eval(b, src, &li, 1)?;
-                        let s = self.lane0(b, one, d)?;
-                        v = ir.op1(
-                            b,
-                            "vector.insert",
-                            &[s, v],
-                            vty,
-                            vec![("static_position", ir.i64_array(&[lane as i64]))],
-                        )?;
-                    }
-                    v
+                    self.lane_by_lane(b, src, &sidx, perm[rank - 1], w, d, Ok)?
                 }
             }
         })
+    }
+
+    /// A `w`-lane vector of `src` read one element at a time: lane `l`
+    /// at `at` with `dim` replaced by `source(at[dim] + l)`.
+    #[allow(clippy::too_many_arguments)]
+    fn lane_by_lane(
+        &self,
+        b: &Block<'c>,
+        src: &Node,
+        at: &[Raw],
+        dim: usize,
+        w: usize,
+        d: DType,
+        source: impl Fn(Raw) -> Result<Raw, LoweringError>,
+    ) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let vty = self.vec_ty(w, d);
+        let mut v = ir.op1(
+            b,
+            "arith.constant",
+            &[],
+            vty,
+            vec![("value", self.lit(0.0, d, vty)?)],
+        )?;
+        for lane in 0..w {
+            let mut li = at.to_vec();
+            let l = self.idx(b, lane as i64)?;
+            let i = ir.op1(b, "arith.addi", &[at[dim], l], ir.index(), Vec::new())?;
+            li[dim] = source(i)?;
+            let one = self.eval(b, src, &li, 1)?;
+            let s = self.lane0(b, one, d)?;
+            v = ir.op1(
+                b,
+                "vector.insert",
+                &[s, v],
+                vty,
+                vec![("static_position", ir.i64_array(&[lane as i64]))],
+            )?;
+        }
+        Ok(v)
     }
 
     /// Loops over `shape` (the last dim in chunks of `w`), calling `body`
