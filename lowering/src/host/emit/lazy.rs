@@ -192,13 +192,7 @@ impl<'c> HostEmitter<'_, 'c> {
                 } else {
                     // Lane by lane: the last output dim is not unit stride.
                     let last = out_of.iter().position(|o| *o == Some(rank - 1));
-                    let mut v = ir.op1(
-                        b,
-                        "arith.constant",
-                        &[],
-                        vty,
-                        vec![("value", self.lit(0.0, d, vty)?)],
-                    )?;
+                    let mut v = self.zeros(b, w, d)?;
                     for lane in 0..w {
                         let mut ops = Vec::new();
                         for (m, a) in at.iter().enumerate() {
@@ -216,13 +210,7 @@ impl<'c> HostEmitter<'_, 'c> {
                             }
                         }
                         let s = self.load_scalar(b, *mem, &ops, d)?;
-                        v = ir.op1(
-                            b,
-                            "vector.insert",
-                            &[s, v],
-                            vty,
-                            vec![("static_position", ir.i64_array(&[lane as i64]))],
-                        )?;
+                        v = self.insert_lane(b, s, v, vty, lane)?;
                     }
                     v
                 }
@@ -395,13 +383,7 @@ impl<'c> HostEmitter<'_, 'c> {
                             ir.parse_attr(&format!("dense<true> : vector<{w}xi1>"))?,
                         )],
                     )?;
-                    let pass = ir.op1(
-                        b,
-                        "arith.constant",
-                        &[],
-                        vty,
-                        vec![("value", self.lit(0.0, d, vty)?)],
-                    )?;
+                    let pass = self.zeros(b, w, d)?;
                     let mut base = idx.to_vec();
                     base[*axis] = self.idx(b, 0)?;
                     let mut ops = vec![mem];
@@ -429,6 +411,33 @@ impl<'c> HostEmitter<'_, 'c> {
         })
     }
 
+    /// A `w`-lane vector of zeros of dtype `d`.
+    fn zeros(&self, b: &Block<'c>, w: usize, d: DType) -> Result<Raw, LoweringError> {
+        let vty = self.vec_ty(w, d);
+        let zero = self.lit(0.0, d, vty)?;
+        self.ir
+            .op1(b, "arith.constant", &[], vty, vec![("value", zero)])
+    }
+
+    /// `v` with scalar `s` in lane `lane`.
+    fn insert_lane(
+        &self,
+        b: &Block<'c>,
+        s: Raw,
+        v: Raw,
+        vty: Type<'c>,
+        lane: usize,
+    ) -> Result<Raw, LoweringError> {
+        let at = self.ir.i64_array(&[lane as i64]);
+        self.ir.op1(
+            b,
+            "vector.insert",
+            &[s, v],
+            vty,
+            vec![("static_position", at)],
+        )
+    }
+
     /// A `w`-lane vector of `src` read one element at a time: lane `l`
     /// at `at` with `dim` replaced by `source(at[dim] + l)`.
     #[allow(clippy::too_many_arguments)]
@@ -444,13 +453,7 @@ impl<'c> HostEmitter<'_, 'c> {
     ) -> Result<Raw, LoweringError> {
         let ir = self.ir;
         let vty = self.vec_ty(w, d);
-        let mut v = ir.op1(
-            b,
-            "arith.constant",
-            &[],
-            vty,
-            vec![("value", self.lit(0.0, d, vty)?)],
-        )?;
+        let mut v = self.zeros(b, w, d)?;
         for lane in 0..w {
             let mut li = at.to_vec();
             let l = self.idx(b, lane as i64)?;
@@ -458,13 +461,7 @@ impl<'c> HostEmitter<'_, 'c> {
             li[dim] = source(i)?;
             let one = self.eval(b, src, &li, 1)?;
             let s = self.lane0(b, one, d)?;
-            v = ir.op1(
-                b,
-                "vector.insert",
-                &[s, v],
-                vty,
-                vec![("static_position", ir.i64_array(&[lane as i64]))],
-            )?;
+            v = self.insert_lane(b, s, v, vty, lane)?;
         }
         Ok(v)
     }
