@@ -25,7 +25,7 @@
 //! assert_eq!(&out[1].data()[..4], &[1.0, 2.0, 2.0, 3.0]);
 //! ```
 
-use super::tile::{IntoOperand, Tile, dot, iota, select};
+use super::tile::{IntoOperand, Tile, dot, iota, select, widened};
 use crate::DType;
 
 impl Tile {
@@ -91,14 +91,7 @@ impl Tile {
     /// every step, a product of `n` terms drifts by up to ~`n` roundings.
     #[track_caller]
     pub fn cumprod(self, axis: usize) -> Tile {
-        let dtype = self.dtype();
-        if dtype.is_float() && dtype != DType::F32 {
-            self.convert(DType::F32)
-                .scan(axis, |a, b| a * b)
-                .convert(dtype)
-        } else {
-            self.scan(axis, |a, b| a * b)
-        }
+        widened(self).scan(axis, |a, b| a * b).convert(self.dtype())
     }
 
     /// Inclusive running maximum along `axis`.
@@ -123,11 +116,7 @@ fn prefix_sum(x: Tile, axis: usize, exclusive: bool) -> Tile {
         return x.reduce(crate::ReduceOp::Sum, &[axis]);
     }
     let dtype = x.dtype();
-    let wide = if dtype.is_float() {
-        x.convert(DType::F32)
-    } else {
-        x
-    };
+    let wide = widened(x);
     // The scanned axis last, the others flattened into rows.
     let mut perm: Vec<usize> = (0..rank).collect();
     perm.swap(axis, rank - 1);
@@ -158,9 +147,5 @@ fn prefix_sum(x: Tile, axis: usize, exclusive: bool) -> Tile {
     } else {
         summed.transpose(perm)
     };
-    if back.dtype() == dtype {
-        back
-    } else {
-        back.convert(dtype)
-    }
+    back.convert(dtype)
 }

@@ -29,7 +29,7 @@
 //! ```
 
 use super::state;
-use super::tile::{Tile, iota, select};
+use super::tile::{Tile, iota, select, widened};
 use crate::error::ErrorKind;
 use crate::{DType, Loc};
 
@@ -45,9 +45,11 @@ impl Tile {
     /// the index of the `j`-th smallest, equal values by index.
     #[track_caller]
     pub fn argsort(self, axis: usize) -> Tile {
-        let index = iota(DType::I32, self.shape(), axis);
-        let (_, mut moved) = sort_by_key(self, &[index], axis);
-        moved.pop().unwrap_or(index)
+        // The network carries each element's index already.
+        match network(self, &[], axis) {
+            Some(sorted) => sorted.index,
+            None => iota(DType::I32, self.shape(), axis),
+        }
     }
 }
 
@@ -58,11 +60,31 @@ impl Tile {
 /// and a select per tile.
 #[track_caller]
 pub fn sort_by_key(keys: Tile, values: &[Tile], axis: usize) -> (Tile, Vec<Tile>) {
+    match network(keys, values, axis) {
+        Some(sorted) => (sorted.keys, sorted.values),
+        None => (keys, values.to_vec()),
+    }
+}
+
+/// What the network leaves: the keys in order, where each came from, and
+/// the values moved with them.
+struct Sorted {
+    keys: Tile,
+    index: Tile,
+    values: Vec<Tile>,
+}
+
+/// The bitonic network over `keys` and `values`, or `None` where the axis
+/// is not a power of two (an error at the caller) or not there (the roll
+/// reports it).
+#[track_caller]
+fn network(keys: Tile, values: &[Tile], axis: usize) -> Option<Sorted> {
     let loc = Loc::caller();
     let shape = keys.shape();
     let Some(&n) = shape.get(axis) else {
-        // The roll reports the bad axis at the caller.
-        return (keys.roll(0, axis), values.to_vec());
+        // Recorded for its error: the roll names the bad axis at the caller.
+        keys.roll(0, axis);
+        return None;
     };
     if !n.is_power_of_two() {
         state::with(keys.builder, |st| {
@@ -78,16 +100,11 @@ pub fn sort_by_key(keys: Tile, values: &[Tile], axis: usize) -> (Tile, Vec<Tile>
                 Some(loc),
             )
         });
-        return (keys, values.to_vec());
+        return None;
     }
-    let dtype = keys.dtype();
-    // Narrow floats compare in f32 (exact), as top_k does.
-    let mut key = if dtype.is_float() && dtype != DType::F32 {
-        keys.convert(DType::F32)
-    } else {
-        keys
-    };
-    let position = iota(DType::I32, shape.clone(), axis);
+    // Narrow floats compare in f32 (exact), as top_k's do.
+    let mut key = widened(keys);
+    let position = iota(DType::I32, shape, axis);
     let mut index = position;
     let mut moved = values.to_vec();
     let mut block = 2;
@@ -117,12 +134,11 @@ pub fn sort_by_key(keys: Tile, values: &[Tile], axis: usize) -> (Tile, Vec<Tile>
         }
         block *= 2;
     }
-    let key = if key.dtype() == dtype {
-        key
-    } else {
-        key.convert(dtype)
-    };
-    (key, moved)
+    Some(Sorted {
+        keys: key.convert(keys.dtype()),
+        index,
+        values: moved,
+    })
 }
 
 /// Whether `(a, ia)` sorts before `(b, ib)`: the smaller value first, NaN

@@ -31,6 +31,17 @@ fn current_builder() -> u32 {
     state::current().unwrap_or(0)
 }
 
+/// `x` with a narrow float dtype as f32 (exact; every target compares
+/// and accumulates in it), any other dtype as it is.
+#[track_caller]
+pub(super) fn widened(x: Tile) -> Tile {
+    if x.dtype().is_float() {
+        x.convert(DType::F32)
+    } else {
+        x
+    }
+}
+
 /// A tile or a Rust number, as an operand of a tile op.
 #[derive(Clone, Copy, Debug)]
 pub enum Operand {

@@ -29,19 +29,8 @@
 //! assert_eq!(&out[1].data()[..2], &[5.0, 9.0]);
 //! ```
 
-use super::tile::{IntoOperand, Operand, Tile, constant, iota, select};
+use super::tile::{IntoOperand, Operand, Tile, constant, iota, select, widened};
 use crate::DType;
-
-/// `x` in a type whose compares every target takes: f32 for the narrow
-/// floats (exact), the others as they are.
-#[track_caller]
-fn comparable(x: Tile) -> Tile {
-    if x.dtype().is_float() && x.dtype() != DType::F32 {
-        x.convert(DType::F32)
-    } else {
-        x
-    }
-}
 
 /// The smallest value of `dtype` (−∞ for floats): what a taken element
 /// becomes so it is not picked again.
@@ -80,7 +69,7 @@ impl Tile {
     /// number.
     #[track_caller]
     pub fn argmax_keep(self, axis: usize) -> Tile {
-        let x = comparable(self);
+        let x = widened(self);
         first(hits(x, x.max_keep(axis)), axis)
     }
 
@@ -88,7 +77,7 @@ impl Tile {
     /// kept as 1): the lowest index among equal ones, NaN first.
     #[track_caller]
     pub fn argmin_keep(self, axis: usize) -> Tile {
-        let x = comparable(self);
+        let x = widened(self);
         first(hits(x, x.min_keep(axis)), axis)
     }
 }
@@ -101,7 +90,7 @@ impl Tile {
 #[track_caller]
 pub fn top_k(x: Tile, k: usize, axis: usize) -> (Tile, Tile) {
     let dtype = x.dtype();
-    let rest = comparable(x);
+    let rest = widened(x);
     let shape = rest.shape();
     let mut out_shape = shape.clone();
     if let Some(d) = out_shape.get_mut(axis) {
@@ -121,10 +110,5 @@ pub fn top_k(x: Tile, k: usize, axis: usize) -> (Tile, Tile) {
         indices = select(here, at.broadcast_to(out_shape.clone()), indices);
         taken = taken | index.eq(at);
     }
-    let values = if values.dtype() == dtype {
-        values
-    } else {
-        values.convert(dtype)
-    };
-    (values, indices)
+    (values.convert(dtype), indices)
 }

@@ -328,14 +328,25 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                 // Pallas's `pltpu.roll`: a rotate by an i32 amount, jnp.roll's
                 // direction.
                 let t = self.ty(*x).clone();
+                // Mosaic rotates no i1 vector: a mask rotates as i32.
+                let (v, rt) = if t.dtype == DType::Bool {
+                    let wide = TileType::new(DType::I32, t.shape.clone());
+                    (
+                        self.convert(block, self.v(*x)?, t.clone(), DType::I32)?,
+                        wide,
+                    )
+                } else {
+                    (self.v(*x)?, t.clone())
+                };
                 let amount = self.i32_const(block, *shift as i64)?;
-                Some(self.ir.op1(
+                let rotated = self.ir.op1(
                     block,
                     "tpu.dynamic_rotate",
-                    &[self.v(*x)?, amount],
-                    self.ir.tile(&t),
+                    &[v, amount],
+                    self.ir.tile(&rt),
                     vec![("dimension", self.ir.parse_attr(&format!("{axis} : si32"))?)],
-                )?)
+                )?;
+                Some(self.convert(block, rotated, rt, t.dtype)?)
             }
             OpKind::Reduce { op: r, x, axes } => Some(self.reduce(block, *r, *x, axes)?),
             OpKind::Dot {

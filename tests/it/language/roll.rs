@@ -1,4 +1,4 @@
-//! `roll` and `shift` of a tile, and the scans built on them (`scan`,
+//! `roll` and `shift` of a tile (bool tiles too), and the scans built on them (`scan`,
 //! `scan_exclusive`, `cumprod`, `cummax`), on every path against
 //! references written from the definitions (`jnp.roll`'s direction, running
 //! products in f64), in floats and integers; libtpu compiles them for every
@@ -73,7 +73,7 @@ fn rolls_and_scans(dtype: DType) -> Result<VerifiedKernel, kernel_ir::KernelErro
     let x = k
         .input("x", dtype, [ROWS, COLS])
         .block([ROWS, COLS], |[_]| (0, 0));
-    let o: Vec<_> = (0..8)
+    let o: Vec<_> = (0..9)
         .map(|i| {
             k.output(format!("o{i}"), dtype, [ROWS, COLS])
                 .block([ROWS, COLS], |[_]| (0, 0))
@@ -99,6 +99,9 @@ fn rolls_and_scans(dtype: DType) -> Result<VerifiedKernel, kernel_ir::KernelErro
     // Not commutative: every element becomes the first of its row, which
     // only holds if the earlier partial result comes first.
     o[7].store(.., xv.scan(1, |earlier, _later| earlier));
+    // A bool tile rolls too (Triton gathers it as bytes).
+    let big = xv.ge(number(1.0)).roll(5, 1);
+    o[8].store(.., select(big, xv.roll(5, 1), number(0.0)));
     k.build()
 }
 
@@ -114,6 +117,10 @@ fn wants(d: &[f64], dtype: DType) -> Vec<Vec<f64>> {
         running(d, 0, f64::max),
         exclusive_max,
         each(|r, _| at(d, r, 0)),
+        rolled(d, 5, 1)
+            .into_iter()
+            .map(|v| if v >= 1.0 { v } else { 0.0 })
+            .collect(),
     ]
 }
 
@@ -141,7 +148,7 @@ proptest! {
             BF16 => Tolerance { abs: 1e-30, rel: 5e-3 },
             _ => exact,
         };
-        let tols = [exact, exact, exact, exact, product, exact, exact, exact];
+        let tols = [exact, exact, exact, exact, product, exact, exact, exact, exact];
         all_paths(rolls_and_scans(dtype), &[x], want, &tols)?;
     }
 }

@@ -1,4 +1,4 @@
-//! The bitonic sort (`Tile::sort`, `sort_by_key`) on every path
+//! The bitonic sort (`Tile::sort`, `argsort`, `sort_by_key`) on every path
 //! against Rust's stable sort (NaN after every number) on data full of
 //! ties, infinities and NaN, along both axes; libtpu compiles it for every
 //! generation; a non-power-of-two axis is an error that says to pad.
@@ -34,8 +34,8 @@ fn order(line: &[f64]) -> Vec<usize> {
     idx
 }
 
-/// Outputs: each row sorted, each row's sorting indices, each column
-/// sorted, and `-x` carried along the row sort as a payload.
+/// Outputs: each row sorted, each row's argsort, each column sorted, and
+/// `-x` carried along the row sort as a payload.
 fn sorts(dtype: DType, rows: usize, cols: usize) -> Result<VerifiedKernel, KernelErrors> {
     let mut k = KernelBuilder::new("sorts");
     k.grid([1], [Parallel]);
@@ -59,12 +59,12 @@ fn sorts(dtype: DType, rows: usize, cols: usize) -> Result<VerifiedKernel, Kerne
             t
         }
     };
-    // One network for the rows: the keys, their indices (what `argsort`
-    // returns) and `-x` carried along.
-    let (sorted, moved) = sort_by_key(xv, &[iota(I32, [rows, cols], 1), -xv], 1);
+    // The keys with `-x` carried along; `argsort`'s indices are the ones
+    // its own network carries.
+    let (sorted, moved) = sort_by_key(xv, &[-xv], 1);
     rows_out.store(.., marked(sorted));
-    args.store(.., moved[0]);
-    carried.store(.., marked(moved[1]));
+    args.store(.., xv.argsort(1));
+    carried.store(.., marked(moved[0]));
     cols_out.store(.., marked(xv.sort(0)));
     k.build()
 }
