@@ -84,7 +84,7 @@ pub use budget::{VmemBudget, VmemItem, human_bytes};
 pub use builder::random;
 pub use builder::{
     AsyncCopy, BlockMap, Bound, Carry, Idx, IntoIndexExprs, IntoIndices, IntoOperand,
-    KernelBuilder, OptionalLoad, Ref, Scope, Sem, SemArray, Start, Tile, View, axis_index,
+    KernelBuilder, OptionalLoad, Ref, Scope, Sem, SemArray, Start, Tile, View, axis_index, concat,
     constant, device_id, dot, dot_general, ds, for_range, for_range_step, if_else, iota,
     make_async_copy, make_async_remote_copy, num_programs, program_id, scoped, select, sort_by_key,
     top_k, when,
@@ -268,9 +268,9 @@ pub mod prelude {
     };
     pub use crate::{
         Array, BlockMap, DType, DotDims, Float, Fp8, IndexExpr, KernelBuilder, Layout, MemorySpace,
-        OptionalLoad, Ref, SemArray, Target, Tile, axis_index, bf16, cdiv, constant, device_id,
-        dot, dot_general, ds, f8e4m3fn, f8e5m2, f16, for_range, for_range_step, if_else, interpret,
-        iota, kernel_fn, make_async_copy, make_async_remote_copy, num_programs, operands,
-        program_id, scoped, select, sort_by_key, top_k, tpu_kernel, when,
+        OptionalLoad, Ref, SemArray, Target, Tile, axis_index, bf16, cdiv, concat, constant,
+        device_id, dot, dot_general, ds, f8e4m3fn, f8e5m2, f16, for_range, for_range_step, if_else,
+        interpret, iota, kernel_fn, make_async_copy, make_async_remote_copy, num_programs,
+        operands, program_id, scoped, select, sort_by_key, top_k, tpu_kernel, when,
     };
 }

@@ -266,6 +266,20 @@ impl Printer<'_> {
                 OpKind::Roll { x, shift, axis } => {
                     format!("{m} {x}, shift {shift}, axis {axis} : {res_ty}")
                 }
+                OpKind::Slice {
+                    x,
+                    axis,
+                    start,
+                    len,
+                } => format!(
+                    "{m} {x}, axis {axis}, start {start}, len {len} : {} -> {res_ty}",
+                    self.ty(*x)
+                ),
+                OpKind::Concat { lhs, rhs, axis } => format!(
+                    "{m} {lhs}, {rhs}, axis {axis} : {}, {} -> {res_ty}",
+                    self.ty(*lhs),
+                    self.ty(*rhs)
+                ),
                 OpKind::Reduce { op, x, axes } => {
                     format!(
                         "{m} {} {x}, axes {axes:?} : {} -> {res_ty}",

@@ -26,6 +26,7 @@ pub mod random;
 mod refs;
 mod roll;
 mod scan;
+mod slice;
 mod sort;
 mod state;
 mod tile;
@@ -38,6 +39,7 @@ pub use dma::{
 };
 pub use index::{Idx, IntoIndices, Start, ds};
 pub use refs::{BlockMap, IntoIndexExprs, OptionalLoad, Ref};
+pub use slice::concat;
 pub use sort::sort_by_key;
 pub use tile::{
     IntoOperand, Tile, axis_index, constant, device_id, dot, dot_general, iota, num_programs,

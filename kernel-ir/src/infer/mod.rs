@@ -14,6 +14,7 @@ use crate::{
 /// Looks up the type of a value that is in scope.
 pub(crate) type TypeOf<'a> = dyn Fn(ValueId) -> Result<TileType, ErrorKind> + 'a;
 
+mod moves;
 mod sync;
 use sync::*;
 
@@ -311,22 +312,14 @@ pub(crate) fn result_types(
                 perm.iter().map(|&p| t.shape[p]).collect::<Vec<_>>(),
             ))
         }
-        OpKind::Roll { x, shift, axis } => {
-            let t = ty(*x)?;
-            let Some(&n) = t.shape.get(*axis) else {
-                return Err(ErrorKind::Axis {
-                    op: "roll",
-                    detail: format!("axis {axis} of a rank-{} tile", t.shape.len()),
-                });
-            };
-            if *shift >= n.max(1) {
-                return Err(ErrorKind::Axis {
-                    op: "roll",
-                    detail: format!("shift {shift} is not below the axis size {n}"),
-                });
-            }
-            one(t.clone())
-        }
+        OpKind::Roll { x, shift, axis } => one(moves::roll(ty(*x)?, *shift, *axis)?),
+        OpKind::Slice {
+            x,
+            axis,
+            start,
+            len,
+        } => one(moves::slice(ty(*x)?, *axis, *start, *len)?),
+        OpKind::Concat { lhs, rhs, axis } => one(moves::concat(ty(*lhs)?, ty(*rhs)?, *axis)?),
         OpKind::Reduce { op, x, axes } => {
             let t = ty(*x)?;
             for (i, &a) in axes.iter().enumerate() {

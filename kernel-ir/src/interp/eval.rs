@@ -1,6 +1,8 @@
 //! Evaluation of ops on host values.
 
-use super::math::{binary, compare, dot, for_each_index, int, merge, reduce, strides_of, unary};
+use super::math::{
+    binary, compare, dot, for_each_index, gathered, int, merge, reduce, strides_of, unary,
+};
 pub(crate) use super::value::{Ranges, Val};
 use super::{Buf, DEFINED, InterpOptions, POISON, UNWRITTEN};
 use crate::error::{ErrorKind, KernelError};
@@ -308,6 +310,37 @@ impl Machine<'_> {
                     data,
                     poison,
                 }
+            }
+            OpKind::Slice {
+                x,
+                axis,
+                start,
+                len,
+            } => {
+                let x = self.get(*x)?;
+                let xs = strides_of(&x.shape);
+                let mut shape = x.shape.clone();
+                shape[*axis] = *len;
+                gathered(x.dtype, shape, |idx| {
+                    let at: usize = idx.iter().zip(&xs).map(|(i, s)| i * s).sum();
+                    (x, at + start * xs[*axis])
+                })
+            }
+            OpKind::Concat { lhs, rhs, axis } => {
+                let (a, b) = (self.get(*lhs)?, self.get(*rhs)?);
+                let (sa, sb) = (strides_of(&a.shape), strides_of(&b.shape));
+                let na = a.shape[*axis];
+                let mut shape = a.shape.clone();
+                shape[*axis] += b.shape[*axis];
+                gathered(a.dtype, shape, |idx| {
+                    let (src, strides, back) = if idx[*axis] < na {
+                        (a, &sa, 0)
+                    } else {
+                        (b, &sb, na)
+                    };
+                    let at: usize = idx.iter().zip(strides).map(|(i, s)| i * s).sum();
+                    (src, at - back * strides[*axis])
+                })
             }
             OpKind::Reduce { op: r, x, axes } => reduce(self.get(*x)?, *r, axes),
             OpKind::Dot {

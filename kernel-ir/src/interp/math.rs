@@ -30,6 +30,30 @@ pub(super) fn for_each_index(shape: &[usize], mut f: impl FnMut(usize, &[usize])
     }
 }
 
+/// A tile of `shape` whose element at each index is `from(index)`: a
+/// source tile and an element of it (row-major), poison kept.
+pub(super) fn gathered<'v>(
+    dtype: DType,
+    shape: Vec<usize>,
+    from: impl Fn(&[usize]) -> (&'v Val, usize),
+) -> Val {
+    let n: usize = shape.iter().product();
+    let mut data = Vec::with_capacity(n);
+    let mut poison = Vec::with_capacity(n);
+    for_each_index(&shape, |_, idx| {
+        let (src, at) = from(idx);
+        data.push(src.data[at]);
+        poison.push(src.is_poison(at));
+    });
+    let poison = poison.iter().any(|&p| p).then_some(poison);
+    Val {
+        dtype,
+        shape,
+        data,
+        poison,
+    }
+}
+
 pub(super) fn int(v: f64) -> i64 {
     v as i64
 }

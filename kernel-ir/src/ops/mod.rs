@@ -387,6 +387,28 @@ pub enum OpKind {
         /// The dim rotated.
         axis: usize,
     },
+    /// Elements `start..start + len` of `axis` (static, stride 1): the
+    /// other dims are kept whole.
+    Slice {
+        /// Operand.
+        x: ValueId,
+        /// The dim cut.
+        axis: usize,
+        /// First element kept.
+        start: usize,
+        /// Elements kept (at least 1).
+        len: usize,
+    },
+    /// `lhs` then `rhs` along `axis` (the other dims and the element type
+    /// agree).
+    Concat {
+        /// The first part.
+        lhs: ValueId,
+        /// The part after it.
+        rhs: ValueId,
+        /// The dim joined.
+        axis: usize,
+    },
     /// Reduces `axes` away.
     Reduce {
         /// The reduction.
@@ -514,6 +536,8 @@ impl OpKind {
             OpKind::Reshape { .. } => "reshape",
             OpKind::Transpose { .. } => "transpose",
             OpKind::Roll { .. } => "roll",
+            OpKind::Slice { .. } => "slice",
+            OpKind::Concat { .. } => "concat",
             OpKind::Reduce { .. } => "reduce",
             OpKind::Dot { .. } => "dot_general",
             OpKind::For { .. } => "for",
@@ -574,8 +598,10 @@ impl OpKind {
             | OpKind::Reshape { x, .. }
             | OpKind::Transpose { x, .. }
             | OpKind::Roll { x, .. }
+            | OpKind::Slice { x, .. }
             | OpKind::Reduce { x, .. } => out.push(*x),
             OpKind::Binary { lhs, rhs, .. }
+            | OpKind::Concat { lhs, rhs, .. }
             | OpKind::Compare { lhs, rhs, .. }
             | OpKind::Dot { lhs, rhs, .. } => out.extend([*lhs, *rhs]),
             OpKind::Select {

@@ -311,6 +311,40 @@ impl<'a> Reader<'a> {
                 one_result(self, c)?;
                 OpKind::Roll { x, shift, axis }
             }
+            "slice" => {
+                let x = c.value()?;
+                let mut field = |name: &str| -> Result<usize, ParseError> {
+                    c.sym(",")?;
+                    c.word(name)?;
+                    c.usize()
+                };
+                let (axis, start, len) = (field("axis")?, field("start")?, field("len")?);
+                c.sym(":")?;
+                c.tile_type()?;
+                c.sym("->")?;
+                one_result(self, c)?;
+                OpKind::Slice {
+                    x,
+                    axis,
+                    start,
+                    len,
+                }
+            }
+            "concat" => {
+                let lhs = c.value()?;
+                c.sym(",")?;
+                let rhs = c.value()?;
+                c.sym(",")?;
+                c.word("axis")?;
+                let axis = c.usize()?;
+                c.sym(":")?;
+                c.tile_type()?;
+                c.sym(",")?;
+                c.tile_type()?;
+                c.sym("->")?;
+                one_result(self, c)?;
+                OpKind::Concat { lhs, rhs, axis }
+            }
             "reduce" => {
                 let name = c.ident()?;
                 let op = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min]

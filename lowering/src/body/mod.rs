@@ -144,6 +144,33 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         )
     }
 
+    /// An op that only moves elements (`f`, given the operands and the
+    /// result type), on bool tiles too: Mosaic moves no i1 vector, so
+    /// masks move as i32 and compare back.
+    fn rearranged(
+        &self,
+        block: &Block<'c>,
+        xs: &[ValueId],
+        out: &TileType,
+        f: impl FnOnce(&[Raw], &TileType) -> Result<Raw, LoweringError>,
+    ) -> Result<Raw, LoweringError> {
+        if out.dtype != DType::Bool {
+            let vs = xs
+                .iter()
+                .map(|&x| self.v(x))
+                .collect::<Result<Vec<_>, _>>()?;
+            return f(&vs, out);
+        }
+        let mut wide = Vec::with_capacity(xs.len());
+        for &x in xs {
+            let t = self.ty(x).clone();
+            wide.push(self.convert(block, self.v(x)?, t, DType::I32)?);
+        }
+        let wide_out = TileType::new(DType::I32, out.shape.clone());
+        let moved = f(&wide, &wide_out)?;
+        self.convert(block, moved, wide_out, DType::Bool)
+    }
+
     fn i32_const(&self, block: &Block<'c>, v: i64) -> Result<Raw, LoweringError> {
         self.ir.op1(
             block,
@@ -327,26 +354,65 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
             OpKind::Roll { x, shift, axis } => {
                 // Pallas's `pltpu.roll`: a rotate by an i32 amount, jnp.roll's
                 // direction.
-                let t = self.ty(*x).clone();
-                // Mosaic rotates no i1 vector: a mask rotates as i32.
-                let (v, rt) = if t.dtype == DType::Bool {
-                    let wide = TileType::new(DType::I32, t.shape.clone());
-                    (
-                        self.convert(block, self.v(*x)?, t.clone(), DType::I32)?,
-                        wide,
-                    )
-                } else {
-                    (self.v(*x)?, t.clone())
-                };
                 let amount = self.i32_const(block, *shift as i64)?;
-                let rotated = self.ir.op1(
-                    block,
-                    "tpu.dynamic_rotate",
-                    &[v, amount],
-                    self.ir.tile(&rt),
-                    vec![("dimension", self.ir.parse_attr(&format!("{axis} : si32"))?)],
-                )?;
-                Some(self.convert(block, rotated, rt, t.dtype)?)
+                let dimension = self.ir.parse_attr(&format!("{axis} : si32"))?;
+                let t = self.ty(*x).clone();
+                Some(self.rearranged(block, &[*x], &t, |xs, rt| {
+                    self.ir.op1(
+                        block,
+                        "tpu.dynamic_rotate",
+                        &[xs[0], amount],
+                        self.ir.tile(rt),
+                        vec![("dimension", dimension)],
+                    )
+                })?)
+            }
+            OpKind::Slice {
+                x,
+                axis,
+                start,
+                len,
+            } => {
+                let t = self.ty(*x).clone();
+                let mut offsets = vec![0i64; t.shape.len()];
+                offsets[*axis] = *start as i64;
+                let mut sizes: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
+                sizes[*axis] = *len as i64;
+                let rt = res.map(|r| self.ty(r).clone()).unwrap_or(t);
+                // Each an `I64ArrayAttr` (integers in an array), not a dense array.
+                let list = |v: &[i64]| {
+                    let items: Vec<_> = v.iter().map(|&i| self.ir.i64_attr(i)).collect();
+                    self.ir.array_attr(&items)
+                };
+                let attrs = vec![
+                    ("offsets", list(&offsets)),
+                    ("sizes", list(&sizes)),
+                    ("strides", list(&vec![1; sizes.len()])),
+                ];
+                Some(self.rearranged(block, &[*x], &rt, |xs, rt| {
+                    self.ir.op1(
+                        block,
+                        "vector.extract_strided_slice",
+                        xs,
+                        self.ir.tile(rt),
+                        attrs,
+                    )
+                })?)
+            }
+            OpKind::Concat { lhs, rhs, axis } => {
+                let rt = res
+                    .map(|r| self.ty(r).clone())
+                    .unwrap_or_else(|| self.ty(*lhs).clone());
+                let dimension = self.ir.parse_attr(&format!("{axis} : i32"))?;
+                Some(self.rearranged(block, &[*lhs, *rhs], &rt, |xs, rt| {
+                    self.ir.op1(
+                        block,
+                        "tpu.concatenate",
+                        xs,
+                        self.ir.tile(rt),
+                        vec![("dimension", dimension)],
+                    )
+                })?)
             }
             OpKind::Reduce { op: r, x, axes } => Some(self.reduce(block, *r, *x, axes)?),
             OpKind::Dot {

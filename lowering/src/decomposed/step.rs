@@ -314,6 +314,31 @@ impl<'c> Step<'_, 'c> {
                     )?)
                 }
             }
+            OpKind::Slice {
+                x,
+                axis,
+                start,
+                len,
+            } => {
+                let t = self.ty(*x).clone();
+                let mut starts = vec![0i64; t.shape.len()];
+                starts[*axis] = *start as i64;
+                let mut sizes = t.shape.clone();
+                sizes[*axis] = *len;
+                Some(e.slice(b, self.v(*x)?, t.dtype, &starts, &sizes)?)
+            }
+            OpKind::Concat { lhs, rhs, axis } => {
+                let t = self.ty(*lhs).clone();
+                let mut shape = t.shape.clone();
+                shape[*axis] += self.ty(*rhs).shape[*axis];
+                Some(ir.op1(
+                    b,
+                    "stablehlo.concatenate",
+                    &[self.v(*lhs)?, self.v(*rhs)?],
+                    e.t(&shape, t.dtype),
+                    vec![("dimension", ir.i64_attr(*axis as i64))],
+                )?)
+            }
             OpKind::Reduce { op: r, x, axes } => {
                 let rt = rt.clone().unwrap_or_else(|| TileType::scalar(DType::F32));
                 Some(self.reduce(b, *r, *x, axes, &rt)?)

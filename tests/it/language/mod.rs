@@ -11,5 +11,6 @@ mod random;
 mod random_kernels;
 mod roll;
 mod scan;
+mod slice;
 mod sort;
 mod top_k;

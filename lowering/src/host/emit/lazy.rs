@@ -94,6 +94,7 @@ impl<'c> HostEmitter<'_, 'c> {
             Expr::Broadcast { src, .. }
             | Expr::Transpose { src, .. }
             | Expr::Roll { src, .. }
+            | Expr::Slice { src, .. }
             | Expr::Squeeze { src, .. } => !Self::reads(src, mem),
         }
     }
@@ -107,6 +108,7 @@ impl<'c> HostEmitter<'_, 'c> {
             Expr::Broadcast { src, .. }
             | Expr::Transpose { src, .. }
             | Expr::Roll { src, .. }
+            | Expr::Slice { src, .. }
             | Expr::Squeeze { src, .. } => Self::reads(src, mem),
             Expr::Binary(_, a, c) | Expr::Compare(_, a, c) => {
                 Self::reads(a, mem) || Self::reads(c, mem)
@@ -325,6 +327,13 @@ impl<'c> HostEmitter<'_, 'c> {
                     let one = self.eval(b, src, &sidx, 1)?;
                     self.lane0_splat(b, one, w, d)?
                 }
+            }
+            Expr::Slice { src, axis, start } => {
+                let mut sidx = idx.to_vec();
+                let off = self.idx(b, *start as i64)?;
+                sidx[*axis] =
+                    ir.op1(b, "arith.addi", &[idx[*axis], off], ir.index(), Vec::new())?;
+                self.eval(b, src, &sidx, w)?
             }
             Expr::Roll { src, shift, axis } => {
                 let size = n.ty.shape[*axis];
@@ -566,10 +575,29 @@ impl<'c> HostEmitter<'_, 'c> {
 
     /// Writes `n` into a buffer of its shape.
     pub(super) fn write(&self, b: &Block<'c>, n: &Node, mem: Raw) -> Result<(), LoweringError> {
+        self.write_at(b, n, mem, 0, 0)
+    }
+
+    /// Writes `n` into a buffer whose dim `axis` is `offset` longer, at
+    /// `offset` along it.
+    pub(super) fn write_at(
+        &self,
+        b: &Block<'c>,
+        n: &Node,
+        mem: Raw,
+        axis: usize,
+        offset: usize,
+    ) -> Result<(), LoweringError> {
+        let ir = self.ir;
         let w = chunk(*n.ty.shape.last().unwrap_or(&1));
         self.for_each_chunk(b, &n.ty.shape.clone(), w, &mut |blk, idx| {
             let v = self.eval(blk, n, idx, w)?;
-            self.store_vec(blk, v, mem, idx, w, n.ty.dtype)
+            let mut at = idx.to_vec();
+            if offset != 0 {
+                let off = self.idx(blk, offset as i64)?;
+                at[axis] = ir.op1(blk, "arith.addi", &[idx[axis], off], ir.index(), Vec::new())?;
+            }
+            self.store_vec(blk, v, mem, &at, w, n.ty.dtype)
         })
     }
 

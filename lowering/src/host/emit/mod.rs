@@ -35,6 +35,7 @@ mod dot;
 mod fp8;
 mod lazy;
 mod math;
+mod moves;
 mod reduce;
 
 /// Lanes of one chunk for `f32`: one AVX-512 register.
@@ -89,6 +90,12 @@ enum Expr {
         src: Rc<Node>,
         shift: usize,
         axis: usize,
+    },
+    /// Element `i` along `axis` is source element `i + start`.
+    Slice {
+        src: Rc<Node>,
+        axis: usize,
+        start: usize,
     },
     /// A reshape that only inserts or removes unit dims: output dim `i`
     /// comes from source dim `map[i]` (`None` for an inserted unit dim).
@@ -614,33 +621,12 @@ impl<'a, 'c> HostEmitter<'a, 'c> {
                 self.set(op.results[0], Val::Tile(t));
                 self.maybe_materialize(b, op.results[0])?;
             }
-            OpKind::Roll { x, shift, axis } => {
-                let mut src = self.node(*x)?;
-                let d = src.ty.dtype;
-                if *shift != 0 && *axis + 1 == src.ty.shape.len() && !d.is_fp8() && d != DType::Bool
-                {
-                    // Along the vector the roll gathers from memory: the
-                    // source is computed once, not once per lane.
-                    let mem = self.materialize(b, &src)?;
-                    src = Rc::new(Node {
-                        ty: src.ty.clone(),
-                        e: Expr::Buf { mem },
-                    });
-                }
-                let t = if *shift == 0 {
-                    src
-                } else {
-                    Rc::new(Node {
-                        ty: src.ty.clone(),
-                        e: Expr::Roll {
-                            src,
-                            shift: *shift,
-                            axis: *axis,
-                        },
-                    })
-                };
-                self.set(op.results[0], Val::Tile(t));
-                self.maybe_materialize(b, op.results[0])?;
+            OpKind::Roll { x, shift, axis } => self.roll(b, op.results[0], *x, *shift, *axis)?,
+            OpKind::Slice { x, axis, start, .. } => {
+                self.slice(b, op.results[0], *x, *axis, *start)?
+            }
+            OpKind::Concat { lhs, rhs, axis } => {
+                self.concat(b, op.results[0], *lhs, *rhs, *axis)?
             }
             OpKind::Reduce { op: r, x, axes } => self.reduce(b, op.results[0], *r, *x, axes)?,
             OpKind::Dot {

@@ -340,6 +340,27 @@ impl<'a> Emitter<'a> {
         });
     }
 
+    /// `x` gathered along `axis` at `from`, a 1-D index expression of
+    /// `len` elements (Triton has no slice of a tensor): the result has
+    /// `x`'s shape with `len` along `axis`. Bool tiles gather as bytes.
+    fn gathered(&self, x: ValueId, from: &str, len: usize, axis: usize) -> String {
+        let (dt, xs) = self.ty(x);
+        let mut shape = xs.clone();
+        shape[axis] = len;
+        let from = expand_to(from, axis, xs.len());
+        let index = if xs.len() > 1 {
+            format!("tl.broadcast_to({from}, {})", shape_list(&shape))
+        } else {
+            from
+        };
+        let v = Self::v(x);
+        if dt == DType::Bool {
+            format!("(tl.gather({v}.to(tl.int8), {index}, {axis}) != 0)")
+        } else {
+            format!("tl.gather({v}, {index}, {axis})")
+        }
+    }
+
     fn ty(&self, v: ValueId) -> (DType, Vec<usize>) {
         let t = &self.k.body.values[v.index()];
         (t.dtype, t.shape.clone())
@@ -575,27 +596,40 @@ impl<'a> Emitter<'a> {
             OpKind::Roll { x, shift, axis } => {
                 // Triton has no slice or rotate of a tensor: a gather along
                 // the axis from (i - shift) mod n.
-                let (dt, xs) = self.ty(*x);
-                let n = xs[*axis];
-                let from = expand_to(
-                    &format!("(tl.arange(0, {n}) + {}) % {n}", n - shift),
-                    *axis,
-                    xs.len(),
-                );
-                let index = if xs.len() > 1 {
-                    format!("tl.broadcast_to({from}, {})", shape_list(&xs))
-                } else {
-                    from
-                };
-                let v = Self::v(*x);
+                let n = self.ty(*x).1[*axis];
                 let text = if *shift == 0 {
-                    v
-                } else if dt == DType::Bool {
-                    format!("tl.gather({v}.to(tl.int8), {index}, {axis}) != 0")
+                    Self::v(*x)
                 } else {
-                    format!("tl.gather({v}, {index}, {axis})")
+                    let from = format!("(tl.arange(0, {n}) + {}) % {n}", n - shift);
+                    self.gathered(*x, &from, n, *axis)
                 };
                 self.line(format!("{out} = {text}"), loc);
+            }
+            OpKind::Slice {
+                x,
+                axis,
+                start,
+                len,
+            } => {
+                let from = format!("tl.arange(0, {len}) + {start}");
+                let text = self.gathered(*x, &from, *len, *axis);
+                self.line(format!("{out} = {text}"), loc);
+            }
+            OpKind::Concat { lhs, rhs, axis } => {
+                // Each part gathered to the whole length (indices clamped
+                // into it), then the join picked by position.
+                let (na, nb) = (self.ty(*lhs).1[*axis], self.ty(*rhs).1[*axis]);
+                let n = na + nb;
+                let mut shape = self.ty(*lhs).1;
+                shape[*axis] = n;
+                let i = format!("tl.arange(0, {n})");
+                let first = self.gathered(*lhs, &format!("tl.minimum({i}, {})", na - 1), n, *axis);
+                let second = self.gathered(*rhs, &format!("tl.maximum({i} - {na}, 0)"), n, *axis);
+                let at = expand_to(&i, *axis, shape.len());
+                self.line(
+                    format!("{out} = tl.where({at} < {na}, {first}, {second})"),
+                    loc,
+                );
             }
             OpKind::Reduce { op: r, x, axes } => {
                 let text = match self.replicated_reduce(*r, *x, axes, res(0)) {
