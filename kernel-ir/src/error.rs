@@ -165,6 +165,15 @@ pub enum ErrorKind {
         /// What to do instead.
         fix: String,
     },
+    /// An element-offset window that cannot be: on an output, or with
+    /// padding of the wrong rank.
+    #[error("[element-window] operand `{operand}`: {detail}")]
+    ElementWindow {
+        /// Operand name.
+        operand: String,
+        /// What is wrong and the fix.
+        detail: String,
+    },
     /// The block shape has a different rank than the array.
     #[error("[block-rank] operand `{operand}` is rank {array_rank} but its block {} is rank {block_rank}; give one block dim per array dim (use 1 for dims you index one at a time)", ShapeDisplay(.block))]
     BlockRank {
@@ -349,6 +358,30 @@ pub enum ErrorKind {
         block_size: usize,
         /// Array size along it.
         array: usize,
+    },
+    /// An element-offset window reaches outside its padded array.
+    #[error("[block-bounds] operand `{operand}`: at grid index {} the element window starts at {} and dim {dim} covers elements {start}..{end} of the padded array, which has {low} + {array} + {high} = {padded}; keep windows inside it (raise the padding or shrink the window)", idx(.grid), idx(.index))]
+    WindowOutOfBounds {
+        /// Operand name.
+        operand: String,
+        /// Grid point.
+        grid: Vec<i64>,
+        /// The index map's element offsets.
+        index: Vec<i64>,
+        /// Dim at fault.
+        dim: usize,
+        /// First element of the window along it (padded coordinates).
+        start: i64,
+        /// One past its last.
+        end: i64,
+        /// Padding before.
+        low: usize,
+        /// Array size.
+        array: usize,
+        /// Padding after.
+        high: usize,
+        /// Padded size.
+        padded: usize,
     },
     /// The index map cannot be evaluated.
     #[error("[index-map-eval] operand `{operand}` at grid index {}: {reason}", idx(.grid))]

@@ -111,8 +111,8 @@ pub use ops::{
 };
 pub use parse::{ParseError, parse, parse_file};
 pub use spec::{
-    BlockSpec, DimSemantics, Grid, GridDim, MemorySpace, Mesh, Operand, Role, ScalarPrefetch,
-    Scratch,
+    BlockSpec, DimSemantics, ElementPad, Grid, GridDim, MemorySpace, Mesh, Operand, Role,
+    ScalarPrefetch, Scratch,
 };
 pub use target::{
     GpuTarget, LANES, ParseGpuTargetError, ParseTargetError, Platform, Target, current_platform,

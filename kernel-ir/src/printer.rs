@@ -101,6 +101,14 @@ impl Printer<'_> {
                     ShapeDisplay(&o.block.shape),
                     map.join(", ")
                 );
+                if let Some(pad) = &o.block.element {
+                    let _ = write!(
+                        self.out,
+                        " element low {} high {}",
+                        ShapeDisplay(&pad.low),
+                        ShapeDisplay(&pad.high)
+                    );
+                }
                 if let Some(n) = o.block.buffers {
                     let _ = write!(self.out, " buffers {n}");
                 }

@@ -187,7 +187,8 @@ impl fmt::Display for Role {
 }
 
 /// The block a grid step sees of an operand: a shape and the map from grid
-/// indices to the block's index (block index × block shape = element offset).
+/// indices to the block's index (block index × block shape = element
+/// offset), or, with [`BlockSpec::element`], to the element offset itself.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BlockSpec {
     /// Block shape, one entry per array dim.
@@ -199,6 +200,24 @@ pub struct BlockSpec {
     /// double-buffers (fetching the next block during this step). `None`
     /// is the pipeline's default: 2, or 1 for a block every step shares.
     pub buffers: Option<usize>,
+    /// Element-offset windows (Pallas's `pl.Element` dims): the index map
+    /// gives each window's first element in the array padded by these
+    /// amounts, so windows may overlap (a halo) and reach into the
+    /// padding. `None`: whole blocks.
+    pub element: Option<ElementPad>,
+}
+
+/// The padding of an element-offset window's array: `low[d]` elements
+/// before dim `d` and `high[d]` after it. The padding is never read from
+/// memory: what a window sees there is undefined (poison to the checking
+/// interpreter, whatever the hardware holds on a TPU), so a kernel masks
+/// it, as a causal conv masks the rows before the sequence starts.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ElementPad {
+    /// Elements before each dim.
+    pub low: Vec<usize>,
+    /// Elements after each dim.
+    pub high: Vec<usize>,
 }
 
 impl BlockSpec {
@@ -208,6 +227,25 @@ impl BlockSpec {
             shape: shape.to_vec(),
             index_map: IndexMap::zeros(shape.len()),
             buffers: None,
+            element: None,
+        }
+    }
+
+    /// The first element of the window whose index map value is `index`,
+    /// in the array's own coordinates: `index × shape` for whole blocks,
+    /// `index − low` for element offsets (negative inside the low padding).
+    pub fn window_start(&self, index: &[i64]) -> Vec<i64> {
+        match &self.element {
+            None => index
+                .iter()
+                .zip(&self.shape)
+                .map(|(&b, &s)| b.saturating_mul(s as i64))
+                .collect(),
+            Some(pad) => index
+                .iter()
+                .enumerate()
+                .map(|(d, &v)| v - pad.low.get(d).copied().unwrap_or(0) as i64)
+                .collect(),
         }
     }
 }
@@ -241,14 +279,15 @@ impl Operand {
     /// rule both the `tpu_custom_call` cost estimate and `tessera cost`
     /// count with.
     pub fn block_bytes(&self, index: &[i64]) -> u64 {
+        let start = self.block.window_start(index);
         let elems: u64 = self
             .shape
             .iter()
             .zip(&self.block.shape)
-            .zip(index)
-            .map(|((&n, &s), &b)| {
-                let start = (b.max(0) as usize).saturating_mul(s);
-                n.saturating_sub(start).min(s) as u64
+            .zip(start)
+            .map(|((&n, &s), start)| {
+                let end = start.saturating_add(s as i64).clamp(0, n as i64);
+                (end - start.clamp(0, n as i64)) as u64
             })
             .product();
         elems * self.dtype.bytes() as u64
@@ -313,6 +352,7 @@ mod tests {
                 shape: vec![8, 128],
                 index_map: IndexMap::zeros(2),
                 buffers: None,
+                element: None,
             },
             layout: Layout::row_major(),
             loc: None,

@@ -407,6 +407,10 @@ fn module(
                     .buffered
                     .as_ref()
                     .map(|b| quote_spanned!(b.span()=> .buffered((#b) as usize)));
+                let element = a
+                    .element
+                    .as_ref()
+                    .map(|(lo, hi)| quote_spanned!(lo.span()=> .element_window(#lo, #hi)));
                 let layout = match &a.layout {
                     LayoutAttr::RowMajor => None,
                     LayoutAttr::ColMajor => Some(quote!(.col_major())),
@@ -426,7 +430,7 @@ fn module(
                 let sp = n.span();
                 let b = Ident::new("__tessera_builder", sp);
                 let ctor = quote_spanned!(sp=>
-                    #b.#ctor(#ns, #dt, [#((#s) as usize),*])#block #buffered #layout #align #space
+                    #b.#ctor(#ns, #dt, [#((#s) as usize),*])#block #element #buffered #layout #align #space
                 );
                 decls.push(declare(n, ctor, a.present.as_ref()));
             }

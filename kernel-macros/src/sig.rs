@@ -104,6 +104,9 @@ pub struct ArrayParam {
     pub space: Space,
     /// `#[buffered(n)]`: pipeline buffers of the window.
     pub buffered: Option<Expr>,
+    /// `#[element(low, high)]`: element-offset windows in the array padded
+    /// by `low` and `high`.
+    pub element: Option<(Expr, Expr)>,
     /// `Option<In<T>>` with `#[present(cond)]`: the build-time condition
     /// under which the kernel takes this operand.
     pub present: Option<Expr>,
@@ -145,9 +148,10 @@ pub enum Param {
     Semaphores(SemParam),
 }
 
-const OUR_ATTRS: [&str; 10] = [
+const OUR_ATTRS: [&str; 11] = [
     "shape",
     "buffered",
+    "element",
     "present",
     "block",
     "col_major",
@@ -296,6 +300,7 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
     let mut space = Space::Vmem;
     let mut present = None;
     let mut buffered = None;
+    let mut element = None;
     for a in &pt.attrs {
         let Some(id) = a.path().get_ident() else {
             continue;
@@ -304,6 +309,12 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
             "shape" => shape = Some(list(a)?),
             "present" => present = Some(a.parse_args::<Expr>()?),
             "buffered" => buffered = Some(a.parse_args::<Expr>()?),
+            "element" => {
+                let [low, high]: [Expr; 2] = list(a)?.try_into().map_err(|_| {
+                    syn::Error::new_spanned(a, "write `#[element([low0, low1, ..], [high0, high1, ..])]`: the padding before and after each dim of the array, in elements (the index map then gives element offsets into the padded array)")
+                })?;
+                element = Some((low, high));
+            }
             "block" => {
                 let mut items = list(a)?;
                 if items.len() == 1 {
@@ -463,6 +474,7 @@ pub fn parse_param(arg: &FnArg, generics: &[Ident]) -> syn::Result<Param> {
                 space,
                 present,
                 buffered,
+                element,
             }))
         }
     })

@@ -148,16 +148,48 @@ pub(crate) fn build<'c>(
                 ir.parse_attr(&format!("#tpu.pipeline_mode<{mode}>"))?,
             ));
         }
+        if let Some(pad) = &o.block.element {
+            // As Pallas's `pl.Element` dims: the transform returns element
+            // offsets into the array padded by these amounts (physical
+            // order, as the bounds).
+            let order: Vec<usize> = if w.physical.is_empty() {
+                (0..pad.low.len()).collect()
+            } else {
+                w.physical.clone()
+            };
+            let list = |v: &[usize]| {
+                let items: Vec<String> = order.iter().map(|&d| v[d].to_string()).collect();
+                format!("[{}]", items.join(", "))
+            };
+            // libtpu takes no low padding: the low padding moves after
+            // the array, the transform clamps at 0 and loads rotate the
+            // window into place (`body/element.rs`).
+            let high: Vec<usize> = match flavor {
+                Flavor::Mosaic => (0..pad.low.len())
+                    .map(|d| pad.low[d] + pad.high[d])
+                    .collect(),
+                Flavor::Upstream => pad.high.clone(),
+            };
+            let low = match flavor {
+                Flavor::Mosaic => vec![0; pad.low.len()],
+                Flavor::Upstream => pad.low.clone(),
+            };
+            let (low, high) = (list(&low), list(&high));
+            let kind = match flavor {
+                Flavor::Mosaic => ir.parse_attr(&format!("#tpu.element_window<{low},{high}>"))?,
+                Flavor::Upstream => ir.str_attr(&format!("element_window<{low},{high}>")),
+            };
+            entries.push(("window_kind", kind));
+        }
         entries.push(("transform_indices", ir.symbol(&name)));
         entries.push(("window_bounds", ir.i64_array(&bounds)));
         window_params.push(ir.dict(&entries));
+        let rebased = rebased_map(k, o, flavor);
+        let logical = rebased.as_ref().unwrap_or(&o.block.index_map.exprs);
         let exprs: Vec<&IndexExpr> = if w.physical.is_empty() {
-            o.block.index_map.exprs.iter().collect()
+            logical.iter().collect()
         } else {
-            w.physical
-                .iter()
-                .map(|&d| &o.block.index_map.exprs[d])
-                .collect()
+            w.physical.iter().map(|&d| &logical[d]).collect()
         };
         transforms.push(transform_fn(ir, k, &name, &exprs, flavor, opts)?);
     }
@@ -230,6 +262,51 @@ pub(crate) fn build<'c>(
 }
 
 /// `@transform_i(grid indices.., scalar prefetch..) -> block indices`.
+/// On Mosaic, an element window's map clamped into the array where it has
+/// low padding, `max(v − low, 0)` (see `body/element.rs`), written as
+/// `(.. floordiv u) × u` with `u` the dim's tile so that libtpu can prove
+/// the offset tile-aligned (the verifier checks `v` and `low` are; the
+/// division then changes nothing).
+fn rebased_map(k: &Kernel, o: &kernel_ir::Operand, flavor: Flavor) -> Option<Vec<IndexExpr>> {
+    use kernel_ir::IndexOp::{FloorDiv, Max, Mul, Sub};
+    let pad = o.block.element.as_ref()?;
+    if flavor != Flavor::Mosaic || pad.low.iter().all(|&l| l == 0) {
+        return None;
+    }
+    let rank = o.shape.len();
+    let bin = |op, a: IndexExpr, b: IndexExpr| IndexExpr::Binary(op, Box::new(a), Box::new(b));
+    Some(
+        o.block
+            .index_map
+            .exprs
+            .iter()
+            .zip(&pad.low)
+            .enumerate()
+            .map(|(d, (e, &l))| {
+                if l == 0 {
+                    return e.clone();
+                }
+                let clamped = bin(
+                    Max,
+                    bin(Sub, e.clone(), IndexExpr::Const(l as i64)),
+                    IndexExpr::Const(0),
+                );
+                let unit = match rank - d {
+                    1 => k.target.tile_lanes(),
+                    2 => k.target.tile_rows(o.dtype),
+                    _ => 1,
+                } as i64;
+                if unit == 1 {
+                    clamped
+                } else {
+                    let tiles = bin(FloorDiv, clamped, IndexExpr::Const(unit));
+                    bin(Mul, tiles, IndexExpr::Const(unit))
+                }
+            })
+            .collect(),
+    )
+}
+
 fn transform_fn<'c>(
     ir: &Ir<'c>,
     k: &Kernel,

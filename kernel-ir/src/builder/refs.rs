@@ -184,6 +184,7 @@ impl Ref {
                 shape,
                 index_map: IndexMap::new(exprs),
                 buffers: o.block.buffers,
+                element: o.block.element.take(),
             }
         })
     }
@@ -201,6 +202,7 @@ impl Ref {
                 shape,
                 index_map: IndexMap::new(map),
                 buffers: o.block.buffers,
+                element: o.block.element.take(),
             }
         })
     }
@@ -214,6 +216,47 @@ impl Ref {
         spec: BlockMap<impl FnOnce([IndexExpr; G]) -> R>,
     ) -> Ref {
         self.block(spec.shape, spec.map)
+    }
+
+    /// Makes the index map give element offsets, not block indices
+    /// (Pallas's `pl.Element` block dims): each window starts at the
+    /// element the map returns, in the array padded by `low[d]` elements
+    /// before dim `d` and `high[d]` after it, so windows may overlap. A
+    /// stencil or causal conv reads its halo this way, pipelined like any
+    /// block: rows `t·bt − h .. t·bt + bt` are
+    /// `.block([bt + h, c], |[t]| (t * bt, 0)).element_window([h, 0], [0, 0])`.
+    /// Inputs only; each window must lie inside the padded array, and
+    /// what it sees of the padding is undefined (mask it).
+    ///
+    /// ```
+    /// use kernel_ir::prelude::*;
+    ///
+    /// // Each row plus the row before it (0 before the first).
+    /// let mut k = KernelBuilder::new("pairs");
+    /// k.grid([2], [Parallel]);
+    /// let x = k
+    ///     .input("x", F32, [16, 128])
+    ///     .block([16, 128], |[t]| (t * 8, 0))
+    ///     .element_window([8, 0], [0, 0]);
+    /// let o = k.output("o", F32, [16, 128]).block([8, 128], |[t]| (t, 0));
+    /// let row = iota(I32, [8, 128], 0) + program_id(0) * 8;
+    /// let before = select(row.ge(1), x.load((7..15, ..)), 0.0);
+    /// o.store(.., x.load((8..16, ..)) + before);
+    /// let kernel = k.build().unwrap();
+    /// let data: Vec<f64> = (0..16 * 128).map(|i| (i / 128) as f64).collect();
+    /// let out = interpret(&kernel, &[Array::new(F32, [16, 128], data).unwrap()]).unwrap();
+    /// assert_eq!(out[0].data()[0], 0.0);
+    /// assert_eq!(out[0].data()[9 * 128], 9.0 + 8.0);
+    /// ```
+    #[track_caller]
+    pub fn element_window(self, low: impl Into<Vec<usize>>, high: impl Into<Vec<usize>>) -> Ref {
+        let pad = crate::ElementPad {
+            low: low.into(),
+            high: high.into(),
+        };
+        self.edit_operand("an element window", Loc::caller(), |o| {
+            o.block.element = Some(pad)
+        })
     }
 
     /// Pipeline buffers of the operand's window (Pallas's `Buffered(n)`):

@@ -16,6 +16,9 @@ pub(crate) struct Machine<'a> {
     pub scratch: Vec<Buf>,
     /// Element offset of each operand's window in this step.
     pub offsets: Vec<Vec<i64>>,
+    /// Each operand's index map value in this step (its block index, or
+    /// its element offset for an element window).
+    pub indices: Vec<Vec<i64>>,
     pub env: Vec<Option<Val>>,
     pub grid_point: Vec<i64>,
     /// Copies in flight and semaphore values.

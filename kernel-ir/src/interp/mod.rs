@@ -461,6 +461,7 @@ impl<'a> eval::Machine<'a> {
                 })
                 .collect(),
             offsets: vec![Vec::new(); k.operands.len()],
+            indices: vec![Vec::new(); k.operands.len()],
             env: vec![None; k.body.values.len()],
             grid_point: Vec::new(),
             dma: dma::DmaState::new(k, opts.dma_seed),
@@ -516,11 +517,7 @@ impl<'a> eval::Machine<'a> {
                 if o.space == MemorySpace::Any {
                     continue;
                 }
-                let block: Vec<i64> = self.offsets[i]
-                    .iter()
-                    .zip(&o.block.shape)
-                    .map(|(&off, &s)| off / (s as i64).max(1))
-                    .collect();
+                let block = self.indices[i].clone();
                 if last_block[i].as_ref() != Some(&block) {
                     if o.role.is_output()
                         && let (Some(prev), Some(at)) = (&last_block[i], &last_point)
@@ -684,6 +681,7 @@ impl eval::Machine<'_> {
         for (i, o) in k.operands.iter().enumerate() {
             if o.space == MemorySpace::Any {
                 self.offsets[i] = vec![0; o.shape.len()];
+                self.indices[i] = vec![0; o.shape.len()];
                 continue;
             }
             let prefetch = &self.prefetch;
@@ -704,11 +702,8 @@ impl eval::Machine<'_> {
                 Ok(b.data[flat] as i64)
             };
             let bidx = k.block_index(i, &point, &read)?;
-            self.offsets[i] = bidx
-                .iter()
-                .zip(&o.block.shape)
-                .map(|(&b, &s)| b * s as i64)
-                .collect();
+            self.offsets[i] = o.block.window_start(&bidx);
+            self.indices[i] = bidx;
         }
         self.grid_point = point;
         let region = &k.body.region;

@@ -285,6 +285,13 @@ impl<'a> Reader<'a> {
                     c.word("at")?;
                     let exprs = c.list('(', ')', |c| self.index_expr(c))?;
                     block.index_map = IndexMap::new(exprs);
+                    if c.eat_word("element") {
+                        c.word("low")?;
+                        let low = c.shape()?;
+                        c.word("high")?;
+                        let high = c.shape()?;
+                        block.element = Some(crate::ElementPad { low, high });
+                    }
                     if c.eat_word("buffers") {
                         block.buffers = Some(c.usize()?);
                     }

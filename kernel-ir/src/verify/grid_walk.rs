@@ -34,11 +34,43 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
     k.operands
         .iter()
         .filter(|o| o.space != MemorySpace::Any && !o.block.index_map.uses_prefetch())
-        .filter_map(|o| check_operand(o, &pts).map(|kind| KernelError::new(kind, o.loc.clone())))
+        .filter_map(|o| {
+            check_operand(o, &pts, k.target).map(|kind| KernelError::new(kind, o.loc.clone()))
+        })
         .collect()
 }
 
-fn check_operand(o: &Operand, pts: &[Vec<i64>]) -> Option<ErrorKind> {
+/// libtpu places element windows at whole tiles: along the two physically
+/// minor dims each window's offset (and so the low padding) must be a
+/// multiple of the dtype's tile rows and of 128 lanes ("Couldn't prove
+/// that tiling divides index returned by transform_indices").
+fn tile_aligned(o: &Operand, g: &[i64], index: &[i64], target: crate::Target) -> Option<ErrorKind> {
+    let pad = o.block.element.as_ref()?;
+    let order = o.layout.minor_to_major_dims(o.shape.len())?;
+    let units = [
+        (target.tile_lanes(), "lanes", "minor (lane)"),
+        (target.tile_rows(o.dtype), "rows", "second-minor (sublane)"),
+    ];
+    for (&dim, (unit, what, which)) in order.iter().zip(units) {
+        let (v, low) = (index[dim], pad.low[dim] as i64);
+        if v % unit as i64 != 0 || low % unit as i64 != 0 {
+            return Some(ErrorKind::ElementWindow {
+                operand: o.name.clone(),
+                detail: format!(
+                    "at grid index ({}) the window starts at element {v} of dim {dim} (low padding \
+                     {low}), the {which} dim of this {} operand: the TPU places element windows at \
+                     whole tiles, so offsets and low padding along it must be multiples of {unit} \
+                     {what}",
+                    g.iter().map(i64::to_string).collect::<Vec<_>>().join(", "),
+                    o.dtype
+                ),
+            });
+        }
+    }
+    None
+}
+
+fn check_operand(o: &Operand, pts: &[Vec<i64>], target: crate::Target) -> Option<ErrorKind> {
     let strides = o.layout.strides(&o.shape)?;
     let bytes = o.dtype.bytes() as u64;
     for g in pts {
@@ -55,12 +87,15 @@ fn check_operand(o: &Operand, pts: &[Vec<i64>]) -> Option<ErrorKind> {
                 }
             }
         }
-        if let Some(kind) = block_in_bounds(o, g, &bidx) {
+        if let Some(kind) =
+            block_in_bounds(o, g, &bidx).or_else(|| tile_aligned(o, g, &bidx, target))
+        {
             return Some(kind);
         }
         if let Some(align) = o.layout.align {
+            let start = o.block.window_start(&bidx);
             let parts: Vec<u64> = (0..o.shape.len())
-                .map(|d| bidx[d] as u64 * o.block.shape[d] as u64 * strides[d] as u64 * bytes)
+                .map(|d| start[d].max(0) as u64 * strides[d] as u64 * bytes)
                 .collect();
             let offset: u64 = parts.iter().sum();
             if !offset.is_multiple_of(align) {
@@ -89,6 +124,9 @@ fn check_operand(o: &Operand, pts: &[Vec<i64>]) -> Option<ErrorKind> {
 /// `n` with block size `s` is valid for `0 <= b < ceil(n / s)` (the last
 /// block may be partial).
 pub(crate) fn block_in_bounds(o: &Operand, grid: &[i64], bidx: &[i64]) -> Option<ErrorKind> {
+    if let Some(pad) = &o.block.element {
+        return window_in_bounds(o, pad, grid, bidx);
+    }
     for (dim, ((&b, &s), &n)) in bidx.iter().zip(&o.block.shape).zip(&o.shape).enumerate() {
         let blocks = n.div_ceil(s);
         if b < 0 || b as u64 >= blocks as u64 {
@@ -100,6 +138,39 @@ pub(crate) fn block_in_bounds(o: &Operand, grid: &[i64], bidx: &[i64]) -> Option
                 blocks,
                 block_size: s,
                 array: n,
+            });
+        }
+    }
+    None
+}
+
+/// Element windows lie inside the padded array: `0 <= v` and `v + s <=
+/// low + n + high` along every dim.
+fn window_in_bounds(
+    o: &Operand,
+    pad: &crate::ElementPad,
+    grid: &[i64],
+    index: &[i64],
+) -> Option<ErrorKind> {
+    for (dim, ((&v, &s), &n)) in index.iter().zip(&o.block.shape).zip(&o.shape).enumerate() {
+        let (low, high) = (
+            pad.low.get(dim).copied().unwrap_or(0),
+            pad.high.get(dim).copied().unwrap_or(0),
+        );
+        let padded = low + n + high;
+        let end = v.saturating_add(s as i64);
+        if v < 0 || end > padded as i64 {
+            return Some(ErrorKind::WindowOutOfBounds {
+                operand: o.name.clone(),
+                grid: grid.to_vec(),
+                index: index.to_vec(),
+                dim,
+                start: v,
+                end,
+                low,
+                array: n,
+                high,
+                padded,
             });
         }
     }

@@ -312,7 +312,40 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
                 &o.loc,
             );
         }
+        if let Some(pad) = &o.block.element {
+            let detail = if o.role != crate::Role::In {
+                Some(format!(
+                    "element windows are for inputs ({} is {}): windows may overlap, and two steps \
+                     writing one element would race; write an output in whole blocks",
+                    o.name, o.role
+                ))
+            } else if pad.low.len() != rank || pad.high.len() != rank {
+                Some(format!(
+                    "the padding has {} low and {} high entries for a rank-{rank} array; give one \
+                     of each per dim (0 where none)",
+                    pad.low.len(),
+                    pad.high.len()
+                ))
+            } else {
+                None
+            };
+            if let Some(detail) = detail {
+                err(
+                    ErrorKind::ElementWindow {
+                        operand: name(),
+                        detail,
+                    },
+                    &o.loc,
+                );
+                continue;
+            }
+        }
+        let padded = |dim: usize, a: usize| match &o.block.element {
+            Some(pad) => a + pad.low[dim] + pad.high[dim],
+            None => a,
+        };
         for (dim, (&b, &a)) in block.iter().zip(&o.shape).enumerate() {
+            let a = padded(dim, a);
             if b > a {
                 err(
                     ErrorKind::BlockTooLarge {

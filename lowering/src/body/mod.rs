@@ -16,6 +16,7 @@ use crate::mlir::{Ir, Raw};
 
 mod dma;
 mod dot;
+mod element;
 mod elementwise;
 mod memory;
 mod shape;
@@ -283,7 +284,10 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                     .map(|r| self.ty(r).clone())
                     .unwrap_or_else(|| TileType::scalar(DType::F32));
                 self.check_reachable(op, *buffer)?;
-                let v = self.load(block, *buffer, indices, &rt)?;
+                let v = match self.load_rebased(op, block, *buffer, indices, &rt)? {
+                    Some(v) => v,
+                    None => self.load(block, *buffer, indices, &rt)?,
+                };
                 Some(match mask {
                     Some(m) => {
                         let zero = self.constant(block, 0.0, &rt)?;

@@ -161,14 +161,18 @@ impl<'c> Hlo<'_, 'c> {
         x: Raw,
         d: DType,
         from: &[usize],
+        low: &[usize],
         to: &[usize],
     ) -> Result<Raw, LoweringError> {
         if from == to {
             return Ok(x);
         }
         let zero = self.splat(b, 0.0, d, &[])?;
-        let lo = vec![0i64; from.len()];
-        let hi: Vec<i64> = from.iter().zip(to).map(|(&f, &t)| (t - f) as i64).collect();
+        let lo: Vec<i64> = low.iter().map(|&l| l as i64).collect();
+        let hi: Vec<i64> = (0..from.len())
+            .map(|i| (to[i] - from[i] - low[i]) as i64)
+            .collect();
+        let interior = vec![0i64; from.len()];
         self.ir.op1(
             b,
             "stablehlo.pad",
@@ -177,7 +181,7 @@ impl<'c> Hlo<'_, 'c> {
             vec![
                 ("edge_padding_low", self.ir.i64_array(&lo)),
                 ("edge_padding_high", self.ir.i64_array(&hi)),
-                ("interior_padding", self.ir.i64_array(&lo)),
+                ("interior_padding", self.ir.i64_array(&interior)),
             ],
         )
     }

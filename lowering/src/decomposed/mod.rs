@@ -84,10 +84,16 @@ impl Slots {
     }
 }
 
-/// Padded extent of each operand dim: whole blocks (the array for `any`).
+/// Padded extent of each operand dim: whole blocks (the array for `any`),
+/// or an element window's padding around the array.
 fn padded_shape(o: &kernel_ir::Operand) -> Vec<usize> {
     if o.space == MemorySpace::Any {
         return o.shape.clone();
+    }
+    if let Some(pad) = &o.block.element {
+        return (0..o.shape.len())
+            .map(|d| pad.low[d] + o.shape[d] + pad.high[d])
+            .collect();
     }
     o.shape
         .iter()
@@ -124,11 +130,16 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel, spmd: Spmd) -> Result<Module<'c>, Lowering
     let mut arrays: Vec<Option<Raw>> = vec![None; k.operands.len()];
     for (n, &i) in inputs.iter().enumerate() {
         let o = &k.operands[i];
+        let low = match &o.block.element {
+            Some(pad) if o.space != MemorySpace::Any => pad.low.clone(),
+            _ => vec![0; o.shape.len()],
+        };
         arrays[i] = Some(e.pad(
             &block,
             args[k.prefetch.len() + n],
             o.dtype,
             &o.shape,
+            &low,
             &padded_shape(o),
         )?);
     }
@@ -202,6 +213,11 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel, spmd: Spmd) -> Result<Module<'c>, Lowering
         let mut st = Vec::new();
         for (d, ex) in o.block.index_map.exprs.iter().enumerate() {
             let b = e.index_expr(&body, ex, &grid, &prefetch, k)?;
+            if o.block.element.is_some() {
+                // Already an element offset into the padded array.
+                st.push(b);
+                continue;
+            }
             let size = e.scalar_i32(&body, o.block.shape[d] as i64)?;
             st.push(e.bin(&body, "stablehlo.multiply", b, size, DType::I32, &[])?);
         }

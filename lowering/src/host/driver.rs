@@ -129,8 +129,12 @@ impl Drop for AlignedBuf {
 /// (the rhs packer transposes 16 × 16 tiles in registers).
 #[derive(Clone, Debug)]
 pub(crate) struct Storage {
-    /// Logical dims padded up to whole blocks.
+    /// Logical dims padded up to whole blocks (or, for element windows,
+    /// by their low and high padding).
     pub padded: Vec<usize>,
+    /// Where the array's first element sits in the storage along each dim
+    /// (an element window's low padding, else 0).
+    pub origin: Vec<usize>,
     /// Element strides of each logical dim in the storage (row-major).
     pub strides: Vec<usize>,
     /// The caller's row-major buffer is the storage (no copy).
@@ -142,22 +146,42 @@ pub(crate) struct Storage {
 impl Storage {
     pub fn of(k: &Kernel, i: usize) -> Storage {
         let o = &k.operands[i];
-        let padded: Vec<usize> = if o.space == MemorySpace::Any {
-            o.shape.clone()
-        } else {
-            o.shape
-                .iter()
-                .zip(&o.block.shape)
-                .map(|(&n, &b)| n.div_ceil(b.max(1)) * b)
-                .collect()
+        let zeros = vec![0; o.shape.len()];
+        let (padded, origin): (Vec<usize>, Vec<usize>) = match &o.block.element {
+            _ if o.space == MemorySpace::Any => (o.shape.clone(), zeros),
+            // The verifier keeps every window inside the padded array.
+            Some(pad) => (
+                (0..o.shape.len())
+                    .map(|d| pad.low[d] + o.shape[d] + pad.high[d])
+                    .collect(),
+                pad.low.clone(),
+            ),
+            None => (
+                o.shape
+                    .iter()
+                    .zip(&o.block.shape)
+                    .map(|(&n, &b)| n.div_ceil(b.max(1)) * b)
+                    .collect(),
+                zeros,
+            ),
         };
         let strides = row_major(&padded);
         Storage {
             in_place: padded == o.shape,
+            origin,
             padded,
             strides,
             elem: o.dtype.bytes(),
         }
+    }
+
+    /// Elements from the storage's start to the array's first element.
+    fn origin_offset(&self) -> usize {
+        self.origin
+            .iter()
+            .zip(&self.strides)
+            .map(|(o, s)| o * s)
+            .sum()
     }
 
     fn bytes(&self) -> usize {
@@ -319,9 +343,11 @@ impl Program<'_> {
                 let buf = AlignedBuf::zeroed(st.bytes())?;
                 if let Some(src) = input {
                     // SAFETY: the source holds the logical array; the
-                    // storage holds the padded one.
+                    // storage holds the padded one, the array from
+                    // `origin` on.
                     unsafe {
-                        copy_padded(src, &logical, buf.ptr(), &st.strides, &o.shape, st.elem)
+                        let at = buf.ptr().add(st.origin_offset() * st.elem);
+                        copy_padded(src, &logical, at, &st.strides, &o.shape, st.elem)
                     };
                 }
                 let p = buf.ptr();
@@ -538,11 +564,13 @@ impl Program<'_> {
                         .block_index(i, point, &read)
                         .map_err(|e| LoweringError::BlockIndex(Box::new(e)))?;
                     let st = &self.storage[i];
-                    let offset: usize = bidx
+                    let offset: usize = o
+                        .block
+                        .window_start(&bidx)
                         .iter()
-                        .zip(&o.block.shape)
+                        .zip(&st.origin)
                         .zip(&st.strides)
-                        .map(|((&b, &s), &stride)| b as usize * s * stride)
+                        .map(|((&w, &origin), &stride)| (w + origin as i64) as usize * stride)
                         .sum();
                     // SAFETY: the offset slot is inside `vals`.
                     unsafe { *vp.add(slots.operands[i] + 2) = offset as u64 };

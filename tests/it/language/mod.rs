@@ -4,6 +4,7 @@ mod dma;
 pub(crate) mod dsl;
 mod dsl_vs_builder;
 mod edge_values;
+mod element_window;
 mod fp8;
 mod invalid;
 mod parse;

@@ -15,8 +15,15 @@ impl<'a> Emitter<'a> {
                 offs.push(Expr::Const(0));
                 continue;
             }
-            let block = o.block.shape[d] as i64;
-            match self.index_expr(e) {
+            // Whole blocks: index × block. Element windows: the map's
+            // offset into the padded array, less its low padding.
+            let (block, low) = match &o.block.element {
+                Some(pad) => (1, pad.low[d] as i64),
+                None => (o.block.shape[d] as i64, 0),
+            };
+            let e = self.index_expr(e);
+            let e = self.index_binary(IndexOp::Sub, e, Expr::Const(low));
+            match e {
                 Expr::Const(c) => offs.push(Expr::Const(c * block)),
                 Expr::Code(s) => {
                     let name = format!("{}_o{d}", o.name);
@@ -148,7 +155,14 @@ impl<'a> Emitter<'a> {
             // a whole number of blocks along this dim.
             let edge = window.is_some_and(|w| {
                 let o = &k.operands[w];
-                o.space != MemorySpace::Any && !o.shape[d].is_multiple_of(o.block.shape[d])
+                o.space != MemorySpace::Any
+                    && (!o.shape[d].is_multiple_of(o.block.shape[d]) || o.block.element.is_some())
+            });
+            // An element window may also start before its array.
+            let below = window.is_some_and(|w| {
+                let o = &k.operands[w];
+                o.space != MemorySpace::Any
+                    && o.block.element.as_ref().is_some_and(|p| p.low[d] > 0)
             });
             let (start, len) = match idx {
                 Index::Slice { start, len } => (*start, Some(*len)),
@@ -194,6 +208,9 @@ impl<'a> Emitter<'a> {
                 }
                 None => first.code(),
             };
+            if below {
+                masks.push(format!("({position} >= 0)"));
+            }
             if edge {
                 masks.push(format!("({position} < {})", shape[d]));
             }

@@ -1,0 +1,153 @@
+//! Loads from element windows with low padding, on Mosaic.
+//!
+//! libtpu takes element windows (`#tpu.element_window`) but no low padding
+//! ("Low padding not supported yet"). So the window Mosaic fetches starts
+//! at `max(v − low, 0)` in the array padded only after
+//! (`kernel_module`'s transform): `δ = max(low − v, 0)` elements after
+//! the window the kernel means, which starts in the low padding. The
+//! kernel's window is then Mosaic's rotated down by `δ` (`jnp.roll`): every
+//! element inside the array lands where the kernel expects it, and what
+//! lands on the first `δ` is the padding, undefined as promised. A load
+//! rotates the whole window and cuts out its part.
+
+use melior::ir::Block;
+
+use kernel_ir::{BufferRef, DType, Index, IndexValue, Op, TileType};
+
+use super::BodyEmitter;
+use crate::LoweringError;
+use crate::convention::Flavor;
+use crate::mlir::Raw;
+
+impl<'c> BodyEmitter<'_, 'c> {
+    /// The load of `indices` from `b` when it is an element window with
+    /// low padding on Mosaic; `None` for every other load.
+    pub(super) fn load_rebased(
+        &mut self,
+        op: &Op,
+        block: &Block<'c>,
+        b: BufferRef,
+        indices: &[Index],
+        rt: &TileType,
+    ) -> Result<Option<Raw>, LoweringError> {
+        let BufferRef::Operand(i) = b else {
+            return Ok(None);
+        };
+        let o = &self.k.operands[i];
+        let Some(pad) = &o.block.element else {
+            return Ok(None);
+        };
+        if self.flavor != Flavor::Mosaic || pad.low.iter().all(|&l| l == 0) {
+            return Ok(None);
+        }
+        if self.window(b).is_some_and(|w| !w.physical.is_empty()) {
+            return Err(self.unsupported(
+                op,
+                &format!(
+                    "operand `{}` is an element window with low padding in a transposed layout; give it the row-major layout",
+                    o.name
+                ),
+            ));
+        }
+        let (mut offsets, mut sizes, mut kept) = (Vec::new(), Vec::new(), Vec::new());
+        for ix in indices {
+            let (start, len, keep) = match ix {
+                Index::Slice { start, len } => (start, *len, true),
+                Index::Point(p) => (p, 1, false),
+            };
+            let IndexValue::Static(s) = start else {
+                return Err(self.unsupported(
+                    op,
+                    &format!(
+                        "operand `{}` is an element window with low padding, which the TPU reads rotated into place: index it with static starts (load the window and slice the tile)",
+                        o.name
+                    ),
+                ));
+            };
+            offsets.push(*s);
+            sizes.push(len as i64);
+            if keep {
+                kept.push(len);
+            }
+        }
+        let (shape, exprs, low) = (
+            o.block.shape.clone(),
+            o.block.index_map.exprs.clone(),
+            pad.low.clone(),
+        );
+        let whole: Vec<Index> = shape
+            .iter()
+            .map(|&len| Index::Slice {
+                start: IndexValue::Static(0),
+                len,
+            })
+            .collect();
+        // Rotated as i32: Mosaic rotates no i1 vector.
+        let wide = if rt.dtype == DType::Bool {
+            DType::I32
+        } else {
+            rt.dtype
+        };
+        let wide_ty = TileType::new(wide, shape.clone());
+        let mut v = self.load(block, b, &whole, &TileType::new(rt.dtype, shape.clone()))?;
+        if wide != rt.dtype {
+            v = self.convert(block, v, TileType::new(rt.dtype, shape.clone()), wide)?;
+        }
+        let ir = self.ir;
+        let grid = self.args[..self.k.grid.rank()].to_vec();
+        let prefetch: Vec<Raw> = (0..self.k.prefetch.len())
+            .map(|p| self.base(BufferRef::Prefetch(p), false))
+            .collect();
+        for (d, &l) in low.iter().enumerate() {
+            if l == 0 {
+                continue;
+            }
+            let at = crate::kernel_module::index_expr(ir, block, &exprs[d], &grid, &prefetch)?;
+            let l = self.i32_const(block, l as i64)?;
+            let zero = self.i32_const(block, 0)?;
+            let back = ir.op1(block, "arith.subi", &[l, at], ir.i32(), Vec::new())?;
+            let delta = ir.op1(block, "arith.maxsi", &[back, zero], ir.i32(), Vec::new())?;
+            v = ir.op1(
+                block,
+                "tpu.dynamic_rotate",
+                &[v, delta],
+                ir.tile(&wide_ty),
+                vec![("dimension", ir.parse_attr(&format!("{d} : si32"))?)],
+            )?;
+        }
+        let list = |v: &[i64]| {
+            let items: Vec<_> = v.iter().map(|&i| ir.i64_attr(i)).collect();
+            ir.array_attr(&items)
+        };
+        let cut = TileType::new(wide, sizes.iter().map(|&s| s as usize).collect::<Vec<_>>());
+        if offsets.iter().any(|&o| o != 0)
+            || sizes.iter().zip(&shape).any(|(&s, &n)| s as usize != n)
+        {
+            v = ir.op1(
+                block,
+                "vector.extract_strided_slice",
+                &[v],
+                ir.tile(&cut),
+                vec![
+                    ("offsets", list(&offsets)),
+                    ("sizes", list(&sizes)),
+                    ("strides", list(&vec![1; sizes.len()])),
+                ],
+            )?;
+        }
+        let kept_ty = TileType::new(wide, kept);
+        if kept_ty.shape != cut.shape {
+            v = ir.op1(
+                block,
+                "vector.shape_cast",
+                &[v],
+                ir.tile(&kept_ty),
+                Vec::new(),
+            )?;
+        }
+        if wide != rt.dtype {
+            v = self.convert(block, v, kept_ty, rt.dtype)?;
+        }
+        Ok(Some(v))
+    }
+}

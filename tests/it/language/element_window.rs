@@ -1,0 +1,157 @@
+//! Element-offset windows (Pallas's `pl.Element` block dims): a causal
+//! three-tap sum and a centred two-tap sum read their halos through the
+//! inputs' BlockSpecs, on every path against sums written from the
+//! definitions (zero outside the array), with the sequence a whole number
+//! of blocks or ragged; libtpu compiles them for every generation. Bad
+//! windows are errors that say the fix.
+
+use kernel_ir::prelude::*;
+use kernel_ir::{VerifiedKernel, constant};
+use kernels::check::Tolerance;
+use proptest::prelude::*;
+
+use crate::common::all_paths;
+
+const COLS: usize = 128;
+/// Output rows per grid step.
+const BT: usize = 16;
+/// Halo rows on each side of a window: a whole sublane tile of the dtype
+/// (8 rows of 32 bits, 16 of bf16), so windows keep the TPU's tiling.
+fn halo(dtype: DType) -> usize {
+    8 * 4 / dtype.bytes()
+}
+
+/// `y[r] = x[r-2] + x[r-1] + x[r]` and `z[r] = x[r-1] + x[r+1]` over
+/// `rows` rows, `x` zero outside them.
+fn stencils(dtype: DType, rows: usize) -> Result<VerifiedKernel, kernel_ir::KernelErrors> {
+    let steps = rows.div_ceil(BT);
+    let tail = steps * BT - rows;
+    let h = halo(dtype);
+    // Windows of a power of two rows (Triton's tensors must be), the
+    // padding after the array making the last one whole.
+    let causal_rows = (h + BT).next_power_of_two();
+    let centred_rows = (h + BT + h).next_power_of_two();
+    let mut k = KernelBuilder::new("stencils");
+    k.grid([steps], [Parallel]);
+    let causal = k
+        .input("x", dtype, [rows, COLS])
+        .block([causal_rows, COLS], |[t]| (t * BT as i64, 0))
+        .element_window([h, 0], [causal_rows - BT - h + tail, 0]);
+    let centred = k
+        .input("x2", dtype, [rows, COLS])
+        .block([centred_rows, COLS], |[t]| (t * BT as i64, 0))
+        .element_window([h, 0], [centred_rows - BT - h + tail, 0]);
+    let y = k
+        .output("y", dtype, [rows, COLS])
+        .block([BT, COLS], |[t]| (t, 0));
+    let z = k
+        .output("z", dtype, [rows, COLS])
+        .block([BT, COLS], |[t]| (t, 0));
+    let zero = if dtype.is_float() {
+        constant(0.0, dtype, [BT, COLS])
+    } else {
+        constant(0, dtype, [BT, COLS])
+    };
+    let row = iota(I32, [BT, COLS], 0) + program_id(0) * BT as i32;
+    // Window row h is output row 0; `back` rows earlier is h - back.
+    let tap = |w: Tile, back: i64| {
+        let start = (h as i64 - back) as usize;
+        let inside =
+            (row.clone() - back as i32).ge(0) & (row.clone() - back as i32).lt(rows as i32);
+        select(inside, w.slice(0, start..start + BT), zero)
+    };
+    let xc = causal.load(..);
+    y.store(.., tap(xc, 2) + tap(xc, 1) + tap(xc, 0));
+    let xs = centred.load(..);
+    z.store(.., tap(xs, 1) + tap(xs, -1));
+    k.build()
+}
+
+fn wants(x: &[f64], rows: usize) -> Vec<Vec<f64>> {
+    let at = |r: i64, c: usize| {
+        if r < 0 || r >= rows as i64 {
+            0.0
+        } else {
+            x[r as usize * COLS + c]
+        }
+    };
+    let each = |f: &dyn Fn(i64, usize) -> f64| -> Vec<f64> {
+        (0..rows * COLS)
+            .map(|i| f((i / COLS) as i64, i % COLS))
+            .collect()
+    };
+    vec![
+        each(&|r, c| at(r - 2, c) + at(r - 1, c) + at(r, c)),
+        each(&|r, c| at(r - 1, c) + at(r + 1, c)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+
+    #[test]
+    fn element_windows_read_their_halos_on_every_path(
+        seed in any::<u64>(),
+        which in 0usize..3,
+        ragged in any::<bool>(),
+    ) {
+        let dtype = [F32, BF16, I32][which];
+        let rows = if ragged { 56 } else { 64 };
+        let x = Array::random(dtype, [rows, COLS], seed, -4.0, 5.0);
+        let want = wants(x.data(), rows);
+        // Integer sums are exact; float sums round after each add.
+        let tol = match dtype {
+            // Two bf16 roundings of sums up to 15: 2 × 2⁻⁵.
+            BF16 => Tolerance { abs: 0.07, rel: 1e-2 },
+            F32 => Tolerance { abs: 1e-6, rel: 1e-6 },
+            _ => Tolerance { abs: 0.0, rel: 0.0 },
+        };
+        all_paths(stencils(dtype, rows), &[x.clone(), x], want, &[tol, tol])?;
+    }
+}
+
+#[test]
+fn an_element_window_prints_parses_and_is_checked() {
+    let kernel = stencils(F32, 56).unwrap();
+    let text = kernel.to_string();
+    assert!(text.contains("element low [8, 0] high [16, 0]"), "{text}");
+    let back = kernel_ir::parse(&text).unwrap();
+    assert_eq!(back.to_string(), text);
+    for (from, to, says) in [
+        (
+            "element low [8, 0] high [16, 0]",
+            "element low [8, 0] high [0, 0]",
+            "[block-bounds] operand `x`: at grid index (3) the element window starts at (48, 0) and dim 0 covers elements 48..80 of the padded array, which has 8 + 56 + 0 = 64",
+        ),
+        (
+            "element low [8, 0] high [16, 0]",
+            "element low [8] high [16, 0]",
+            "[element-window] operand `x`: the padding has 1 low and 2 high entries",
+        ),
+        (
+            "block [16, 128] at (g0, 0) row_major",
+            "block [16, 128] at (g0, 0) element low [0, 0] high [0, 0] row_major",
+            "[element-window] operand `y`: element windows are for inputs (y is out)",
+        ),
+    ] {
+        assert!(text.contains(from), "{from} in {text}");
+        let err = match kernel_ir::parse(&text.replacen(from, to, 1)) {
+            Err(e) => e.to_string(),
+            Ok(k) => k.verify().map(|_| ()).unwrap_err().to_string(),
+        };
+        assert!(err.contains(says), "{err}");
+    }
+}
+
+#[test]
+fn element_windows_compile_with_libtpu_for_every_generation() {
+    let tpu = crate::targets::tpu_compile::tpu();
+    for (dtype, rows) in [(F32, 64), (BF16, 56)] {
+        let kernel = stencils(dtype, rows).unwrap();
+        for t in kernel_ir::Target::ALL {
+            if let Err(e) = tpu.compile_kernel(&kernel, t) {
+                panic!("{dtype} on {t}: {e}");
+            }
+        }
+    }
+}
