@@ -1,11 +1,9 @@
 //! Mamba's causal depthwise conv1d: `y[b, t, c] = act(bias[c] + Σₖ
 //! w[k, c] · x[b, t − (K − 1) + k, c])` with `x` zero before the start
-//! and `act` SiLU or none. The sequence runs in order (its grid axis is
-//! `arbitrary`); each step keeps its `x` block in scratch, and the taps
-//! reaching back before the block (the halo, `K − 1` rows) roll in from
-//! that previous block: `select(row ≥ s, x.roll(s), prev.roll(s))` is
-//! `x` shifted down `s` rows with the previous block's last `s` rows on
-//! top.
+//! and `act` SiLU or none. Each step reads its rows and the `halo` rows
+//! before them through an element window (the array padded by `halo` rows
+//! in front), so every grid axis is parallel; tap `k` is the window's
+//! rows shifted `K − 1 − k` back, the rows before the sequence masked.
 
 use kernel_ir::Array;
 use kernel_ir::prelude::*;
@@ -14,18 +12,26 @@ use crate::entry::{DTYPE, Entry, EntryError, ParamKind, Preset, dims, no_check, 
 use crate::tolerance::Tolerance;
 
 /// Causal depthwise conv1d over `x[batch, seq, channels]` with `w[taps,
-/// channels]` and `bias[1, channels]`, SiLU after when `silu`. `taps − 1`
-/// must not exceed `bt` (the halo comes from one previous block).
+/// channels]` and `bias[1, channels]`, SiLU after when `silu`. Each step
+/// computes `bt` rows from a window of `window` rows of `x`, the first
+/// `halo ≥ taps − 1` of them before its own ([`CAUSAL_CONV1D`]'s build
+/// chooses both for the platform).
 #[tpu_kernel(
     grid = (batch, kernel_ir::cdiv(channels, bc), kernel_ir::cdiv(seq, bt)),
-    semantics = (parallel, parallel, arbitrary)
+    semantics = (parallel, parallel, parallel)
 )]
 pub fn causal_conv1d<T: Float>(
     bt: usize,
     bc: usize,
+    halo: usize,
+    window: usize,
     silu: bool,
     #[shape(batch, seq, channels)]
-    #[block([1, bt, bc], |b, c, t| (b, t, c))]
+    #[block([1, window, bc], |b, c, t| (b, t * bt, c * bc))]
+    #[element(
+        [0, halo, 0],
+        [0, window - halo - bt + kernel_ir::cdiv(seq, bt) * bt - seq, kernel_ir::cdiv(channels, bc) * bc - channels]
+    )]
     x: In<T>,
     #[shape(taps, channels)]
     #[block([taps, bc], |_, c, _| (0, c))]
@@ -36,30 +42,40 @@ pub fn causal_conv1d<T: Float>(
     #[shape(batch, seq, channels)]
     #[block([1, bt, bc], |b, c, t| (b, t, c))]
     y: Out<T>,
-    #[shape(bt, bc)] prev: Scratch<f32>,
 ) {
-    if program_id(2) == 0 {
-        prev.store(.., 0.0);
-    }
-    let now = x.load((0, .., ..)).convert(F32);
-    let before = prev.load(..);
-    let row = iota(I32, [bt, bc], 0);
+    let rows = x.load((0, .., ..)).convert(F32);
+    let row = iota(I32, [bt, bc], 0) + program_id(2) * bt;
     let mut acc = bias.load(..).convert(F32).broadcast_to([bt, bc]);
     #[unroll]
     for k in 0..taps {
-        // Tap k reads `back` rows earlier.
+        // Tap k reads `back` rows earlier: window row `halo − back` is the
+        // first; rows before the sequence are the padding, masked.
         let back = taps - 1 - k;
+        let tap = rows.slice(0, halo - back..halo - back + bt);
         let tap = if back == 0 {
-            now
+            tap
         } else {
-            let back = back as i64;
-            select(row.ge(back as i32), now.roll(back, 0), before.roll(back, 0))
+            select(row.ge(back as i32), tap, 0.0)
         };
         acc = acc + tap * w.load((k..k + 1, ..)).convert(F32);
     }
     let out = if silu { acc * acc.logistic() } else { acc };
     y.store((0, .., ..), out.cast::<T>());
-    prev.store(.., now);
+}
+
+/// The halo and window rows for `taps` and `bt` rows per step: on the TPU
+/// (and the CPU paths, which follow its rules) whole sublane tiles of the
+/// dtype, where element windows are placed; on the GPU the window is a
+/// power of two, as Triton's tensors are.
+fn window_rows(dtype: DType, taps: usize, bt: usize) -> (usize, usize) {
+    let back = taps.saturating_sub(1);
+    if kernel_ir::current_platform() == kernel_ir::Platform::Gpu {
+        (back, (back + bt).next_power_of_two())
+    } else {
+        let tile = 8 * dtype.packing();
+        let halo = back.div_ceil(tile) * tile;
+        (halo, (halo + bt).div_ceil(tile) * tile)
+    }
 }
 
 /// The f64 reference from the definition (`x` is 0 before `t = 0`).
@@ -93,7 +109,7 @@ pub const CAUSAL_CONV1D: Entry = Entry {
     name: "causal_conv1d",
     fixed_inputs: None,
     backward: None,
-    about: "Mamba's causal depthwise conv1d (+ bias, optional SiLU), the sequence in order with its halo rolled in from the previous block",
+    about: "Mamba's causal depthwise conv1d (+ bias, optional SiLU), each block's halo read through an element window",
     params: &[
         DTYPE,
         param("taps", ParamKind::Positive, "4", "filter width K"),
@@ -120,18 +136,19 @@ pub const CAUSAL_CONV1D: Entry = Entry {
             )));
         }
         let bt = c.usize("bt")?.min(seq);
-        if taps == 0 || taps - 1 > bt {
-            return Err(EntryError::Shape(format!(
-                "{taps} taps reach {} rows back, more than one block of {bt} rows holds; \
-                 use bt >= {} or fewer taps",
-                taps.saturating_sub(1),
-                taps.saturating_sub(1)
-            )));
+        if taps == 0 {
+            return Err(EntryError::Shape(
+                "w has no taps: give it at least one row".into(),
+            ));
         }
+        let dtype = c.dtype("dtype")?;
+        let (halo, window) = window_rows(dtype, taps, bt);
         Ok(causal_conv1d::build_for(
-            c.dtype("dtype")?,
+            dtype,
             bt,
             c.usize("bc")?.min(channels),
+            halo,
+            window,
             c.bool("silu")?,
             causal_conv1d::Dims {
                 batch,

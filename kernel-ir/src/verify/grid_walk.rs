@@ -35,7 +35,8 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
         .iter()
         .filter(|o| o.space != MemorySpace::Any && !o.block.index_map.uses_prefetch())
         .filter_map(|o| {
-            check_operand(o, &pts, k.target).map(|kind| KernelError::new(kind, o.loc.clone()))
+            let tpu = (k.platform == crate::Platform::Tpu).then_some(k.target);
+            check_operand(o, &pts, tpu).map(|kind| KernelError::new(kind, o.loc.clone()))
         })
         .collect()
 }
@@ -70,7 +71,13 @@ fn tile_aligned(o: &Operand, g: &[i64], index: &[i64], target: crate::Target) ->
     None
 }
 
-fn check_operand(o: &Operand, pts: &[Vec<i64>], target: crate::Target) -> Option<ErrorKind> {
+/// `target`: the TPU whose tiling element windows must keep (`None` off
+/// the TPU).
+fn check_operand(
+    o: &Operand,
+    pts: &[Vec<i64>],
+    target: Option<crate::Target>,
+) -> Option<ErrorKind> {
     let strides = o.layout.strides(&o.shape)?;
     let bytes = o.dtype.bytes() as u64;
     for g in pts {
@@ -87,9 +94,8 @@ fn check_operand(o: &Operand, pts: &[Vec<i64>], target: crate::Target) -> Option
                 }
             }
         }
-        if let Some(kind) =
-            block_in_bounds(o, g, &bidx).or_else(|| tile_aligned(o, g, &bidx, target))
-        {
+        let tiles = || target.and_then(|t| tile_aligned(o, g, &bidx, t));
+        if let Some(kind) = block_in_bounds(o, g, &bidx).or_else(tiles) {
             return Some(kind);
         }
         if let Some(align) = o.layout.align {

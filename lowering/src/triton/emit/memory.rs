@@ -153,10 +153,14 @@ impl<'a> Emitter<'a> {
                 .unwrap_or(Expr::Const(0));
             // A window can reach past its array only when the array is not
             // a whole number of blocks along this dim.
+            // An element window reaches past it only into high padding.
             let edge = window.is_some_and(|w| {
                 let o = &k.operands[w];
                 o.space != MemorySpace::Any
-                    && (!o.shape[d].is_multiple_of(o.block.shape[d]) || o.block.element.is_some())
+                    && match &o.block.element {
+                        Some(p) => p.high[d] > 0,
+                        None => !o.shape[d].is_multiple_of(o.block.shape[d]),
+                    }
             });
             // An element window may also start before its array.
             let below = window.is_some_and(|w| {
