@@ -20,6 +20,30 @@ use crate::convention::Flavor;
 use crate::mlir::Raw;
 
 impl<'c> BodyEmitter<'_, 'c> {
+    /// A DMA would see Mosaic's window, not the kernel's: refused.
+    pub(super) fn check_not_rebased(
+        &self,
+        op: &Op,
+        c: &kernel_ir::CopyDescriptor,
+    ) -> Result<(), LoweringError> {
+        for s in [&c.src, &c.dst] {
+            if let BufferRef::Operand(i) = s.buffer
+                && self.flavor == Flavor::Mosaic
+                && let Some(pad) = &self.k.operands[i].block.element
+                && pad.low.iter().any(|&l| l > 0)
+            {
+                return Err(self.unsupported(
+                    op,
+                    &format!(
+                        "operand `{}` is an element window with low padding, which the TPU fetches shifted and rotates into place at each load: load it and store the tile where the copy should go",
+                        self.k.operands[i].name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The load of `indices` from `b` when it is an element window with
     /// low padding on Mosaic; `None` for every other load.
     pub(super) fn load_rebased(

@@ -220,6 +220,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         let res = op.results.first().copied();
         let out = match &op.kind {
             OpKind::DmaStart(c) => {
+                self.check_not_rebased(op, c)?;
                 self.dma(block, op, c, true)?;
                 None
             }
