@@ -5,6 +5,7 @@ use std::str::FromStr;
 
 use half::{bf16, f16};
 
+pub mod fp4;
 pub mod fp8;
 
 /// The element type of a tile, buffer or array.

@@ -92,6 +92,7 @@ pub use builder::{
 pub use dma::{
     BufferSlice, CopyDescriptor, RemoteTarget, SemaphoreDecl, SemaphoreKind, SemaphoreSlot,
 };
+pub use dtype::fp4;
 pub use dtype::fp8::{self, f8e4m3fn, f8e5m2};
 pub use dtype::{DType, Element, Float, Fp8, ParseDTypeError};
 pub use error::{BuilderMisuse, ErrorKind, GpuRule, KernelError, KernelErrors};

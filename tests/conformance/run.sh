@@ -14,7 +14,8 @@
 # Tessera's kernels against Pallas's (target/conformance/tpu_estimate.md).
 # Runs the kernels across chips beside Pallas's TPU interpret mode, outputs and
 # races (target/conformance/pallas_mesh.md). Kernels' random numbers against
-# jax.random bit for bit (target/conformance/random/report.md).
+# jax.random bit for bit (target/conformance/random/report.md), and 4-bit
+# codecs against ml_dtypes (target/conformance/fp4/report.md).
 # Then the version matrix (versions.py): the same checks' core with jax 0.12.0.1
 # and libtpu 0.0.51, the newest supported, beside 0.11.2 and 0.0.48.1.
 # Writes target/conformance/report.md listing every remaining difference
@@ -137,6 +138,10 @@ check pallas_mesh "$venv/bin/python" tests/conformance/pallas_mesh.py "$tessera"
 # and one folded key per row) and dropout (f32, bf16) under jax.jit on CPU with
 # keys jax made (target/conformance/random/report.md).
 check jax_random "$venv/bin/python" tests/conformance/jax_random.py "$tessera" "$out/random"
+# 4-bit codecs (int4, float4_e2m1fn, float8_e8m0fnu scales, the halves
+# packing) in a kernel on every backend against ml_dtypes, bit for bit
+# (target/conformance/fp4/report.md).
+check fp4 "$venv/bin/python" tests/conformance/fp4.py "$tessera" "$out/fp4"
 # Tessera's tpu_custom_call and Mosaic bodies against Pallas's own exports
 # (target/conformance/report.md).
 check compare "$venv/bin/python" tests/conformance/compare.py "$out"

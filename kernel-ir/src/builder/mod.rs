@@ -22,6 +22,7 @@
 mod control;
 mod dma;
 mod index;
+mod packed;
 pub mod random;
 mod refs;
 mod roll;

@@ -7,6 +7,7 @@ mod edge_values;
 mod element_window;
 mod fp8;
 mod invalid;
+mod packed;
 mod parse;
 mod random;
 mod random_kernels;
