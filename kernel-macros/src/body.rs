@@ -44,6 +44,8 @@ const BUILTINS: &[&str] = &[
     "device_id",
     "axis_index",
     "top_k",
+    "sort_by_key",
+    "concat",
 ];
 
 /// Path roots whose functions are ordinary Rust, run while building.

@@ -50,6 +50,7 @@ pub mod epilogue;
 pub mod foundation;
 pub mod fp8_gemm;
 pub mod moe;
+pub mod mxfp4;
 pub mod norm;
 pub mod random;
 pub mod rope;
@@ -96,6 +97,7 @@ pub const ENTRIES: &[&Entry] = &[
     &fp8_gemm::FP8_GEMM,
     &scaled_mm::SCALED_MM,
     &w8a16::W8A16_MATMUL,
+    &mxfp4::MXFP4_MATMUL,
 ];
 
 /// The entry called `name`.
