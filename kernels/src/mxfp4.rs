@@ -7,7 +7,12 @@
 //! the halves layout of [`kernel_ir::fp4`]: its first 16 in the low
 //! nibbles of 16 bytes, the next 16 in the high), and dequantize in VMEM to
 //! the activation type, exactly (an e2m1 value times a power of two is a
-//! bf16); the MXU multiplies in it, accumulating in f32.
+//! bf16); the MXU multiplies in it, accumulating in f32. libtpu multiplies
+//! `float4_e2m1fn` operands natively only on v7x (a Pallas dot of them
+//! compiles there and is refused on v5e, v5p and v6e:
+//! `tests/conformance/fp4.py`), so dequantizing works on every generation;
+//! a native v7x dot is a later fast path, which would need a 4-bit dtype in
+//! the IR.
 //!
 //! ```
 //! use kernels::mxfp4::mxfp4_matmul;

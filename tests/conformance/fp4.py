@@ -7,7 +7,11 @@ layout) and on f32 values full of rounding cases, and compares every
 backend's outputs with ml_dtypes: int4 and float4_e2m1fn codes read as
 values, float8_e8m0fnu scales (NaN written as -1 by the kernel), f32 values
 converted to float4_e2m1fn and float8_e8m0fnu codes, and the bytes packed
-back. Writes OUTDIR/report.md; exits non-zero on a difference.
+back. Then which TPU generations multiply 4-bit types natively, as libtpu
+says: Pallas dots of float4_e2m1fn, int4, float8_e4m3fn and bf16 operands
+exported for platforms=["tpu"] and compiled with `tessera compile --module`
+for every generation (the bf16 control must compile everywhere). Writes
+OUTDIR/report.md; exits non-zero on a difference.
 """
 import pathlib
 import subprocess
@@ -16,6 +20,9 @@ import tempfile
 
 import ml_dtypes
 import numpy as np
+
+NATIVE = {"float4_e2m1fn": "float4_e2m1fn", "int4": "int4",
+          "float8_e4m3fn": "float8_e4m3fn", "bfloat16": "bfloat16"}
 
 ROWS, COLS = 8, 128
 KIR = pathlib.Path(__file__).with_name("fp4_codecs.kir")
@@ -54,6 +61,36 @@ def expected(w, x):
         }
 
 
+def native_dots(tessera, d):
+    """Per dtype, per generation: does libtpu compile a Pallas dot of it?"""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    rows = {}
+    for name in NATIVE:
+        dt = getattr(jnp, name)
+        acc = jnp.int32 if name == "int4" else jnp.float32
+
+        def kernel(a_ref, b_ref, o_ref, acc=acc):
+            o_ref[...] = jnp.dot(a_ref[...], b_ref[...], preferred_element_type=acc)
+
+        f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((256, 256), acc))
+        arg = jax.ShapeDtypeStruct((256, 256), dt)
+        text = jax.export.export(jax.jit(f), platforms=["tpu"])(arg, arg).mlir_module()
+        path = d / f"dot_{name}.mlir"
+        path.write_text(text)
+        r = subprocess.run([str(tessera), "compile", "--module", str(path), "--tpu", "all"],
+                           capture_output=True, text=True)
+        gens = {}
+        for line in r.stdout.splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] in ("v5e", "v5p", "v6e", "v7x"):
+                gens[parts[0]] = parts[1] == "ok"
+        rows[name] = gens
+    return rows
+
+
 def main():
     tessera, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
@@ -83,6 +120,16 @@ def main():
             lines.append(f"| {b} | " + " | ".join(cells) + " |")
         if len(backends) < 5:
             lines.append(f"\nonly {len(backends)} backends ran: {backends}")
+            failed = True
+        native = native_dots(tessera, d)
+        gens = ["v5e", "v5p", "v6e", "v7x"]
+        lines += ["", "## A Pallas dot of each type, compiled by libtpu", "",
+                  "| operands | " + " | ".join(gens) + " |", "|---|" + "---|" * len(gens)]
+        for name, g in native.items():
+            cells = ["compiles" if g.get(x) else "refused" for x in gens]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        if not all(native["bfloat16"].get(x) for x in gens):
+            lines.append("\nthe bf16 control did not compile everywhere")
             failed = True
     report = "\n".join(lines) + "\n"
     (out / "report.md").write_text(report)
