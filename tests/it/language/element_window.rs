@@ -56,8 +56,8 @@ fn stencils(dtype: DType, rows: usize) -> Result<VerifiedKernel, kernel_ir::Kern
     // Window row h is output row 0; `back` rows earlier is h - back.
     let tap = |w: Tile, back: i64| {
         let start = (h as i64 - back) as usize;
-        let inside =
-            (row.clone() - back as i32).ge(0) & (row.clone() - back as i32).lt(rows as i32);
+        let at = row - back as i32;
+        let inside = at.ge(0) & at.lt(rows as i32);
         select(inside, w.slice(0, start..start + BT), zero)
     };
     let xc = causal.load(..);
