@@ -78,6 +78,7 @@ mod custom_call;
 mod decomposed;
 mod embed;
 mod host;
+mod index_expr;
 mod kernel_module;
 mod lowered_values;
 mod mlir;

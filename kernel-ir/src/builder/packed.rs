@@ -97,9 +97,9 @@ impl Tile {
     #[track_caller]
     pub fn decode_e8m0(self) -> Tile {
         let c = self.convert(DType::I32) & 255;
-        // 2^-127 is the f32 subnormal 0x00400000.
+        // 2^-127 is the f32 subnormal 0x00400000; 255 the quiet NaN's bits.
         let bits = select(c.eq(0), 0x0040_0000, c << 23);
-        select(c.eq(255), f32::NAN, bits.bitcast(DType::F32))
+        select(c.eq(255), 0x7FC0_0000, bits).bitcast(DType::F32)
     }
 
     /// `f32` values as `float8_e8m0fnu` codes (`i32`, `0..256`), as

@@ -126,7 +126,7 @@ impl<'c> BodyEmitter<'_, 'c> {
             if l == 0 {
                 continue;
             }
-            let at = crate::kernel_module::index_expr(ir, block, &exprs[d], &grid, &prefetch)?;
+            let at = crate::index_expr::index_expr(ir, block, &exprs[d], &grid, &prefetch)?;
             let l = self.i32_const(block, l as i64)?;
             let zero = self.i32_const(block, 0)?;
             let back = ir.op1(block, "arith.subi", &[l, at], ir.i32(), Vec::new())?;
