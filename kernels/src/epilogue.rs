@@ -100,7 +100,7 @@ pub fn matmul_bias_act<T: Float, O: Float>(
     #[shape(bm, bn)] acc: Scratch<f32>,
 ) {
     let l = program_id(2);
-    accumulate_k_step(k, bm, bn, bk, x, w, acc, l);
+    accumulate_k_step(k, bk, x, w, acc, l);
     if l == num_programs(2) - 1 {
         let mut y = activate(acc.load(..) + bias.load(..), act);
         if let Some(r) = residual {

@@ -118,10 +118,10 @@ pub fn matmul<T: Float, O: Float>(
         if l == 0 {
             o.store(.., 0.0);
         }
-        let (xv, yv) = k_block_operands(k, bm, bn, bk, x, y, l);
+        let (xv, yv) = k_block_operands(k, bk, x, y);
         o.store(.., o.load(..) + dot(xv, yv));
     } else {
-        accumulate_k_step(k, bm, bn, bk, x, y, acc, l);
+        accumulate_k_step(k, bk, x, y, acc, l);
         o.store(.., acc.load(..).cast::<O>());
     }
 }
@@ -129,46 +129,26 @@ pub fn matmul<T: Float, O: Float>(
 /// One k step `l` of a tiled matmul into the f32 accumulator `acc[bm, bn]`:
 /// zeroed at the first step, then `acc += x · y` over the step's blocks.
 #[kernel_fn]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn accumulate_k_step(
-    k: usize,
-    bm: usize,
-    bn: usize,
-    bk: usize,
-    x: Ref,
-    y: Ref,
-    acc: Ref,
-    l: Tile,
-) {
+pub(crate) fn accumulate_k_step(k: usize, bk: usize, x: Ref, y: Ref, acc: Ref, l: Tile) {
     if l == 0 {
         acc.store(.., 0.0);
     }
-    let (xv, yv) = k_block_operands(k, bm, bn, bk, x, y, l);
+    let (xv, yv) = k_block_operands(k, bk, x, y);
     acc.store(.., acc.load(..) + dot(xv, yv));
 }
 
 /// The operands of one k step of a tiled matmul: `x[bm, bk]` and
-/// `y[bk, bn]`, with a ragged k tail masked so padding never enters a sum.
+/// `y[bk, bn]`, with a ragged k tail masked so padding never enters a sum
+/// (where each block sits along k comes from its own index map).
 #[kernel_fn]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn k_block_operands(
-    k: usize,
-    bm: usize,
-    bn: usize,
-    bk: usize,
-    x: Ref,
-    y: Ref,
-    l: Tile,
-) -> (Tile, Tile) {
+pub(crate) fn k_block_operands(k: usize, bk: usize, x: Ref, y: Ref) -> (Tile, Tile) {
     if k % bk == 0 {
         (x.load(..), y.load(..))
     } else {
         let valid = k as i32;
-        let col = iota(I32, [bm, bk], 1) + l * bk;
-        let row = iota(I32, [bk, bn], 0) + l * bk;
         (
-            x.load_masked(.., col < valid),
-            y.load_masked(.., row < valid),
+            x.load_masked(.., x.positions(1) < valid),
+            y.load_masked(.., y.positions(0) < valid),
         )
     }
 }
@@ -176,12 +156,11 @@ pub(crate) fn k_block_operands(
 /// The rhs operand `y[bk, bn]` of one k step, ragged tail masked (for a
 /// second rhs next to [`k_block_operands`]).
 #[kernel_fn]
-pub(crate) fn k_block_rhs(k: usize, bn: usize, bk: usize, y: Ref, l: Tile) -> Tile {
+pub(crate) fn k_block_rhs(k: usize, bk: usize, y: Ref) -> Tile {
     if k % bk == 0 {
         y.load(..)
     } else {
-        let row = iota(I32, [bk, bn], 0) + l * bk;
-        y.load_masked(.., row < k as i32)
+        y.load_masked(.., y.positions(0) < k as i32)
     }
 }
 

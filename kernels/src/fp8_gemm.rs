@@ -112,7 +112,7 @@ pub fn fp8_gemm<T: Fp8, O: Float>(
         acc.store(.., 0.0);
     }
     // The MXU multiplies the fp8 operands and accumulates in f32.
-    let (xv, wv) = k_block_operands(k, bm, bn, bk, x, w, l);
+    let (xv, wv) = k_block_operands(k, bk, x, w);
     let mut sum = acc.load(..) + dot(xv, wv);
     if bf16_partials {
         sum = sum.convert(BF16).convert(F32);

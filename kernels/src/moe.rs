@@ -148,7 +148,7 @@ pub fn grouped_matmul<T: Float, O: Float>(
     } else {
         // The ragged k tail is padding in both operands: mask both, as
         // 0 · garbage is garbage.
-        let col = iota(I32, [bm, bk], 1) + l * bk;
+        let col = x.positions(1);
         let wv = if transpose {
             let wcol = iota(I32, [bn, bk], 1) + l * bk;
             w.load_masked((0, .., ..), wcol < k as i32)
@@ -163,7 +163,7 @@ pub fn grouped_matmul<T: Float, O: Float>(
     if l == num_programs(2) - 1 {
         let g = group_ids.load([v]);
         let (start, end) = (group_offsets.load([g]), group_offsets.load([g + 1]));
-        let row = iota(I32, [bm, bn], 0) + m_tile_ids.load([v]) * bm;
+        let row = o.positions(0);
         o.store_masked(.., acc.load(..).cast::<O>(), row >= start && row < end);
     }
 }

@@ -65,8 +65,8 @@ pub fn swiglu<T: Float>(
         gate.store(.., 0.0);
         up.store(.., 0.0);
     }
-    let (xv, gv) = k_block_operands(k, bm, bn, bk, x, w_gate, l);
-    let uv = k_block_rhs(k, bn, bk, w_up, l);
+    let (xv, gv) = k_block_operands(k, bk, x, w_gate);
+    let uv = k_block_rhs(k, bk, w_up);
     gate.store(.., gate.load(..) + dot(xv, gv));
     up.store(.., up.load(..) + dot(xv, uv));
     if l == num_programs(2) - 1 {

@@ -48,7 +48,7 @@ pub fn w8a16_matmul<T: Float, O: Float>(
     if l == 0 {
         acc.store(.., 0.0);
     }
-    let (xv, wv) = k_block_operands(k, bm, bn, bk, x, w, l);
+    let (xv, wv) = k_block_operands(k, bk, x, w);
     acc.store(.., acc.load(..) + dot(xv, wv.cast::<T>()));
     if l == num_programs(2) - 1 {
         o.store(.., (acc.load(..) * scale.load(..)).cast::<O>());

@@ -23,6 +23,7 @@ mod control;
 mod dma;
 mod index;
 mod packed;
+mod positions;
 pub mod random;
 mod refs;
 mod roll;

@@ -119,6 +119,11 @@ impl Ref {
         self.buffer
     }
 
+    /// The builder this buffer belongs to.
+    pub(super) fn builder_id(self) -> u32 {
+        self.builder
+    }
+
     /// The shape the body sees (block, whole array for `any`, or the
     /// buffer's shape).
     pub fn shape(self) -> Vec<usize> {

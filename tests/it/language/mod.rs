@@ -9,6 +9,7 @@ mod fp8;
 mod invalid;
 mod packed;
 mod parse;
+mod positions;
 mod random;
 mod random_kernels;
 mod roll;
