@@ -57,11 +57,9 @@ pub fn matmul(c: &MatmulConfig) -> Result<VerifiedKernel, KernelErrors> {
         (x.load(..), y.load(..))
     } else {
         let valid = c.k as i32;
-        let col = iota(I32, [c.bm, c.bk], 1) + l * c.bk;
-        let row = iota(I32, [c.bk, c.bn], 0) + l * c.bk;
         (
-            x.load_masked(.., col.lt(valid)),
-            y.load_masked(.., row.lt(valid)),
+            x.load_masked(.., x.positions(1).lt(valid)),
+            y.load_masked(.., y.positions(0).lt(valid)),
         )
     };
     if f32_out {
