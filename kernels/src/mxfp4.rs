@@ -63,7 +63,7 @@ pub fn mxfp4_matmul<T: Float, O: Float>(
     // Each group's 16 bytes hold its 32 codes: low nibbles, then high.
     let groups = bk / 32;
     let bytes = w.load(..).convert(I32).reshape([groups, 16, bn]);
-    let codes = concat([bytes & 15, (bytes >> 4) & 15], 1);
+    let codes = bytes.unpack_nibbles(1);
     let scales = scale.load(..).decode_e8m0().reshape([groups, 1, bn]);
     let weights = (codes.decode_e2m1() * scales).reshape([bk, bn]);
     acc.store(.., acc.load(..) + dot(x.load(..), weights.cast::<T>()));

@@ -12,7 +12,7 @@
 
 use melior::ir::Block;
 
-use kernel_ir::{BufferRef, DType, Index, IndexValue, Op, TileType};
+use kernel_ir::{BufferRef, Index, IndexValue, Op, TileType};
 
 use super::BodyEmitter;
 use crate::LoweringError;
@@ -106,72 +106,45 @@ impl<'c> BodyEmitter<'_, 'c> {
                 len,
             })
             .collect();
-        // Rotated as i32: Mosaic rotates no i1 vector.
-        let wide = if rt.dtype == DType::Bool {
-            DType::I32
-        } else {
-            rt.dtype
-        };
-        let wide_ty = TileType::new(wide, shape.clone());
-        let mut v = self.load(block, b, &whole, &TileType::new(rt.dtype, shape.clone()))?;
-        if wide != rt.dtype {
-            v = self.convert(block, v, TileType::new(rt.dtype, shape.clone()), wide)?;
-        }
+        let whole_ty = TileType::new(rt.dtype, shape.clone());
+        let window = self.load(block, b, &whole, &whole_ty)?;
         let ir = self.ir;
         let grid = self.args[..self.k.grid.rank()].to_vec();
         let prefetch: Vec<Raw> = (0..self.k.prefetch.len())
             .map(|p| self.base(BufferRef::Prefetch(p), false))
             .collect();
-        for (d, &l) in low.iter().enumerate() {
-            if l == 0 {
-                continue;
-            }
+        let mut deltas = Vec::new();
+        for (d, &l) in low.iter().enumerate().filter(|(_, l)| **l > 0) {
             let at = crate::index_expr::index_expr(ir, block, &exprs[d], &grid, &prefetch)?;
             let l = self.i32_const(block, l as i64)?;
             let zero = self.i32_const(block, 0)?;
             let back = ir.op1(block, "arith.subi", &[l, at], ir.i32(), Vec::new())?;
             let delta = ir.op1(block, "arith.maxsi", &[back, zero], ir.i32(), Vec::new())?;
-            v = ir.op1(
-                block,
-                "tpu.dynamic_rotate",
-                &[v, delta],
-                ir.tile(&wide_ty),
-                vec![("dimension", ir.parse_attr(&format!("{d} : si32"))?)],
-            )?;
+            deltas.push((d, delta));
         }
-        let list = |v: &[i64]| {
-            let items: Vec<_> = v.iter().map(|&i| ir.i64_attr(i)).collect();
-            ir.array_attr(&items)
-        };
-        let cut = TileType::new(wide, sizes.iter().map(|&s| s as usize).collect::<Vec<_>>());
-        if offsets.iter().any(|&o| o != 0)
-            || sizes.iter().zip(&shape).any(|(&s, &n)| s as usize != n)
-        {
-            v = ir.op1(
-                block,
-                "vector.extract_strided_slice",
-                &[v],
-                ir.tile(&cut),
-                vec![
-                    ("offsets", list(&offsets)),
-                    ("sizes", list(&sizes)),
-                    ("strides", list(&vec![1; sizes.len()])),
-                ],
-            )?;
-        }
-        let kept_ty = TileType::new(wide, kept);
-        if kept_ty.shape != cut.shape {
-            v = ir.op1(
-                block,
-                "vector.shape_cast",
-                &[v],
-                ir.tile(&kept_ty),
-                Vec::new(),
-            )?;
-        }
-        if wide != rt.dtype {
-            v = self.convert(block, v, kept_ty, rt.dtype)?;
-        }
+        let kept_ty = TileType::new(rt.dtype, kept);
+        let v = self.rearranged(block, &[(window, whole_ty)], &kept_ty, |xs, out| {
+            // In the type the move runs in (bools as i32).
+            let at = |shape: Vec<usize>| TileType::new(out.dtype, shape);
+            let mut v = xs[0];
+            for &(d, delta) in &deltas {
+                v = ir.op1(
+                    block,
+                    "tpu.dynamic_rotate",
+                    &[v, delta],
+                    ir.tile(&at(shape.clone())),
+                    vec![("dimension", ir.parse_attr(&format!("{d} : si32"))?)],
+                )?;
+            }
+            let cut: Vec<usize> = sizes.iter().map(|&s| s as usize).collect();
+            if offsets.iter().any(|&o| o != 0) || cut != shape {
+                v = self.strided_slice(block, v, &offsets, &sizes, &at(cut.clone()))?;
+            }
+            if out.shape != cut {
+                v = ir.op1(block, "vector.shape_cast", &[v], ir.tile(out), Vec::new())?;
+            }
+            Ok(v)
+        })?;
         Ok(Some(v))
     }
 }

@@ -145,31 +145,60 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
         )
     }
 
+    /// A value of the body with its type.
+    fn typed(&self, id: ValueId) -> Result<(Raw, TileType), LoweringError> {
+        Ok((self.v(id)?, self.ty(id).clone()))
+    }
+
     /// An op that only moves elements (`f`, given the operands and the
     /// result type), on bool tiles too: Mosaic moves no i1 vector, so
     /// masks move as i32 and compare back.
     fn rearranged(
         &self,
         block: &Block<'c>,
-        xs: &[ValueId],
+        xs: &[(Raw, TileType)],
         out: &TileType,
         f: impl FnOnce(&[Raw], &TileType) -> Result<Raw, LoweringError>,
     ) -> Result<Raw, LoweringError> {
         if out.dtype != DType::Bool {
-            let vs = xs
-                .iter()
-                .map(|&x| self.v(x))
-                .collect::<Result<Vec<_>, _>>()?;
+            let vs: Vec<Raw> = xs.iter().map(|(v, _)| *v).collect();
             return f(&vs, out);
         }
         let mut wide = Vec::with_capacity(xs.len());
-        for &x in xs {
-            let t = self.ty(x).clone();
-            wide.push(self.convert(block, self.v(x)?, t, DType::I32)?);
+        for (v, t) in xs {
+            wide.push(self.convert(block, *v, t.clone(), DType::I32)?);
         }
         let wide_out = TileType::new(DType::I32, out.shape.clone());
         let moved = f(&wide, &wide_out)?;
         self.convert(block, moved, wide_out, DType::Bool)
+    }
+
+    /// `vector.extract_strided_slice` of `v` at `offsets`, `sizes` long,
+    /// stride 1, as a value of type `out`.
+    fn strided_slice(
+        &self,
+        block: &Block<'c>,
+        v: Raw,
+        offsets: &[i64],
+        sizes: &[i64],
+        out: &TileType,
+    ) -> Result<Raw, LoweringError> {
+        // Each an `I64ArrayAttr` (integers in an array), not a dense array.
+        let list = |v: &[i64]| {
+            let items: Vec<_> = v.iter().map(|&i| self.ir.i64_attr(i)).collect();
+            self.ir.array_attr(&items)
+        };
+        self.ir.op1(
+            block,
+            "vector.extract_strided_slice",
+            &[v],
+            self.ir.tile(out),
+            vec![
+                ("offsets", list(offsets)),
+                ("sizes", list(sizes)),
+                ("strides", list(&vec![1; sizes.len()])),
+            ],
+        )
     }
 
     fn i32_const(&self, block: &Block<'c>, v: i64) -> Result<Raw, LoweringError> {
@@ -362,7 +391,7 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                 let amount = self.i32_const(block, *shift as i64)?;
                 let dimension = self.ir.parse_attr(&format!("{axis} : si32"))?;
                 let t = self.ty(*x).clone();
-                Some(self.rearranged(block, &[*x], &t, |xs, rt| {
+                Some(self.rearranged(block, &[self.typed(*x)?], &t, |xs, rt| {
                     self.ir.op1(
                         block,
                         "tpu.dynamic_rotate",
@@ -384,24 +413,8 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                 let mut sizes: Vec<i64> = t.shape.iter().map(|&d| d as i64).collect();
                 sizes[*axis] = *len as i64;
                 let rt = res.map(|r| self.ty(r).clone()).unwrap_or(t);
-                // Each an `I64ArrayAttr` (integers in an array), not a dense array.
-                let list = |v: &[i64]| {
-                    let items: Vec<_> = v.iter().map(|&i| self.ir.i64_attr(i)).collect();
-                    self.ir.array_attr(&items)
-                };
-                let attrs = vec![
-                    ("offsets", list(&offsets)),
-                    ("sizes", list(&sizes)),
-                    ("strides", list(&vec![1; sizes.len()])),
-                ];
-                Some(self.rearranged(block, &[*x], &rt, |xs, rt| {
-                    self.ir.op1(
-                        block,
-                        "vector.extract_strided_slice",
-                        xs,
-                        self.ir.tile(rt),
-                        attrs,
-                    )
+                Some(self.rearranged(block, &[self.typed(*x)?], &rt, |xs, rt| {
+                    self.strided_slice(block, xs[0], &offsets, &sizes, rt)
                 })?)
             }
             OpKind::Concat { lhs, rhs, axis } => {
@@ -409,7 +422,8 @@ impl<'a, 'c> BodyEmitter<'a, 'c> {
                     .map(|r| self.ty(r).clone())
                     .unwrap_or_else(|| self.ty(*lhs).clone());
                 let dimension = self.ir.parse_attr(&format!("{axis} : i32"))?;
-                Some(self.rearranged(block, &[*lhs, *rhs], &rt, |xs, rt| {
+                let parts = [self.typed(*lhs)?, self.typed(*rhs)?];
+                Some(self.rearranged(block, &parts, &rt, |xs, rt| {
                     self.ir.op1(
                         block,
                         "tpu.concatenate",

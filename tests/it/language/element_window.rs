@@ -155,3 +155,40 @@ fn element_windows_compile_with_libtpu_for_every_generation() {
         }
     }
 }
+
+/// On the TPU a window with low padding is fetched shifted and rotated into
+/// place at each load, so what cannot be rotated is refused with the fix:
+/// a load at a dynamic start, and a copy reading the window.
+#[test]
+fn what_the_tpu_cannot_rotate_into_place_is_refused() {
+    let build = |dynamic: bool| {
+        let mut k = KernelBuilder::new("halo");
+        k.grid([2], [Parallel]);
+        let x = k
+            .input("x", F32, [16, 128])
+            .block([16, 128], |[t]| (t * 8, 0))
+            .element_window([8, 0], [0, 0]);
+        let o = k.output("o", F32, [16, 128]).block([8, 128], |[t]| (t, 0));
+        let buf = k.scratch("buf", F32, [8, 128]);
+        let sems = k.dma_semaphores("sems", [1]);
+        if dynamic {
+            o.store(.., x.load((ds(program_id(0) * 8, 8), ..)));
+        } else {
+            let c = make_async_copy(x.slice((8..16, ..)), buf.slice(..), sems.at(0));
+            c.start();
+            c.wait();
+            o.store(.., buf.load(..));
+        }
+        k.build().unwrap()
+    };
+    for (dynamic, says) in [
+        (true, "index it with static starts"),
+        (false, "load it and store the tile where the copy should go"),
+    ] {
+        let err = lowering::tpu_custom_call(&build(dynamic))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("element window with low padding"), "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+}
