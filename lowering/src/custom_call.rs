@@ -16,7 +16,7 @@ use melior::ir::{BlockLike, Module, Type};
 use kernel_ir::{Kernel, OpKind, Role, VerifiedKernel};
 
 use crate::LoweringError;
-use crate::convention::{ArgLayout, Flavor, memory_dtype, physical_order};
+use crate::convention::{Flavor, memory_dtype, physical_order};
 use crate::cost::CostEstimate;
 use crate::kernel_module::{self, ModuleOptions};
 use crate::mlir::{Ir, Mlir, Raw};
@@ -59,46 +59,69 @@ pub struct TpuCustomCall {
 /// Lowers `kernel` to a `tpu_custom_call` module.
 pub fn tpu_custom_call(kernel: &VerifiedKernel) -> Result<TpuCustomCall, LoweringError> {
     crate::tpu_platform(kernel, "tpu_custom_call")?;
-    let k: &Kernel = kernel;
+    let body = MosaicBody::of(kernel)?;
     let m = Mlir::new();
-    let opts = ModuleOptions {
-        flavor: Flavor::Mosaic,
-        no_memory_spaces: false,
-    };
-    let plain = kernel_module::build(&Ir::new(&m.ctx, ""), k, opts)?;
-    m.verify(&plain, "Mosaic kernel module")?;
-    let body = plain.as_operation().to_string();
-    // The serialized form: every op renamed `stable_mosaic.<op>` (so
-    // unregistered here), which the deserializer maps back and upgrades.
-    let serialized = kernel_module::build(&Ir::new(&m.ctx, "stable_mosaic."), k, opts)?;
-    // Semaphore element types belong to the tpu dialect, which this MLIR
-    // does not have: bytecode would carry them as opaque types the TPU
-    // compiler does not read back as semaphores, while text is parsed by
-    // the consumer's own dialects (libtpu and jaxlib both take a text
-    // body). Text keeps locations so compiler errors name Rust lines.
-    let serialized_body = if k.semaphores.is_empty() {
-        serialized.as_operation().write_bytecode()
-    } else {
-        use melior::ir::operation::{OperationLike, OperationPrintingFlags};
-        serialized
-            .as_operation()
-            .to_string_with_flags(OperationPrintingFlags::new().enable_debug_info(true, false))
-            .map_err(|e| LoweringError::Internal(format!("printing the Mosaic body: {e}")))?
-            .into_bytes()
-    };
-    let cost = CostEstimate::of(k);
-    let vmem_limit = k.effective_vmem_limit();
-    let backend_config = backend_config(&serialized_body, Communication::of(k), &cost, vmem_limit);
-    let (module, transposes) = wrapper(&m, k, CallTarget::Tpu(&backend_config))?;
+    let (module, transposes) = wrapper(&m, kernel, CallTarget::Tpu(&body.backend_config))?;
     Ok(TpuCustomCall {
         module,
-        body,
-        serialized_body,
-        backend_config,
-        cost,
-        vmem_limit,
+        body: body.printed,
+        serialized_body: body.serialized,
+        backend_config: body.backend_config,
+        cost: body.cost,
+        vmem_limit: body.vmem_limit,
         transposes,
     })
+}
+
+/// A kernel's Mosaic body and the `backend_config` of its call, built on
+/// a context of their own (the call carries the body serialized).
+pub(crate) struct MosaicBody {
+    printed: String,
+    serialized: Vec<u8>,
+    pub(crate) backend_config: String,
+    cost: CostEstimate,
+    vmem_limit: u64,
+}
+
+impl MosaicBody {
+    pub(crate) fn of(k: &Kernel) -> Result<MosaicBody, LoweringError> {
+        let m = Mlir::new();
+        let opts = ModuleOptions {
+            flavor: Flavor::Mosaic,
+            no_memory_spaces: false,
+        };
+        let plain = kernel_module::build(&Ir::new(&m.ctx, ""), k, opts)?;
+        m.verify(&plain, "Mosaic kernel module")?;
+        let printed = plain.as_operation().to_string();
+        // The serialized form: every op renamed `stable_mosaic.<op>` (so
+        // unregistered here), which the deserializer maps back and upgrades.
+        let serialized = kernel_module::build(&Ir::new(&m.ctx, "stable_mosaic."), k, opts)?;
+        // Semaphore element types belong to the tpu dialect, which this MLIR
+        // does not have: bytecode would carry them as opaque types the TPU
+        // compiler does not read back as semaphores, while text is parsed by
+        // the consumer's own dialects (libtpu and jaxlib both take a text
+        // body). Text keeps locations so compiler errors name Rust lines.
+        let serialized = if k.semaphores.is_empty() {
+            serialized.as_operation().write_bytecode()
+        } else {
+            use melior::ir::operation::{OperationLike, OperationPrintingFlags};
+            serialized
+                .as_operation()
+                .to_string_with_flags(OperationPrintingFlags::new().enable_debug_info(true, false))
+                .map_err(|e| LoweringError::Internal(format!("printing the Mosaic body: {e}")))?
+                .into_bytes()
+        };
+        let cost = CostEstimate::of(k);
+        let vmem_limit = k.effective_vmem_limit();
+        let backend_config = backend_config(&serialized, Communication::of(k), &cost, vmem_limit);
+        Ok(MosaicBody {
+            printed,
+            serialized,
+            backend_config,
+            cost,
+            vmem_limit,
+        })
+    }
 }
 
 /// What a kernel across chips tells libtpu: that it talks to other
@@ -204,7 +227,7 @@ pub fn triton_custom_call(kernel: &VerifiedKernel, ttir: &str) -> Result<String,
 
 /// What a wrapper module calls.
 #[derive(Clone, Copy)]
-enum CallTarget<'a> {
+pub(crate) enum CallTarget<'a> {
     /// `tpu_custom_call` with this JSON backend config.
     Tpu(&'a str),
     /// The host FFI handler, with this registry key.
@@ -219,9 +242,31 @@ fn wrapper(
     target: CallTarget<'_>,
 ) -> Result<(String, Vec<Transpose>), LoweringError> {
     let ir = Ir::new(&m.ctx, "");
+    let (func, transposes) = call_function(&ir, k, target)?;
+    let mut module = Module::new(ir.loc());
+    module.body().append_operation(func);
+    let mut op = module.as_operation_mut();
+    op.set_attribute("sym_name", ir.str_attr(&format!("tessera_{}", k.name)));
+    // A kernel across chips runs once per device of its mesh, each on its
+    // own shard: one partition per device (Mosaic's collectives refuse
+    // replicas).
+    let partitions = k.mesh.as_ref().map_or(1, |m| m.devices());
+    op.set_attribute("mhlo.num_partitions", ir.i32_attr(partitions as i64));
+    op.set_attribute("mhlo.num_replicas", ir.i32_attr(1));
+    m.verify(&module, "custom call module")?;
+    Ok((module.as_operation().to_string(), transposes))
+}
+
+/// The public `func.func @main` that calls `k` through `target`, built
+/// with `ir` (into a module of its own, or into a program calling it), and
+/// the layout changes around the call.
+pub(crate) fn call_function<'c>(
+    ir: &Ir<'c>,
+    k: &Kernel,
+    target: CallTarget<'_>,
+) -> Result<(melior::ir::Operation<'c>, Vec<Transpose>), LoweringError> {
     let tpu = matches!(target, CallTarget::Tpu(_));
     let physical_order = |o: &kernel_ir::Operand| if tpu { physical_order(o) } else { None };
-    let layout = ArgLayout::of(k);
     let mut main_in: Vec<Type> = Vec::new();
     for p in &k.prefetch {
         main_in.push(ir.tensor(&p.shape, p.dtype));
@@ -359,7 +404,6 @@ fn wrapper(
     if !aliases.is_empty() {
         attrs.push(("output_operand_aliases", ir.array_attr(&aliases)));
     }
-    let _ = &layout;
     let results = ir.op(
         &block,
         "stablehlo.custom_call",
@@ -397,18 +441,7 @@ fn wrapper(
     }
     ir.op(&block, "func.return", &rets, &[], Vec::new(), Vec::new())?;
     let func = ir.public_main(block, &main_in, &main_out)?;
-    let mut module = Module::new(ir.loc());
-    module.body().append_operation(func);
-    let mut op = module.as_operation_mut();
-    op.set_attribute("sym_name", ir.str_attr(&format!("tessera_{}", k.name)));
-    // A kernel across chips runs once per device of its mesh, each on its
-    // own shard: one partition per device (Mosaic's collectives refuse
-    // replicas).
-    let partitions = k.mesh.as_ref().map_or(1, |m| m.devices());
-    op.set_attribute("mhlo.num_partitions", ir.i32_attr(partitions as i64));
-    op.set_attribute("mhlo.num_replicas", ir.i32_attr(1));
-    m.verify(&module, "custom call module")?;
-    Ok((module.as_operation().to_string(), transposes))
+    Ok((func, transposes))
 }
 
 /// `o`'s shape in the physical dim order `perm` (logical without one).

@@ -77,12 +77,14 @@ mod cost;
 mod custom_call;
 mod decomposed;
 mod embed;
+mod hlo;
 mod host;
 mod index_expr;
 mod kernel_module;
 mod lowered_values;
 mod mlir;
 pub mod op_names;
+pub mod program;
 pub mod triton;
 mod unary;
 

@@ -24,11 +24,10 @@ use crate::LoweringError;
 use crate::lowered_values::LoweredValues;
 use crate::mlir::{Ir, Mlir, Raw};
 
-mod hlo;
 mod remote;
 mod step;
 
-use hlo::Hlo;
+use crate::hlo::Hlo;
 use step::Step;
 
 /// Lowers `kernel` to a StableHLO module `@main(prefetch.., inputs..) ->
@@ -103,7 +102,33 @@ fn padded_shape(o: &kernel_ir::Operand) -> Vec<usize> {
 }
 
 fn build<'c>(ir: &Ir<'c>, k: &Kernel, spmd: Spmd) -> Result<Module<'c>, LoweringError> {
-    let module = Module::new(ir.loc());
+    let mut module = Module::new(ir.loc());
+    module.body().append_operation(main_function(ir, k, spmd)?);
+    module.as_operation_mut().set_attribute(
+        "sym_name",
+        ir.str_attr(&format!("tessera_{}_decomposed", k.name)),
+    );
+    if let Some(mesh) = &k.mesh {
+        let n = mesh.devices() as i64;
+        let (replicas, partitions) = match spmd {
+            Spmd::Replicas => (n, 1),
+            Spmd::Partitions => (1, n),
+        };
+        let mut op = module.as_operation_mut();
+        op.set_attribute("mhlo.num_replicas", ir.i32_attr(replicas));
+        op.set_attribute("mhlo.num_partitions", ir.i32_attr(partitions));
+    }
+    Ok(module)
+}
+
+/// The decomposed kernel as a public `func.func @main`, built with `ir`
+/// (into its own module, or into a program that calls it). Copies must
+/// already be synchronous.
+pub(crate) fn main_function<'c>(
+    ir: &Ir<'c>,
+    k: &Kernel,
+    spmd: Spmd,
+) -> Result<melior::ir::Operation<'c>, LoweringError> {
     let inputs: Vec<usize> = (0..k.operands.len())
         .filter(|&i| k.operands[i].role.is_input())
         .collect();
@@ -282,22 +307,5 @@ fn build<'c>(ir: &Ir<'c>, k: &Kernel, spmd: Spmd) -> Result<Module<'c>, Lowering
         rets.push(e.unpad(&block, results[1 + n], o.dtype, &padded_shape(o), &o.shape)?);
     }
     ir.op(&block, "func.return", &rets, &[], Vec::new(), Vec::new())?;
-    let func = ir.public_main(block, &main_in, &main_out)?;
-    let mut module = module;
-    module.body().append_operation(func);
-    module.as_operation_mut().set_attribute(
-        "sym_name",
-        ir.str_attr(&format!("tessera_{}_decomposed", k.name)),
-    );
-    if let Some(mesh) = &k.mesh {
-        let n = mesh.devices() as i64;
-        let (replicas, partitions) = match spmd {
-            Spmd::Replicas => (n, 1),
-            Spmd::Partitions => (1, n),
-        };
-        let mut op = module.as_operation_mut();
-        op.set_attribute("mhlo.num_replicas", ir.i32_attr(replicas));
-        op.set_attribute("mhlo.num_partitions", ir.i32_attr(partitions));
-    }
-    Ok(module)
+    ir.public_main(block, &main_in, &main_out)
 }

@@ -16,8 +16,8 @@ use crate::lowered_values::LoweredValues;
 use crate::mlir::{Attrs, Raw};
 use crate::op_names;
 
-use super::hlo::Hlo;
 use super::*;
+use crate::hlo::Hlo;
 
 /// Emits one grid step's body.
 pub(super) struct Step<'a, 'c> {
@@ -453,39 +453,10 @@ impl<'c> Step<'_, 'c> {
         axes: &[usize],
         rt: &TileType,
     ) -> Result<Raw, LoweringError> {
-        let e = &self.e;
-        let ir = e.ir;
-        let d = rt.dtype;
-        let name = op_names::reduction(r);
-        let init = r.identity(d);
-        let init = e.splat(b, init, d, &[])?;
-        let scalar = e.t(&[], d);
-        let inner = ir.block(&[scalar, scalar]);
-        let a = ir.args(&inner);
-        let mut s = ir.op1(&inner, name, &[a[0], a[1]], scalar, Vec::new())?;
-        if matches!(r, ReduceOp::Max | ReduceOp::Min) && d.is_float() {
-            s = e.nan_wins(&inner, s, [a[1], a[0]], d, &[])?;
-        }
-        ir.op(
-            &inner,
-            "stablehlo.return",
-            &[s],
-            &[],
-            Vec::new(),
-            Vec::new(),
-        )?;
-        let ax: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
-        ir.op(
-            b,
-            "stablehlo.reduce",
-            &[self.v(x)?, init],
-            &[e.t(&rt.shape, d)],
-            vec![("dimensions", ir.i64_array(&ax))],
-            vec![ir.region(inner)],
-        )?
-        .first()
-        .copied()
-        .ok_or_else(|| LoweringError::Internal("reduce".into()))
+        // NaN wins a float max or min, as on every other path.
+        let nan_wins = matches!(r, ReduceOp::Max | ReduceOp::Min) && rt.dtype.is_float();
+        self.e
+            .reduce(b, self.v(x)?, r, axes, &rt.shape, rt.dtype, nan_wins)
     }
 
     pub(super) fn dot(
@@ -496,29 +467,11 @@ impl<'c> Step<'_, 'c> {
         dims: &DotDims,
         rt: &TileType,
     ) -> Result<Raw, LoweringError> {
-        let e = &self.e;
         let (lt, rtt) = (self.ty(l), self.ty(r));
         // Accumulate in the result type: widen the inputs first.
         let lv = self.convert(b, self.v(l)?, &lt, rt.dtype)?;
         let rv = self.convert(b, self.v(r)?, &rtt, rt.dtype)?;
-        let list = |v: &[usize]| {
-            let s: Vec<String> = v.iter().map(usize::to_string).collect();
-            format!("[{}]", s.join(", "))
-        };
-        let dn = format!(
-            "#stablehlo.dot<lhs_batching_dimensions = {}, rhs_batching_dimensions = {}, lhs_contracting_dimensions = {}, rhs_contracting_dimensions = {}>",
-            list(&dims.lhs_batch),
-            list(&dims.rhs_batch),
-            list(&dims.lhs_contract),
-            list(&dims.rhs_contract)
-        );
-        e.ir.op1(
-            b,
-            "stablehlo.dot_general",
-            &[lv, rv],
-            e.t(&rt.shape, rt.dtype),
-            vec![("dot_dimension_numbers", e.ir.parse_attr(&dn)?)],
-        )
+        self.e.dot_general(b, lv, rv, dims, &rt.shape, rt.dtype)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -123,3 +123,11 @@ impl From<String> for Cause {
         Cause::Other(s)
     }
 }
+
+/// The graph's program could not be built (a Tessera bug unless a kernel
+/// call's form refuses the kernel).
+impl From<lowering::LoweringError> for RuntimeError {
+    fn from(e: lowering::LoweringError) -> Self {
+        RuntimeError::failed("building the graph's program", e)
+    }
+}

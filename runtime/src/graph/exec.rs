@@ -4,6 +4,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use kernel_ir::{Array, VerifiedKernel};
+use lowering::Spmd;
+use lowering::program::CallForm;
 
 use super::lower::{self, Param};
 use super::node::{Node, State, Tape};
@@ -81,9 +83,8 @@ fn run(inner: &Inner, outputs: &mut Vec<Arc<Node>>) -> Result<(), RuntimeError> 
     }
     let program = {
         let _span = inner.tracer.span("lower");
-        let kernel_text =
-            |k: &VerifiedKernel, name: &str| kernel_function(inner, &platform, k, name);
-        lower::lower(outputs, inner.devices, &kernel_text)?
+        let forms = |k: &VerifiedKernel| kernel_form(inner, &platform, k);
+        lower::lower(outputs, inner.devices, &forms)?
     };
     let executable = compile(inner, &program, &platform)?;
     let results = execute(
@@ -383,45 +384,50 @@ fn execute(
     Ok(per_output)
 }
 
-/// The kernel lowered for `platform` (`cpu`, `tpu`, anything else:
-/// decomposed) as a private function `name` (memoized per kernel and name;
-/// a runtime lowers every kernel one way).
-pub(crate) fn kernel_function(
+/// How a kernel call is built for `platform`: `cpu` the host custom call
+/// (a kernel across chips the decomposed SPMD program), `tpu` the Mosaic
+/// custom call, a GPU platform the Triton call (its TTIR made once per
+/// kernel), anything else decomposed.
+pub(crate) fn kernel_form(
     inner: &Inner,
     platform: &str,
     k: &VerifiedKernel,
-    name: &str,
-) -> Result<String, RuntimeError> {
-    let key = (crate::host_call::kernel_key(k), name.to_string());
-    if let Some(t) = inner
-        .kernel_funcs
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
-    {
-        return Ok(t.clone());
-    }
-    let fail = |e: lowering::LoweringError| RuntimeError::failed(format!("kernel `{}`", k.name), e);
-    let module = match platform {
+) -> Result<CallForm, RuntimeError> {
+    Ok(match platform {
         // The native JIT runs one device; a kernel across chips is the
         // decomposed SPMD program, whose collectives span the runtime's
         // replicas (its mesh, checked when the call was recorded).
-        "cpu" if k.mesh.is_some() => lowering::decomposed(k).map_err(fail)?,
-        "cpu" => lowering::host_custom_call(k, &key.0).map_err(fail)?,
-        "tpu" => lowering::tpu_custom_call(k).map_err(fail)?.module,
+        "cpu" if k.mesh.is_some() => CallForm::Decomposed(Spmd::Replicas),
+        "cpu" => CallForm::Host {
+            key: crate::host_call::kernel_key(k),
+        },
+        "tpu" => CallForm::TpuCustomCall,
         // A GPU plugin compiles the kernel's Triton program, called
         // through XLA's Triton custom call.
         p if let Some(target) = crate::triton::platform_target(p) => {
-            crate::triton::custom_call_module(k, target)
-                .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e))?
+            let key = crate::host_call::kernel_key(k);
+            let memo = |m: &Inner| {
+                m.kernel_ttir
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&key)
+                    .cloned()
+            };
+            let ttir = match memo(inner) {
+                Some(t) => t,
+                None => {
+                    let t = crate::triton::kernel_ttir(k, target)
+                        .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e))?;
+                    inner
+                        .kernel_ttir
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key, t.clone());
+                    t
+                }
+            };
+            CallForm::Triton { ttir }
         }
-        _ => lowering::decomposed(k).map_err(fail)?,
-    };
-    let text = lowering::private_function(&module, name).map_err(fail)?;
-    inner
-        .kernel_funcs
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key, text.clone());
-    Ok(text)
+        _ => CallForm::Decomposed(Spmd::Replicas),
+    })
 }

@@ -122,6 +122,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kernel_ir::{Array, DType, VerifiedKernel};
+use lowering::program::CallForm;
 
 pub use autodiff::{KernelVjp, VjpCall, grad, no_grad, vjp};
 use error::setup;
@@ -272,8 +273,9 @@ pub(crate) struct Inner {
     pub devices: usize,
     pub cache: CompileCache,
     pub stats: Mutex<Stats>,
-    /// Kernel functions already lowered: (kernel key, function name) → text.
-    pub kernel_funcs: Mutex<HashMap<(String, String), String>>,
+    /// The TTIR of kernels called on a GPU platform, by kernel key (one
+    /// Triton child per kernel, not per program).
+    pub kernel_ttir: Mutex<HashMap<String, String>>,
     /// Recorded collectives not yet run: never pruned.
     pub pending_collectives: Mutex<Vec<Arc<Node>>>,
     /// Executables by subgraph structure: the dispatch fast path.
@@ -353,7 +355,7 @@ impl Runtime {
                 devices,
                 cache: CompileCache::new(disk, options.remote.clone()),
                 stats: Mutex::new(Stats::default()),
-                kernel_funcs: Mutex::new(HashMap::new()),
+                kernel_ttir: Mutex::new(HashMap::new()),
                 pending_collectives: Mutex::new(Vec::new()),
                 plans: Mutex::new(HashMap::new()),
                 tracer: trace::Tracer::new(),
@@ -659,26 +661,15 @@ impl Runtime {
         let ins: Vec<Arc<Node>> = inputs.iter().map(|t| t.node.clone()).collect();
         let outs: Vec<Arc<Node>> = outputs.iter().map(|t| t.node.clone()).collect();
         let platform = self.inner.client.platform().to_string();
-        let kernel_text = |k: &kernel_ir::VerifiedKernel, name: &str| {
-            let fail = |e: lowering::LoweringError| {
-                RuntimeError::failed(format!("kernel `{}`", k.name), e)
-            };
-            match form {
-                KernelForm::Platform => exec::kernel_function(&self.inner, &platform, k, name),
-                KernelForm::Decomposed => lowering::decomposed(k)
-                    .and_then(|m| lowering::private_function(&m, name))
-                    .map_err(fail),
-                KernelForm::TpuCustomCall => lowering::tpu_custom_call(k)
-                    .and_then(|c| lowering::private_function(&c.module, name))
-                    .map_err(fail),
-                KernelForm::TritonCustomCall(target) => {
-                    crate::triton::custom_call_module(k, target)
-                        .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e))
-                        .and_then(|m| lowering::private_function(&m, name).map_err(fail))
-                }
-            }
+        let forms = |k: &kernel_ir::VerifiedKernel| match form {
+            KernelForm::Platform => exec::kernel_form(&self.inner, &platform, k),
+            KernelForm::Decomposed => Ok(CallForm::Decomposed(lowering::Spmd::Replicas)),
+            KernelForm::TpuCustomCall => Ok(CallForm::TpuCustomCall),
+            KernelForm::TritonCustomCall(target) => crate::triton::kernel_ttir(k, target)
+                .map(|ttir| CallForm::Triton { ttir })
+                .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e)),
         };
-        let program = lower::lower_with(&outs, &ins, true, self.inner.devices, &kernel_text)?;
+        let program = lower::lower_with(&outs, &ins, true, self.inner.devices, &forms)?;
         if program.params.len() != ins.len() {
             return Err(RuntimeError::Record {
                 message: format!(

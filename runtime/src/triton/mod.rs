@@ -120,10 +120,18 @@ pub fn custom_call_module(
     kernel: &kernel_ir::VerifiedKernel,
     target: GpuTarget,
 ) -> Result<String, TritonError> {
-    let lowered = |e: lowering::LoweringError| TritonError::Program(e.to_string());
-    let program = lowering::triton(kernel).map_err(lowered)?;
-    let ir = ttir(&program, target)?;
-    lowering::triton_custom_call(kernel, &ir).map_err(lowered)
+    let ir = kernel_ttir(kernel, target)?;
+    lowering::triton_custom_call(kernel, &ir).map_err(|e| TritonError::Program(e.to_string()))
+}
+
+/// The TTIR Triton's front end makes of `kernel`'s program for `target`
+/// ([`ttir`]): what a Triton call carries (`lowering::program::CallForm::Triton`).
+pub fn kernel_ttir(
+    kernel: &kernel_ir::VerifiedKernel,
+    target: GpuTarget,
+) -> Result<String, TritonError> {
+    let program = lowering::triton(kernel).map_err(|e| TritonError::Program(e.to_string()))?;
+    ttir(&program, target)
 }
 
 /// The Python that runs Triton: `$TESSERA_TRITON_PYTHON`, else the one

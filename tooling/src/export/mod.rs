@@ -206,20 +206,6 @@ pub fn jax_dtype(d: DType) -> &'static str {
     runtime::triton::dtype_name(d)
 }
 
-fn tensor(shape: &[usize], d: DType) -> String {
-    let elem = match d {
-        DType::Bool => "i1".to_string(),
-        DType::F8E4M3FN => "f8E4M3FN".to_string(),
-        DType::F8E5M2 => "f8E5M2".to_string(),
-        other => other.name().to_string(),
-    };
-    let mut s = String::from("tensor<");
-    for d in shape {
-        let _ = write!(s, "{d}x");
-    }
-    s + &elem + ">"
-}
-
 fn json_str(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
@@ -464,101 +450,7 @@ fn multi_platform(
         }
     }
     let is_fixed = |i: usize| fixed.iter().any(|(j, _)| *j == i);
-    let in_types: Vec<String> = ins.iter().map(|(_, s, d)| tensor(s, *d)).collect();
-    let out_types: Vec<String> = outs.iter().map(|(_, s, d)| tensor(s, *d)).collect();
-    // Free inputs are %arg1.. in order; fixed ones are the constants %cN.
-    let mut next = 0;
-    let args: Vec<String> = (0..ins.len())
-        .map(|i| {
-            if is_fixed(i) {
-                format!("%c{i}")
-            } else {
-                next += 1;
-                format!("%arg{next}")
-            }
-        })
-        .collect();
-    let constants: String = fixed
-        .iter()
-        .map(|(i, a)| {
-            let t = &in_types[*i];
-            format!(
-                "    %c{i} = \"stablehlo.constant\"() {{value = {} : {t}}} : () -> {t}\n",
-                lowering::dense_literal(a)
-            )
-        })
-        .collect();
-    let sig = format!("({}) -> ({})", in_types.join(", "), out_types.join(", "));
-    let n = outs.len();
-    let results = |v: &str| -> String {
-        if n == 1 {
-            v.to_string()
-        } else {
-            (0..n)
-                .map(|i| format!("{v}#{i}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    };
-    let bind = |v: &str| {
-        if n == 1 {
-            v.to_string()
-        } else {
-            format!("{v}:{n}")
-        }
-    };
-    let params: Vec<String> = in_types
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !is_fixed(*i))
-        .enumerate()
-        .map(|(k, (_, t))| format!("%arg{}: {t}", k + 1))
-        .collect();
-    let out_attrs: Vec<String> = outs
-        .iter()
-        .zip(&out_types)
-        .map(|((name, _, _), t)| format!("{t} {{jax.result_info = {}}}", json_str(name)))
-        .collect();
-    let branch = |f: &str, v: &str| {
-        format!(
-            "      {} = func.call @{f}({}) : {sig}\n      \"stablehlo.return\"({}) : ({}) -> ()\n",
-            bind(v),
-            args.join(", "),
-            results(v),
-            out_types.join(", ")
-        )
-    };
-    let mut m = String::new();
-    let _ = writeln!(
-        m,
-        "module @tessera_{name} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32}} {{"
-    );
-    let _ = writeln!(
-        m,
-        "  func.func public @main(%arg0: tensor<i32> {{jax.global_constant = \"_platform_index\"}}{}{}) -> ({}) {{",
-        if params.is_empty() { "" } else { ", " },
-        params.join(", "),
-        out_attrs.join(", ")
-    );
-    m += &constants;
-    let _ = writeln!(m, "    {} = \"stablehlo.case\"(%arg0) ({{", bind("%0"));
-    for (i, (platform, _)) in branches.iter().enumerate() {
-        if i > 0 {
-            m += "    }, {\n";
-        }
-        m += &branch(&format!("tessera_{platform}"), &format!("%{}", i + 1));
-    }
-    let _ = writeln!(m, "    }}) : (tensor<i32>) -> ({})", out_types.join(", "));
-    let _ = writeln!(m, "    return {} : {}", results("%0"), out_types.join(", "));
-    m += "  }\n";
-    for f in branches.iter().map(|(_, f)| f) {
-        for line in f.lines() {
-            let _ = writeln!(m, "  {line}");
-        }
-    }
-    m += "}\n";
-    // Checked by MLIR: it parses (and its @main can be embedded again).
-    lowering::private_function(&m, "main")?;
+    let m = lowering::program::platform_switch(name, ins, outs, branches, fixed)?;
     let entries = |sig: &Signature| -> Vec<String> {
         sig.iter()
             .map(|(n, s, d)| manifest_entry(n, s, *d))

@@ -1,25 +1,27 @@
-//! StableHLO op helpers on tensors: splats, compares, slices, pads and
-//! index expressions, shared by the grid loop and each step.
+//! StableHLO op helpers on tensors: splats, compares, reductions, dots,
+//! slices, pads and index expressions, shared by the decomposed lowering
+//! (its grid loop and each step) and the programs that call kernels
+//! (`program`).
 
 use melior::ir::{Block, Type};
 
-use kernel_ir::{CompareOp, DType, IndexExpr, IndexOp, Kernel};
+use kernel_ir::{CompareOp, DType, DotDims, IndexExpr, IndexOp, Kernel, ReduceOp};
 
 use crate::LoweringError;
 use crate::mlir::{Ir, Raw};
 use crate::op_names;
 
 /// StableHLO op helpers on tensors.
-pub(super) struct Hlo<'a, 'c> {
-    pub(super) ir: &'a Ir<'c>,
+pub(crate) struct Hlo<'a, 'c> {
+    pub(crate) ir: &'a Ir<'c>,
 }
 
 impl<'c> Hlo<'_, 'c> {
-    pub(super) fn t(&self, shape: &[usize], d: DType) -> Type<'c> {
+    pub(crate) fn t(&self, shape: &[usize], d: DType) -> Type<'c> {
         self.ir.tensor(shape, d)
     }
 
-    pub(super) fn splat(
+    pub(crate) fn splat(
         &self,
         b: &Block<'c>,
         v: f64,
@@ -32,11 +34,11 @@ impl<'c> Hlo<'_, 'c> {
             .op1(b, "stablehlo.constant", &[], ty, vec![("value", attr)])
     }
 
-    pub(super) fn scalar_i32(&self, b: &Block<'c>, v: i64) -> Result<Raw, LoweringError> {
+    pub(crate) fn scalar_i32(&self, b: &Block<'c>, v: i64) -> Result<Raw, LoweringError> {
         self.splat(b, v as f64, DType::I32, &[])
     }
 
-    pub(super) fn bin(
+    pub(crate) fn bin(
         &self,
         b: &Block<'c>,
         name: &str,
@@ -52,7 +54,7 @@ impl<'c> Hlo<'_, 'c> {
     /// NaN wins, as on every other path. XLA's CPU `maximum`/`minimum`
     /// drop it (`max(-1, NaN)` is -1, a row [1, NaN] reduces to 1), so
     /// the program picks it itself.
-    pub(super) fn nan_wins(
+    pub(crate) fn nan_wins(
         &self,
         b: &Block<'c>,
         mut r: Raw,
@@ -73,7 +75,7 @@ impl<'c> Hlo<'_, 'c> {
         Ok(r)
     }
 
-    pub(super) fn compare(
+    pub(crate) fn compare(
         &self,
         b: &Block<'c>,
         c: CompareOp,
@@ -110,7 +112,87 @@ impl<'c> Hlo<'_, 'c> {
         )
     }
 
-    pub(super) fn reshape(
+    /// `stablehlo.reduce` of `x` over `axes` with `r` (result `shape`);
+    /// with `nan_wins` a NaN operand beats a float max or min.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn reduce(
+        &self,
+        b: &Block<'c>,
+        x: Raw,
+        r: ReduceOp,
+        axes: &[usize],
+        shape: &[usize],
+        d: DType,
+        nan_wins: bool,
+    ) -> Result<Raw, LoweringError> {
+        let ir = self.ir;
+        let init = self.splat(b, r.identity(d), d, &[])?;
+        let scalar = self.t(&[], d);
+        let inner = ir.block(&[scalar, scalar]);
+        let a = ir.args(&inner);
+        let mut s = ir.op1(
+            &inner,
+            op_names::reduction(r),
+            &[a[0], a[1]],
+            scalar,
+            Vec::new(),
+        )?;
+        if nan_wins {
+            s = self.nan_wins(&inner, s, [a[1], a[0]], d, &[])?;
+        }
+        ir.op(
+            &inner,
+            "stablehlo.return",
+            &[s],
+            &[],
+            Vec::new(),
+            Vec::new(),
+        )?;
+        let ax: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
+        ir.op(
+            b,
+            "stablehlo.reduce",
+            &[x, init],
+            &[self.t(shape, d)],
+            vec![("dimensions", ir.i64_array(&ax))],
+            vec![ir.region(inner)],
+        )?
+        .first()
+        .copied()
+        .ok_or_else(|| LoweringError::Internal("reduce".into()))
+    }
+
+    /// `stablehlo.dot_general` of `l` and `r` (result `shape`, `d`).
+    pub(crate) fn dot_general(
+        &self,
+        b: &Block<'c>,
+        l: Raw,
+        r: Raw,
+        dims: &DotDims,
+        shape: &[usize],
+        d: DType,
+    ) -> Result<Raw, LoweringError> {
+        let list = |v: &[usize]| {
+            let s: Vec<String> = v.iter().map(usize::to_string).collect();
+            format!("[{}]", s.join(", "))
+        };
+        let dn = format!(
+            "#stablehlo.dot<lhs_batching_dimensions = {}, rhs_batching_dimensions = {}, lhs_contracting_dimensions = {}, rhs_contracting_dimensions = {}>",
+            list(&dims.lhs_batch),
+            list(&dims.rhs_batch),
+            list(&dims.lhs_contract),
+            list(&dims.rhs_contract)
+        );
+        self.ir.op1(
+            b,
+            "stablehlo.dot_general",
+            &[l, r],
+            self.t(shape, d),
+            vec![("dot_dimension_numbers", self.ir.parse_attr(&dn)?)],
+        )
+    }
+
+    pub(crate) fn reshape(
         &self,
         b: &Block<'c>,
         x: Raw,
@@ -121,7 +203,7 @@ impl<'c> Hlo<'_, 'c> {
             .op1(b, "stablehlo.reshape", &[x], self.t(to, d), Vec::new())
     }
 
-    pub(super) fn dynamic_slice(
+    pub(crate) fn dynamic_slice(
         &self,
         b: &Block<'c>,
         x: Raw,
@@ -141,7 +223,7 @@ impl<'c> Hlo<'_, 'c> {
         )
     }
 
-    pub(super) fn dynamic_update_slice(
+    pub(crate) fn dynamic_update_slice(
         &self,
         b: &Block<'c>,
         x: Raw,
@@ -155,7 +237,7 @@ impl<'c> Hlo<'_, 'c> {
             .op1(b, "stablehlo.dynamic_update_slice", &ops, ty, Vec::new())
     }
 
-    pub(super) fn pad(
+    pub(crate) fn pad(
         &self,
         b: &Block<'c>,
         x: Raw,
@@ -186,7 +268,7 @@ impl<'c> Hlo<'_, 'c> {
         )
     }
 
-    pub(super) fn unpad(
+    pub(crate) fn unpad(
         &self,
         b: &Block<'c>,
         x: Raw,
@@ -200,7 +282,7 @@ impl<'c> Hlo<'_, 'c> {
         self.slice(b, x, d, &vec![0; to.len()], to)
     }
 
-    pub(super) fn slice(
+    pub(crate) fn slice(
         &self,
         b: &Block<'c>,
         x: Raw,
@@ -227,7 +309,7 @@ impl<'c> Hlo<'_, 'c> {
     }
 
     /// An index expression as an i32 scalar tensor.
-    pub(super) fn index_expr(
+    pub(crate) fn index_expr(
         &self,
         b: &Block<'c>,
         e: &IndexExpr,
