@@ -24,7 +24,7 @@
 
 mod switch;
 
-pub use switch::{Port, platform_switch};
+pub use switch::{Branch, Port, platform_switch};
 
 use melior::ir::operation::OperationMutLike;
 use melior::ir::{Block, BlockLike, Module, Operation, Type, ValueLike};
@@ -440,24 +440,8 @@ impl<'c> ProgramBuilder<'_, 'c> {
         args: &[Value],
     ) -> Result<Vec<Value>, LoweringError> {
         let ir = self.hlo.ir;
-        let mut func = match form {
-            CallForm::Host { key } => call_function(ir, kernel, CallTarget::Host(key))?.0,
-            CallForm::TpuCustomCall => {
-                crate::tpu_platform(kernel, "tpu_custom_call")?;
-                let body = MosaicBody::of(kernel)?;
-                call_function(ir, kernel, CallTarget::Tpu(&body.backend_config))?.0
-            }
-            CallForm::Decomposed(spmd) => {
-                crate::decomposed::main_function(ir, &kernel.with_synchronous_copies(), *spmd)?
-            }
-            CallForm::Triton { ttir } => {
-                let program = crate::triton(kernel)?;
-                call_function(ir, kernel, CallTarget::Triton(&program, ttir))?.0
-            }
-        };
         let name = format!("kernel_{}", self.functions.len());
-        func.set_attribute("sym_name", ir.str_attr(&name));
-        func.set_attribute("sym_visibility", ir.str_attr("private"));
+        let func = private_kernel_function(ir, kernel, form, &name)?;
         self.functions.push(func);
         let outs: Vec<(Vec<usize>, DType)> = kernel
             .outputs()
@@ -513,6 +497,33 @@ impl<'c> ProgramBuilder<'_, 'c> {
         m.verify(&module, "program")?;
         Ok(module.as_operation().to_string())
     }
+}
+
+/// `kernel` called as `form`, as the private function `@name`.
+pub(crate) fn private_kernel_function<'c>(
+    ir: &Ir<'c>,
+    kernel: &VerifiedKernel,
+    form: &CallForm,
+    name: &str,
+) -> Result<Operation<'c>, LoweringError> {
+    let mut func = match form {
+        CallForm::Host { key } => call_function(ir, kernel, CallTarget::Host(key))?.0,
+        CallForm::TpuCustomCall => {
+            crate::tpu_platform(kernel, "tpu_custom_call")?;
+            let body = MosaicBody::of(kernel)?;
+            call_function(ir, kernel, CallTarget::Tpu(&body.backend_config))?.0
+        }
+        CallForm::Decomposed(spmd) => {
+            crate::decomposed::main_function(ir, &kernel.with_synchronous_copies(), *spmd)?
+        }
+        CallForm::Triton { ttir } => {
+            let program = crate::triton(kernel)?;
+            call_function(ir, kernel, CallTarget::Triton(&program, ttir))?.0
+        }
+    };
+    func.set_attribute("sym_name", ir.str_attr(name));
+    func.set_attribute("sym_visibility", ir.str_attr("private"));
+    Ok(func)
 }
 
 fn i64s(v: &[usize]) -> Vec<i64> {

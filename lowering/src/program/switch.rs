@@ -5,7 +5,9 @@
 use melior::ir::operation::{OperationLike, OperationMutLike};
 use melior::ir::{BlockLike, Module, Type};
 
-use kernel_ir::{Array, DType};
+use kernel_ir::{Array, DType, VerifiedKernel};
+
+use super::{CallForm, private_kernel_function};
 
 use crate::LoweringError;
 use crate::mlir::{Ir, Mlir, Raw};
@@ -13,21 +15,31 @@ use crate::mlir::{Ir, Mlir, Raw};
 /// A program's argument or result: its name, shape and element type.
 pub type Port = (String, Vec<usize>, DType);
 
+/// What one platform runs.
+#[derive(Clone, Debug)]
+pub enum Branch {
+    /// A kernel called as this form, built into the module.
+    Kernel(VerifiedKernel, CallForm),
+    /// The text of private functions: `@tessera_<platform>` with any
+    /// functions it calls, as [`crate::private_functions`] gives them (a
+    /// graph program exported for the platform).
+    Functions(String),
+}
+
 /// The module `@name` whose `@main` takes the platform index (an `i32`,
 /// `jax.global_constant = "_platform_index"`), then the inputs `ins` that
 /// are not `fixed`, and returns `outs` (each with its `jax.result_info`
 /// name), calling branch `i`'s `@tessera_<platform>` for platform index
 /// `i`.
 ///
-/// Each branch is the text of private functions (`@tessera_<platform>`
-/// taking `ins` and returning `outs`, with any functions it calls, as
-/// [`crate::private_functions`] gives them); `fixed` inputs are constants
-/// in `@main`, checked against their ports.
+/// Each branch's `@tessera_<platform>` takes `ins` and returns `outs`
+/// ([`Branch`]); `fixed` inputs are constants in `@main`, checked against
+/// their ports.
 pub fn platform_switch(
     name: &str,
     ins: &[Port],
     outs: &[Port],
-    branches: &[(&str, String)],
+    branches: &[(&str, Branch)],
     fixed: &[(usize, Array)],
 ) -> Result<String, LoweringError> {
     for (i, a) in fixed {
@@ -82,18 +94,28 @@ pub fn platform_switch(
         }
     }
     let mut regions = Vec::new();
-    for (platform, functions) in branches {
-        let parsed =
-            Module::parse(&m.ctx, &format!("module {{\n{functions}\n}}")).ok_or_else(|| {
-                LoweringError::Mlir {
-                    what: "branch to embed",
-                    message: m.diagnostics(),
+    for (platform, branch) in branches {
+        let callee = format!("tessera_{platform}");
+        match branch {
+            Branch::Kernel(kernel, form) => {
+                module
+                    .body()
+                    .append_operation(private_kernel_function(&ir, kernel, form, &callee)?);
+            }
+            Branch::Functions(text) => {
+                let parsed =
+                    Module::parse(&m.ctx, &format!("module {{\n{text}\n}}")).ok_or_else(|| {
+                        LoweringError::Mlir {
+                            what: "branch to embed",
+                            message: m.diagnostics(),
+                        }
+                    })?;
+                let mut op = parsed.body().first_operation();
+                while let Some(o) = op {
+                    module.body().append_operation((*o).clone());
+                    op = o.next_in_block();
                 }
-            })?;
-        let mut op = parsed.body().first_operation();
-        while let Some(o) = op {
-            module.body().append_operation((*o).clone());
-            op = o.next_in_block();
+            }
         }
         let branch = ir.block(&[]);
         let results = ir.op(
@@ -101,7 +123,7 @@ pub fn platform_switch(
             "func.call",
             &call_args,
             &out_types,
-            vec![("callee", ir.symbol(&format!("tessera_{platform}")))],
+            vec![("callee", ir.symbol(&callee))],
             Vec::new(),
         )?;
         ir.op(
@@ -178,7 +200,10 @@ mod tests {
             "neg",
             &ins,
             &outs,
-            &[("cpu", NEG.into()), ("tpu", tpu)],
+            &[
+                ("cpu", Branch::Functions(NEG.into())),
+                ("tpu", Branch::Functions(tpu)),
+            ],
             &[(1, s)],
         )
         .unwrap();
@@ -202,11 +227,21 @@ mod tests {
     fn bad_branches_and_fixed_inputs_are_refused() {
         let (ins, outs) = ports();
         let wrong = Array::new(DType::F32, vec![3usize], vec![0.0; 3]).unwrap();
-        let cpu = || vec![("cpu", NEG.to_string())];
+        let cpu = || vec![("cpu", Branch::Functions(NEG.into()))];
         assert!(platform_switch("n", &ins, &outs, &cpu(), &[(1, wrong)]).is_err());
-        assert!(platform_switch("n", &ins, &outs, &[("cpu", "nonsense".into())], &[]).is_err());
+        assert!(
+            platform_switch(
+                "n",
+                &ins,
+                &outs,
+                &[("cpu", Branch::Functions("nonsense".into()))],
+                &[]
+            )
+            .is_err()
+        );
         let other = NEG.replace("tensor<f32>", "tensor<i32>");
-        let e = platform_switch("n", &ins, &outs, &[("cpu", other)], &[]).unwrap_err();
+        let e = platform_switch("n", &ins, &outs, &[("cpu", Branch::Functions(other))], &[])
+            .unwrap_err();
         assert!(matches!(e, LoweringError::Mlir { .. }), "{e}");
     }
 }

@@ -15,6 +15,7 @@ use std::fmt::Write;
 
 use crate::atomic_dir::{StageError, StagedDir};
 use kernel_ir::{Array, DType, VerifiedKernel, sha256_hex};
+use lowering::program::{Branch, CallForm};
 
 mod steps;
 mod vjp;
@@ -376,11 +377,13 @@ pub fn export_on(
     // A kernel across chips is called per shard inside `jax.shard_map`,
     // whose program is partitioned: its CPU branch numbers devices by
     // partition.
-    let cpu = lowering::decomposed_as(kernel, lowering::Spmd::Partitions)?;
-    let tpu = lowering::tpu_custom_call(kernel)?.module;
+    let call = |form| Branch::Kernel(kernel.clone(), form);
     let mut branches = vec![
-        ("cpu", lowering::private_function(&cpu, "tessera_cpu")?),
-        ("tpu", lowering::private_function(&tpu, "tessera_tpu")?),
+        (
+            "cpu",
+            call(CallForm::Decomposed(lowering::Spmd::Partitions)),
+        ),
+        ("tpu", call(CallForm::TpuCustomCall)),
     ];
     if gpu {
         if kernel.mesh.is_some() {
@@ -389,15 +392,13 @@ pub fn export_on(
             });
         }
         for (platform, target) in GPU_PLATFORMS {
-            let module = runtime::triton::custom_call_module(kernel, target).map_err(|e| {
-                ExportError::Triton {
+            let ttir =
+                runtime::triton::kernel_ttir(kernel, target).map_err(|e| ExportError::Triton {
                     platform,
                     kernel: kernel.name.clone(),
                     source: Box::new(e),
-                }
-            })?;
-            let f = lowering::private_function(&module, &format!("tessera_{platform}"))?;
-            branches.push((platform, f));
+                })?;
+            branches.push((platform, call(CallForm::Triton { ttir })));
         }
     }
     let ins: Signature = kernel
@@ -430,7 +431,7 @@ fn multi_platform(
     name: &str,
     ins: &Signature,
     outs: &Signature,
-    branches: &[(&str, String)],
+    branches: &[(&str, Branch)],
     fixed: &[(usize, Array)],
 ) -> Result<Artifact, ExportError> {
     for (i, a) in fixed {

@@ -111,13 +111,15 @@ pub fn vjp_on(
     let branch = |(rt, params, grads): &(Runtime, Vec<Tensor>, Vec<Tensor>),
                   form: KernelForm,
                   name: &str|
-     -> Result<String, String> {
+     -> Result<lowering::program::Branch, String> {
         let params: Vec<&Tensor> = params.iter().collect();
         let grads: Vec<&Tensor> = grads.iter().collect();
         let text = rt
             .export_as(&params, &grads, form)
             .map_err(fail("exporting the program"))?;
-        lowering::private_functions(&text, name).map_err(|e| e.to_string())
+        lowering::private_functions(&text, name)
+            .map(lowering::program::Branch::Functions)
+            .map_err(|e| e.to_string())
     };
     let recorded = record()?;
     let mut branches = vec![
