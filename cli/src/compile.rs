@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use kernel_ir::{Target, VerifiedKernel, human_bytes};
-use runtime::tpu::KernelCompileError;
-use runtime::tpu::child::{ChildCompiled, ChildCompiler, ChildError};
+use libtpu::KernelCompileError;
+use libtpu::child::{ChildCompiled, ChildCompiler, ChildError};
 
 use crate::args::Args;
 use crate::{Failure, usage};
@@ -121,7 +121,7 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
             ok + failed,
             kernels.len(),
             targets.len(),
-            runtime::tpu::LIBTPU_VERSION
+            libtpu::LIBTPU_VERSION
         );
     }
     if let Some(dir) = out.as_ref().filter(|_| !single) {
@@ -193,8 +193,7 @@ pub(crate) fn compile_kernel(
     target: Target,
     executable: bool,
 ) -> Result<(VerifiedKernel, ChildCompiled), CompileFailure> {
-    let (kernel, lowered) =
-        runtime::tpu::lower_for(kernel, target).map_err(CompileFailure::Kernel)?;
+    let (kernel, lowered) = libtpu::lower_for(kernel, target).map_err(CompileFailure::Kernel)?;
     let compiled = child
         .compile(target, &lowered.module, executable)
         .map_err(CompileFailure::Child)?;

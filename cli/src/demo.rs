@@ -184,7 +184,7 @@ fn compile_for_tpu(cases: &[Case]) -> bool {
     println!(
         "\n== flash attention compiled by the TPU compiler (libtpu, compile-only; nothing runs)"
     );
-    if let Err(e) = runtime::tpu::locate_libtpu() {
+    if let Err(e) = libtpu::locate_libtpu() {
         println!("{e}");
         return false;
     }

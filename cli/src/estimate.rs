@@ -3,7 +3,7 @@
 //! `tooling::estimate` (trusted or untrusted, and why).
 
 use kernel_ir::Target;
-use runtime::tpu::child::{ChildCompiler, ChildError};
+use libtpu::child::{ChildCompiler, ChildError};
 use tooling::cost::cost;
 use tooling::estimate::{KernelChildError, KernelEstimate, estimate_kernel, module_json};
 

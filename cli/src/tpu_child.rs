@@ -2,7 +2,7 @@
 //! process): this binary re-run as its hidden `tpu-child` command. Both
 //! `compile` and `estimate` (and the demo) start it from here.
 
-use runtime::tpu::child::ChildCompiler;
+use libtpu::child::ChildCompiler;
 
 use crate::Failure;
 
@@ -16,5 +16,5 @@ pub fn child_compiler() -> Result<ChildCompiler, Failure> {
 
 /// `tessera tpu-child TARGET MODULE REPORT` (started by the estimate).
 pub fn tpu_child(args: &[String]) -> std::process::ExitCode {
-    std::process::ExitCode::from(runtime::tpu::child::serve_child(args) as u8)
+    std::process::ExitCode::from(libtpu::child::serve_child(args) as u8)
 }

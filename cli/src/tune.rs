@@ -201,7 +201,7 @@ pub fn tune(args: &[String]) -> Result<(), Failure> {
                     Ok(e) if e.verdict.work_in_doubt() => Score::Unranked(e.verdict.reasons()),
                     Ok(e) => Score::Tpu(Box::new(e)),
                     Err(tooling::estimate::KernelChildError::Lower(
-                        runtime::tpu::KernelCompileError::Verify { .. },
+                        libtpu::KernelCompileError::Verify { .. },
                     )) => {
                         rejected += 1;
                         continue;
@@ -240,7 +240,7 @@ pub fn tune(args: &[String]) -> Result<(), Failure> {
     let how = match target {
         Some(t) => format!(
             "libtpu's estimate on {t} ({})",
-            if runtime::tpu::estimate::clock(t).is_some() {
+            if libtpu::estimate::clock(t).is_some() {
                 "seconds; memory-bound ones at max(estimate, bytes / bandwidth)"
             } else {
                 "cycles: no published clock"

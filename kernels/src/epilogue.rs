@@ -17,7 +17,7 @@ use crate::entry::{
 use crate::foundation::accumulate_k_step;
 use crate::reference;
 #[cfg(feature = "graph")]
-use runtime::graph::{RuntimeError, Tensor, VjpCall};
+use graph::{RuntimeError, Tensor, VjpCall};
 
 /// The activation of the epilogue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -37,7 +37,7 @@ pub mod check;
 pub mod collective;
 pub mod entry;
 #[cfg(feature = "graph")]
-pub mod graph;
+pub mod recording;
 pub mod reference;
 pub mod tolerance;
 

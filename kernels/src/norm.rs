@@ -19,11 +19,11 @@ use crate::entry::{
     param, uniform_inputs,
 };
 #[cfg(feature = "graph")]
-use crate::graph::{backward_error, build_error};
+use crate::recording::{backward_error, build_error};
 use crate::reference;
 use crate::tolerance::Tolerance;
 #[cfg(feature = "graph")]
-use runtime::graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
+use graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 
 /// The config parameters of the norm kernels.
 pub(crate) const NORM_PARAMS: &[crate::Param] = &[

@@ -11,11 +11,11 @@
 #[cfg(feature = "graph")]
 use std::sync::Arc;
 
+#[cfg(feature = "graph")]
+use graph::{RuntimeError, Tensor, VjpCall};
 use kernel_ir::prelude::*;
 use kernel_ir::random::Key;
 use kernel_ir::{Array, KernelErrors, VerifiedKernel};
-#[cfg(feature = "graph")]
-use runtime::graph::{RuntimeError, Tensor, VjpCall};
 
 use crate::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, dims, no_check, param, uniform_inputs,

@@ -12,10 +12,10 @@ use crate::entry::{
     DTYPE, Entry, ParamKind, Preset, dtype_tolerance, no_check, param, refs, uniform_inputs,
 };
 #[cfg(feature = "graph")]
-use crate::graph::backward_error;
+use crate::recording::backward_error;
 use crate::reference;
 #[cfg(feature = "graph")]
-use runtime::graph::{RuntimeError, Tensor, VjpCall};
+use graph::{RuntimeError, Tensor, VjpCall};
 
 /// RoPE over `x: [b, h, s, d]` (`d` even), `block_s` positions per step.
 #[tpu_kernel(grid = (b, h, kernel_ir::cdiv(s, block_s)), semantics = (parallel, parallel, parallel))]

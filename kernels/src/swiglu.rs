@@ -15,7 +15,7 @@ use crate::entry::{
 use crate::foundation::{k_block_operands, k_block_rhs};
 use crate::reference;
 #[cfg(feature = "graph")]
-use runtime::graph::{RuntimeError, Tensor, VjpCall};
+use graph::{RuntimeError, Tensor, VjpCall};
 
 /// Shapes and blocking: `x[m, k]`, `w_gate, w_up [k, n]`, `o[m, n]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -94,7 +94,7 @@ pub fn call_swiglu(
     w_gate: &Tensor,
     w_up: &Tensor,
 ) -> Result<Tensor, RuntimeError> {
-    let kernel = swiglu(cfg).map_err(|e| crate::graph::build_error("swiglu", e))?;
+    let kernel = swiglu(cfg).map_err(|e| crate::recording::build_error("swiglu", e))?;
     let mut out =
         x.runtime()
             .call_with_vjp(&kernel, &[x, w_gate, w_up], Arc::new(swiglu_backward))?;

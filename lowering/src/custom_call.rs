@@ -298,14 +298,14 @@ pub(crate) fn call_function<'c>(
     let mut call_args: Vec<Raw> = args[..k.prefetch.len()].to_vec();
     let mut layouts = Vec::new();
     for p in &k.prefetch {
-        layouts.push(row_major_layout(&ir, p.shape.len())?);
+        layouts.push(row_major_layout(ir, p.shape.len())?);
     }
     for (n, &i) in inputs.iter().enumerate() {
         let o = &k.operands[i];
         let mut v = args[k.prefetch.len() + n];
         if let Some(perm) = physical_order(o) {
             let shape: Vec<usize> = perm.iter().map(|&d| o.shape[d]).collect();
-            v = transpose(&ir, &block, v, &perm, ir.tensor(&shape, o.dtype))?;
+            v = transpose(ir, &block, v, &perm, ir.tensor(&shape, o.dtype))?;
             transposes.push(Transpose {
                 operand: o.name.clone(),
                 perm: perm.clone(),
@@ -323,7 +323,7 @@ pub(crate) fn call_function<'c>(
             )?;
         }
         call_args.push(v);
-        layouts.push(row_major_layout(&ir, o.shape.len())?);
+        layouts.push(row_major_layout(ir, o.shape.len())?);
     }
     let mut result_types = Vec::new();
     let mut result_layouts = Vec::new();
@@ -332,7 +332,7 @@ pub(crate) fn call_function<'c>(
         let shape = physical_shape(o, physical_order(o));
         let dtype = memory_in_call(tpu, o.dtype).unwrap_or(o.dtype);
         result_types.push(ir.tensor(&shape, dtype));
-        result_layouts.push(row_major_layout(&ir, o.shape.len())?);
+        result_layouts.push(row_major_layout(ir, o.shape.len())?);
     }
     // A Triton program's global workspace: one more result, allocated by
     // XLA and dropped.
@@ -341,7 +341,7 @@ pub(crate) fn call_function<'c>(
     {
         let bytes = p.workspace_bytes as usize;
         result_types.push(ir.tensor(&[bytes], kernel_ir::DType::I8));
-        result_layouts.push(row_major_layout(&ir, 1)?);
+        result_layouts.push(row_major_layout(ir, 1)?);
     }
     let mut attrs = match target {
         CallTarget::Tpu(backend_config) => vec![
@@ -430,7 +430,7 @@ pub(crate) fn call_function<'c>(
             let inverse: Vec<usize> = (0..perm.len())
                 .map(|d| perm.iter().position(|&p| p == d).unwrap_or(0))
                 .collect();
-            v = transpose(&ir, &block, v, &inverse, ir.tensor(&o.shape, o.dtype))?;
+            v = transpose(ir, &block, v, &inverse, ir.tensor(&o.shape, o.dtype))?;
             transposes.push(Transpose {
                 operand: o.name.clone(),
                 perm: inverse,

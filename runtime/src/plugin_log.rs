@@ -25,7 +25,7 @@ pub fn verbose() -> bool {
 /// Runs `f` with fd 2 redirected to a temporary file; returns its result
 /// and what was written there. Without a temporary file (or with
 /// [`PLUGIN_LOG_ENV`] set) `f` runs with stderr as it is.
-pub(crate) fn capture_stderr<T>(f: impl FnOnce() -> T) -> (T, String) {
+pub fn capture_stderr<T>(f: impl FnOnce() -> T) -> (T, String) {
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     if verbose() {
         return (f(), String::new());

@@ -303,7 +303,7 @@ pub fn serve_tpu_child() {
     // The libtest arguments come first, then TARGET MODULE REPORT.
     let args: Vec<String> = std::env::args().collect();
     let rest = args.len().saturating_sub(3);
-    std::process::exit(runtime::tpu::child::serve_child(&args[rest..]));
+    std::process::exit(libtpu::child::serve_child(&args[rest..]));
 }
 
 /// libtpu's static schedule estimate of `kernel` on `target` (cycles,
@@ -321,7 +321,7 @@ pub fn estimate_for_tpu(
     target: Target,
 ) -> Result<tooling::estimate::KernelEstimate, EstimateError> {
     let exe = std::env::current_exe().map_err(EstimateError::NoTestBinary)?;
-    let child = runtime::tpu::child::ChildCompiler::new(
+    let child = libtpu::child::ChildCompiler::new(
         exe,
         [TPU_CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"],
     )
@@ -379,7 +379,7 @@ pub enum EstimateError {
 /// known kernels; a kernel that makes libtpu abort ends the test binary
 /// (`tessera compile` runs each compile in a child process instead).
 pub fn compile_for_tpu(kernel: &VerifiedKernel, targets: &[Target]) -> Result<(), CompileError> {
-    let tpu = runtime::tpu::TpuCompiler::load().map_err(CompileError::NoLibtpu)?;
+    let tpu = libtpu::TpuCompiler::load().map_err(CompileError::NoLibtpu)?;
     for &t in targets {
         tpu.compile_kernel(kernel, t)
             .map_err(|e| CompileError::Tpu {
@@ -397,7 +397,7 @@ pub fn compile_for_tpu(kernel: &VerifiedKernel, targets: &[Target]) -> Result<()
 pub enum CompileError {
     /// libtpu could not be loaded (its message says how to get it).
     #[error("the TPU compile check needs libtpu: {0}")]
-    NoLibtpu(runtime::tpu::TpuError),
+    NoLibtpu(libtpu::TpuError),
     /// The kernel does not lower or compile for a TPU generation.
     #[error("`{kernel}` on {target}: {source}")]
     Tpu {
@@ -406,7 +406,7 @@ pub enum CompileError {
         /// The generation.
         target: Target,
         /// The lowering's or libtpu's error.
-        source: Box<runtime::tpu::KernelCompileError>,
+        source: Box<libtpu::KernelCompileError>,
     },
     /// The kernel breaks a GPU target's rules, has no Triton program, or
     /// Triton rejects it or its launch does not fit the target (`target`

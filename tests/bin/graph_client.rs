@@ -7,9 +7,9 @@
 
 use std::process::ExitCode;
 
+use graph::{Buckets, Runtime, RuntimeOptions};
 use kernel_ir::{Array, DType};
 use kernels::check::{ErrorStats, Tolerance};
-use runtime::graph::{Buckets, Runtime, RuntimeOptions};
 use tooling::transformer::{BlockWeights, block_forward, block_reference};
 
 fn list(s: &str) -> Result<Vec<usize>, String> {

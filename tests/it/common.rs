@@ -23,8 +23,8 @@ pub fn all_paths(
 
 /// A runtime on the CPU plugin without the disk cache, so tests that count
 /// compiles start cold.
-pub fn fresh_runtime() -> runtime::graph::Runtime {
-    runtime::graph::Runtime::new(runtime::graph::RuntimeOptions {
+pub fn fresh_runtime() -> graph::Runtime {
+    graph::Runtime::new(graph::RuntimeOptions {
         disk_cache: false,
         ..Default::default()
     })

@@ -74,11 +74,13 @@ fn circle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 }
 
 /// The crates whose sources are scanned.
-const CRATES: [&str; 8] = [
+const CRATES: [&str; 10] = [
     "kernel-macros",
     "kernel-ir",
     "lowering",
     "runtime",
+    "graph",
+    "libtpu",
     "kernels",
     "tooling",
     "testing",
@@ -90,8 +92,15 @@ fn no_crate_has_an_import_circle_between_its_modules() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let mut edges = 0;
     for krate in CRATES {
-        let graph = module_graph(&root.join(krate).join("src"));
+        let mut graph = module_graph(&root.join(krate).join("src"));
         edges += graph.values().map(BTreeSet::len).sum::<usize>();
+        // A listed circle between top-level modules (checked to exist by
+        // the submodule test, which sees every edge).
+        for (_, a, b, _) in KNOWN_CIRCLES.iter().filter(|c| c.0 == krate) {
+            if let Some(s) = graph.get_mut(*a) {
+                s.remove(*b);
+            }
+        }
         assert_eq!(
             circle(&graph),
             None,
@@ -221,9 +230,9 @@ const KNOWN_CIRCLES: &[(&str, &str, &str, &str)] = &[
         "dma.rs is the DMA half of the interpreter's `Machine` (an `impl Machine` block using eval's `Val` and `Ranges`); `Machine` owns the `DmaState` it defines",
     ),
     (
-        "runtime",
-        "graph::node",
-        "graph::autodiff",
+        "graph",
+        "node",
+        "autodiff",
         "a kernel call node carries the backward its caller declared (`KernelVjp`, defined with the rest of autodiff), which autodiff's walk over the nodes calls",
     ),
     (
@@ -295,7 +304,11 @@ fn the_library_depends_on_no_tool() {
     for line in manifest.lines() {
         if line.starts_with('[') {
             in_deps = line == "[dependencies]";
-        } else if in_deps && ["runtime", "lowering"].iter().any(|l| line.starts_with(l)) {
+        } else if in_deps
+            && ["runtime", "lowering", "graph"]
+                .iter()
+                .any(|l| line.starts_with(l))
+        {
             assert!(
                 line.contains("optional = true"),
                 "kernels needs the layers below the IR only for its graph feature: `{line}`"
@@ -303,8 +316,8 @@ fn the_library_depends_on_no_tool() {
         }
     }
     assert!(
-        manifest.contains("graph = [\"dep:runtime\"]"),
-        "the graph feature is what brings in the runtime"
+        manifest.contains("graph = [\"dep:graph\"]"),
+        "the graph feature is what brings in the graph runtime"
     );
     let tooling = deps("tooling");
     assert!(tooling.contains(&"kernels".to_string()), "{tooling:?}");
@@ -423,6 +436,8 @@ fn every_rust_file() -> Vec<PathBuf> {
         "kernel-macros",
         "lowering",
         "runtime",
+        "graph",
+        "libtpu",
         "kernels",
         "tooling",
         "testing",

@@ -1,5 +1,5 @@
 //! TPU time without a TPU: libtpu's static schedule estimate of a kernel
-//! ([`runtime::tpu::estimate`]), checked against what the kernel must do
+//! ([`libtpu::estimate`]), checked against what the kernel must do
 //! before anything ranks by it.
 //!
 //! The estimate replays the compiled bundle program; it is validated
@@ -28,9 +28,9 @@
 //!   checked, so the estimate is not trusted as a time.
 
 use kernel_ir::{Target, VerifiedKernel};
-use runtime::tpu::child::{ChildCompiler, ChildError};
-use runtime::tpu::estimate::{Clock, ModuleEstimate, clock};
-use runtime::tpu::{KernelCompileError, lower_for};
+use libtpu::child::{ChildCompiler, ChildError};
+use libtpu::estimate::{Clock, ModuleEstimate, clock};
+use libtpu::{KernelCompileError, lower_for};
 
 use crate::cost::{Cost, Roofline};
 
@@ -299,7 +299,7 @@ pub fn estimate_kernel(
 mod tests {
     use super::*;
     use kernel_ir::{DType, DotShape};
-    use runtime::tpu::estimate::OpEstimate;
+    use libtpu::estimate::OpEstimate;
 
     fn cost_with(flops: u64, bytes: u64, dots: Vec<(DotShape, u64)>) -> Cost {
         Cost {

@@ -3,8 +3,8 @@
 //! buckets (or one catalog kernel called repeatedly), its trace, the trace's
 //! summary, and the summary as an SVG chart.
 
+use graph::{Buckets, Runtime, RuntimeOptions, Stats, Trace};
 use kernel_ir::{Array, DType};
-use runtime::graph::{Buckets, Runtime, RuntimeOptions, Stats, Trace};
 
 use crate::transformer::{BlockWeights, block_forward};
 use kernels::{Config, find};

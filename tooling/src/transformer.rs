@@ -4,13 +4,13 @@
 //! `y = x + Wo · attention(rms_norm(x)·Wq, rms_norm(x)·Wk, rms_norm(x)·Wv)`,
 //! with `x: [s, d_model]` (one sequence) and multi-head attention as the
 //! [`kernels::attention::flash_attention_kv_len()`] kernel. The sequence may be
-//! padded to a bucket ([`runtime::graph::Runtime::dynamic`]): the kernel
+//! padded to a bucket ([`graph::Runtime::dynamic`]): the kernel
 //! masks keys past the valid length, which it gets as scalar prefetch.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use tooling::transformer::{BlockWeights, block_forward, block_reference};
-//! use runtime::graph::{Buckets, Runtime};
+//! use graph::{Buckets, Runtime};
 //!
 //! let rt = Runtime::cpu()?;
 //! let w = BlockWeights::random(128, 2, 7);
@@ -22,8 +22,8 @@
 //! # Ok(()) }
 //! ```
 
+use graph::{Runtime, RuntimeError, Tensor};
 use kernel_ir::{Array, DType};
-use runtime::graph::{Runtime, RuntimeError, Tensor};
 
 use kernels::attention::{AttnConfig, call_flash_attention_kv_len};
 use kernels::reference::{matmul_rows, rms_norm, softmax_lse};
@@ -91,7 +91,7 @@ impl BlockWeights {
     }
 
     /// Uploads the weights as parameters ([`Tensor::requires_grad`]), for
-    /// gradients with [`runtime::graph::grad`].
+    /// gradients with [`graph::grad`].
     pub fn upload_params(&self, rt: &Runtime) -> Result<BlockTensors, RuntimeError> {
         let t = self.upload(rt)?;
         Ok(BlockTensors {

@@ -5,13 +5,13 @@
 
 use std::sync::Arc;
 
-use runtime::graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
+use graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 
 use super::backward::attention_delta;
 use super::masked::MaskedConfig;
 use super::masked_backward::{masked_attention_dkv, masked_attention_dq};
 use crate::entry::refs;
-use crate::graph::backward_error;
+use crate::recording::backward_error;
 
 /// The backward of a forward call at `cfg`, with the dk/dv pass's tables
 /// (the transpose of the call's, from the mask).

@@ -79,13 +79,13 @@ pub(crate) use online::{
 pub use scores::MASK_VALUE;
 pub(crate) use scores::{ScoreRows, mask_scores, raw_scores, visible_keys};
 
+#[cfg(feature = "graph")]
+use graph::{RuntimeError, Tensor};
 use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
-#[cfg(feature = "graph")]
-use runtime::graph::{RuntimeError, Tensor};
 
 #[cfg(feature = "graph")]
-use crate::graph::build_error;
+use crate::recording::build_error;
 
 /// One grid step's q, k and v windows.
 #[derive(Clone, Copy)]
@@ -200,7 +200,7 @@ pub fn flash_attention(
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use kernel_ir::{Array, DType, Target};
 /// use kernels::attention::{AttnConfig, call_flash_attention};
-/// use runtime::graph::{Runtime, grad};
+/// use graph::{Runtime, grad};
 ///
 /// let rt = Runtime::cpu()?;
 /// let t = |seed| Array::random(DType::F32, [1, 2, 128, 64], seed, -1.0, 1.0);

@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
+use graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 use kernel_ir::DType;
-use runtime::graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 
 use super::AttnConfig;
 use super::backward::{
@@ -18,7 +18,7 @@ use super::backward::{
     flash_attention_dq_kv_len, flash_attention_dqkv, flash_attention_dqkv_kv_len,
 };
 use crate::entry::refs;
-use crate::graph::backward_error;
+use crate::recording::backward_error;
 
 /// The backward of a forward call at `cfg` (the config it ran with).
 pub(crate) fn vjp(cfg: AttnConfig, with_len: bool) -> Arc<dyn KernelVjp> {

@@ -42,7 +42,7 @@ pub type Outputs = Vec<Vec<f64>>;
 /// runtime (see [`Entry::call`]).
 #[cfg(feature = "graph")]
 pub type Backward =
-    fn(&Config, &[Vec<usize>]) -> Result<std::sync::Arc<dyn runtime::graph::KernelVjp>, EntryError>;
+    fn(&Config, &[Vec<usize>]) -> Result<std::sync::Arc<dyn graph::KernelVjp>, EntryError>;
 
 /// Without the `graph` feature there is no runtime to record a backward
 /// on, so no entry has one (`backward` is always `None`).
@@ -77,7 +77,7 @@ pub struct Entry {
     /// mask's tables).
     pub fixed_inputs: Option<FixedInputs>,
     /// Its backward, if it has one: `Entry::call` (feature `graph`)
-    /// records calls that `runtime::graph::grad` differentiates with it.
+    /// records calls that `graph::grad` differentiates with it.
     pub backward: Option<Backward>,
     /// One line about it.
     pub about: &'static str,

@@ -228,7 +228,7 @@ def _literal(data: str, dtype: torch.dtype, shape: tuple[int, ...], device: torc
 
 
 class Steps:
-    """A `triton.json` steps program (`runtime::graph` steps form): Triton
+    """A `triton.json` steps program (`graph` steps form): Triton
     programs and the array ops between them, run with PyTorch."""
 
     def __init__(self, path: PathLike):

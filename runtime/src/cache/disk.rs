@@ -134,7 +134,7 @@ pub(crate) enum Read {
 
 /// The cache directory.
 #[derive(Debug)]
-pub(crate) struct DiskCache {
+pub struct DiskCache {
     dir: PathBuf,
 }
 
@@ -190,7 +190,7 @@ impl DiskCache {
     }
 
     /// Locks `key` for this process (blocking while another holds it).
-    pub fn lock(&self, key: &str) -> Result<KeyLock, DiskError> {
+    pub(crate) fn lock(&self, key: &str) -> Result<KeyLock, DiskError> {
         let path = self.dir.join(format!("{key}.lock"));
         let file = OpenOptions::new()
             .create(true)
@@ -211,7 +211,7 @@ impl DiskCache {
         Ok(KeyLock { file })
     }
 
-    pub fn read(&self, key: &str) -> Read {
+    pub(crate) fn read(&self, key: &str) -> Read {
         let path = self.entry(key);
         // Only a regular file is an entry: opening a FIFO put there would
         // block forever, a link to a device would read without end.
@@ -230,12 +230,12 @@ impl DiskCache {
         }
     }
 
-    pub fn remove(&self, key: &str) {
+    pub(crate) fn remove(&self, key: &str) {
         let _ = std::fs::remove_file(self.entry(key));
     }
 
     /// Writes `payload` for `key` atomically (temporary file, sync, rename).
-    pub fn write(&self, key: &str, payload: &[u8]) -> Result<(), DiskError> {
+    pub(crate) fn write(&self, key: &str, payload: &[u8]) -> Result<(), DiskError> {
         let tmp = self.dir.join(format!(
             ".{key}.{}.{}.tmp",
             std::process::id(),

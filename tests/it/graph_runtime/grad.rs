@@ -3,10 +3,10 @@
 //! padding, collectives and record-time errors.
 
 use crate::common::{fresh_runtime, within};
+use graph::{Buckets, Runtime, RuntimeOptions, Tensor, grad, vjp};
 use kernel_ir::DotDims;
 use kernel_ir::prelude::*;
 use proptest::prelude::*;
-use runtime::graph::{Buckets, Runtime, RuntimeOptions, Tensor, grad, vjp};
 
 /// A row-major f64 array: the host side of the checks.
 #[derive(Clone, Debug)]
@@ -230,7 +230,7 @@ fn numeric_grad(f: &dyn Fn(&[H]) -> H, xs: &[H], w: &H) -> Vec<Vec<f64>> {
 fn check_op(
     rt: &Runtime,
     xs: &[Array],
-    graph: &dyn Fn(&[Tensor]) -> Result<Tensor, runtime::graph::RuntimeError>,
+    graph: &dyn Fn(&[Tensor]) -> Result<Tensor, graph::RuntimeError>,
     host: &dyn Fn(&[H]) -> H,
     seed: u64,
 ) -> Result<(), String> {
@@ -241,7 +241,7 @@ fn check_op(
 fn check_op_within(
     rt: &Runtime,
     xs: &[Array],
-    graph: &dyn Fn(&[Tensor]) -> Result<Tensor, runtime::graph::RuntimeError>,
+    graph: &dyn Fn(&[Tensor]) -> Result<Tensor, graph::RuntimeError>,
     host: &dyn Fn(&[H]) -> H,
     seed: u64,
     (abs, rel): (f64, f64),
@@ -274,7 +274,7 @@ fn shape_strategy(rank: std::ops::RangeInclusive<usize>) -> impl Strategy<Value 
 #[test]
 fn unary_op_gradients_match_central_differences() {
     let rt = fresh_runtime();
-    type G = fn(&Tensor) -> Result<Tensor, runtime::graph::RuntimeError>;
+    type G = fn(&Tensor) -> Result<Tensor, graph::RuntimeError>;
     type Case = (&'static str, G, fn(f64) -> f64, (f64, f64));
     let cases: Vec<Case> = vec![
         ("neg", |t| t.neg(), |x| -x, (-1.0, 1.0)),
@@ -326,7 +326,7 @@ fn unary_op_gradients_match_central_differences() {
 #[test]
 fn binary_op_gradients_match_central_differences() {
     let rt = fresh_runtime();
-    type G = fn(&Tensor, &Tensor) -> Result<Tensor, runtime::graph::RuntimeError>;
+    type G = fn(&Tensor, &Tensor) -> Result<Tensor, graph::RuntimeError>;
     type Case = (&'static str, G, fn(f64, f64) -> f64, (f64, f64));
     let cases: Vec<Case> = vec![
         ("add", |a, b| a.add(b), |a, b| a + b, (-1.0, 1.0)),
@@ -724,7 +724,7 @@ fn erf64(x: f64) -> f64 {
 /// gradient; after the first step, every step is a compile-cache hit.
 #[test]
 fn optimizers_match_their_f64_host_rules_and_compile_once() {
-    use runtime::graph::{AdamW, Sgd};
+    use graph::{AdamW, Sgd};
     let rt = fresh_runtime();
     let shape = [3, 5];
     let w0 = Array::random(F32, shape, 1, -1.0, 1.0);

@@ -4,10 +4,10 @@
 //! central differences of its f64 host reference.
 
 use crate::common::{fresh_runtime, within};
+use graph::{Tensor, vjp};
 use kernel_ir::prelude::*;
 use kernels::{Config, find};
 use proptest::prelude::*;
-use runtime::graph::{Tensor, vjp};
 
 /// The gradient of `Σ_o ⟨w_o, output_o⟩` for `kernel` at `inputs`, by the
 /// entry's backward on the runtime and by central differences of the
@@ -213,7 +213,7 @@ proptest! {
 /// the gradients of valid positions (the host never sees it).
 #[test]
 fn transformer_block_gradients_match_the_f64_host_gradient() {
-    use runtime::graph::{Buckets, grad};
+    use graph::{Buckets, grad};
     use tooling::transformer::{BlockWeights, block_forward, block_reference};
     let rt = fresh_runtime();
     let (s, d) = (12, 32);
@@ -299,7 +299,7 @@ fn transformer_block_gradients_match_the_f64_host_gradient() {
 /// lengths in a seen bucket reuse its program (forward and backward).
 #[test]
 fn gradients_compile_once_per_bucket() {
-    use runtime::graph::{Buckets, grad};
+    use graph::{Buckets, grad};
     use tooling::transformer::{BlockWeights, block_forward};
     let rt = fresh_runtime();
     let buckets = Buckets::new([16, 32]).unwrap();

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+use graph::{Buckets, Runtime, RuntimeError, RuntimeOptions};
 use kernel_ir::VerifiedKernel;
 use kernel_ir::prelude::*;
 use kernels::check::{ErrorStats, Tolerance};
 use runtime::cache::RemoteCache;
-use runtime::graph::{Buckets, Runtime, RuntimeError, RuntimeOptions};
 use tooling::transformer::{BlockWeights, block_forward, block_reference};
 
 /// A fresh, empty cache directory for one test.
@@ -521,7 +521,7 @@ fn kernels_lowered_as_decomposed_stablehlo_inside_the_graph_give_the_same_block(
     // the CPU plugin.
     let rt = Runtime::new(RuntimeOptions {
         disk_cache: false,
-        kernels: runtime::graph::KernelLowering::Decomposed,
+        kernels: graph::KernelLowering::Decomposed,
         ..RuntimeOptions::default()
     })
     .unwrap();
@@ -541,7 +541,7 @@ fn kernels_lowered_as_decomposed_stablehlo_inside_the_graph_give_the_same_block(
 #[test]
 fn export_gives_a_module_over_the_named_inputs() {
     use runtime::backend::{Backend, Prepared, cpu_client};
-    let rt = runtime::graph::Runtime::cpu().unwrap();
+    let rt = graph::Runtime::cpu().unwrap();
     let a = Array::random(F32, [4, 8], 1, -1.0, 1.0);
     let b = Array::random(F32, [4, 8], 2, -1.0, 1.0);
     let (x, y) = (rt.tensor(&a).unwrap(), rt.tensor(&b).unwrap());

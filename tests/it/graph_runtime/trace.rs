@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use runtime::graph::Trace;
+use graph::Trace;
 use tooling::profile::{kernel, transformer};
 
 /// Every track's spans either nest or follow each other.

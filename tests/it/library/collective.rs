@@ -356,7 +356,7 @@ fn the_collective_matmul_costs_its_blocks_in_ici_bytes_per_step() {
 /// and graph ops after it see each device's result.
 #[test]
 fn the_graph_runtime_runs_a_collective_kernel_on_every_device() {
-    use runtime::graph::{Runtime, RuntimeOptions};
+    use graph::{Runtime, RuntimeOptions};
     for devices in [4usize, 8] {
         let rt = Runtime::new(RuntimeOptions {
             devices,

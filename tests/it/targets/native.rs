@@ -219,12 +219,10 @@ fn every_path_makes_the_one_argument_check() {
         };
         seen.push((b.to_string(), a));
     }
-    let rt = runtime::graph::Runtime::cpu().unwrap();
+    let rt = graph::Runtime::cpu().unwrap();
     let (tx, tw) = (rt.tensor(&x).unwrap(), rt.tensor(&wrong).unwrap());
     match rt.call(&k, &[&tx, &tw]) {
-        Err(runtime::graph::RuntimeError::Arguments { error, .. }) => {
-            seen.push(("graph".into(), *error))
-        }
+        Err(graph::RuntimeError::Arguments { error, .. }) => seen.push(("graph".into(), *error)),
         other => panic!("graph: {other:?}"),
     }
     let first = seen[0].1.clone();

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use kernel_ir::Target;
-use runtime::tpu::{TpuCompiler, TpuError};
+use libtpu::{TpuCompiler, TpuError};
 
 pub(crate) fn tpu() -> Arc<TpuCompiler> {
     TpuCompiler::load().unwrap_or_else(|e| panic!("the TPU compile check needs libtpu: {e}"))

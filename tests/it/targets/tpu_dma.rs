@@ -5,7 +5,7 @@
 
 use kernel_ir::Target;
 use kernel_ir::prelude::*;
-use runtime::tpu::TpuCompiler;
+use libtpu::TpuCompiler;
 
 fn case(
     name: &str,

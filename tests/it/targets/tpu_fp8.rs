@@ -4,7 +4,7 @@
 
 use kernel_ir::Target;
 use kernel_ir::prelude::*;
-use runtime::tpu::TpuCompiler;
+use libtpu::TpuCompiler;
 
 #[test]
 fn fp8_and_int8_dots_and_conversions_compile_on_every_generation() {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use kernel_ir::Target;
-use runtime::tpu::{KernelCompileError, TpuError};
+use libtpu::{KernelCompileError, TpuError};
 use tests::random_kernel::{RandomKernel, random_kernel};
 use tests::support_matrix;
 

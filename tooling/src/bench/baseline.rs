@@ -1,8 +1,8 @@
 //! The unfused XLA baselines, written with the graph runtime's ops and
 //! exported as the StableHLO module XLA compiles.
 
+use graph::{Runtime, RuntimeError, Tensor};
 use kernel_ir::{Array, DType, DotDims};
-use runtime::graph::{Runtime, RuntimeError, Tensor};
 
 use super::*;
 

@@ -46,7 +46,7 @@ pub struct Artifact {
     /// manifest's `grad_inputs`.
     grad_inputs: Option<Vec<usize>>,
     /// With the GPU platforms: the same program as Triton programs and the
-    /// array ops between them (`triton.json`, [`runtime::graph::STEPS_FORMAT`]),
+    /// array ops between them (`triton.json`, [`graph::STEPS_FORMAT`]),
     /// for hosts that launch Triton themselves (`tessera_torch`).
     pub steps: Option<String>,
 }
@@ -516,7 +516,7 @@ mod tests {
         // from dk/dv (the one-pass kernel's grid is too narrow for a GPU),
         // with the cotangent of lse subtracted between them.
         let steps: serde_json::Value = serde_json::from_str(art.steps.as_deref().unwrap()).unwrap();
-        assert_eq!(steps["format"], runtime::graph::STEPS_FORMAT);
+        assert_eq!(steps["format"], graph::STEPS_FORMAT);
         assert_eq!(steps["steps"][0]["op"], "kernel");
         assert_eq!(steps["steps"][0]["args"], serde_json::json!([0, 1, 2]));
         assert_eq!(steps["outputs"], serde_json::json!([3, 4]));

@@ -1,15 +1,15 @@
 //! An artifact's `triton.json`: the program as Triton programs and the
-//! array ops between them ([`runtime::graph::STEPS_FORMAT`]).
+//! array ops between them ([`graph::STEPS_FORMAT`]).
 
 use kernel_ir::{Array, VerifiedKernel};
 
-/// The steps program ([`runtime::graph::kernel_steps`]) of one kernel
+/// The steps program ([`graph::kernel_steps`]) of one kernel
 /// call with `fixed` recorded.
 pub(super) fn kernel_steps(
     kernel: &VerifiedKernel,
     fixed: &[(usize, Array)],
 ) -> Result<String, String> {
-    let steps = runtime::graph::kernel_steps(kernel).map_err(|e| e.to_string())?;
+    let steps = graph::kernel_steps(kernel).map_err(|e| e.to_string())?;
     Ok(steps_with_fixed(steps, fixed))
 }
 

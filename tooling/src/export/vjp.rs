@@ -16,7 +16,7 @@ use super::{Artifact, GPU_PLATFORMS, Signature, multi_platform};
 /// none, JAX's float0 zeros).
 ///
 /// It is the backward `grad` runs: the forward call is recorded on a CPU
-/// graph runtime through [`Entry::call`], [`runtime::graph::vjp`] records
+/// graph runtime through [`Entry::call`], [`graph::vjp`] records
 /// the entry's backward, and the program from the inputs and cotangents to
 /// the gradients is exported twice, kernel calls decomposed (the CPU
 /// branch) and as `tpu_custom_call`s (the TPU branch). A kernel's backward
@@ -50,7 +50,7 @@ pub fn vjp_on(
     fixed: &[(usize, Array)],
     gpu: bool,
 ) -> Result<Option<Artifact>, String> {
-    use runtime::graph::{KernelForm, Runtime, Tensor};
+    use graph::{KernelForm, Runtime, Tensor};
     if entry.backward.is_none() {
         return Ok(None);
     }
@@ -64,7 +64,7 @@ pub fn vjp_on(
     }
     let fail = |what: &str| {
         let what = what.to_string();
-        move |e: runtime::graph::RuntimeError| format!("the VJP of `{}`: {what}: {e}", forward.name)
+        move |e: graph::RuntimeError| format!("the VJP of `{}`: {what}: {e}", forward.name)
     };
     let outs: Signature = forward
         .outputs()
@@ -103,8 +103,8 @@ pub fn vjp_on(
             .map_err(fail("the cotangents"))?;
         let out_refs: Vec<&Tensor> = outputs.iter().collect();
         let ct_refs: Vec<&Tensor> = cts.iter().collect();
-        let grads = runtime::graph::vjp(&out_refs, &ct_refs, &wrt)
-            .map_err(fail("recording the backward"))?;
+        let grads =
+            graph::vjp(&out_refs, &ct_refs, &wrt).map_err(fail("recording the backward"))?;
         let params = primals.into_iter().chain(cts).collect();
         Ok((rt, params, grads))
     };

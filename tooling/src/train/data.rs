@@ -4,8 +4,8 @@
 //! the copy is learnable). Drawn from a seeded [`SplitMix64`], whose state
 //! and the count of sequences drawn are what a checkpoint keeps.
 
+use graph::{Runtime, RuntimeError};
 use kernel_ir::{Array, DType, SplitMix64};
-use runtime::graph::{Runtime, RuntimeError};
 
 use super::model::{Batch, LmConfig};
 

@@ -23,8 +23,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use graph::{AdamW, Runtime, RuntimeOptions, Tensor, grad};
 use kernel_ir::Array;
-use runtime::graph::{AdamW, Runtime, RuntimeOptions, Tensor, grad};
 
 use checkpoint::{Checkpoint, Writer};
 use data::CopyTask;
@@ -139,7 +139,7 @@ fn stop_signal_name() -> &'static str {
     }
 }
 
-fn err(what: &str) -> impl Fn(runtime::graph::RuntimeError) -> String + '_ {
+fn err(what: &str) -> impl Fn(graph::RuntimeError) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 

@@ -7,8 +7,8 @@
 //! `h += Wo·attention(rms_norm(h))`, `h += W_down·swiglu(rms_norm(h))`;
 //! the loss is the masked mean cross-entropy of the next token.
 
+use graph::{RuntimeError, Tensor};
 use kernel_ir::{Array, DType};
-use runtime::graph::{RuntimeError, Tensor};
 
 use kernels::attention::{AttnConfig, call_flash_attention};
 use kernels::norm::{NormConfig, call_rms_norm};

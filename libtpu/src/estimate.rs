@@ -27,7 +27,7 @@
 //!
 //! ```no_run
 //! use kernel_ir::Target;
-//! use runtime::tpu::child::ChildCompiler;
+//! use crate::child::ChildCompiler;
 //!
 //! let child = ChildCompiler::new("target/release/tessera", ["tpu-child"]);
 //! let module = std::fs::read_to_string("flash_attention.mlir")?;
@@ -198,7 +198,7 @@ fn is_vmatmul(line: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tpu::child::PrivateDir;
+    use crate::child::PrivateDir;
 
     #[test]
     fn profiles_parse_every_op_and_ignore_other_fields() {

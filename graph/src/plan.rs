@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::lower::{Param, Pending, Program, is_structural};
 use super::node::{Node, Op};
-use crate::pjrt::Executable;
+use runtime::pjrt::Executable;
 
 /// Where each parameter of a cached executable comes from.
 #[derive(Clone, Debug)]
@@ -108,7 +108,7 @@ pub(crate) fn shape_of(order: &[Pending], outputs: &[Arc<Node>], salt: &str) -> 
             }
             Op::Kernel { call, output } => {
                 // The kernel's identity is its printed IR.
-                h.update(crate::host_call::kernel_key(&call.kernel).as_bytes());
+                h.update(runtime::host_call::kernel_key(&call.kernel).as_bytes());
                 // Outputs of one call share it; two calls are two.
                 let next = calls.len() as u64;
                 put(

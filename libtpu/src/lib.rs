@@ -22,11 +22,11 @@
 //!   load; with no TPU there is nothing to own.
 //!
 //! libtpu's set-up warnings go to a captured log (see
-//! [`crate::plugin_log`]); `TESSERA_PLUGIN_LOG=1` shows them.
+//! [`runtime::plugin_log`]); `TESSERA_PLUGIN_LOG=1` shows them.
 //!
 //! ```no_run
 //! use kernel_ir::{Target, VerifiedKernel};
-//! use runtime::tpu::TpuCompiler;
+//! use crate::TpuCompiler;
 //!
 //! let tpu = TpuCompiler::load()?;
 //! let module = std::fs::read_to_string("add.mlir")?;
@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 
 use kernel_ir::{Target, VerifiedKernel};
 
-use crate::pjrt::{CompileOptions, CompiledMemoryStats, PjrtError, Plugin, Topology};
-use crate::plugin::cache_dir;
+use runtime::pjrt::{CompileOptions, CompiledMemoryStats, PjrtError, Plugin, Topology};
+use runtime::plugin::cache_dir;
 
 /// Environment variable naming the `libtpu.so` to use.
 pub const LIBTPU_ENV: &str = "TESSERA_LIBTPU";
@@ -143,7 +143,7 @@ pub fn locate_libtpu() -> Result<PathBuf, TpuError> {
         return Err(TpuError::NotInstalled { path, why });
     }
     if std::env::var_os(LIBTPU_ENV).is_none() {
-        crate::plugin::check_trusted(&path, &cache_dir()).map_err(|e| TpuError::Load {
+        runtime::plugin::check_trusted(&path, &cache_dir()).map_err(|e| TpuError::Load {
             path: path.clone(),
             source: e.into(),
             log: String::new(),
@@ -167,7 +167,7 @@ pub struct TpuCompiled {
     pub memory: CompiledMemoryStats,
     /// The compiler's cost analysis (`flops`, `bytes accessed`, ...).
     pub cost: Vec<(String, f64)>,
-    executable: crate::pjrt::UnloadedExecutable,
+    executable: runtime::pjrt::UnloadedExecutable,
 }
 
 impl TpuCompiled {
@@ -219,7 +219,7 @@ impl TpuCompiler {
     /// The compiler in the `libtpu.so` at `path`.
     pub fn load_from(path: &Path) -> Result<TpuCompiler, TpuError> {
         compile_only_environment();
-        let (plugin, log) = crate::plugin_log::capture_stderr(|| Plugin::load(path));
+        let (plugin, log) = runtime::plugin_log::capture_stderr(|| Plugin::load(path));
         let plugin = plugin.map_err(|source| TpuError::Load {
             path: path.to_path_buf(),
             source,
@@ -244,7 +244,7 @@ impl TpuCompiler {
         }
         let name = topology_name(target);
         let (t, _log) =
-            crate::plugin_log::capture_stderr(|| Topology::new(self.plugin.clone(), name));
+            runtime::plugin_log::capture_stderr(|| Topology::new(self.plugin.clone(), name));
         let t = Arc::new(t.map_err(|source| TpuError::Topology {
             target,
             name,

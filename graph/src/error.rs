@@ -53,7 +53,7 @@ pub enum RuntimeError {
 pub enum Cause {
     /// The PJRT plugin (compile, transfer, execute).
     #[error(transparent)]
-    Pjrt(#[from] crate::pjrt::PjrtError),
+    Pjrt(#[from] runtime::pjrt::PjrtError),
     /// Lowering a kernel call.
     #[error(transparent)]
     Lowering(#[from] lowering::LoweringError),
@@ -62,21 +62,21 @@ pub enum Cause {
     Kernel(#[from] kernel_ir::KernelErrors),
     /// Finding or loading the plugin.
     #[error(transparent)]
-    Plugin(#[from] crate::plugin::PluginError),
+    Plugin(#[from] runtime::plugin::PluginError),
     /// Triton: a kernel call's Triton program for a GPU platform (no
     /// Triton, a program it rejects).
     #[error(transparent)]
-    Triton(std::sync::Arc<crate::triton::TritonError>),
+    Triton(std::sync::Arc<runtime::triton::TritonError>),
     /// The compile cache's disk tier (its directory, a key's lock).
     #[error(transparent)]
-    Cache(#[from] crate::cache::DiskError),
+    Cache(#[from] runtime::cache::DiskError),
     /// Anything else, said in words (the OS).
     #[error("{0}")]
     Other(String),
 }
 
-impl From<crate::triton::TritonError> for Cause {
-    fn from(e: crate::triton::TritonError) -> Self {
+impl From<runtime::triton::TritonError> for Cause {
+    fn from(e: runtime::triton::TritonError) -> Self {
         Cause::Triton(std::sync::Arc::new(e))
     }
 }
@@ -92,20 +92,20 @@ impl RuntimeError {
     }
 }
 
-impl From<crate::cache::CacheError> for Cause {
-    fn from(e: crate::cache::CacheError) -> Self {
+impl From<runtime::cache::CacheError> for Cause {
+    fn from(e: runtime::cache::CacheError) -> Self {
         match e {
-            crate::cache::CacheError::Compile(e) => Cause::Pjrt(e),
-            crate::cache::CacheError::Disk(e) => Cause::Cache(e),
+            runtime::cache::CacheError::Compile(e) => Cause::Pjrt(e),
+            runtime::cache::CacheError::Disk(e) => Cause::Cache(e),
         }
     }
 }
 
-impl From<crate::host_call::HostCallError> for Cause {
-    fn from(e: crate::host_call::HostCallError) -> Self {
+impl From<runtime::host_call::HostCallError> for Cause {
+    fn from(e: runtime::host_call::HostCallError) -> Self {
         match e {
-            crate::host_call::HostCallError::Lowering(e) => Cause::Lowering(e),
-            crate::host_call::HostCallError::Pjrt(e) => Cause::Pjrt(e),
+            runtime::host_call::HostCallError::Lowering(e) => Cause::Lowering(e),
+            runtime::host_call::HostCallError::Pjrt(e) => Cause::Pjrt(e),
         }
     }
 }
@@ -129,5 +129,25 @@ impl From<String> for Cause {
 impl From<lowering::LoweringError> for RuntimeError {
     fn from(e: lowering::LoweringError) -> Self {
         RuntimeError::failed("building the graph's program", e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A compile the plugin refused keeps its PJRT cause through the
+    /// cache: callers match `Cause::Pjrt`, not a message.
+    #[test]
+    fn a_refused_compile_is_a_pjrt_cause() {
+        let refused = runtime::pjrt::PjrtError::Plugin {
+            what: "compile",
+            message: "nonsense".into(),
+            code: 3,
+        };
+        let cause = Cause::from(runtime::cache::CacheError::Compile(refused));
+        assert!(matches!(cause, Cause::Pjrt(_)), "{cause:?}");
+        let e = RuntimeError::failed("compiling the graph", cause);
+        assert!(e.to_string().contains("nonsense"), "{e}");
     }
 }

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+use graph::{Runtime, RuntimeError, RuntimeOptions, Tensor};
 use kernel_ir::{Array, DType};
-use runtime::graph::{Runtime, RuntimeError, RuntimeOptions, Tensor};
 
 fn graph(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor, RuntimeError> {
     x.matmul(w)?

@@ -10,7 +10,7 @@
 //!
 //! ```no_run
 //! use kernel_ir::Target;
-//! use runtime::tpu::child::ChildCompiler;
+//! use crate::child::ChildCompiler;
 //!
 //! let child = ChildCompiler::new("target/release/tessera", ["tpu-child"]);
 //! let module = std::fs::read_to_string("flash_attention.mlir")?;
@@ -29,7 +29,7 @@ use kernel_ir::Target;
 
 use super::estimate::{ModuleEstimate, PROFILE_FLAG, UNROLLED_FLAG, read_profile};
 use super::{CompilerDiagnostic, TpuCompiler, TpuError};
-use crate::pjrt::CompiledMemoryStats;
+use runtime::pjrt::CompiledMemoryStats;
 
 /// Why a compile in a child process (profiled or plain) gave no result.
 #[derive(Debug, thiserror::Error)]
@@ -491,7 +491,7 @@ pub fn serve_child(args: &[String]) -> i32 {
         [t, m, r] => (t, m, r, None),
         [t, m, r, e] => (t, m, r, Some(e)),
         _ => {
-            eprintln!("usage: TARGET MODULE REPORT [EXECUTABLE] (started by runtime::tpu::child)");
+            eprintln!("usage: TARGET MODULE REPORT [EXECUTABLE] (started by crate::child)");
             return 2;
         }
     };

@@ -8,9 +8,9 @@
 //! value that changes per step never changes the module.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), runtime::graph::RuntimeError> {
+//! # fn main() -> Result<(), graph::RuntimeError> {
 //! use kernel_ir::{Array, DType};
-//! use runtime::graph::{AdamW, Runtime, grad};
+//! use graph::{AdamW, Runtime, grad};
 //!
 //! let rt = Runtime::cpu()?;
 //! let mut w = vec![rt.tensor(&Array::random(DType::F32, [8, 2], 2, -1.0, 1.0))?.requires_grad()?];

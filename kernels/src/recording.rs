@@ -1,10 +1,10 @@
 //! The kernels on the graph runtime (feature `graph`, on by default):
 //! [`Entry::call`] records any entry's call with its backward, and the
 //! helpers the typed calls (`call_rms_norm`, `call_flash_attention`, ..)
-//! and the backwards share. Everything here needs `runtime`, hence MLIR
+//! and the backwards share. Everything here needs `graph`, hence MLIR
 //! and PJRT; the rest of the crate needs only `kernel-ir`.
 
-use runtime::graph::{Runtime, RuntimeError, Tensor};
+use graph::{Runtime, RuntimeError, Tensor};
 
 use crate::entry::{Config, Entry, EntryError};
 
@@ -18,7 +18,7 @@ impl Entry {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use kernel_ir::{Array, DType};
     /// use kernels::{Config, find};
-    /// use runtime::graph::{Runtime, grad};
+    /// use graph::{Runtime, grad};
     ///
     /// let rt = Runtime::cpu()?;
     /// let entry = find("rms_norm").unwrap();

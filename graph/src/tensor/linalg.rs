@@ -6,8 +6,8 @@ use std::panic::Location;
 use kernel_ir::{DotDims, ReduceOp};
 
 use super::*;
-use crate::graph::RuntimeError;
-use crate::graph::node::Op;
+use crate::RuntimeError;
+use crate::node::Op;
 
 impl Tensor {
     /// A general dot product (XLA's `dot_general`): result dims are batch,

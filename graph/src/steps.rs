@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::lower::topo_order;
 use super::node::{Node, Op, State};
 use super::{Runtime, RuntimeError, Tensor};
-use crate::triton::{dtype_name, program_json};
+use runtime::triton::{dtype_name, program_json};
 
 /// The `format` of a steps program.
 ///
@@ -53,7 +53,7 @@ impl Runtime {
     ///
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let rt = runtime::graph::Runtime::cpu()?;
+    /// let rt = graph::Runtime::cpu()?;
     /// let x = rt.tensor(&kernel_ir::Array::from_elems([4], &[1.0f32, 2.0, 3.0, 4.0])?)?;
     /// let y = x.exp()?.sub(&x)?;
     /// let steps = rt.export_steps(&[&x], &[&y])?;

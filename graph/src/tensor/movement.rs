@@ -4,8 +4,8 @@
 use std::panic::Location;
 
 use super::*;
-use crate::graph::RuntimeError;
-use crate::graph::node::Op;
+use crate::RuntimeError;
+use crate::node::Op;
 
 impl Tensor {
     /// The same elements in a new shape. A bucketed dim must stay a dim of

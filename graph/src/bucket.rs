@@ -13,7 +13,7 @@ pub const MAX_BUCKETS: usize = 8;
 /// The sizes a dynamic dim is padded to, ascending.
 ///
 /// ```
-/// use runtime::graph::Buckets;
+/// use graph::Buckets;
 /// let b = Buckets::new([128, 256, 512]).unwrap();
 /// assert_eq!(b.bucket(200), Some(256));
 /// assert_eq!(b.bucket(600), None);

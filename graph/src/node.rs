@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, Weak};
 use kernel_ir::{BinaryOp, CompareOp, DType, DotDims, ReduceOp, UnaryOp, VerifiedKernel};
 
 use super::RuntimeError;
-use crate::pjrt::Buffer;
+use runtime::pjrt::Buffer;
 
 /// The valid length of a padded (bucketed) dim.
 #[derive(Debug)]
@@ -147,7 +147,7 @@ pub(crate) enum State {
 pub(crate) enum Tape {
     /// No parameter reaches it.
     Off,
-    /// A parameter ([`crate::graph::Tensor::requires_grad`]).
+    /// A parameter ([`crate::Tensor::requires_grad`]).
     Leaf,
     /// An op with at least one tracked input; a kernel output also holds
     /// the call's later outputs (`siblings`), so the values its backward

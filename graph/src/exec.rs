@@ -11,8 +11,8 @@ use super::lower::{self, Param};
 use super::node::{Node, State, Tape};
 use super::plan;
 use super::{Inner, RuntimeError};
-use crate::cache::Tier;
-use crate::pjrt::{Buffer, CompileOptions};
+use runtime::cache::Tier;
+use runtime::pjrt::{Buffer, CompileOptions};
 
 /// Computes `requested` (the deferred ones), every pending collective, and
 /// the intermediates of the same subgraph that handles still point at (so
@@ -201,7 +201,7 @@ fn compile(
     inner: &Inner,
     program: &lower::Program,
     platform: &str,
-) -> Result<Arc<crate::pjrt::Executable>, RuntimeError> {
+) -> Result<Arc<runtime::pjrt::Executable>, RuntimeError> {
     let options = CompileOptions {
         num_replicas: inner.devices,
         num_partitions: 1,
@@ -209,7 +209,7 @@ fn compile(
         shardy: false,
     };
     let mut lookup_span = inner.tracer.span("cache lookup");
-    let key = crate::cache::key(&program.text, &options, &inner.client);
+    let key = runtime::cache::key(&program.text, &options, &inner.client);
     let lookup = inner
         .cache
         .get(&key, &program.text, &options, &inner.client)
@@ -252,7 +252,7 @@ fn compile(
             if let Some(s) = span.as_mut() {
                 s.arg("kernel", &k.name);
             }
-            crate::host_call::register_kernel(k)
+            runtime::host_call::register_kernel(k)
                 .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e))?;
         }
     }
@@ -266,7 +266,7 @@ fn remember_plan(
     inner: &Inner,
     shape: &plan::Shape,
     program: &lower::Program,
-    executable: Arc<crate::pjrt::Executable>,
+    executable: Arc<runtime::pjrt::Executable>,
 ) {
     let Some(slots) = plan::slots(program, shape) else {
         return;
@@ -307,10 +307,10 @@ fn execute(
     inner: &Inner,
     params: &[Param],
     n_outputs: usize,
-    exe: &crate::pjrt::Executable,
+    exe: &runtime::pjrt::Executable,
     transposes: (u64, u64),
 ) -> Result<Vec<Vec<Buffer>>, RuntimeError> {
-    let fail = |e: crate::pjrt::PjrtError| RuntimeError::failed("running the graph", e);
+    let fail = |e: runtime::pjrt::PjrtError| RuntimeError::failed("running the graph", e);
     let mut scalars: Vec<Vec<Buffer>> = Vec::new();
     let mut node_bufs: Vec<Arc<Vec<Buffer>>> = Vec::new();
     // Per parameter: (is scalar, index into the matching list).
@@ -399,13 +399,13 @@ pub(crate) fn kernel_form(
         // replicas (its mesh, checked when the call was recorded).
         "cpu" if k.mesh.is_some() => CallForm::Decomposed(Spmd::Replicas),
         "cpu" => CallForm::Host {
-            key: crate::host_call::kernel_key(k),
+            key: runtime::host_call::kernel_key(k),
         },
         "tpu" => CallForm::TpuCustomCall,
         // A GPU plugin compiles the kernel's Triton program, called
         // through XLA's Triton custom call.
-        p if let Some(target) = crate::triton::platform_target(p) => {
-            let key = crate::host_call::kernel_key(k);
+        p if let Some(target) = runtime::triton::platform_target(p) => {
+            let key = runtime::host_call::kernel_key(k);
             let memo = |m: &Inner| {
                 m.kernel_ttir
                     .lock()
@@ -416,7 +416,7 @@ pub(crate) fn kernel_form(
             let ttir = match memo(inner) {
                 Some(t) => t,
                 None => {
-                    let t = crate::triton::kernel_ttir(k, target)
+                    let t = runtime::triton::kernel_ttir(k, target)
                         .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e))?;
                     inner
                         .kernel_ttir

@@ -19,9 +19,9 @@
 //! gradients of valid positions do not depend on the padding.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), runtime::graph::RuntimeError> {
+//! # fn main() -> Result<(), graph::RuntimeError> {
 //! use kernel_ir::{Array, DType};
-//! use runtime::graph::{Runtime, grad};
+//! use graph::{Runtime, grad};
 //!
 //! let rt = Runtime::cpu()?;
 //! let w = rt.tensor(&Array::random(DType::F32, [8, 2], 2, -1.0, 1.0))?.requires_grad()?;

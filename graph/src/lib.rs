@@ -13,9 +13,9 @@
 //! decomposed StableHLO.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), runtime::graph::RuntimeError> {
+//! # fn main() -> Result<(), graph::RuntimeError> {
 //! use kernel_ir::{Array, DType};
-//! use runtime::graph::{Runtime, RuntimeOptions};
+//! use graph::{Runtime, RuntimeOptions};
 //!
 //! let rt = Runtime::new(RuntimeOptions::default())?; // the CPU plugin
 //! let x = rt.tensor(&Array::random(DType::F32, [4, 8], 1, -1.0, 1.0))?;
@@ -150,9 +150,9 @@ pub use steps::{STEPS_FORMAT, STEPS_VERSION, kernel_steps};
 pub use tensor::Tensor;
 pub use trace::{MAX_SPANS, Span, Trace, TraceSummary};
 
-use crate::cache::{CompileCache, RemoteCache, disk::DiskCache};
-use crate::pjrt::{Client, Plugin};
 use node::{Node, State};
+use runtime::cache::{CompileCache, DiskCache, RemoteCache};
+use runtime::pjrt::{Client, Plugin};
 
 /// How a [`Runtime`] is set up.
 #[derive(Clone)]
@@ -337,14 +337,14 @@ impl Runtime {
             });
         }
         if client.platform() == "cpu" {
-            crate::host_call::install_handler(&plugin)
+            runtime::host_call::install_handler(&plugin)
                 .map_err(setup("installing the host-kernel handler"))?;
         }
         let disk = if options.disk_cache {
             let dir = options
                 .cache_dir
                 .clone()
-                .unwrap_or_else(|| crate::plugin::cache_dir().join("compile"));
+                .unwrap_or_else(|| runtime::plugin::cache_dir().join("compile"));
             Some(DiskCache::open(&dir).map_err(setup("opening the disk cache"))?)
         } else {
             None
@@ -527,7 +527,7 @@ impl Runtime {
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use kernel_ir::{Array, DType};
-    /// let rt = runtime::graph::Runtime::cpu()?;
+    /// let rt = graph::Runtime::cpu()?;
     /// let t = rt.constant(&Array::new(DType::I32, [2], vec![3.0, 1.0])?)?;
     /// assert_eq!(t.add(&t)?.to_host()?.data(), &[6.0, 2.0]);
     /// # Ok(()) }
@@ -631,7 +631,7 @@ impl Runtime {
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use runtime::graph::Runtime;
+    /// use graph::Runtime;
     /// let rt = Runtime::cpu()?;
     /// let x = rt.tensor(&kernel_ir::Array::zeros(kernel_ir::DType::F32, [4, 8]))?;
     /// let y = x.exp()?.scale(0.5)?;
@@ -665,7 +665,7 @@ impl Runtime {
             KernelForm::Platform => exec::kernel_form(&self.inner, &platform, k),
             KernelForm::Decomposed => Ok(CallForm::Decomposed(lowering::Spmd::Replicas)),
             KernelForm::TpuCustomCall => Ok(CallForm::TpuCustomCall),
-            KernelForm::TritonCustomCall(target) => crate::triton::kernel_ttir(k, target)
+            KernelForm::TritonCustomCall(target) => runtime::triton::kernel_ttir(k, target)
                 .map(|ttir| CallForm::Triton { ttir })
                 .map_err(|e| RuntimeError::failed(format!("kernel `{}`", k.name), e)),
         };

@@ -13,8 +13,8 @@
 //! program that ran). Off, a span costs one relaxed atomic load.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), runtime::graph::RuntimeError> {
-//! use runtime::graph::Runtime;
+//! # fn main() -> Result<(), graph::RuntimeError> {
+//! use graph::Runtime;
 //! let rt = Runtime::cpu()?;
 //! rt.start_tracing();
 //! let x = rt.tensor(&kernel_ir::Array::zeros(kernel_ir::DType::F32, [4, 4]))?;
