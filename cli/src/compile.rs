@@ -286,7 +286,9 @@ fn publish_executables(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), Fa
         .map_err(|e| Failure::Run(format!("--out {e}")))?;
     let mut total = 0u64;
     for (name, bytes) in files {
-        staged.write(name, bytes).map_err(Failure::Run)?;
+        staged
+            .write(name, bytes)
+            .map_err(|e| Failure::Run(e.to_string()))?;
         total += bytes.len() as u64;
     }
     staged

@@ -225,7 +225,7 @@ pub(crate) fn compile_gpu(
                 &format!("{name}/{}.py", program.function),
                 program.source.as_bytes(),
             )
-            .map_err(Failure::Run)?;
+            .map_err(|e| Failure::Run(e.to_string()))?;
         }
         let job = runtime::triton::CompileJob {
             program: &program,

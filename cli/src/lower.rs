@@ -323,7 +323,7 @@ fn publish(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), Fai
             dir.display()
         )),
         StageError::NotADirectory(_) => usage(format!("--out {e}")),
-        StageError::Io(m) => Failure::Run(m),
+        StageError::Io { .. } => Failure::Run(e.to_string()),
     };
     export::publish(dir, files).map_err(fail)
 }

@@ -34,7 +34,7 @@ pub fn profile(args: &[String]) -> Result<(), Failure> {
         [k] => kernel(k, steps),
         [_, extra, ..] => return Err(usage(format!("unexpected argument `{extra}`"))),
     }
-    .map_err(Failure::Run)?;
+    .map_err(|e| Failure::Run(e.to_string()))?;
     std::fs::create_dir_all(&out)
         .map_err(|e| Failure::Run(format!("cannot create {}: {e}", out.display())))?;
     let trace = out.join("trace.json");

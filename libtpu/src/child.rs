@@ -10,7 +10,7 @@
 //!
 //! ```no_run
 //! use kernel_ir::Target;
-//! use crate::child::ChildCompiler;
+//! use libtpu::child::ChildCompiler;
 //!
 //! let child = ChildCompiler::new("target/release/tessera", ["tpu-child"]);
 //! let module = std::fs::read_to_string("flash_attention.mlir")?;

@@ -26,7 +26,7 @@
 //!
 //! ```no_run
 //! use kernel_ir::{Target, VerifiedKernel};
-//! use crate::TpuCompiler;
+//! use libtpu::TpuCompiler;
 //!
 //! let tpu = TpuCompiler::load()?;
 //! let module = std::fs::read_to_string("add.mlir")?;

@@ -77,15 +77,33 @@ fn remove_stale(target: &Path) {
 }
 
 /// Why a directory could not be staged or published.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum StageError {
     /// The target exists and is not a directory.
     NotADirectory(PathBuf),
     /// The target is a non-empty directory the caller's predicate does not
     /// take for an earlier version of what is written.
     NotAnEarlierVersion(PathBuf),
-    /// Reading or writing failed (the message names the path).
-    Io(String),
+    /// Reading or writing `path` failed.
+    Io {
+        /// What was being done (`create`, `read`, `write`).
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::sync::Arc<std::io::Error>,
+    },
+}
+
+impl StageError {
+    fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> StageError {
+        let path = path.to_path_buf();
+        move |e| StageError::Io {
+            action,
+            path,
+            source: std::sync::Arc::new(e),
+        }
+    }
 }
 
 impl std::fmt::Display for StageError {
@@ -101,12 +119,23 @@ impl std::fmt::Display for StageError {
                 "{} exists and is not an earlier version of what is written; name a new directory (it is replaced whole)",
                 p.display()
             ),
-            StageError::Io(m) => f.write_str(m),
+            StageError::Io {
+                action,
+                path,
+                source,
+            } => write!(f, "cannot {action} {}: {source}", path.display()),
         }
     }
 }
 
-impl std::error::Error for StageError {}
+impl std::error::Error for StageError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StageError::Io { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
+}
 
 impl StagedDir {
     /// A staging folder for `target`. `target` must not exist, or be a
@@ -117,8 +146,7 @@ impl StagedDir {
         check_replaceable(target, replaceable)?;
         let parent = parent_of(target);
         if !parent.is_dir() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| StageError::Io(format!("cannot create {}: {e}", parent.display())))?;
+            std::fs::create_dir_all(parent).map_err(StageError::io("create", parent))?;
         }
         remove_stale(target);
         use std::sync::atomic::{AtomicU64, Ordering};
@@ -140,17 +168,11 @@ impl StagedDir {
                     });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    return Err(StageError::Io(format!(
-                        "cannot write {}: {e}",
-                        target.display()
-                    )));
-                }
+                Err(e) => return Err(StageError::io("write", target)(e)),
             }
         }
-        Err(StageError::Io(format!(
-            "cannot write {}: no free staging name",
-            target.display()
+        Err(StageError::io("write", target)(std::io::Error::other(
+            "no free staging name",
         )))
     }
 
@@ -161,10 +183,9 @@ impl StagedDir {
 
     /// Writes `bytes` at `rel` (a relative path, folders created) and
     /// syncs it.
-    pub fn write(&self, rel: &str, bytes: &[u8]) -> Result<(), String> {
+    pub fn write(&self, rel: &str, bytes: &[u8]) -> Result<(), StageError> {
         let path = self.staging.join(rel);
-        let fail =
-            |e: std::io::Error| format!("cannot write {}: {e}", self.target.join(rel).display());
+        let fail = |e: std::io::Error| StageError::io("write", &self.target.join(rel))(e);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(fail)?;
         }
@@ -175,9 +196,7 @@ impl StagedDir {
     /// Puts the folder in place of the target: a rename where there is
     /// none, else an atomic exchange with it and the old version removed.
     pub fn publish(mut self) -> Result<(), StageError> {
-        let fail = |e: std::io::Error| {
-            StageError::Io(format!("cannot write {}: {e}", self.target.display()))
-        };
+        let fail = |e: std::io::Error| StageError::io("write", &self.target)(e);
         sync_tree(&self.staging).map_err(fail)?;
         // Two writers may race: whichever publishes second exchanges with
         // the first's whole directory, so the result is one of them.
@@ -232,7 +251,7 @@ fn check_replaceable(target: &Path, replaceable: fn(&Path) -> bool) -> Result<()
         return Err(StageError::NotADirectory(target.to_path_buf()));
     }
     let empty = std::fs::read_dir(target)
-        .map_err(|e| StageError::Io(format!("cannot read {}: {e}", target.display())))?
+        .map_err(StageError::io("read", target))?
         .next()
         .is_none();
     if empty || replaceable(target) {
@@ -351,11 +370,17 @@ mod tests {
         std::fs::create_dir_all(&t).unwrap();
         std::fs::write(t.join("notes.txt"), b"mine").unwrap();
         let e = StagedDir::new(&t, has_marker).unwrap_err();
-        assert_eq!(e, StageError::NotAnEarlierVersion(t.clone()));
+        assert!(
+            matches!(&e, StageError::NotAnEarlierVersion(p) if *p == t),
+            "{e}"
+        );
         assert!(e.to_string().contains("not an earlier version"), "{e}");
         std::fs::write(d.join("file"), b"x").unwrap();
         let e = StagedDir::new(&d.join("file"), has_marker).unwrap_err();
-        assert_eq!(e, StageError::NotADirectory(d.join("file")));
+        assert!(
+            matches!(&e, StageError::NotADirectory(p) if *p == d.join("file")),
+            "{e}"
+        );
         assert_eq!(std::fs::read(t.join("notes.txt")).unwrap(), b"mine");
         // An empty directory is taken.
         std::fs::create_dir_all(d.join("empty")).unwrap();

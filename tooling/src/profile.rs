@@ -7,7 +7,21 @@ use graph::{Buckets, Runtime, RuntimeOptions, Stats, Trace};
 use kernel_ir::{Array, DType};
 
 use crate::transformer::{BlockWeights, block_forward};
-use kernels::{Config, find};
+use kernels::{Config, EntryError, find};
+
+/// Why a profile could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// No catalog kernel has this name.
+    #[error("unknown kernel `{0}`; `tessera list` shows them")]
+    UnknownKernel(String),
+    /// The kernel's configuration or build failed.
+    #[error(transparent)]
+    Entry(#[from] EntryError),
+    /// The runtime failed (set-up, recording or running).
+    #[error(transparent)]
+    Runtime(#[from] graph::RuntimeError),
+}
 
 /// What ran and what it recorded.
 pub struct Profile {
@@ -22,23 +36,24 @@ pub struct Profile {
 /// The transformer block (d_model 128, 2 heads, causal) for `steps` steps
 /// over lengths cycling through `lengths`, padded to `buckets`, on a fresh
 /// runtime without the disk cache (so first uses compile).
-pub fn transformer(steps: usize, lengths: &[usize], buckets: &[usize]) -> Result<Profile, String> {
+pub fn transformer(
+    steps: usize,
+    lengths: &[usize],
+    buckets: &[usize],
+) -> Result<Profile, ProfileError> {
     let rt = Runtime::new(RuntimeOptions {
         disk_cache: false,
         ..RuntimeOptions::default()
-    })
-    .map_err(|e| e.to_string())?;
-    let b = Buckets::new(buckets.to_vec()).map_err(|e| e.to_string())?;
+    })?;
+    let b = Buckets::new(buckets.to_vec())?;
     let w = BlockWeights::random(128, 2, 7);
     rt.start_tracing();
-    let t = w.upload(&rt).map_err(|e| e.to_string())?;
+    let t = w.upload(&rt)?;
     for step in 0..steps {
         let len = lengths[step % lengths.len().max(1)];
         let x = Array::random(DType::F32, [len, 128], step as u64, -1.0, 1.0);
-        let xt = rt.dynamic(&x, 0, &b).map_err(|e| e.to_string())?;
-        block_forward(&w, &t, &xt)
-            .and_then(|y| y.to_host())
-            .map_err(|e| e.to_string())?;
+        let xt = rt.dynamic(&x, 0, &b)?;
+        block_forward(&w, &t, &xt).and_then(|y| y.to_host())?;
     }
     let trace = rt.stop_tracing();
     Ok(Profile {
@@ -52,27 +67,24 @@ pub fn transformer(steps: usize, lengths: &[usize], buckets: &[usize]) -> Result
 
 /// Catalog kernel `name` at its defaults, called `steps` times on its
 /// sample inputs through the runtime.
-pub fn kernel(name: &str, steps: usize) -> Result<Profile, String> {
-    let e =
-        find(name).ok_or_else(|| format!("unknown kernel `{name}`; `tessera list` shows them"))?;
-    let cfg = Config::parse(e, &[]).map_err(|x| x.to_string())?;
-    let k = e.build_at_default_shapes(&cfg).map_err(|x| x.to_string())?;
+pub fn kernel(name: &str, steps: usize) -> Result<Profile, ProfileError> {
+    let e = find(name).ok_or_else(|| ProfileError::UnknownKernel(name.to_string()))?;
+    let cfg = Config::parse(e, &[])?;
+    let k = e.build_at_default_shapes(&cfg)?;
     let rt = Runtime::new(RuntimeOptions {
         disk_cache: false,
         ..RuntimeOptions::default()
-    })
-    .map_err(|x| x.to_string())?;
+    })?;
     rt.start_tracing();
     for step in 0..steps {
         let inputs = e.sample_inputs(&cfg, &k, step as u64);
         let ts = inputs
             .iter()
             .map(|a| rt.tensor(a))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|x| x.to_string())?;
+            .collect::<Result<Vec<_>, _>>()?;
         let refs: Vec<_> = ts.iter().collect();
-        for o in rt.call(&k, &refs).map_err(|x| x.to_string())? {
-            o.to_host().map_err(|x| x.to_string())?;
+        for o in rt.call(&k, &refs)? {
+            o.to_host()?;
         }
     }
     let trace = rt.stop_tracing();

@@ -266,7 +266,7 @@ type Signature = Vec<(String, Vec<usize>, DType)>;
 pub fn publish(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), StageError> {
     let staged = StagedDir::new(dir, is_export_dir)?;
     for (rel, bytes) in files {
-        staged.write(rel, bytes).map_err(StageError::Io)?;
+        staged.write(rel, bytes)?;
     }
     staged.publish()
 }

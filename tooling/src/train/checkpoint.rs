@@ -83,6 +83,38 @@ pub enum CheckpointError {
     },
 }
 
+/// Why bytes are not the safetensors file of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SafetensorsError {
+    /// The header's length or its JSON is broken.
+    #[error("{0}")]
+    Header(String),
+    /// A tensor's entry does not describe f32 data inside the file.
+    #[error("tensor `{name}`: {why}")]
+    Tensor {
+        /// The tensor.
+        name: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+/// Why the checkpoint writer could not save.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WriterError {
+    /// Saving a step failed; nothing after it is saved.
+    #[error("saving step {step}: {source}")]
+    Save {
+        /// The step.
+        step: u64,
+        /// Why.
+        source: std::sync::Arc<CheckpointError>,
+    },
+    /// The writer's thread is gone (closed, or it panicked).
+    #[error("the checkpoint writer {0}")]
+    Stopped(&'static str),
+}
+
 impl CheckpointError {
     fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError {
         let path = path.to_path_buf();
@@ -91,13 +123,6 @@ impl CheckpointError {
             path,
             source,
         }
-    }
-}
-
-/// For the callers that report in words.
-impl From<CheckpointError> for String {
-    fn from(e: CheckpointError) -> String {
-        e.to_string()
     }
 }
 
@@ -180,28 +205,32 @@ pub fn encode_safetensors(tensors: &[(String, Array)]) -> Result<Vec<u8>, Checkp
 }
 
 /// The tensors of a safetensors file (f32 only), in header order.
-pub fn decode_safetensors(bytes: &[u8]) -> Result<Vec<(String, Array)>, String> {
+pub fn decode_safetensors(bytes: &[u8]) -> Result<Vec<(String, Array)>, SafetensorsError> {
+    let header = |why: &str| SafetensorsError::Header(why.to_string());
     let len = bytes
         .get(..8)
         .and_then(|b| b.try_into().ok())
         .map(u64::from_le_bytes)
-        .ok_or("shorter than the 8-byte header length")? as usize;
+        .ok_or_else(|| header("shorter than the 8-byte header length"))? as usize;
     let body = 8usize
         .checked_add(len)
         .filter(|&e| e <= bytes.len())
-        .ok_or("the header runs past the end of the file")?;
-    let header: serde_json::Value = serde_json::from_slice(&bytes[8..body])
-        .map_err(|e| format!("the header is not JSON: {e}"))?;
-    let obj = header
+        .ok_or_else(|| header("the header runs past the end of the file"))?;
+    let json: serde_json::Value = serde_json::from_slice(&bytes[8..body])
+        .map_err(|e| header(&format!("the header is not JSON: {e}")))?;
+    let obj = json
         .as_object()
-        .ok_or("the header is not a JSON object")?;
+        .ok_or_else(|| header("the header is not a JSON object"))?;
     let data = &bytes[body..];
     let mut out = Vec::new();
     for (name, info) in obj {
         if name == "__metadata__" {
             continue;
         }
-        let bad = |why: &str| format!("tensor `{name}`: {why}");
+        let bad = |why: &str| SafetensorsError::Tensor {
+            name: name.clone(),
+            why: why.to_string(),
+        };
         if info["dtype"] != "F32" {
             return Err(bad("not F32"));
         }
@@ -466,21 +495,23 @@ fn load_one(dir: &Path, manifest: &Path) -> Result<Checkpoint, String> {
 
 /// The newest valid checkpoint in `dir` (none if there is none), and a
 /// line for each newer one skipped, saying why.
-pub fn latest(dir: &Path) -> Result<(Option<Checkpoint>, Vec<String>), String> {
-    latest_accepted(dir, |_| Ok(()))
+pub fn latest(dir: &Path) -> Result<(Option<Checkpoint>, Vec<String>), CheckpointError> {
+    latest_accepted(dir, |_| Ok::<(), String>(()))
 }
 
 /// The newest checkpoint in `dir` that is valid and that `accept` takes
 /// (the caller's model: its tensor names, shapes, finite values), and a
 /// line for each newer one skipped, saying why: a checkpoint whose
 /// checksums hold but that does not fit falls back to the previous one.
-pub fn latest_accepted(
+pub fn latest_accepted<E: std::fmt::Display>(
     dir: &Path,
-    accept: impl Fn(&Checkpoint) -> Result<(), String>,
-) -> Result<(Option<Checkpoint>, Vec<String>), String> {
+    accept: impl Fn(&Checkpoint) -> Result<(), E>,
+) -> Result<(Option<Checkpoint>, Vec<String>), CheckpointError> {
     let mut skipped = Vec::new();
     for (_, manifest) in manifests(dir)? {
-        match load_one(dir, &manifest).and_then(|ck| accept(&ck).map(|()| ck)) {
+        let loaded = load_one(dir, &manifest)
+            .and_then(|ck| accept(&ck).map(|()| ck).map_err(|e| e.to_string()));
+        match loaded {
             Ok(ck) => return Ok((Some(ck), skipped)),
             Err(why) => skipped.push(format!("skipping checkpoint {}: {why}", manifest.display())),
         }
@@ -496,15 +527,15 @@ pub fn latest_accepted(
 /// waits for all and reports the first failure.
 pub struct Writer {
     tx: Option<mpsc::SyncSender<Checkpoint>>,
-    thread: Option<JoinHandle<Result<(), String>>>,
-    failed: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    thread: Option<JoinHandle<Result<(), WriterError>>>,
+    failed: std::sync::Arc<std::sync::Mutex<Option<WriterError>>>,
 }
 
 impl Writer {
     /// A writer into `dir`.
     pub fn new(dir: PathBuf) -> Writer {
         let (tx, rx) = mpsc::sync_channel::<Checkpoint>(1);
-        let failed = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+        let failed = std::sync::Arc::new(std::sync::Mutex::new(None::<WriterError>));
         let seen = failed.clone();
         let thread = std::thread::spawn(move || {
             let mut first_err = Ok(());
@@ -513,7 +544,10 @@ impl Writer {
                     continue; // after a failure nothing more is saved
                 }
                 if let Err(e) = save(&dir, &ck) {
-                    let e = format!("saving step {}: {e}", ck.step);
+                    let e = WriterError::Save {
+                        step: ck.step,
+                        source: std::sync::Arc::new(e),
+                    };
                     if let Ok(mut f) = seen.lock() {
                         *f = Some(e.clone());
                     }
@@ -531,28 +565,26 @@ impl Writer {
 
     /// Queues `ck`; returns as soon as it is queued, or the failure of an
     /// earlier save.
-    pub fn save(&self, ck: Checkpoint) -> Result<(), String> {
+    pub fn save(&self, ck: Checkpoint) -> Result<(), WriterError> {
         if let Some(e) = self.failed.lock().ok().and_then(|f| f.clone()) {
             return Err(e);
         }
         self.tx
             .as_ref()
-            .ok_or("the checkpoint writer is closed")?
+            .ok_or(WriterError::Stopped("is closed"))?
             .send(ck)
-            .map_err(|_| "the checkpoint writer stopped".to_string())
+            .map_err(|_| WriterError::Stopped("stopped"))
     }
 
     /// Waits for every queued save.
-    pub fn finish(mut self) -> Result<(), String> {
+    pub fn finish(mut self) -> Result<(), WriterError> {
         self.close()
     }
 
-    fn close(&mut self) -> Result<(), String> {
+    fn close(&mut self) -> Result<(), WriterError> {
         drop(self.tx.take());
         match self.thread.take() {
-            Some(t) => t
-                .join()
-                .map_err(|_| "the checkpoint writer panicked".to_string())?,
+            Some(t) => t.join().map_err(|_| WriterError::Stopped("panicked"))?,
             None => Ok(()),
         }
     }
@@ -686,7 +718,8 @@ mod tests {
         std::fs::write(&blocker, b"x").unwrap();
         let w = Writer::new(blocker.join("sub"));
         w.save(ck(1)).unwrap();
-        assert!(w.finish().unwrap_err().contains("saving step 1"));
+        let e = w.finish().unwrap_err();
+        assert!(matches!(&e, WriterError::Save { step: 1, .. }), "{e}");
         // The next save returns it, so a run stops at its next checkpoint
         // rather than after its last step.
         let w = Writer::new(blocker.join("sub"));
@@ -701,7 +734,8 @@ mod tests {
                 }
             }
         };
-        assert!(e.contains("saving step 1"), "{e}");
+        assert!(matches!(&e, WriterError::Save { step: 1, .. }), "{e}");
+        assert!(e.to_string().starts_with("saving step 1: "), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -26,8 +26,78 @@ use std::time::{Duration, Instant};
 use graph::{AdamW, Runtime, RuntimeOptions, Tensor, grad};
 use kernel_ir::Array;
 
-use checkpoint::{Checkpoint, Writer};
+use checkpoint::{Checkpoint, CheckpointError, Writer, WriterError};
 use data::CopyTask;
+
+/// Why a training run stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// A bad `tessera train` argument.
+    #[error("{0}; see tessera train --help")]
+    Usage(String),
+    /// The model's sizes do not fit together.
+    #[error(
+        "the model needs d_model divisible by heads, an even seq, vocab ≥ 3, and checkpoint_every ≥ 1"
+    )]
+    Model,
+    /// The graph runtime failed at a step of the run.
+    #[error("{what}: {source}")]
+    Runtime {
+        /// What the run was doing.
+        what: &'static str,
+        /// Why it failed.
+        source: graph::RuntimeError,
+    },
+    /// The checkpoint directory (locking, reading, clearing it).
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// A checkpoint could not be saved.
+    #[error(transparent)]
+    Save(#[from] WriterError),
+    /// The directory holds a run with other settings.
+    #[error(
+        "{} holds another run: its {field} is {theirs}, this run's is {ours}; resume with the same settings, or start over with --no-resume (which removes its checkpoints) or another --checkpoint-dir",
+        dir.display()
+    )]
+    OtherRun {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// The setting that differs.
+        field: String,
+        /// Its value in the checkpoint.
+        theirs: String,
+        /// Its value in this run.
+        ours: String,
+    },
+    /// A taken checkpoint lacks a tensor the model needs.
+    #[error("checkpoint step {step} has no tensor `{name}`")]
+    MissingTensor {
+        /// The checkpoint's step.
+        step: u64,
+        /// The tensor.
+        name: String,
+    },
+    /// The loss, or a tensor after the update, is not finite.
+    #[error(
+        "step {step}: {what}; the run diverged and stopped without saving it (the checkpoints before it are kept); lower --lr (now {lr})"
+    )]
+    Diverged {
+        /// The step.
+        step: u64,
+        /// What was not finite.
+        what: String,
+        /// The learning rate.
+        lr: f64,
+    },
+    /// The loss log could not be opened or written.
+    #[error("the loss log {}: {source}", path.display())]
+    LossLog {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+}
 use model::LmConfig;
 
 /// The loss the default run must reach (nats per copied token; chance is
@@ -139,8 +209,8 @@ fn stop_signal_name() -> &'static str {
     }
 }
 
-fn err(what: &str) -> impl Fn(graph::RuntimeError) -> String + '_ {
-    move |e| format!("{what}: {e}")
+fn err(what: &'static str) -> impl Fn(graph::RuntimeError) -> TrainError {
+    move |source| TrainError::Runtime { what, source }
 }
 
 /// The host copy of tensors named `names`.
@@ -155,7 +225,7 @@ fn run_fields(o: &TrainOptions) -> Vec<(String, String)> {
     ]
 }
 
-fn host(names: &[String], ts: &[&Tensor]) -> Result<Vec<(String, Array)>, String> {
+fn host(names: &[String], ts: &[&Tensor]) -> Result<Vec<(String, Array)>, TrainError> {
     names
         .iter()
         .zip(ts)
@@ -169,14 +239,14 @@ fn host(names: &[String], ts: &[&Tensor]) -> Result<Vec<(String, Array)>, String
 }
 
 /// Trains as `opts` says; see the module docs.
-pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
+pub fn train(opts: &TrainOptions) -> Result<TrainSummary, TrainError> {
     let c = &opts.model;
     if !c.d_model.is_multiple_of(c.heads)
         || !c.seq.is_multiple_of(2)
         || c.vocab < 3
         || opts.checkpoint_every == 0
     {
-        return Err("the model needs d_model divisible by heads, an even seq, vocab ≥ 3, and checkpoint_every ≥ 1".into());
+        return Err(TrainError::Model);
     }
     // One run per directory, checked writable before step 1: the lock
     // file is created there (a read-only or missing-parent directory fails
@@ -254,18 +324,23 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
                     .iter()
                     .find(|(n, _)| n == k)
                     .map_or("(none)", |(_, v)| v.as_str());
-                return Err(format!(
-                    "{} holds another run: its {k} is {old}, this run's is {new}; resume with the same settings, or start over with --no-resume (which removes its checkpoints) or another --checkpoint-dir",
-                    dir.display()
-                ));
+                return Err(TrainError::OtherRun {
+                    dir: dir.clone(),
+                    field: k.clone(),
+                    theirs: old.clone(),
+                    ours: new.to_string(),
+                });
             }
             // Every name is there (`fits` took the checkpoint).
-            let find = |n: &str| -> Result<Array, String> {
+            let find = |n: &str| -> Result<Array, TrainError> {
                 ck.tensors
                     .iter()
                     .find(|(k, _)| k == n)
                     .map(|(_, a)| a.clone())
-                    .ok_or_else(|| format!("checkpoint step {} has no tensor `{n}`", ck.step))
+                    .ok_or_else(|| TrainError::MissingTensor {
+                        step: ck.step,
+                        name: n.to_string(),
+                    })
             };
             for (n, a) in init.iter_mut() {
                 *a = find(n)?;
@@ -308,7 +383,10 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
                 .create(true)
                 .append(true)
                 .open(p)
-                .map_err(|e| format!("cannot open {}: {e}", p.display()))?,
+                .map_err(|source| TrainError::LossLog {
+                    path: p.clone(),
+                    source,
+                })?,
         ),
         None => None,
     };
@@ -344,10 +422,11 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
         if !l.is_finite() {
             // Never saved, never pruning the good checkpoints: stop here
             // (dropping the writer finishes the saves already queued).
-            return Err(format!(
-                "step {step}: the loss is {l}; the run diverged and stopped without saving it (the checkpoints before it are kept); lower --lr (now {})",
-                opts.lr
-            ));
+            return Err(TrainError::Diverged {
+                step,
+                what: format!("the loss is {l}"),
+                lr: opts.lr,
+            });
         }
         final_loss = l;
         let dt = t0.elapsed();
@@ -360,7 +439,10 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
         if let Some(f) = log.as_mut() {
             writeln!(f, "{step} {l:.6} {:08x}", (l as f32).to_bits())
                 .and_then(|()| f.flush())
-                .map_err(|e| format!("writing the loss log: {e}"))?;
+                .map_err(|source| TrainError::LossLog {
+                    path: opts.loss_log.clone().unwrap_or_default(),
+                    source,
+                })?;
         }
         let terminate = opts.handle_sigterm && TERMINATE.load(Ordering::SeqCst);
         if let Some(w) = &writer
@@ -372,10 +454,11 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, String> {
                 .iter()
                 .find(|(_, a)| a.data().iter().any(|x| !x.is_finite()))
             {
-                return Err(format!(
-                    "step {step}: `{name}` holds NaN or infinity after the update; the run diverged and stopped without saving it (the checkpoints before it are kept); lower --lr (now {})",
-                    opts.lr
-                ));
+                return Err(TrainError::Diverged {
+                    step,
+                    what: format!("`{name}` holds NaN or infinity after the update"),
+                    lr: opts.lr,
+                });
             }
             w.save(Checkpoint {
                 step,
@@ -475,16 +558,19 @@ exits 1 if a full run from scratch ends above the loss threshold.
 
 impl TrainOptions {
     /// Options from `tessera train` arguments (`Ok(None)` for `--help`).
-    pub fn from_args(args: &[String]) -> Result<Option<TrainOptions>, String> {
+    pub fn from_args(args: &[String]) -> Result<Option<TrainOptions>, TrainError> {
         let mut o = TrainOptions::default();
         let mut it = args.iter();
         while let Some(a) = it.next() {
-            let mut value = |what: &str| -> Result<String, String> {
-                it.next().cloned().ok_or(format!("{a} needs {what}"))
+            let mut value = |what: &str| -> Result<String, TrainError> {
+                it.next()
+                    .cloned()
+                    .ok_or(TrainError::Usage(format!("{a} needs {what}")))
             };
-            let num = |v: String| -> Result<u64, String> {
-                v.parse()
-                    .map_err(|_| format!("{a} needs a non-negative integer, got `{v}`"))
+            let num = |v: String| -> Result<u64, TrainError> {
+                v.parse().map_err(|_| {
+                    TrainError::Usage(format!("{a} needs a non-negative integer, got `{v}`"))
+                })
             };
             match a.as_str() {
                 "--help" | "-h" => return Ok(None),
@@ -497,16 +583,16 @@ impl TrainOptions {
                         .parse()
                         .ok()
                         .filter(|x: &f64| x.is_finite() && *x > 0.0)
-                        .ok_or(format!("--lr needs a positive number, got `{v}`"))?;
+                        .ok_or(TrainError::Usage(format!(
+                            "--lr needs a positive number, got `{v}`"
+                        )))?;
                 }
                 "--checkpoint-dir" => o.checkpoint_dir = Some(PathBuf::from(value("a directory")?)),
                 "--loss-log" => o.loss_log = Some(PathBuf::from(value("a file")?)),
                 "--no-resume" => o.resume = false,
                 "--quiet" => o.progress = false,
                 other => {
-                    return Err(format!(
-                        "unknown option `{other}`; see tessera train --help"
-                    ));
+                    return Err(TrainError::Usage(format!("unknown option `{other}`")));
                 }
             }
         }
