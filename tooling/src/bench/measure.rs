@@ -56,27 +56,27 @@ pub const MAX_RUNS: usize = 100;
 /// Measures in this process: compile, reset the peak, run once (memory),
 /// then time runs until `budget` is spent (at least two, at most
 /// `MAX_RUNS`).
-pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, String> {
+pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, BenchError> {
     if m == Method::Torch {
-        let python = super::torch_python()
-            .ok_or("no Python with torch (tooling/benches/setup_torch.sh makes one)")?;
+        let python = super::torch_python().ok_or(BenchError::Unsupported(
+            "no Python with torch (tooling/benches/setup_torch.sh makes one)",
+        ))?;
         return super::torch::measure_torch(&python, w, budget);
     }
     let pool = w.pool(m)?;
-    let mut run: Box<dyn FnMut() -> Result<(), String>> = match m {
+    let mut run: Box<dyn FnMut() -> Result<(), BenchError>> = match m {
         // Measured above, in Python.
-        Method::Torch => return Err("torch is measured by its own child".into()),
+        Method::Torch => {
+            return Err(BenchError::Unsupported(
+                "torch is measured by its own child",
+            ));
+        }
         Method::Jit | Method::Tables => {
             let stages: Vec<(HostKernel, Vec<usize>)> = w
                 .stages(m)?
                 .into_iter()
-                .map(|st| {
-                    Ok((
-                        HostKernel::compile(&st.kernel).map_err(|e| e.to_string())?,
-                        st.inputs,
-                    ))
-                })
-                .collect::<Result<_, String>>()?;
+                .map(|st| Ok((HostKernel::compile(&st.kernel)?, st.inputs)))
+                .collect::<Result<_, BenchError>>()?;
             let bytes: Vec<Vec<u8>> = pool.iter().map(Array::to_le_bytes).collect();
             Box::new(move || {
                 // Stage outputs; the inputs are read in place (no copy, so
@@ -102,8 +102,7 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
                         let mut out_refs: Vec<&mut [u8]> =
                             outs.iter_mut().map(Vec::as_mut_slice).collect();
                         let (prefetch, inputs) = refs.split_at(k.kernel().prefetch.len());
-                        k.run_bytes(prefetch, inputs, &mut out_refs)
-                            .map_err(|e| e.to_string())?;
+                        k.run_bytes(prefetch, inputs, &mut out_refs)?;
                         outs
                     };
                     produced.extend(outs);
@@ -115,16 +114,13 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
             let stages: Vec<(Prepared, Vec<usize>)> = w
                 .stages(m)?
                 .into_iter()
-                .map(|st| {
-                    Ok((
-                        Prepared::new(Backend::Decomposed, &st.kernel)
-                            .map_err(|e| e.to_string())?,
-                        st.inputs,
-                    ))
-                })
-                .collect::<Result<_, String>>()?;
-            let first = &stages.first().ok_or("no stages")?.0;
-            let bufs: Vec<Buffer> = first.upload(&pool).map_err(|e| e.to_string())?;
+                .map(|st| Ok((Prepared::new(Backend::Decomposed, &st.kernel)?, st.inputs)))
+                .collect::<Result<_, BenchError>>()?;
+            let first = &stages
+                .first()
+                .ok_or(BenchError::Unsupported("no stages"))?
+                .0;
+            let bufs: Vec<Buffer> = first.upload(&pool)?;
             let bufs = std::sync::Arc::new(bufs);
             Box::new(move || {
                 let mut produced: Vec<Buffer> = Vec::new();
@@ -140,7 +136,7 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
                                 }
                             })
                             .collect();
-                        exe.execute_refs(&args).map_err(|e| e.to_string())?
+                        exe.execute_refs(&args)?
                     };
                     produced.extend(outs);
                 }
@@ -148,10 +144,9 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
             })
         }
         Method::Xla => {
-            let client = cpu_client().map_err(|e| e.to_string())?;
-            let executable = client
-                .compile(w.baseline_module()?.as_bytes(), &CompileOptions::default())
-                .map_err(|e| e.to_string())?;
+            let client = cpu_client()?;
+            let executable =
+                client.compile(w.baseline_module()?.as_bytes(), &CompileOptions::default())?;
             let exe = Prepared::Pjrt {
                 backend: Backend::Decomposed,
                 executable,
@@ -163,8 +158,8 @@ pub fn measure(w: Workload, m: Method, budget: Duration) -> Result<Measurement, 
                 .iter()
                 .map(|&i| pool[i].clone())
                 .collect();
-            let bufs: Vec<Buffer> = exe.upload(&args).map_err(|e| e.to_string())?;
-            Box::new(move || exe.execute(&bufs).map(drop).map_err(|e| e.to_string()))
+            let bufs: Vec<Buffer> = exe.upload(&args)?;
+            Box::new(move || Ok(exe.execute(&bufs).map(drop)?))
         }
     };
     let before = reset_peak().unwrap_or(0);
@@ -227,18 +222,26 @@ pub fn child_main(args: &[String]) -> Option<std::process::ExitCode> {
 }
 
 /// Measures in a child process (this executable with [`CHILD_FLAG`]).
-pub fn measure_isolated(w: Workload, m: Method, budget: Duration) -> Result<Measurement, String> {
+pub fn measure_isolated(
+    w: Workload,
+    m: Method,
+    budget: Duration,
+) -> Result<Measurement, BenchError> {
     if m == Method::Torch {
         // Its own process already: the Python child.
         return measure(w, m, budget);
     }
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let spawn = |source| BenchError::Spawn {
+        what: format!("{} on {w}", m.name(w)),
+        source: std::sync::Arc::new(source),
+    };
+    let exe = std::env::current_exe().map_err(spawn)?;
     let mut cmd = Command::new(exe);
     cmd.arg(CHILD_FLAG)
         .arg(m.arg())
         .arg(budget.as_secs_f64().to_string());
     cmd.args(w.args().split(' '));
-    let out = cmd.output().map_err(|e| e.to_string())?;
+    let out = cmd.output().map_err(spawn)?;
     child_result(w, m, &out)
 }
 
@@ -255,10 +258,10 @@ pub fn measure_interleaved(
     budget: Duration,
     rounds: usize,
     mut progress: impl FnMut(Method, usize),
-) -> Vec<Result<Measurement, String>> {
+) -> Vec<Result<Measurement, BenchError>> {
     let rounds = rounds.max(1);
     let each = budget / rounds as u32;
-    let mut got: Vec<Result<Vec<Measurement>, String>> = vec![Ok(Vec::new()); methods.len()];
+    let mut got: Vec<Result<Vec<Measurement>, BenchError>> = vec![Ok(Vec::new()); methods.len()];
     for round in 0..rounds {
         for i in 0..methods.len() {
             let i = (i + round) % methods.len();
@@ -277,7 +280,7 @@ pub fn measure_interleaved(
             list.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
             let mid = list
                 .get(list.len() / 2)
-                .ok_or_else(|| format!("{} on {w}: not measured", method.name(w)))?;
+                .ok_or_else(|| BenchError::NotMeasured(format!("{} on {w}", method.name(w))))?;
             Ok(Measurement {
                 workload: w,
                 method,
@@ -295,7 +298,7 @@ pub(super) fn child_result(
     w: Workload,
     m: Method,
     out: &std::process::Output,
-) -> Result<Measurement, String> {
+) -> Result<Measurement, BenchError> {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()
@@ -307,7 +310,10 @@ pub(super) fn child_result(
                 .rev()
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("no output");
-            format!("{} on {w} failed: {last}", m.name(w))
+            BenchError::Child {
+                what: format!("{} on {w}", m.name(w)),
+                last_line: last.to_string(),
+            }
         })?;
     let f: Vec<&str> = line.split_whitespace().collect();
     let parse = |i: usize| {

@@ -30,6 +30,57 @@ mod report;
 mod torch;
 
 use baseline::baseline;
+
+/// Why a workload could not be measured.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BenchError {
+    /// The workload cannot be measured this way.
+    #[error("{0}")]
+    Unsupported(&'static str),
+    /// A kernel of the workload did not build.
+    #[error(transparent)]
+    Kernel(#[from] KernelErrors),
+    /// The mask's block tables could not be built.
+    #[error(transparent)]
+    Tables(#[from] kernels::attention::block_table::TableError),
+    /// A kernel could not be lowered or run natively.
+    #[error(transparent)]
+    Lowering(#[from] lowering::LoweringError),
+    /// A kernel could not be prepared or run on a backend.
+    #[error(transparent)]
+    Backend(std::sync::Arc<runtime::backend::BackendError>),
+    /// PJRT refused the baseline (compile, upload, run).
+    #[error(transparent)]
+    Pjrt(#[from] runtime::pjrt::PjrtError),
+    /// The baseline program could not be recorded.
+    #[error(transparent)]
+    Runtime(#[from] graph::RuntimeError),
+    /// A measurement's process could not be started.
+    #[error("cannot start {what}: {source}")]
+    Spawn {
+        /// The process.
+        what: String,
+        /// The operating system's error.
+        source: std::sync::Arc<std::io::Error>,
+    },
+    /// A measurement's process failed; its last line of stderr.
+    #[error("{what} failed: {last_line}")]
+    Child {
+        /// The method and workload.
+        what: String,
+        /// What it said last.
+        last_line: String,
+    },
+    /// No round measured the method.
+    #[error("{0}: not measured")]
+    NotMeasured(String),
+}
+
+impl From<runtime::backend::BackendError> for BenchError {
+    fn from(e: runtime::backend::BackendError) -> Self {
+        BenchError::Backend(std::sync::Arc::new(e))
+    }
+}
 pub use measure::{Measurement, child_main, measure, measure_interleaved, measure_isolated};
 pub use report::{masked_suite, suite, svg_chart, table, to_json};
 
@@ -138,7 +189,7 @@ impl Workload {
     /// forward kernel, outside any timing), and for [`Method::Tables`] the
     /// mask's block tables, element masks and (all-zero) segment ids, built
     /// outside any timing as a caller builds them once per mask.
-    fn pool(self, m: Method) -> Result<Vec<Array>, String> {
+    fn pool(self, m: Method) -> Result<Vec<Array>, BenchError> {
         let mut pool = self.data_pool()?;
         if m == Method::Tables {
             pool.extend(self.tables()?);
@@ -149,15 +200,15 @@ impl Workload {
     /// What [`Method::Tables`] adds to the pool: `kind, fetch, mask_fetch,
     /// masks, q_seg, kv_seg` of the workload's mask, and for the backward
     /// pass the transposed `kind_t, fetch_t, mask_fetch_t`.
-    fn tables(self) -> Result<Vec<Array>, String> {
+    fn tables(self) -> Result<Vec<Array>, BenchError> {
         use kernels::attention::block_table::BlockTables;
         let (s, backward) = match self {
             Workload::Attention { s, .. } => (s, false),
             Workload::AttentionBwd { s, .. } => (s, true),
-            Workload::Matmul { .. } => return Err("a matmul has no mask".into()),
+            Workload::Matmul { .. } => return Err(BenchError::Unsupported("a matmul has no mask")),
         };
         let b = attention_block(Method::Tables, s);
-        let tables = BlockTables::build(&self.mask(), s, s, b, b).map_err(|e| e.to_string())?;
+        let tables = BlockTables::build(&self.mask(), s, s, b, b)?;
         let ([kind, fetch, mask_fetch], masks) = tables.arrays();
         let zeros = |shape: [usize; 3]| Array::zeros(DType::I32, shape);
         let mut v = vec![
@@ -189,7 +240,7 @@ impl Workload {
         MultiHeadMask::uniform(mask, HEADS)
     }
 
-    fn data_pool(self) -> Result<Vec<Array>, String> {
+    fn data_pool(self) -> Result<Vec<Array>, BenchError> {
         let attn = |s: usize| -> Vec<Array> {
             (0..3)
                 .map(|i| Array::random(DType::F32, [1, HEADS, s, HEAD_DIM], 10 + i, -1.0, 1.0))
@@ -211,9 +262,8 @@ impl Workload {
                     1.0,
                 ));
                 let fwd =
-                    HostKernel::compile(&Workload::Attention { s, causal }.kernel(Method::Jit)?)
-                        .map_err(|e| e.to_string())?;
-                let outs = fwd.run(&pool[..3]).map_err(|e| e.to_string())?;
+                    HostKernel::compile(&Workload::Attention { s, causal }.kernel(Method::Jit)?)?;
+                let outs = fwd.run(&pool[..3])?;
                 pool.extend(outs); // o, lse
                 pool
             }
@@ -230,8 +280,7 @@ impl Workload {
     }
 
     /// The Tessera kernels of this workload for method `m`, in order.
-    pub fn stages(self, m: Method) -> Result<Vec<Stage>, String> {
-        let err = |e: KernelErrors| e.to_string();
+    pub fn stages(self, m: Method) -> Result<Vec<Stage>, BenchError> {
         if m == Method::Tables {
             return self.table_stages();
         }
@@ -257,8 +306,7 @@ impl Workload {
                             DType::F32,
                             b,
                             bw::attention_delta::Dims { b: 1, h, sq: s, d },
-                        )
-                        .map_err(err)?,
+                        )?,
                         inputs: vec![4, 3],
                     },
                     Stage {
@@ -273,8 +321,7 @@ impl Workload {
                                 skv: s,
                                 d,
                             },
-                        )
-                        .map_err(err)?,
+                        )?,
                         inputs: vec![0, 1, 2, 3, 5, 6],
                     },
                 ]
@@ -293,15 +340,14 @@ impl Workload {
     /// [`Method::Tables`]'s kernels: the table-driven forward, or delta,
     /// dq over the tables and dk/dv over their transpose, at the blocks of
     /// the band kernels.
-    fn table_stages(self) -> Result<Vec<Stage>, String> {
+    fn table_stages(self) -> Result<Vec<Stage>, BenchError> {
         use kernels::attention::backward::{attention_delta, attention_delta::Dims as DeltaDims};
         use kernels::attention::masked::{MaskedConfig, masked_attention};
         use kernels::attention::masked_backward::{masked_attention_dkv, masked_attention_dq};
-        let err = |e: KernelErrors| e.to_string();
         let (s, backward) = match self {
             Workload::Attention { s, .. } => (s, false),
             Workload::AttentionBwd { s, .. } => (s, true),
-            Workload::Matmul { .. } => return Err("a matmul has no mask".into()),
+            Workload::Matmul { .. } => return Err(BenchError::Unsupported("a matmul has no mask")),
         };
         let b = attention_block(Method::Tables, s);
         let cfg = MaskedConfig {
@@ -334,7 +380,7 @@ impl Workload {
             // Pool: q k v, kind fetch mask_fetch masks q_seg kv_seg.
             let dims = dims!(kernels::attention::masked::masked_attention::Dims);
             return Ok(vec![Stage {
-                kernel: masked_attention::build_for(DType::F32, &cfg, dims).map_err(err)?,
+                kernel: masked_attention::build_for(DType::F32, &cfg, dims)?,
                 inputs: vec![3, 4, 5, 0, 1, 2, 6, 7, 8],
             }]);
         }
@@ -344,23 +390,22 @@ impl Workload {
         let dkv = dims!(kernels::attention::masked_backward::masked_attention_dkv::Dims);
         Ok(vec![
             Stage {
-                kernel: attention_delta::build_for(DType::F32, b, DeltaDims { b: 1, h, sq: s, d })
-                    .map_err(err)?,
+                kernel: attention_delta::build_for(DType::F32, b, DeltaDims { b: 1, h, sq: s, d })?,
                 inputs: vec![4, 3],
             },
             Stage {
-                kernel: masked_attention_dq::build_for(DType::F32, &cfg, dq).map_err(err)?,
+                kernel: masked_attention_dq::build_for(DType::F32, &cfg, dq)?,
                 inputs: vec![6, 7, 8, 0, 1, 2, 3, 5, 15, 9, 10, 11],
             },
             Stage {
-                kernel: masked_attention_dkv::build_for(DType::F32, &cfg, dkv).map_err(err)?,
+                kernel: masked_attention_dkv::build_for(DType::F32, &cfg, dkv)?,
                 inputs: vec![12, 13, 14, 0, 1, 2, 3, 5, 15, 9, 10, 11],
             },
         ])
     }
 
     /// The Tessera kernel of this workload, configured for method `m`.
-    pub fn kernel(self, m: Method) -> Result<VerifiedKernel, String> {
+    pub fn kernel(self, m: Method) -> Result<VerifiedKernel, BenchError> {
         match self {
             // 256³ blocks: each block of the inputs is read from beyond L2
             // half as often as with 128-row blocks (4% faster here).
@@ -375,7 +420,9 @@ impl Workload {
                 out_dtype: DType::F32,
             }),
             Workload::AttentionBwd { .. } => {
-                return Err("the backward pass is several kernels; see `stages`".into());
+                return Err(BenchError::Unsupported(
+                    "the backward pass is several kernels; see `stages`",
+                ));
             }
             Workload::Attention { s, causal } => flash_attention(
                 &AttnConfig {
@@ -397,13 +444,13 @@ impl Workload {
                 },
             ),
         }
-        .map_err(|e| e.to_string())
+        .map_err(BenchError::from)
     }
 
     /// The unfused baseline XLA compiles: the workload written with the
     /// graph runtime's ops and exported as the StableHLO it would run.
-    pub fn baseline_module(self) -> Result<String, String> {
-        baseline(self).map_err(|e| e.to_string())
+    pub fn baseline_module(self) -> Result<String, BenchError> {
+        Ok(baseline(self)?)
     }
 }
 

@@ -52,7 +52,7 @@ pub fn masked_suite(max_s: usize, max_bwd_s: usize) -> Vec<(Workload, Vec<Method
 
 /// Seconds of a [`Method::Tables`] row over the band kernel's
 /// ([`Method::Jit`]) of the same workload, where both were measured.
-fn tables_vs_band(rows: &[Result<Measurement, String>], m: &Measurement) -> Option<f64> {
+fn tables_vs_band(rows: &[Result<Measurement, BenchError>], m: &Measurement) -> Option<f64> {
     let band = rows
         .iter()
         .flatten()
@@ -63,7 +63,7 @@ fn tables_vs_band(rows: &[Result<Measurement, String>], m: &Measurement) -> Opti
 /// A table of measurements with time and peak-memory ratios against the
 /// XLA baseline of the same workload; where the table-driven kernels ran,
 /// their time over the band kernels' follows the table.
-pub fn table(rows: &[Result<Measurement, String>]) -> String {
+pub fn table(rows: &[Result<Measurement, BenchError>]) -> String {
     let mut out = format!(
         "{:<26} {:<24} {:>10} {:>9} {:>11} {:>10} {:>10} {:>11}\n",
         "workload", "method", "time", "GFLOP/s", "peak mem", "time/xla", "mem/xla", "time/torch"
@@ -117,7 +117,7 @@ pub fn table(rows: &[Result<Measurement, String>]) -> String {
 
 /// The measurements as JSON (an array of objects; ratios against the XLA
 /// baseline of the same workload, `null` where there is none).
-pub fn to_json(rows: &[Result<Measurement, String>]) -> String {
+pub fn to_json(rows: &[Result<Measurement, BenchError>]) -> String {
     let base = |w: Workload| {
         rows.iter()
             .flatten()
@@ -151,7 +151,10 @@ pub fn to_json(rows: &[Result<Measurement, String>]) -> String {
                     tables_vs_band(rows, m).map_or("null".into(), |r| format!("{r:.4}"))
                 )
             }
-            Err(e) => format!("{{\"error\": \"{}\"}}", e.replace('\\', "\\\\").replace('"', "\\\"")),
+            Err(e) => {
+                let e = e.to_string();
+                format!("{{\"error\": \"{}\"}}", e.replace('\\', "\\\\").replace('"', "\\\""))
+            }
         })
         .collect();
     format!("[\n  {}\n]\n", items.join(",\n  "))
@@ -159,7 +162,7 @@ pub fn to_json(rows: &[Result<Measurement, String>]) -> String {
 
 /// An SVG chart of attention forward: time and peak memory against
 /// sequence length (log-log), one line per method, causal dashed.
-pub fn svg_chart(rows: &[Result<Measurement, String>]) -> String {
+pub fn svg_chart(rows: &[Result<Measurement, BenchError>]) -> String {
     let pts: Vec<&Measurement> = rows
         .iter()
         .flatten()

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use super::{HEAD_DIM, HEADS, Measurement, Method, Workload};
+use super::{BenchError, HEAD_DIM, HEADS, Measurement, Method, Workload};
 
 /// The Python that has torch, if any.
 pub fn torch_python() -> Option<PathBuf> {
@@ -72,7 +72,7 @@ pub fn measure_torch(
     python: &PathBuf,
     w: Workload,
     budget: Duration,
-) -> Result<Measurement, String> {
+) -> Result<Measurement, BenchError> {
     let (kind, size, causal) = match w {
         Workload::Matmul { n } => ("matmul", n, false),
         Workload::Attention { s, causal } => ("attention", s, causal),
@@ -93,6 +93,9 @@ pub fn measure_torch(
             super::measure::MAX_RUNS.to_string(),
         ])
         .output()
-        .map_err(|e| format!("torch on {w}: {e}"))?;
+        .map_err(|source| BenchError::Spawn {
+            what: format!("torch on {w}"),
+            source: std::sync::Arc::new(source),
+        })?;
     super::measure::child_result(w, Method::Torch, &out)
 }
