@@ -579,8 +579,8 @@ fn run(args: &[String]) -> ExitCode {
                 lowering::DotTilings::parse_setting(v, lowering::CpuIdentity::host().registers)
         {
             eprintln!(
-                "tessera {cmd}: {}: {e}; give ROWSxLANES, CLASS=ROWSxLANES pairs separated by commas, or `default`",
-                lowering::TUNING_ENV
+                "tessera {cmd}: {}",
+                lowering::TilingError::Setting(Box::new(e))
             );
             return ExitCode::from(2);
         }

@@ -98,7 +98,7 @@ pub use decomposed::{Spmd, decomposed, decomposed_as};
 pub use embed::{private_function, private_functions};
 pub use host::cpu::{CpuIdentity, VectorRegisters};
 pub use host::probe::Trial;
-pub use host::tiling::{DotClass, DotTiling, DotTilings};
+pub use host::tiling::{DotClass, DotTiling, DotTilings, TilingError};
 pub use host::tuning::{HostTuning, MARGIN, TUNING_ENV, TuningSource, cache_dir};
 pub use host::{HostKernel, HostOptions, host_module};
 pub use kernel_module::MOSAIC_VERSION;
@@ -148,6 +148,10 @@ pub enum LoweringError {
     /// rules, [`kernel_ir::VerifiedKernel::check_gpu`]).
     #[error("{0}")]
     Refused(Box<kernel_ir::KernelErrors>),
+    /// `TESSERA_HOST_TUNING` is malformed (the native JIT's register
+    /// tiles).
+    #[error(transparent)]
+    HostTuning(host::tiling::TilingError),
     /// An internal inconsistency: a Tessera bug.
     #[error("internal lowering error (a Tessera bug, please report it): {0}")]
     Internal(String),

@@ -90,17 +90,40 @@ impl fmt::Display for DotTiling {
     }
 }
 
+/// Why a register-tile setting does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TilingError {
+    /// Not `ROWSxLANES` in range.
+    #[error(
+        "`{0}` is not a register tile; write ROWSxLANES, rows 1 to 32 and f32 lanes a power of two from 4 to 64, e.g. 6x16"
+    )]
+    Tile(String),
+    /// Not one of [`DotClass::ALL`].
+    #[error("`{given}` is not a dot class; the classes are {classes}")]
+    Class {
+        /// What was written.
+        given: String,
+        /// The classes, comma-separated.
+        classes: String,
+    },
+    /// A pair without `=`.
+    #[error("`{0}` is not CLASS=ROWSxLANES (e.g. deep-wide=6x16)")]
+    Pair(String),
+    /// The environment's setting (`TESSERA_HOST_TUNING`) is malformed.
+    #[error(
+        "{env}: {0}; give ROWSxLANES, CLASS=ROWSxLANES pairs separated by commas, or `default`",
+        env = crate::TUNING_ENV
+    )]
+    Setting(Box<TilingError>),
+}
+
 impl FromStr for DotTiling {
-    type Err = String;
+    type Err = TilingError;
 
     /// Reads `ROWSxLANES` (lanes of f32, a power of two from 4 to 64;
     /// rows 1 to 32), the form [`DotTiling`]'s `Display` writes.
-    fn from_str(s: &str) -> Result<DotTiling, String> {
-        let bad = || {
-            format!(
-                "`{s}` is not a register tile; write ROWSxLANES, rows 1 to 32 and f32 lanes a power of two from 4 to 64, e.g. 6x16"
-            )
-        };
+    fn from_str(s: &str) -> Result<DotTiling, TilingError> {
+        let bad = || TilingError::Tile(s.to_string());
         let (r, l) = s.trim().split_once('x').ok_or_else(bad)?;
         let rows: usize = r.parse().map_err(|_| bad())?;
         let lanes: usize = l.parse().map_err(|_| bad())?;
@@ -175,18 +198,18 @@ impl fmt::Display for DotClass {
 }
 
 impl FromStr for DotClass {
-    type Err = String;
+    type Err = TilingError;
 
-    fn from_str(s: &str) -> Result<DotClass, String> {
+    fn from_str(s: &str) -> Result<DotClass, TilingError> {
         DotClass::ALL
             .into_iter()
             .find(|c| c.name() == s.trim())
             .ok_or_else(|| {
                 let names: Vec<&str> = DotClass::ALL.iter().map(|c| c.name()).collect();
-                format!(
-                    "`{s}` is not a dot class; the classes are {}",
-                    names.join(", ")
-                )
+                TilingError::Class {
+                    given: s.to_string(),
+                    classes: names.join(", "),
+                }
             })
     }
 }
@@ -229,7 +252,7 @@ impl DotTilings {
     /// Reads a `TESSERA_HOST_TUNING` value: `ROWSxLANES` for every class,
     /// or `CLASS=ROWSxLANES` pairs separated by commas, the classes not
     /// named keeping the register rule's tile on `r`.
-    pub fn parse_setting(v: &str, r: VectorRegisters) -> Result<DotTilings, String> {
+    pub fn parse_setting(v: &str, r: VectorRegisters) -> Result<DotTilings, TilingError> {
         if !v.contains('=') {
             return v.parse().map(DotTilings::uniform);
         }
@@ -237,7 +260,7 @@ impl DotTilings {
         for pair in v.split(',') {
             let (class, tile) = pair
                 .split_once('=')
-                .ok_or_else(|| format!("`{pair}` is not CLASS=ROWSxLANES (e.g. deep-wide=6x16)"))?;
+                .ok_or_else(|| TilingError::Pair(pair.to_string()))?;
             out.set(class.parse()?, tile.parse()?);
         }
         Ok(out)
@@ -320,6 +343,14 @@ mod tests {
         ] {
             let e = DotTilings::parse_setting(bad, AVX2).unwrap_err();
             assert!(
+                matches!(
+                    e,
+                    TilingError::Class { .. } | TilingError::Pair(_) | TilingError::Tile(_)
+                ),
+                "{bad}: {e}"
+            );
+            let e = e.to_string();
+            assert!(
                 e.contains("class") || e.contains("ROWSxLANES"),
                 "{bad}: {e}"
             );
@@ -335,7 +366,8 @@ mod tests {
             "", "6", "6x", "x16", "0x16", "6x12", "6x128", "40x16", "6 x 16",
         ] {
             let e = bad.parse::<DotTiling>().unwrap_err();
-            assert!(e.contains("ROWSxLANES"), "{bad}: {e}");
+            assert_eq!(e, TilingError::Tile(bad.to_string()));
+            assert!(e.to_string().contains("ROWSxLANES"), "{bad}: {e}");
         }
     }
 }

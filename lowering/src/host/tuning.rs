@@ -46,7 +46,7 @@ use std::sync::OnceLock;
 use crate::LoweringError;
 use crate::host::cpu::CpuIdentity;
 use crate::host::probe::{Trial, measure};
-use crate::host::tiling::{DotClass, DotTiling, DotTilings};
+use crate::host::tiling::{DotClass, DotTiling, DotTilings, TilingError};
 
 /// The environment variable that overrides the measured tile.
 pub const TUNING_ENV: &str = "TESSERA_HOST_TUNING";
@@ -114,15 +114,15 @@ impl HostTuning {
     /// `TESSERA_HOST_TUNING`; a folder that cannot be written costs the
     /// file, not the tuning.
     pub fn host() -> Result<&'static HostTuning, LoweringError> {
-        static HOST: OnceLock<Result<HostTuning, String>> = OnceLock::new();
+        static HOST: OnceLock<Result<HostTuning, TilingError>> = OnceLock::new();
         HOST.get_or_init(|| HostTuning::settle(std::env::var(TUNING_ENV).ok(), &cache_dir()))
             .as_ref()
-            .map_err(|e| LoweringError::Run(e.clone()))
+            .map_err(|e| LoweringError::HostTuning(e.clone()))
     }
 
     /// [`HostTuning::host`]'s rule, for an explicit environment value and
     /// cache folder.
-    pub fn settle(env: Option<String>, dir: &Path) -> Result<HostTuning, String> {
+    pub fn settle(env: Option<String>, dir: &Path) -> Result<HostTuning, TilingError> {
         let cpu = CpuIdentity::host().clone();
         match env.as_deref().map(str::trim) {
             Some("") | None => {}
@@ -130,11 +130,8 @@ impl HostTuning {
                 let dots = if v == "default" {
                     DotTilings::heuristic(cpu.registers)
                 } else {
-                    DotTilings::parse_setting(v, cpu.registers).map_err(|e| {
-                        format!(
-                            "{TUNING_ENV}: {e}; give ROWSxLANES, CLASS=ROWSxLANES pairs separated by commas, or `default`"
-                        )
-                    })?
+                    DotTilings::parse_setting(v, cpu.registers)
+                        .map_err(|e| TilingError::Setting(Box::new(e)))?
                 };
                 return Ok(HostTuning {
                     cpu,
@@ -554,6 +551,8 @@ mod tests {
         assert_eq!(one.dots.get(DotClass::DeepWide), DotTiling::heuristic(r));
         for bad in ["fast", "deep=4x16", "deep-wide=fast"] {
             let e = HostTuning::settle(Some(bad.into()), &dir.0).unwrap_err();
+            assert!(matches!(e, TilingError::Setting(_)), "{e}");
+            let e = e.to_string();
             assert!(
                 e.contains(TUNING_ENV) && e.contains("ROWSxLANES") && e.contains("default"),
                 "{e}"
