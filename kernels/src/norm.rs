@@ -84,17 +84,24 @@ fn rms_rstd(v: Tile, cols: usize, eps: f32) -> Tile {
     ((v * v).sum_keep(1) / cols as f32 + eps).rsqrt()
 }
 
-/// RMS norm: `x / sqrt(mean(x²) + eps) · gamma`.
-#[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (parallel,))]
-pub fn rms_norm<T: Float>(
-    block_rows: usize,
-    eps: f32,
+/// What every norm kernel reads first: a block of `x`'s rows and the
+/// per-column scale `gamma`, whole.
+#[operands]
+pub(crate) struct RowsAndScale<T> {
     #[shape(rows, cols)]
     #[block([block_rows, cols], |i| (i, 0))]
     x: In<T>,
     #[shape(cols)]
     #[block([cols], |_| 0)]
     gamma: In<f32>,
+}
+
+/// RMS norm: `x / sqrt(mean(x²) + eps) · gamma`.
+#[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (parallel,))]
+pub fn rms_norm<T: Float>(
+    block_rows: usize,
+    eps: f32,
+    #[operands] _: RowsAndScale<T>,
     #[shape(rows, cols)]
     #[block([block_rows, cols], |i| (i, 0))]
     o: Out<T>,
@@ -130,12 +137,7 @@ pub fn call_rms_norm(cfg: &NormConfig, x: &Tensor, gamma: &Tensor) -> Result<Ten
 pub fn rms_norm_bwd<T: Float>(
     block_rows: usize,
     eps: f32,
-    #[shape(rows, cols)]
-    #[block([block_rows, cols], |i| (i, 0))]
-    x: In<T>,
-    #[shape(cols)]
-    #[block([cols], |_| 0)]
-    gamma: In<f32>,
+    #[operands] _: RowsAndScale<T>,
     #[shape(rows, cols)]
     #[block([block_rows, cols], |i| (i, 0))]
     dy: In<T>,
@@ -180,12 +182,7 @@ pub fn rms_norm_bwd(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
 pub fn layer_norm<T: Float>(
     block_rows: usize,
     eps: f32,
-    #[shape(rows, cols)]
-    #[block([block_rows, cols], |i| (i, 0))]
-    x: In<T>,
-    #[shape(cols)]
-    #[block([cols], |_| 0)]
-    gamma: In<f32>,
+    #[operands] _: RowsAndScale<T>,
     #[shape(cols)]
     #[block([cols], |_| 0)]
     beta: In<f32>,
@@ -217,12 +214,7 @@ pub fn layer_norm(c: &NormConfig) -> Result<VerifiedKernel, KernelErrors> {
 pub fn layer_norm_bwd<T: Float>(
     block_rows: usize,
     eps: f32,
-    #[shape(rows, cols)]
-    #[block([block_rows, cols], |i| (i, 0))]
-    x: In<T>,
-    #[shape(cols)]
-    #[block([cols], |_| 0)]
-    gamma: In<f32>,
+    #[operands] _: RowsAndScale<T>,
     #[shape(rows, cols)]
     #[block([block_rows, cols], |i| (i, 0))]
     dy: In<T>,
