@@ -1,4 +1,4 @@
-//! `cargo bench -p tessera-runtime`: what the deferred graph costs on a small
+//! `cargo bench -p tessera-graph`: what the deferred graph costs on a small
 //! graph, next to the same graph run eagerly, op by op, through the plugin
 //! (each op its own cached executable), in one run.
 //!

@@ -38,7 +38,7 @@
 //! * **A sync materializes on the syncing thread**, holding the runtime's
 //!   materialization lock (a hand-off to a worker thread cost more than the
 //!   runtime's whole own share of a small program's dispatch, ~20 µs
-//!   measured in `cargo bench -p tessera-runtime` from the trace): the requested nodes, every pending collective
+//!   measured in `cargo bench -p tessera-graph` from the trace): the requested nodes, every pending collective
 //!   (collectives are never pruned), and every deferred node of the same
 //!   subgraph that a handle still points at (detected from `Arc` counts), so
 //!   nothing is computed twice; dead nodes are never computed. Failures (an
@@ -49,12 +49,14 @@
 //! * **The module text is the canonical form**: nodes are numbered in a
 //!   deterministic topological order, materialized inputs and constants other
 //!   than 0/±1 are parameters, kernels are private functions (`func.call`,
-//!   inlined by XLA) lowered per platform (cpu: the FFI host call; tpu:
-//!   `tpu_custom_call`; else decomposed; `RuntimeOptions::kernels =
-//!   KernelLowering::Decomposed` forces the portable form everywhere). The cache key is the SHA-256 of that
-//!   text, the compile options, the plugin's platform, platform version and C
-//!   API version, and Tessera's version. A program needs no MLIR on a cache
-//!   hit except for kernels, whose function text is memoized.
+//!   inlined by XLA) built into the program per platform by
+//!   `lowering::program` (cpu: the FFI host call; tpu: `tpu_custom_call`;
+//!   cuda/rocm: the Triton call, its TTIR made once per kernel; else
+//!   decomposed; `RuntimeOptions::kernels = KernelLowering::Decomposed`
+//!   forces the portable form everywhere), never printed and parsed again.
+//!   The cache key is the SHA-256 of that text, the compile options, the
+//!   plugin's platform, platform version and C API version, and Tessera's
+//!   version. A structure seen before runs its executable without lowering.
 //! * **Buckets** pad a dynamic dim to the next of ≤ 8 sizes; the valid length
 //!   is an `i32[1]` parameter: reductions, means, softmax and contractions over
 //!   the padded dim mask it; kernels receive it as a scalar-prefetch operand

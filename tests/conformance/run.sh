@@ -84,7 +84,8 @@ check() { # NAME COMMAND...
   local name=$1
   shift
   while [ "$(jobs -rp | wc -l)" -ge "$slots" ]; do wait -n || true; done
-  ( set +e; "$@" >"$logs/$name.log" 2>&1; echo $? >"$logs/$name.rc" ) &
+  ( set +e; start=$SECONDS; "$@" >"$logs/$name.log" 2>&1; echo $? >"$logs/$name.rc"
+    echo $((SECONDS - start)) >"$logs/$name.seconds" ) &
   names+=("$name")
 }
 for k in add_f32 matmul_bf16_f32 flash_attention_causal_bf16 double_buffered_rows_f32; do
@@ -149,7 +150,7 @@ check compare "$venv/bin/python" tests/conformance/compare.py "$out"
 wait
 failed=()
 for name in "${names[@]}"; do
-  echo "== conformance: $name"
+  echo "== conformance: $name ($(cat "$logs/$name.seconds" 2>/dev/null || echo '?') s)"
   cat "$logs/$name.log"
   rc=$(cat "$logs/$name.rc" 2>/dev/null || echo "no exit status")
   [ "$rc" = 0 ] || failed+=("$name (exit $rc)")
