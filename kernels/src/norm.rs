@@ -96,6 +96,21 @@ pub(crate) struct RowsAndScale<T> {
     gamma: In<f32>,
 }
 
+/// What every norm backward reads and writes besides `x` and `gamma`:
+/// the block's `dy` and `dx`, and `gamma`'s gradient, written once.
+#[operands]
+pub(crate) struct RowGrads<T> {
+    #[shape(rows, cols)]
+    #[block([block_rows, cols], |i| (i, 0))]
+    dy: In<T>,
+    #[shape(rows, cols)]
+    #[block([block_rows, cols], |i| (i, 0))]
+    dx: Out<T>,
+    #[shape(1, cols)]
+    #[block([1, cols], |_| (0, 0))]
+    dgamma: Out<f32>,
+}
+
 /// RMS norm: `x / sqrt(mean(x²) + eps) · gamma`.
 #[tpu_kernel(grid = (kernel_ir::cdiv(rows, block_rows),), semantics = (parallel,))]
 pub fn rms_norm<T: Float>(
@@ -138,15 +153,7 @@ pub fn rms_norm_bwd<T: Float>(
     block_rows: usize,
     eps: f32,
     #[operands] _: RowsAndScale<T>,
-    #[shape(rows, cols)]
-    #[block([block_rows, cols], |i| (i, 0))]
-    dy: In<T>,
-    #[shape(rows, cols)]
-    #[block([block_rows, cols], |i| (i, 0))]
-    dx: Out<T>,
-    #[shape(1, cols)]
-    #[block([1, cols], |_| (0, 0))]
-    dgamma: Out<f32>,
+    #[operands] _: RowGrads<T>,
     #[shape(1, cols)] acc: Scratch<f32>,
 ) {
     let i = program_id(0);
@@ -215,15 +222,7 @@ pub fn layer_norm_bwd<T: Float>(
     block_rows: usize,
     eps: f32,
     #[operands] _: RowsAndScale<T>,
-    #[shape(rows, cols)]
-    #[block([block_rows, cols], |i| (i, 0))]
-    dy: In<T>,
-    #[shape(rows, cols)]
-    #[block([block_rows, cols], |i| (i, 0))]
-    dx: Out<T>,
-    #[shape(1, cols)]
-    #[block([1, cols], |_| (0, 0))]
-    dgamma: Out<f32>,
+    #[operands] _: RowGrads<T>,
     #[shape(1, cols)]
     #[block([1, cols], |_| (0, 0))]
     dbeta: Out<f32>,
