@@ -158,7 +158,7 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
             entry: format!("file:{name}"),
             config: Vec::new(),
         };
-        let art = export::export_on(&kernel, &[], gpu).map_err(|e| Failure::Run(e.into()))?;
+        let art = export::export_on(&kernel, &[], gpu).map_err(|e| Failure::Run(e.to_string()))?;
         publish(dir, &export::artifact_files(&art, None, &prov))?;
         let devices = kernel
             .mesh
@@ -305,8 +305,8 @@ fn artifact(
         }
         None => Vec::new(),
     };
-    let art = export::export_on(kernel, &fixed, gpu)?;
-    let vjp = export::vjp_on(entry, cfg, kernel, &fixed, gpu)?;
+    let art = export::export_on(kernel, &fixed, gpu).map_err(|e| e.to_string())?;
+    let vjp = export::vjp_on(entry, cfg, kernel, &fixed, gpu).map_err(|e| e.to_string())?;
     Ok((
         export::artifact_files(&art, vjp.as_ref(), prov),
         vjp.is_some(),

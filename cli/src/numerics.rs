@@ -52,7 +52,7 @@ pub fn numerics(args: &[String]) -> Result<(), Failure> {
         }
         name => backend(name).map_err(usage)?,
     };
-    let rows = fp8_gemm_errors(&ks, m, n, seed, b).map_err(Failure::Run)?;
+    let rows = fp8_gemm_errors(&ks, m, n, seed, b).map_err(|e| Failure::Run(e.to_string()))?;
     println!(
         "FP8 GEMM (e4m3fn inputs uniform in -8..8, {m} x {n}, f32 output) against the f64 reference, on {b}:\n"
     );

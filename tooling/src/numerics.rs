@@ -59,6 +59,26 @@ pub struct ErrorRow {
     pub over_tolerance: usize,
 }
 
+/// Why the error table could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum NumericsError {
+    /// A depth that is not a positive multiple of 512.
+    #[error("depth {0}: give multiples of 512 (four quarters of 128-deep steps)")]
+    Depth(usize),
+    /// The FP8 GEMM did not build.
+    #[error(transparent)]
+    Kernel(#[from] kernel_ir::KernelErrors),
+    /// A path could not run it.
+    #[error(transparent)]
+    Run(Box<runtime::backend::BackendError>),
+    /// An array of the wrong size (a Tessera bug).
+    #[error(transparent)]
+    Array(#[from] kernel_ir::ArrayError),
+    /// A run gave no output.
+    #[error("the FP8 GEMM gave no output")]
+    NoOutput,
+}
+
 fn gemm(
     m: usize,
     n: usize,
@@ -67,7 +87,7 @@ fn gemm(
     x: &Array,
     w: &Array,
     backend: Backend,
-) -> Result<Array, String> {
+) -> Result<Array, NumericsError> {
     let cfg = Fp8GemmConfig {
         m,
         n,
@@ -82,18 +102,16 @@ fn gemm(
         dtype: DType::F8E4M3FN,
         out_dtype: DType::F32,
     };
-    let kernel = fp8_gemm(&cfg).map_err(|e| e.to_string())?;
-    let one = Array::new(DType::F32, [1, 1], vec![1.0]).map_err(|e| e.to_string())?;
+    let kernel = fp8_gemm(&cfg)?;
+    let one = Array::new(DType::F32, [1, 1], vec![1.0])?;
     let zero = Array::zeros(DType::F32, [1, n]);
     let out = run(
         backend,
         &kernel,
         &[x.clone(), w.clone(), one.clone(), one, zero],
     )
-    .map_err(|e| e.to_string())?;
-    out.into_iter()
-        .next()
-        .ok_or_else(|| "no output".to_string())
+    .map_err(|e| NumericsError::Run(Box::new(e)))?;
+    out.into_iter().next().ok_or(NumericsError::NoOutput)
 }
 
 /// Columns `lo..hi` of `a: [r, c]` (rows of `a` when `rows`).
@@ -119,13 +137,11 @@ pub fn fp8_gemm_errors(
     n: usize,
     seed: u64,
     backend: Backend,
-) -> Result<Vec<ErrorRow>, String> {
+) -> Result<Vec<ErrorRow>, NumericsError> {
     let mut rows = Vec::new();
     for &k in ks {
         if k == 0 || k % 512 != 0 {
-            return Err(format!(
-                "depth {k}: give multiples of 512 (four quarters of 128-deep steps)"
-            ));
+            return Err(NumericsError::Depth(k));
         }
         let x = Array::random(DType::F8E4M3FN, [m, k], seed, -8.0, 8.0);
         let w = Array::random(DType::F8E4M3FN, [k, n], seed + 1, -8.0, 8.0);

@@ -23,13 +23,29 @@ use runtime::backend::{Backend, BackendError, Prepared};
 
 use kernels::check::{ErrorStats, Tolerance};
 
+/// Why a path gave no comparison.
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    /// The backend could not prepare or run the kernel.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// The run gave another number of outputs than there are references.
+    #[error("{outputs} outputs, {references} references")]
+    Outputs {
+        /// Outputs the run gave.
+        outputs: usize,
+        /// References given.
+        references: usize,
+    },
+}
+
 /// One backend's run of one kernel.
 #[derive(Debug)]
 pub struct PathReport {
     /// The backend.
     pub backend: Backend,
     /// Each output's error against its reference, or why the run failed.
-    pub result: Result<Vec<ErrorStats>, String>,
+    pub result: Result<Vec<ErrorStats>, PathError>,
     /// Time to compile (JIT, or PJRT compile); zero for the interpreter.
     pub compile: Duration,
     /// Time of one run, including host↔device copies for PJRT.
@@ -100,13 +116,12 @@ pub fn run_paths(
             let t = Instant::now();
             let outputs = prepared.and_then(|p| p.run(args));
             let run = t.elapsed();
-            let result = outputs.map_err(|e| e.to_string()).and_then(|outs| {
+            let result = outputs.map_err(PathError::from).and_then(|outs| {
                 if outs.len() != reference.len() {
-                    return Err(format!(
-                        "{} outputs, {} references",
-                        outs.len(),
-                        reference.len()
-                    ));
+                    return Err(PathError::Outputs {
+                        outputs: outs.len(),
+                        references: reference.len(),
+                    });
                 }
                 Ok(outs
                     .iter()

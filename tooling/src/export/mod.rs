@@ -337,18 +337,21 @@ pub enum ExportError {
         found: String,
     },
     /// The kernel's steps for the PyTorch loader (`triton.json`).
-    #[error("{0}")]
-    Steps(String),
+    #[error("its Triton steps (triton.json): {0}")]
+    Steps(Box<lowering::LoweringError>),
+    /// Recording or exporting the backward on the graph runtime failed.
+    #[error("the VJP of `{kernel}`: {what}: {source}")]
+    Vjp {
+        /// The forward kernel's name.
+        kernel: String,
+        /// The step (`recording the backward`, `exporting the program`).
+        what: &'static str,
+        /// The runtime's error.
+        source: Box<graph::RuntimeError>,
+    },
     /// The artifact's folder could not be written (nothing was).
     #[error(transparent)]
     Write(#[from] StageError),
-}
-
-/// For the callers that report in words.
-impl From<ExportError> for String {
-    fn from(e: ExportError) -> String {
-        e.to_string()
-    }
 }
 
 /// Exports `kernel` (see the module docs).
@@ -411,7 +414,7 @@ pub fn export_on(
         .collect();
     let mut art = multi_platform(&kernel.name, &ins, &outs, &branches, fixed)?;
     if gpu {
-        art.steps = Some(kernel_steps(kernel, fixed).map_err(ExportError::Steps)?);
+        art.steps = Some(kernel_steps(kernel, fixed).map_err(|e| ExportError::Steps(Box::new(e)))?);
     }
     art.mesh = kernel
         .mesh

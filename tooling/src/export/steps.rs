@@ -8,8 +8,8 @@ use kernel_ir::{Array, VerifiedKernel};
 pub(super) fn kernel_steps(
     kernel: &VerifiedKernel,
     fixed: &[(usize, Array)],
-) -> Result<String, String> {
-    let steps = graph::kernel_steps(kernel).map_err(|e| e.to_string())?;
+) -> Result<String, lowering::LoweringError> {
+    let steps = graph::kernel_steps(kernel)?;
     Ok(steps_with_fixed(steps, fixed))
 }
 

@@ -5,7 +5,7 @@ use kernel_ir::{Array, VerifiedKernel};
 use kernels::{Config, Entry};
 
 use super::steps::steps_with_fixed;
-use super::{Artifact, GPU_PLATFORMS, Signature, multi_platform};
+use super::{Artifact, ExportError, GPU_PLATFORMS, Signature, multi_platform};
 
 /// The VJP artifact of `entry` built as `forward` with `cfg`, in
 /// jax.export's VJP convention (the primals and the outputs' cotangents
@@ -25,7 +25,7 @@ pub fn vjp_for(
     entry: &Entry,
     cfg: &Config,
     forward: &VerifiedKernel,
-) -> Result<Option<Artifact>, String> {
+) -> Result<Option<Artifact>, ExportError> {
     vjp_fixed(entry, cfg, forward, &[])
 }
 
@@ -37,7 +37,7 @@ pub fn vjp_fixed(
     cfg: &Config,
     forward: &VerifiedKernel,
     fixed: &[(usize, Array)],
-) -> Result<Option<Artifact>, String> {
+) -> Result<Option<Artifact>, ExportError> {
     vjp_on(entry, cfg, forward, fixed, false)
 }
 
@@ -49,7 +49,7 @@ pub fn vjp_on(
     forward: &VerifiedKernel,
     fixed: &[(usize, Array)],
     gpu: bool,
-) -> Result<Option<Artifact>, String> {
+) -> Result<Option<Artifact>, ExportError> {
     use graph::{KernelForm, Runtime, Tensor};
     if entry.backward.is_none() {
         return Ok(None);
@@ -62,9 +62,12 @@ pub fn vjp_on(
     if float_ins.is_empty() {
         return Ok(None);
     }
-    let fail = |what: &str| {
-        let what = what.to_string();
-        move |e: graph::RuntimeError| format!("the VJP of `{}`: {what}: {e}", forward.name)
+    let fail = |what: &'static str| {
+        move |e: graph::RuntimeError| ExportError::Vjp {
+            kernel: forward.name.clone(),
+            what,
+            source: Box::new(e),
+        }
     };
     let outs: Signature = forward
         .outputs()
@@ -72,7 +75,7 @@ pub fn vjp_on(
         .collect();
     // The backward as the graph runtime records it: primals (fixed ones
     // at their values), then cotangents, and the gradients.
-    let record = || -> Result<(Runtime, Vec<Tensor>, Vec<Tensor>), String> {
+    let record = || -> Result<(Runtime, Vec<Tensor>, Vec<Tensor>), ExportError> {
         let rt = Runtime::cpu().map_err(fail("starting the CPU runtime"))?;
         let primals: Vec<Tensor> = ins
             .iter()
@@ -111,15 +114,13 @@ pub fn vjp_on(
     let branch = |(rt, params, grads): &(Runtime, Vec<Tensor>, Vec<Tensor>),
                   form: KernelForm,
                   name: &str|
-     -> Result<lowering::program::Branch, String> {
+     -> Result<lowering::program::Branch, ExportError> {
         let params: Vec<&Tensor> = params.iter().collect();
         let grads: Vec<&Tensor> = grads.iter().collect();
         let text = rt
             .export_as(&params, &grads, form)
             .map_err(fail("exporting the program"))?;
-        lowering::private_functions(&text, name)
-            .map(lowering::program::Branch::Functions)
-            .map_err(|e| e.to_string())
+        Ok(lowering::private_functions(&text, name).map(lowering::program::Branch::Functions)?)
     };
     let recorded = record()?;
     let mut branches = vec![
