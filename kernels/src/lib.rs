@@ -18,7 +18,8 @@
 //!   epilogue; [`rope`]: rotary embeddings; [`swiglu`]: fused SwiGLU;
 //! * [`foundation`]: tiled elementwise add, tiled matmul with an f32
 //!   accumulator in scratch, row softmax;
-//! * [`moe`]: grouped matmul for mixture-of-experts layers;
+//! * [`moe`]: grouped matmul for mixture-of-experts layers; [`permute`]:
+//!   the token permute and weighted unpermute around it;
 //! * [`random`](mod@random): random words and dropout, bit for bit
 //!   `jax.random`'s (Threefry-2x32); [`router`]: the MoE router's top-k;
 //! * [`conv1d`]: Mamba's causal depthwise conv1d, its halo rolled in from
@@ -52,6 +53,7 @@ pub mod fp8_gemm;
 pub mod moe;
 pub mod mxfp4;
 pub mod norm;
+pub mod permute;
 pub mod random;
 pub mod rope;
 pub mod router;
@@ -93,6 +95,8 @@ pub const ENTRIES: &[&Entry] = &[
     &conv1d::CAUSAL_CONV1D,
     &swiglu::SWIGLU,
     &moe::GROUPED_MATMUL,
+    &permute::MOE_PERMUTE,
+    &permute::MOE_UNPERMUTE,
     &dma::DOUBLE_BUFFERED_ROWS,
     &fp8_gemm::FP8_GEMM,
     &scaled_mm::SCALED_MM,

@@ -9,6 +9,7 @@ mod lib_attention;
 mod lib_lowp;
 mod lib_moe;
 mod lib_ops;
+mod lib_permute;
 mod lib_ragged;
 mod library_paths;
 mod masks;
