@@ -19,7 +19,8 @@
 //! * [`foundation`]: tiled elementwise add, tiled matmul with an f32
 //!   accumulator in scratch, row softmax;
 //! * [`moe`]: grouped matmul for mixture-of-experts layers; [`permute`]:
-//!   the token permute and weighted unpermute around it;
+//!   the token permute and weighted unpermute around it; [`tgmm`]: its
+//!   weight gradient;
 //! * [`random`](mod@random): random words and dropout, bit for bit
 //!   `jax.random`'s (Threefry-2x32); [`router`]: the MoE router's top-k;
 //! * [`conv1d`]: Mamba's causal depthwise conv1d, its halo rolled in from
@@ -59,6 +60,7 @@ pub mod rope;
 pub mod router;
 pub mod scaled_mm;
 pub mod swiglu;
+pub mod tgmm;
 pub mod w8a16;
 
 /// Every kernel of the library, in a fixed order: what `tessera list`
@@ -97,6 +99,7 @@ pub const ENTRIES: &[&Entry] = &[
     &moe::GROUPED_MATMUL,
     &permute::MOE_PERMUTE,
     &permute::MOE_UNPERMUTE,
+    &tgmm::TGMM,
     &dma::DOUBLE_BUFFERED_ROWS,
     &fp8_gemm::FP8_GEMM,
     &scaled_mm::SCALED_MM,
