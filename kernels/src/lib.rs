@@ -183,4 +183,11 @@ pub mod guide {
     pub mod numerics {
         #![doc = include_str!("../doc/numerics.md")]
     }
+
+    /// Kernels for current models: how the library's pieces make a layer
+    /// (a mixture-of-experts layer from router, permute, grouped matmul
+    /// and unpermute, checked against its definition).
+    pub mod current_models {
+        #![doc = include_str!("../doc/current_models.md")]
+    }
 }
