@@ -146,6 +146,15 @@ def pallas_gmm(dt, m, k, n, experts, tile):
     return export(lambda a, b, g: gmm(a, b, g, preferred_element_type=jnp.float32, tiling=(tile, tile, tile)), lhs, rhs, sizes)
 
 
+def pallas_tgmm(dt, m, k, n, experts, tile):
+    # megablox's own layout: lhs is x transposed, [k, m].
+    from jax.experimental.pallas.ops.tpu.megablox.gmm import tgmm
+    lhs = jax.ShapeDtypeStruct((k, m), DTYPES[dt])
+    rhs = jax.ShapeDtypeStruct((m, n), DTYPES[dt])
+    sizes = jax.ShapeDtypeStruct((experts,), jnp.int32)
+    return export(lambda a, b, g: tgmm(a, b, g, preferred_element_type=jnp.float32, tiling=(tile, tile, tile)), lhs, rhs, sizes)
+
+
 def xla_dot(dt, n):
     x = jax.ShapeDtypeStruct((n, n), DTYPES[dt])
     return export(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32).astype(a.dtype), x, x)
@@ -328,6 +337,14 @@ def main():
                 rows.append({"kind": "gmm", "config": label, "gen": gen, "error": t.get("error") or p.get("error")})
                 continue
             record("grouped matmul", label, gen, t, p, None, peer="megablox gmm")
+            # The weight gradient at the same shapes and tiles (megablox
+            # takes x transposed, its native layout; Tessera x as is).
+            p = module_estimate(tessera, pallas_tgmm(dt, 384, 256, 256, 4, 128), gen, tmp, "tgmm")
+            t = tessera_estimate(tessera, "tgmm", gen, {"dtype": dt}, {})
+            if "error" in t or "error" in p:
+                rows.append({"kind": "tgmm", "config": label, "gen": gen, "error": t.get("error") or p.get("error")})
+                continue
+            record("grouped matmul weight gradient", label, gen, t, p, None, peer="megablox tgmm")
 
     lines = [
         "# Tessera against Pallas and XLA by libtpu's static schedule estimate",
