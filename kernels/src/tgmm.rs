@@ -12,8 +12,8 @@
 //! ```
 //! use kernels::tgmm::tgmm_metadata;
 //! let (meta, count) = tgmm_metadata(&[100, 0, 28], 128, 64);
-//! assert_eq!(meta.group_ids[..count], [0, 0, 1, 2, 2]); // group 1 (empty) visited once
-//! assert_eq!(meta.m_tile_ids[..count], [0, 1, 1, 1, 1]);
+//! assert_eq!(meta.group_ids[..count], [0, 0, 1, 2]); // group 1 (empty) visited once
+//! assert_eq!(meta.m_tile_ids[..count], [0, 1, 1, 1]); // tile 1 holds rows of groups 0 and 2
 //! ```
 
 use kernel_ir::prelude::*;
