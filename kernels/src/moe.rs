@@ -214,8 +214,55 @@ pub fn reference(x: &Array, w: &Array, offsets: &[usize], transpose: bool) -> Ve
     o
 }
 
-fn offsets_of(a: &Array) -> Vec<usize> {
+pub(crate) fn offsets_of(a: &Array) -> Vec<usize> {
     a.data().iter().map(|&v| v.max(0.0) as usize).collect()
+}
+
+/// The group sizes of `group_offsets`, which must rise from 0 to `m` (the
+/// check both schedules' entries make before comparing their schedule).
+pub(crate) fn group_sizes(off: &Array, m: usize) -> Result<Vec<usize>, EntryError> {
+    let offs = off.data();
+    let monotone = offs.windows(2).all(|w| w[0] <= w[1]);
+    if offs.first() != Some(&0.0) || offs.last() != Some(&(m as f64)) || !monotone {
+        return Err(EntryError::Input(format!(
+            "group_offsets must rise from 0 to m = {m} (the running sum of the group sizes), got {offs:?}"
+        )));
+    }
+    Ok(offsets_of(off).windows(2).map(|w| w[1] - w[0]).collect())
+}
+
+/// Rows per tile: the block of operand `x`.
+pub(crate) fn x_block_rows(k: &VerifiedKernel) -> usize {
+    k.operands
+        .iter()
+        .find(|o| o.name == "x")
+        .map_or(1, |o| o.block.shape[0])
+}
+
+/// An i32 array's values as i32s.
+pub(crate) fn as_i32(a: &Array) -> Vec<i32> {
+    a.data().iter().map(|&v| v as i32).collect()
+}
+
+/// `v` as an i32 array.
+pub(crate) fn i32_array(v: &[i32]) -> Array {
+    Array::new(DType::I32, [v.len()], v.iter().map(|&x| x as f64).collect())
+        .unwrap_or_else(|_| Array::zeros(DType::I32, [v.len()]))
+}
+
+/// Random sizes of `e` groups summing to `m`, group 1 empty when there are
+/// three or more (what the samples of both schedules' entries draw).
+pub(crate) fn sampled_group_sizes(m: usize, e: usize, seed: u64) -> Vec<usize> {
+    let mut rng = kernel_ir::SplitMix64(seed);
+    let mut cuts: Vec<usize> = (0..e.saturating_sub(1)).map(|_| rng.below(m + 1)).collect();
+    cuts.sort_unstable();
+    if e >= 3 {
+        cuts[1] = cuts[0]; // group 1 is empty
+    }
+    let mut bounds = vec![0];
+    bounds.extend(cuts);
+    bounds.push(m);
+    bounds.windows(2).map(|w| w[1] - w[0]).collect()
 }
 
 /// The group offsets must run from 0 to `m` without going back, and the
@@ -231,21 +278,8 @@ fn check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> 
         return Ok(());
     };
     let m = x.shape()[0];
-    let offs = off.data();
-    let monotone = offs.windows(2).all(|w| w[0] <= w[1]);
-    if offs.first() != Some(&0.0) || offs.last() != Some(&(m as f64)) || !monotone {
-        return Err(EntryError::Input(format!(
-            "group_offsets must rise from 0 to m = {m} (the running sum of the group sizes), got {offs:?}"
-        )));
-    }
-    let sizes: Vec<usize> = offsets_of(off).windows(2).map(|w| w[1] - w[0]).collect();
-    let bm = k
-        .operands
-        .iter()
-        .find(|o| o.name == "x")
-        .map_or(1, |o| o.block.shape[0]);
-    let want = group_metadata(&sizes, m, bm);
-    let as_i32 = |a: &Array| a.data().iter().map(|&v| v as i32).collect::<Vec<_>>();
+    let sizes = group_sizes(off, m)?;
+    let want = group_metadata(&sizes, m, x_block_rows(k));
     if as_i32(ids) != want.group_ids || as_i32(tiles) != want.m_tile_ids {
         return Err(EntryError::Input(
             "group_ids and m_tile_ids are not the schedule of group_offsets; build them with kernels::moe::group_metadata".into(),
@@ -260,30 +294,12 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     let shapes: Vec<(DType, Vec<usize>)> =
         k.arguments().map(|a| (a.dtype, a.shape.to_vec())).collect();
     let (m, e) = (shapes[3].1[0], shapes[0].1[0].saturating_sub(1));
-    let mut rng = kernel_ir::SplitMix64(seed);
-    let mut cuts: Vec<usize> = (0..e.saturating_sub(1)).map(|_| rng.below(m + 1)).collect();
-    cuts.sort_unstable();
-    if e >= 3 {
-        cuts[1] = cuts[0]; // group 1 is empty
-    }
-    let mut bounds = vec![0];
-    bounds.extend(cuts);
-    bounds.push(m);
-    let sizes: Vec<usize> = bounds.windows(2).map(|w| w[1] - w[0]).collect();
-    let bm = k
-        .operands
-        .iter()
-        .find(|o| o.name == "x")
-        .map_or(1, |o| o.block.shape[0]);
-    let meta = group_metadata(&sizes, m, bm);
-    let ints = |v: &[i32]| {
-        Array::new(DType::I32, [v.len()], v.iter().map(|&x| x as f64).collect())
-            .unwrap_or_else(|_| Array::zeros(DType::I32, [v.len()]))
-    };
+    let sizes = sampled_group_sizes(m, e, seed);
+    let meta = group_metadata(&sizes, m, x_block_rows(k));
     vec![
-        ints(&meta.offsets),
-        ints(&meta.group_ids),
-        ints(&meta.m_tile_ids),
+        i32_array(&meta.offsets),
+        i32_array(&meta.group_ids),
+        i32_array(&meta.m_tile_ids),
         Array::random(shapes[3].0, shapes[3].1.clone(), seed + 1, -1.0, 1.0),
         Array::random(shapes[4].0, shapes[4].1.clone(), seed + 2, -0.2, 0.2),
     ]

@@ -20,7 +20,10 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Array, KernelErrors, VerifiedKernel};
 
 use crate::entry::{Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, dims, param};
-use crate::moe::{GroupMetadata, visits};
+use crate::moe::{
+    GroupMetadata, as_i32, group_sizes, i32_array, offsets_of, sampled_group_sizes, visits,
+    x_block_rows,
+};
 use crate::tolerance::Tolerance;
 
 /// The schedule of a weight gradient for `group_sizes` (summing to `m`)
@@ -157,10 +160,6 @@ pub fn reference(x: &Array, dy: &Array, offsets: &[usize]) -> Vec<f64> {
     dw
 }
 
-fn offsets_of(a: &Array) -> Vec<usize> {
-    a.data().iter().map(|&v| v.max(0.0) as usize).collect()
-}
-
 /// The schedule must be the one [`tgmm_metadata`] makes for the offsets
 /// (another would leave a group's block unwritten or count rows twice).
 fn check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> {
@@ -174,21 +173,8 @@ fn check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> 
         return Ok(());
     };
     let m = x.shape()[0];
-    let offs = off.data();
-    let monotone = offs.windows(2).all(|w| w[0] <= w[1]);
-    if offs.first() != Some(&0.0) || offs.last() != Some(&(m as f64)) || !monotone {
-        return Err(EntryError::Input(format!(
-            "group_offsets must rise from 0 to m = {m} (the running sum of the group sizes), got {offs:?}"
-        )));
-    }
-    let sizes: Vec<usize> = offsets_of(off).windows(2).map(|w| w[1] - w[0]).collect();
-    let bm = k
-        .operands
-        .iter()
-        .find(|o| o.name == "x")
-        .map_or(1, |o| o.block.shape[0]);
-    let (want, n) = tgmm_metadata(&sizes, m, bm);
-    let as_i32 = |a: &Array| a.data().iter().map(|&v| v as i32).collect::<Vec<_>>();
+    let sizes = group_sizes(off, m)?;
+    let (want, n) = tgmm_metadata(&sizes, m, x_block_rows(k));
     if as_i32(ids) != want.group_ids
         || as_i32(tiles) != want.m_tile_ids
         || as_i32(count) != [n as i32]
@@ -206,31 +192,13 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     let shapes: Vec<(DType, Vec<usize>)> =
         k.arguments().map(|a| (a.dtype, a.shape.to_vec())).collect();
     let (m, e) = (shapes[4].1[0], shapes[0].1[0].saturating_sub(1));
-    let mut rng = kernel_ir::SplitMix64(seed);
-    let mut cuts: Vec<usize> = (0..e.saturating_sub(1)).map(|_| rng.below(m + 1)).collect();
-    cuts.sort_unstable();
-    if e >= 3 {
-        cuts[1] = cuts[0];
-    }
-    let mut bounds = vec![0];
-    bounds.extend(cuts);
-    bounds.push(m);
-    let sizes: Vec<usize> = bounds.windows(2).map(|w| w[1] - w[0]).collect();
-    let bm = k
-        .operands
-        .iter()
-        .find(|o| o.name == "x")
-        .map_or(1, |o| o.block.shape[0]);
-    let (meta, count) = tgmm_metadata(&sizes, m, bm);
-    let ints = |v: &[i32]| {
-        Array::new(DType::I32, [v.len()], v.iter().map(|&x| x as f64).collect())
-            .unwrap_or_else(|_| Array::zeros(DType::I32, [v.len()]))
-    };
+    let sizes = sampled_group_sizes(m, e, seed);
+    let (meta, count) = tgmm_metadata(&sizes, m, x_block_rows(k));
     vec![
-        ints(&meta.offsets),
-        ints(&meta.group_ids),
-        ints(&meta.m_tile_ids),
-        ints(&[count as i32]),
+        i32_array(&meta.offsets),
+        i32_array(&meta.group_ids),
+        i32_array(&meta.m_tile_ids),
+        i32_array(&[count as i32]),
         Array::random(shapes[4].0, shapes[4].1.clone(), seed + 1, -1.0, 1.0),
         Array::random(shapes[5].0, shapes[5].1.clone(), seed + 2, -1.0, 1.0),
     ]

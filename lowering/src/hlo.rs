@@ -127,6 +127,31 @@ impl<'c> Hlo<'_, 'c> {
     ) -> Result<Raw, LoweringError> {
         let ir = self.ir;
         let init = self.splat(b, r.identity(d), d, &[])?;
+        let inner = self.combiner(r, d, nan_wins)?;
+        let ax: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
+        ir.op(
+            b,
+            "stablehlo.reduce",
+            &[x, init],
+            &[self.t(shape, d)],
+            vec![("dimensions", ir.i64_array(&ax))],
+            vec![ir.region(inner)],
+        )?
+        .first()
+        .copied()
+        .ok_or_else(|| LoweringError::Internal("reduce".into()))
+    }
+
+    /// The block combining two scalars of `d` with `r` (the body of a
+    /// reduction or a summing collective); with `nan_wins` a NaN operand
+    /// beats a float max or min.
+    pub(crate) fn combiner(
+        &self,
+        r: ReduceOp,
+        d: DType,
+        nan_wins: bool,
+    ) -> Result<Block<'c>, LoweringError> {
+        let ir = self.ir;
         let scalar = self.t(&[], d);
         let inner = ir.block(&[scalar, scalar]);
         let a = ir.args(&inner);
@@ -148,18 +173,7 @@ impl<'c> Hlo<'_, 'c> {
             Vec::new(),
             Vec::new(),
         )?;
-        let ax: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
-        ir.op(
-            b,
-            "stablehlo.reduce",
-            &[x, init],
-            &[self.t(shape, d)],
-            vec![("dimensions", ir.i64_array(&ax))],
-            vec![ir.region(inner)],
-        )?
-        .first()
-        .copied()
-        .ok_or_else(|| LoweringError::Internal("reduce".into()))
+        Ok(inner)
     }
 
     /// `stablehlo.dot_general` of `l` and `r` (result `shape`, `d`).

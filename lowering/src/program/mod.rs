@@ -402,18 +402,7 @@ impl<'c> ProgramBuilder<'_, 'c> {
     ) -> Result<Value, LoweringError> {
         let d = self.dtype(x)?;
         let ir = self.hlo.ir;
-        let scalar = self.hlo.t(&[], d);
-        let inner = ir.block(&[scalar, scalar]);
-        let a = ir.args(&inner);
-        let s = ir.op1(&inner, "stablehlo.add", &[a[0], a[1]], scalar, Vec::new())?;
-        ir.op(
-            &inner,
-            "stablehlo.return",
-            &[s],
-            &[],
-            Vec::new(),
-            Vec::new(),
-        )?;
+        let inner = self.hlo.combiner(ReduceOp::Sum, d, false)?;
         attrs.push(("replica_groups", self.replica_groups()?));
         let raw = ir
             .op(
