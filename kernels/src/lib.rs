@@ -21,6 +21,8 @@
 //! * [`moe`]: grouped matmul for mixture-of-experts layers; [`permute`]:
 //!   the token permute and weighted unpermute around it; [`tgmm`]: its
 //!   weight gradient;
+//! * [`cross_entropy`]: fused linear + softmax cross-entropy, forward and
+//!   backward, the logits never in memory;
 //! * [`random`](mod@random): random words and dropout, bit for bit
 //!   `jax.random`'s (Threefry-2x32); [`router`]: the MoE router's top-k;
 //! * [`conv1d`]: Mamba's causal depthwise conv1d, its halo rolled in from
@@ -47,6 +49,7 @@ pub use entry::{Config, Entry, EntryError, Param, ParamKind, Preset};
 
 pub mod attention;
 pub mod conv1d;
+pub mod cross_entropy;
 pub mod dma;
 pub mod epilogue;
 pub mod foundation;
@@ -100,6 +103,9 @@ pub const ENTRIES: &[&Entry] = &[
     &permute::MOE_PERMUTE,
     &permute::MOE_UNPERMUTE,
     &tgmm::TGMM,
+    &cross_entropy::LINEAR_CROSS_ENTROPY,
+    &cross_entropy::LINEAR_CROSS_ENTROPY_DX,
+    &cross_entropy::LINEAR_CROSS_ENTROPY_DW,
     &dma::DOUBLE_BUFFERED_ROWS,
     &fp8_gemm::FP8_GEMM,
     &scaled_mm::SCALED_MM,
