@@ -80,11 +80,11 @@ pub(crate) struct RowsByVocab<T> {
     labels: In<i32>,
 }
 
-/// The tile's logits `[bn, bv]` (f32) with the columns past `v` at −∞,
-/// and each column's vocabulary index `[1, bv]`.
+/// The logits of vocabulary tile `j`, `[bn, bv]` (f32) with the columns
+/// past `v` at −∞, and each column's vocabulary index `[1, bv]`.
 #[kernel_fn]
-fn logits(x: Ref, w: Ref, bv: usize, v: usize) -> (Tile, Tile) {
-    let col = iota(I32, [1, bv], 1) + program_id(1) * bv as i32;
+fn logits(x: Ref, w: Ref, j: Tile, bv: usize, v: usize) -> (Tile, Tile) {
+    let col = iota(I32, [1, bv], 1) + j * bv as i32;
     let s = dot(x.load(..), w.load(..));
     (select(col < v as i32, s, f32::NEG_INFINITY), col)
 }
@@ -121,7 +121,7 @@ pub fn linear_cross_entropy<T: Float>(
         l.store(.., 0.0);
         picked.store(.., 0.0);
     }
-    let (s, col) = logits(x, w, bv, v);
+    let (s, col) = logits(x, w, j, bv, v);
     let label = labels.load(..);
     // Running max and sum held in all 128 lanes (as the attention kernels
     // do): read back as a lane max they broadcast over the tile for free.
@@ -160,7 +160,7 @@ pub(crate) struct RowCotangents {
     dlse: In<f32>,
 }
 
-/// The logits' cotangent on the tile, `[bn, bv]` f32: `dloss·(p − onehot)
+/// The logits' cotangent on vocabulary tile `j`, `[bn, bv]` f32: `dloss·(p − onehot)
 /// + dlse·p` with `p = exp(s − lse)`, zero past `v` and past `n` (rows
 /// are at `rows`, `[bn, 1]`), the loss term zero on ignored rows.
 #[kernel_fn]
@@ -168,6 +168,7 @@ pub(crate) struct RowCotangents {
 fn logit_grad(
     x: Ref,
     w: Ref,
+    j: Tile,
     label: Tile,
     lse: Tile,
     dloss: Tile,
@@ -175,7 +176,7 @@ fn logit_grad(
     rows: Tile,
     (n, bv, v): (usize, usize, usize),
 ) -> Tile {
-    let (s, col) = logits(x, w, bv, v);
+    let (s, col) = logits(x, w, j, bv, v);
     let p = (s - lse).exp();
     let dl = select(counted(label, v), dloss, 0.0);
     let g = dl * (p - select(col == label, 1.0, 0.0)) + dlse * p;
@@ -205,6 +206,7 @@ pub fn linear_cross_entropy_dx<T: Float>(
     let g = logit_grad(
         x,
         w,
+        j,
         labels.load(..),
         lse.load(..),
         dloss.load(..),
@@ -260,6 +262,7 @@ pub fn linear_cross_entropy_dw<T: Float>(
     let g = logit_grad(
         x,
         w,
+        program_id(0),
         labels.load(..),
         lse.load(..),
         dloss.load(..),

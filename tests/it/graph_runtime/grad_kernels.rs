@@ -322,3 +322,20 @@ fn gradients_compile_once_per_bucket() {
     // are hits.
     assert_eq!(compiles, vec![1, 2, 2, 2, 2, 2], "{compiles:?}");
 }
+
+/// The fused cross-entropy's backward (the dx and dw kernels, from the
+/// saved lse) against central differences of its f64 reference, both
+/// outputs carrying a cotangent: two vocabulary tiles, the second ragged,
+/// and an ignored row (its loss is constant, its lse is not).
+#[test]
+fn linear_cross_entropy_backward_matches_central_differences() {
+    for (n, v, seed) in [(5usize, 130usize, 1u64), (3, 7, 2)] {
+        let x = uniform(&[n, 8], seed, -1.0, 1.0);
+        let w = uniform(&[8, v], seed ^ 1, -0.5, 0.5);
+        let labels = (0..n)
+            .map(|r| if r == 1 { -100.0 } else { ((r * 37) % v) as f64 })
+            .collect();
+        let labels = Array::new(I32, [n, 1], labels).unwrap();
+        check_entry("linear_cross_entropy", &[("bv", "128")], &[x, w, labels], seed).unwrap();
+    }
+}

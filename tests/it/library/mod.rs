@@ -6,6 +6,7 @@ mod collective;
 mod cost;
 mod foundation;
 mod lib_attention;
+mod lib_cross_entropy;
 mod lib_lowp;
 mod lib_moe;
 mod lib_ops;
