@@ -438,12 +438,16 @@ fn config(c: &Config, s: &[Vec<usize>]) -> Result<LinearCrossEntropyConfig, Entr
             "labels are [{ln}, {one}]; give one label per row of x, as [{n}, 1]"
         )));
     }
+    let gpu = kernel_ir::current_platform() == kernel_ir::Platform::Gpu;
     Ok(LinearCrossEntropyConfig {
         n,
         d,
         v,
         bn: c.usize("bn")?.min(n),
-        bv: c.usize("bv")?.min(v),
+        // A GPU program holds its blocks in shared memory, pipelined: the
+        // backward's [d, bv] blocks of w and of dw's accumulator fit an
+        // sm_80's 163 KiB at d = 128 only with bv <= 128.
+        bv: c.usize("bv")?.min(if gpu { 128 } else { v }).min(v),
         dtype: c.dtype("dtype")?,
     })
 }

@@ -333,9 +333,21 @@ fn linear_cross_entropy_backward_matches_central_differences() {
         let x = uniform(&[n, 8], seed, -1.0, 1.0);
         let w = uniform(&[8, v], seed ^ 1, -0.5, 0.5);
         let labels = (0..n)
-            .map(|r| if r == 1 { -100.0 } else { ((r * 37) % v) as f64 })
+            .map(|r| {
+                if r == 1 {
+                    -100.0
+                } else {
+                    ((r * 37) % v) as f64
+                }
+            })
             .collect();
         let labels = Array::new(I32, [n, 1], labels).unwrap();
-        check_entry("linear_cross_entropy", &[("bv", "128")], &[x, w, labels], seed).unwrap();
+        check_entry(
+            "linear_cross_entropy",
+            &[("bv", "128")],
+            &[x, w, labels],
+            seed,
+        )
+        .unwrap();
     }
 }
