@@ -78,17 +78,7 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
             match compile_kernel(&child, kernel, t, out.is_some()) {
                 Ok((_, c)) => {
                     ok += 1;
-                    let m = &c.memory;
-                    println!(
-                        "  {:<4} ok      {:>6.2} s  code {:>9}  HBM: arguments {}, outputs {}, temporaries {}, peak {}",
-                        t.name(),
-                        c.compile_time.as_secs_f64(),
-                        human_bytes(m.generated_code_bytes.max(0) as u64),
-                        human_bytes(m.argument_bytes.max(0) as u64),
-                        human_bytes(m.output_bytes.max(0) as u64),
-                        human_bytes(m.temp_bytes.max(0) as u64),
-                        human_bytes(m.peak_bytes.max(0) as u64),
-                    );
+                    println!("{}", ok_line(t, &c));
                     match &out {
                         Some(path) if single => {
                             let bytes = c.executable.unwrap_or_default();
@@ -307,6 +297,23 @@ fn indent(text: &str) -> String {
     text.lines().collect::<Vec<_>>().join("\n                ")
 }
 
+/// A successful compile's line: time, code size and libtpu's HBM memory
+/// stats (a module's peak counts the temporaries its XLA ops hold, the
+/// unfused logits of a loss, say).
+fn ok_line(t: Target, c: &ChildCompiled) -> String {
+    let m = &c.memory;
+    format!(
+        "  {:<4} ok      {:>6.2} s  code {:>9}  HBM: arguments {}, outputs {}, temporaries {}, peak {}",
+        t.name(),
+        c.compile_time.as_secs_f64(),
+        human_bytes(m.generated_code_bytes.max(0) as u64),
+        human_bytes(m.argument_bytes.max(0) as u64),
+        human_bytes(m.output_bytes.max(0) as u64),
+        human_bytes(m.temp_bytes.max(0) as u64),
+        human_bytes(m.peak_bytes.max(0) as u64),
+    )
+}
+
 /// `tessera compile --module FILE`: a whole StableHLO module (a JAX export
 /// calling a Tessera artifact, say) compiled with libtpu for each target.
 fn compile_module(path: &str, targets: &[Target]) -> Result<(), Failure> {
@@ -318,12 +325,7 @@ fn compile_module(path: &str, targets: &[Target]) -> Result<(), Failure> {
             return Err(usage(format!("--module {path}: {m}")));
         }
         match child.compile(t, &text, false) {
-            Ok(c) => println!(
-                "  {:<4} ok      {:>6.2} s  code {:>9}",
-                t.name(),
-                c.compile_time.as_secs_f64(),
-                human_bytes(c.memory.generated_code_bytes.max(0) as u64)
-            ),
+            Ok(c) => println!("{}", ok_line(t, &c)),
             Err(e) => {
                 failed += 1;
                 aborted += usize::from(matches!(e, ChildError::CompilerAborted { .. }));

@@ -15,7 +15,8 @@
 # Runs the kernels across chips beside Pallas's TPU interpret mode, outputs and
 # races (target/conformance/pallas_mesh.md). Kernels' random numbers against
 # jax.random bit for bit (target/conformance/random/report.md), and 4-bit
-# codecs against ml_dtypes (target/conformance/fp4/report.md).
+# codecs against ml_dtypes (target/conformance/fp4/report.md). The fused
+# linear cross-entropy beside tokamax's (target/conformance/llm_kernels.md).
 # Then the version matrix (versions.py): the same checks' core with jax 0.12.0.1
 # and libtpu 0.0.51, the newest supported, beside 0.11.2 and 0.0.48.1.
 # Writes target/conformance/report.md listing every remaining difference
@@ -55,6 +56,11 @@ jax_venv() { # VERSION
   echo "$v"
 }
 venv=$(jax_venv 0.11.2)
+# tokamax's kernels (llm_kernels.py), hash-pinned, once per venv.
+if ! "$venv/bin/python" -c 'import importlib.util as u; assert u.find_spec("tokamax") and u.find_spec("jaxtyping")' 2>/dev/null; then
+  "$venv/bin/python" -m pip install --quiet --no-cache-dir --disable-pip-version-check --no-deps \
+    --require-hashes -r tests/conformance/anchors.txt >&2
+fi
 
 out=target/conformance
 mkdir -p "$out"
@@ -143,6 +149,11 @@ check jax_random "$venv/bin/python" tests/conformance/jax_random.py "$tessera" "
 # packing) in a kernel on every backend against ml_dtypes, bit for bit
 # (target/conformance/fp4/report.md).
 check fp4 "$venv/bin/python" tests/conformance/fp4.py "$tessera" "$out/fp4"
+# Issue 49's kernels beside the anchors: the fused linear cross-entropy
+# against tokamax's Pallas kernel (numerics in interpret mode on the same
+# inputs, libtpu's estimate, a training step's peak HBM against the unfused
+# JAX graph) (target/conformance/llm_kernels.md).
+check llm_kernels "$venv/bin/python" tests/conformance/llm_kernels.py "$tessera" "$out"
 # Tessera's tpu_custom_call and Mosaic bodies against Pallas's own exports
 # (target/conformance/report.md).
 check compare "$venv/bin/python" tests/conformance/compare.py "$out"

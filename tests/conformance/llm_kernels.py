@@ -1,0 +1,326 @@
+"""Issue 49's kernels beside the best TPU kernel that exists for each.
+
+Usage: llm_kernels.py TESSERA OUTDIR [--full]. Writes OUTDIR/llm_kernels.md and
+exits non-zero on a failed check.
+
+Fused linear + softmax cross-entropy against tokamax 0.0.17's Pallas
+Mosaic TPU kernel (`linear_softmax_cross_entropy_loss`, installed without
+its dependencies: its kernel file needs only jax and jaxtyping, so it is
+loaded by path and the rest of tokamax is never imported):
+
+* numerics: the same f32 and bf16 inputs through Tessera's forward, dx and
+  dw on every backend (`tessera run --backend all`) and through tokamax's
+  forward and backward in Pallas's TPU interpret mode on the CPU, each
+  against float64 from the definition (max abs and relative error; NaN
+  fails); a vocabulary that is not a multiple of the block (1000) too;
+* speed: libtpu's static schedule estimate of both at tokamax's default
+  blocks (b 1024, h 512, v 2048) on v6e (and v5e with --full). tokamax's kernel runs its
+  own pipeline inside `core_map`, which the profiler does not follow (0
+  cycles, no vmatmul), so the ratio is reported, not asserted;
+* memory: peak HBM by libtpu's compile of a JAX training step (loss and
+  gradients), fused (the `tessera export` artifact, its VJP running the dx
+  and dw kernels) against the unfused JAX graph (`x @ w`, log-softmax, its
+  autodiff): the fused peak must be under half the unfused one (the
+  logits' bytes are what it saves).
+"""
+import importlib.util
+import json
+import logging
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def load_tokamax_kernel():
+    """tokamax's cross-entropy kernel module, by path (tokamax's own
+    __init__ imports pydantic, qwix and more that its kernels never use)."""
+    spec = importlib.util.find_spec("tokamax")
+    if spec is None:
+        return None
+    root = pathlib.Path(spec.submodule_search_locations[0])
+    f = root / "_src/ops/linear_softmax_cross_entropy_loss/pallas_mosaic_tpu_kernel.py"
+    s = importlib.util.spec_from_file_location("tokamax_lce_kernel", f)
+    m = importlib.util.module_from_spec(s)
+    s.loader.exec_module(m)
+    return m
+
+
+def as_chip(gen):
+    """Lets tokamax's kernel trace (and run in TPU interpret mode) on the
+    CPU as if on one core of `gen`: it reads the chip's tiling, VMEM size
+    and core count, which a CPU has not. A private jax 0.11.2 function,
+    pinned with it."""
+    from jax._src import tpu_info as ti
+    from jax._src.pallas.mosaic import tpu_info as mti
+    from jax.experimental.pallas import tpu as pltpu
+
+    info = ti._get_tpu_info_impl({"v5e": ti.ChipVersion.TPU_V5E, "v6e": ti.ChipVersion.TPU_V6E}[gen], 1)
+    pltpu.get_tpu_info = ti.get_tpu_info = mti.get_tpu_info = lambda: info
+    if not hasattr(pltpu, "_tessera_mesh"):
+        pltpu._tessera_mesh = pltpu.TensorCoreMesh
+        pltpu.TensorCoreMesh = lambda **kw: pltpu._tessera_mesh(**{"num_cores": 1, **kw})
+
+
+def reference(x, w, labels, dloss):
+    """float64 from the definition: per-row loss (0 for an ignored label),
+    lse, and dx, dw for the loss's cotangent `dloss` (lse's is 0)."""
+    s = x.astype(np.float64) @ w.astype(np.float64)
+    m = s.max(1, keepdims=True)
+    lse = m[:, 0] + np.log(np.exp(s - m).sum(1))
+    v = w.shape[1]
+    ok = (labels >= 0) & (labels < v)
+    picked = np.where(ok, s[np.arange(len(labels)), np.clip(labels, 0, v - 1)], 0.0)
+    loss = np.where(ok, lse - picked, 0.0)
+    g = np.exp(s - lse[:, None])
+    g[np.arange(len(labels))[ok], labels[ok]] -= 1.0
+    g *= np.where(ok, dloss, 0.0)[:, None]
+    return {"loss": loss, "lse": lse, "dx": g @ w.astype(np.float64).T, "dw": x.astype(np.float64).T @ g}
+
+
+def error(got, want):
+    got = np.asarray(got, np.float64).reshape(want.shape)
+    if np.isnan(got).any():
+        return float("nan"), float("nan")
+    diff = np.abs(got - want)
+    return float(diff.max()), float((diff / np.maximum(np.abs(want), 1e-6)).max())
+
+
+def run(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def tessera_run(tessera, kernel, arrays, config, tmp):
+    """Every backend's outputs of `kernel` on `arrays` (name -> array)."""
+    args = [tessera, "run", kernel, "--backend", "all", "--out", str(tmp / kernel)]
+    for name, a in arrays.items():
+        p = tmp / f"{kernel}.{name}.npy"
+        np.save(p, a)
+        args += ["--input", f"{name}={p}"]
+    for k, v in config.items():
+        args += ["--config", f"{k}={v}"]
+    r = run(args)
+    if r.returncode != 0:
+        raise SystemExit(f"llm_kernels: {' '.join(args)} failed: {r.stderr.strip()[-600:]}")
+    out = {}
+    for d in sorted((tmp / kernel).iterdir()):
+        out[d.name] = {f.stem: np.load(f) for f in d.glob("*.npy")}
+    return out
+
+
+def tokamax_run(m, x, labels, w, dloss, block):
+    from jax.experimental.pallas import tpu as pltpu
+
+    blocks = dict(b_block_size=block[0], h_block_size=block[1], v_block_size=block[2])
+    with pltpu.force_tpu_interpret_mode():
+        loss, lse = m.linear_softmax_cross_entropy_loss_fwd_pallas_mosaic_tpu(
+            jnp.asarray(x), jnp.asarray(labels), jnp.asarray(w), reduction="none", **blocks)
+        dx, dw = m.linear_softmax_cross_entropy_loss_bwd_pallas_mosaic_tpu(
+            jnp.asarray(dloss, jnp.float32), lse, jnp.asarray(x), jnp.asarray(labels), jnp.asarray(w),
+            reduction="none", **blocks)
+    return {"loss": loss, "lse": lse, "dx": dx, "dw": dw}
+
+
+def numerics(tessera, m, tmp, lines, failures):
+    lines += ["## Fused linear + softmax cross-entropy: numerics", "",
+              "Inputs x uniform in ±1, w in ±0.3, labels uniform over the vocabulary (tokamax's"
+              " kernel has no ignored label, so none here), dloss uniform in ±1, dlse 0. Error"
+              " against float64 from the definition, over every element: max abs / max rel.", "",
+              "| dtype | B×H×V | who | loss | lse | dx | dw |", "|---|---|---|---|---|---|---|"]
+    rng = np.random.default_rng(49)
+    for dt, (b, h, v) in [("f32", (256, 256, 1024)), ("bf16", (256, 256, 1024)), ("f32", (256, 256, 1000))]:
+        x = rng.uniform(-1, 1, (b, h)).astype(np.float32)
+        w = rng.uniform(-0.3, 0.3, (h, v)).astype(np.float32)
+        if dt == "bf16":
+            x = np.asarray(jnp.asarray(x, jnp.bfloat16).astype(jnp.float32))
+            w = np.asarray(jnp.asarray(w, jnp.bfloat16).astype(jnp.float32))
+        labels = rng.integers(0, v, b).astype(np.int32)
+        dloss = rng.uniform(-1, 1, b).astype(np.float32)
+        want = reference(x, w, labels, dloss)
+        # Tessera's tolerance: f32 accumulation over h (loss, lse), and the
+        # MXU operands in the input dtype for the gradients.
+        tol = {"loss": 1e-6 * h + 1e-4, "lse": 1e-6 * h + 1e-4,
+               "dx": 2e-4 if dt == "f32" else 6e-2, "dw": 1e-5 * b if dt == "f32" else 2e-2 * b ** 0.5}
+        cfg = {"dtype": dt, "bn": 128, "bv": 256}
+        fwd = tessera_run(tessera, "linear_cross_entropy",
+                          {"x": x, "w": w, "labels": labels[:, None]}, cfg, tmp)
+        args = {"x": x, "w": w, "labels": labels[:, None], "lse": want["lse"].astype(np.float32)[:, None],
+                "dloss": dloss[:, None], "dlse": np.zeros((b, 1), np.float32)}
+        dx = tessera_run(tessera, "linear_cross_entropy_dx", args, cfg, tmp)
+        dw = tessera_run(tessera, "linear_cross_entropy_dw", args, cfg, tmp)
+        shape = f"{b}×{h}×{v}"
+        for backend in fwd:
+            got = {"loss": fwd[backend]["loss"], "lse": fwd[backend]["lse"],
+                   "dx": dx[backend]["dx"], "dw": dw[backend]["dw"]}
+            cells = []
+            for k in ("loss", "lse", "dx", "dw"):
+                a, r = error(got[k], want[k])
+                cells.append(f"{a:.2e} / {r:.1e}")
+                if not a <= tol[k]:
+                    failures.append(f"cross-entropy {dt} {shape} Tessera {backend} {k}: max abs {a:.3e} > {tol[k]:.1e}")
+            lines.append(f"| {dt} | {shape} | Tessera {backend} | " + " | ".join(cells) + " |")
+        if m is None:
+            lines.append(f"| {dt} | {shape} | tokamax | not installed |||| |")
+            continue
+        try:
+            jdt = jnp.bfloat16 if dt == "bf16" else jnp.float32
+            # An out-of-bounds DMA in interpret mode is logged by jax's
+            # callback machinery before it is raised: the raise is the report.
+            logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
+            t = tokamax_run(m, x.astype(jdt), labels, w.astype(jdt), dloss, (128, 128, 256))
+            cells = []
+            for k in ("loss", "lse", "dx", "dw"):
+                a, r = error(np.asarray(t[k], np.float32), want[k])
+                cells.append(f"{a:.2e} / {r:.1e}")
+            lines.append(f"| {dt} | {shape} | tokamax (interpret) | " + " | ".join(cells) + " |")
+        except Exception as e:  # noqa: BLE001 (the anchor's refusal is a finding, not a failure)
+            msg = str(e).strip().splitlines()[-1][:200]
+            lines.append(f"| {dt} | {shape} | tokamax (interpret) | refused: {msg} ||||")
+    lines.append("")
+
+
+def estimate(tessera, args):
+    r = run([tessera, "estimate", *args, "--json"])
+    try:
+        return json.loads(r.stdout)[0]
+    except (json.JSONDecodeError, IndexError):
+        return {"error": r.stderr.strip()[-300:]}
+
+
+def export_tpu(f, *shapes):
+    return jax.export.export(jax.jit(f), platforms=["tpu"])(*shapes).mlir_module()
+
+
+def speed(tessera, m, tmp, lines, gens):
+    lines += ["## Fused linear + softmax cross-entropy: libtpu's schedule estimate", "",
+              "bf16 x[1024, 512] · w[512, 4096] at tokamax's default blocks (b 1024, h 512, v 2048;"
+              " Tessera keeps h whole, so the same blocks). Tessera's backward is its dx and dw"
+              " kernels together.", "",
+              "| gen | pass | Tessera cycles | trusted | tokamax cycles | tokamax vmatmul | ratio |",
+              "|---|---|---|---|---|---|---|"]
+    b, h, v = 1024, 512, 4096
+    shapes = ["--shape", f"x={b}x{h}", "--shape", f"w={h}x{v}", "--shape", f"labels={b}x1"]
+    bwd_shapes = shapes + ["--shape", f"lse={b}x1", "--shape", f"dloss={b}x1", "--shape", f"dlse={b}x1"]
+    cfg = ["--config", "dtype=bf16", "--config", "bn=1024", "--config", "bv=2048"]
+    x = jax.ShapeDtypeStruct((b, h), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((h, v), jnp.bfloat16)
+    lab = jax.ShapeDtypeStruct((b,), jnp.int32)
+    vec = jax.ShapeDtypeStruct((b,), jnp.float32)
+    for gen in gens:
+        tk = {}
+        if m is not None:
+            as_chip(gen)
+            fwd = export_tpu(lambda x, l, w: m.linear_softmax_cross_entropy_loss_fwd_pallas_mosaic_tpu(
+                x, l, w, reduction="none"), x, lab, w)
+            bwd = export_tpu(lambda d, s, x, l, w: m.linear_softmax_cross_entropy_loss_bwd_pallas_mosaic_tpu(
+                d, s, x, l, w, reduction="none"), vec, vec, x, lab, w)
+            for name, text in [("fwd", fwd), ("bwd", bwd)]:
+                p = tmp / f"tokamax_{name}_{gen}.mlir"
+                p.write_text(text)
+                tk[name] = estimate(tessera, ["--module", str(p), "--tpu", gen])
+        t_fwd = estimate(tessera, ["linear_cross_entropy", "--tpu", gen, *cfg, *shapes])
+        t_dx = estimate(tessera, ["linear_cross_entropy_dx", "--tpu", gen, *cfg, *bwd_shapes])
+        t_dw = estimate(tessera, ["linear_cross_entropy_dw", "--tpu", gen, *cfg, *bwd_shapes])
+        for name, ts in [("forward", [t_fwd]), ("backward", [t_dx, t_dw])]:
+            if any("error" in t for t in ts):
+                lines.append(f"| {gen} | {name} | no estimate: {' '.join(t.get('error', '') for t in ts)[:200]} ||||||")
+                continue
+            cycles = sum(t["cycles"] for t in ts)
+            trusted = "yes" if all(t["trusted"] for t in ts) else "no: " + "; ".join(
+                r for t in ts for r in t["reasons"])[:120]
+            p = tk.get("fwd" if name == "forward" else "bwd")
+            if p is None or "error" in p:
+                lines.append(f"| {gen} | {name} | {cycles:,} | {trusted} | {'not installed' if p is None else p['error'][:100]} | | |")
+                continue
+            ratio = f"{cycles / p['cycles']:.3f}" if p["cycles"] else "— (0 cycles)"
+            lines.append(f"| {gen} | {name} | {cycles:,} | {trusted} | {p['cycles']:,} | {p['vmatmul']} | {ratio} |")
+    lines += ["", "tokamax's kernels run their own pipeline (`emit_pipeline` inside `core_map` over HBM"
+              " refs); libtpu's profiler reports 0 cycles and no vmatmul for them, so no ratio can be"
+              " trusted and none is asserted (the same blind spot as megablox's tgmm in tpu_estimate.md).", ""]
+
+
+def compile_peak(tessera, args):
+    """libtpu's peak HBM (MiB) for a kernel or a module, from `tessera compile`."""
+    r = run([tessera, "compile", *args])
+    for line in r.stdout.splitlines():
+        if "peak" in line:
+            value, unit = line.rsplit("peak", 1)[1].split()[:2]
+            return float(value) * {"B": 2 ** -20, "KiB": 2 ** -10, "MiB": 1.0, "GiB": 1024.0}[unit.rstrip(",")]
+    raise SystemExit(f"llm_kernels: tessera compile {' '.join(args)}: no peak in {r.stdout[-300:]} {r.stderr[-300:]}")
+
+
+def memory(tessera, tmp, lines, failures):
+    b, h, v = 4096, 1024, 32768
+    lines += ["## Fused linear + softmax cross-entropy: peak memory", "",
+              f"bf16 x[{b}, {h}] · w[{h}, {v}] (the logits alone: {b * v * 4 / 2 ** 20:.0f} MiB in f32), v6e:"
+              " libtpu's peak HBM for a JAX training step's loss and its gradients (`jax.value_and_grad`"
+              " of the summed loss for x and w), exported for TPU and compiled. Unfused: `x @ w` in f32,"
+              " log-softmax, the label's term. Fused: the `tessera export` artifact of"
+              " `linear_cross_entropy` (its forward, and its VJP's dx and dw kernels).", ""]
+    import tessera_jax
+
+    art = tmp / "lce_artifact"
+    shapes = ["--shape", f"x={b}x{h}", "--shape", f"w={h}x{v}", "--shape", f"labels={b}x1"]
+    cfg = ["--config", "dtype=bf16", "--config", "bn=512", "--config", "bv=1024"]
+    r = run([tessera, "export", "linear_cross_entropy", *cfg, *shapes, "--out", str(art)])
+    if r.returncode != 0:
+        failures.append(f"tessera export linear_cross_entropy: {r.stderr.strip()[-400:]}")
+        return
+    exp = tessera_jax.load(art)
+    if "vjp" not in tessera_jax.manifest(art):
+        failures.append("linear_cross_entropy exported without its VJP")
+
+    def unfused(x, w, labels):
+        s = jnp.dot(x, w, preferred_element_type=jnp.float32)
+        logp = jax.nn.log_softmax(s, axis=-1)
+        return -jnp.take_along_axis(logp, labels, axis=1).sum()
+
+    def fused(x, w, labels):
+        loss, _ = exp.call(x, w, labels)
+        return loss.sum()
+
+    args = (jax.ShapeDtypeStruct((b, h), jnp.bfloat16), jax.ShapeDtypeStruct((h, v), jnp.bfloat16),
+            jax.ShapeDtypeStruct((b, 1), jnp.int32))
+    peaks = {}
+    for name, f in (("unfused JAX", unfused), ("Tessera fused", fused)):
+        p = tmp / f"{name.split()[0]}.mlir"
+        p.write_text(export_tpu(jax.value_and_grad(f, argnums=(0, 1)), *args))
+        peaks[name] = compile_peak(tessera, ["--module", str(p), "--tpu", "v6e"])
+    ratio = peaks["Tessera fused"] / peaks["unfused JAX"]
+    lines += ["| training step | peak HBM (MiB) |", "|---|---|"]
+    lines += [f"| {k} | {v:.1f} |" for k, v in peaks.items()]
+    lines += [f"| fused / unfused | {ratio:.3f} |", ""]
+    if not ratio < 0.5:
+        failures.append(f"cross-entropy peak memory: fused / unfused {ratio:.3f}, not below 0.5")
+
+
+def main():
+    tessera, out = sys.argv[1], pathlib.Path(sys.argv[2])
+    out.mkdir(parents=True, exist_ok=True)
+    m = load_tokamax_kernel()
+    if m is not None:
+        as_chip("v6e")
+    lines = ["# The kernels a current LLM needs, beside the anchors", "",
+             f"tokamax {'0.0.17' if m is not None else 'not installed'}, jax {jax.__version__}, libtpu 0.0.48.1"
+             " (compile-only). The MoE weight gradient (`tgmm`) against megablox's is in tpu_estimate.md.", ""]
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        numerics(tessera, m, tmp, lines, failures)
+        # The estimate interprets Tessera's kernels to count their dots
+        # (a minute a generation here): v5e too with --full.
+        speed(tessera, m, tmp, lines, ("v5e", "v6e") if "--full" in sys.argv[3:] else ("v6e",))
+        memory(tessera, tmp, lines, failures)
+    lines += [f"{len(failures)} failures" if failures else "every check passed"]
+    lines += [f"- {f}" for f in failures]
+    (out / "llm_kernels.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
