@@ -108,6 +108,11 @@ check jax_export "$venv/bin/python" tests/conformance/jax_export.py "$tessera" "
 # configuration's Tessera/Pallas ratio is above its target
 # (target/conformance/tpu_estimate.md).
 check tpu_estimate "$venv/bin/python" tests/conformance/tpu_estimate.py "$tessera" "$out"
+# Issue 49's kernels beside the anchors: the fused linear cross-entropy
+# against tokamax's Pallas kernel (numerics in interpret mode on the same
+# inputs, libtpu's estimate, a training step's peak HBM against the unfused
+# JAX graph) (target/conformance/llm_kernels.md).
+check llm_kernels "$venv/bin/python" tests/conformance/llm_kernels.py "$tessera" "$out"
 # The version matrix: an artifact loaded and run in jax 0.12.0.1, and every
 # preset compiled with libtpu 0.0.48.1 and 0.0.51 side by side, estimates
 # that move more than 5% reported (target/conformance/versions.md).
@@ -149,11 +154,6 @@ check jax_random "$venv/bin/python" tests/conformance/jax_random.py "$tessera" "
 # packing) in a kernel on every backend against ml_dtypes, bit for bit
 # (target/conformance/fp4/report.md).
 check fp4 "$venv/bin/python" tests/conformance/fp4.py "$tessera" "$out/fp4"
-# Issue 49's kernels beside the anchors: the fused linear cross-entropy
-# against tokamax's Pallas kernel (numerics in interpret mode on the same
-# inputs, libtpu's estimate, a training step's peak HBM against the unfused
-# JAX graph) (target/conformance/llm_kernels.md).
-check llm_kernels "$venv/bin/python" tests/conformance/llm_kernels.py "$tessera" "$out"
 # Tessera's tpu_custom_call and Mosaic bodies against Pallas's own exports
 # (target/conformance/report.md).
 check compare "$venv/bin/python" tests/conformance/compare.py "$out"
