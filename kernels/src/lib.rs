@@ -75,6 +75,7 @@ pub const ENTRIES: &[&Entry] = &[
     &norm::LAYER_NORM,
     &attention::FLASH_ATTENTION,
     &attention::FLASH_ATTENTION_KV_LEN,
+    &attention::FLASH_ATTENTION_SINKS,
     &attention::ATTENTION_DELTA,
     &attention::FLASH_ATTENTION_DQ,
     &attention::FLASH_ATTENTION_DKV,

@@ -1,5 +1,5 @@
 //! The attention kernels' library entries: flash attention forward (with
-//! and without a valid kv length) and its backward kernels (delta, dq,
+//! and without a valid kv length, with sinks) and its backward kernels (delta, dq,
 //! dk/dv), with their parameters, reference, tolerances and presets.
 
 use kernel_ir::prelude::*;
@@ -210,6 +210,100 @@ pub const FLASH_ATTENTION: Entry = Entry {
             shapes: GQA_SHAPES,
         },
     ],
+};
+
+/// The f64 reference with sinks: attention's `o` and `lse` with each
+/// head's sink added to its rows' softmax (`lse' = log(e^lse + e^sink)`,
+/// `o' = o·e^(lse − lse')`; a row with no key: `o = 0`, `lse = sink`).
+pub(crate) fn sinks_reference(
+    c: &Config,
+    a: &[Array],
+) -> Result<crate::entry::Outputs, EntryError> {
+    let d = a[0].shape()[3];
+    let (mut o, mut lse) = reference::attention_full(&a[0], &a[1], &a[2], &attn_spec(c, d)?);
+    let (h, sq) = (a[0].shape()[1], a[0].shape()[2]);
+    for (row, l) in lse.iter_mut().enumerate() {
+        let sink = a[3].data()[row / sq % h];
+        let folded = if *l == f64::NEG_INFINITY {
+            sink
+        } else {
+            l.max(sink) + ((*l - l.max(sink)).exp() + (sink - l.max(sink)).exp()).ln()
+        };
+        let scale = (*l - folded).exp();
+        o[row * d..(row + 1) * d]
+            .iter_mut()
+            .for_each(|x| *x *= scale);
+        *l = folded;
+    }
+    Ok(vec![o, lse])
+}
+
+/// Sinks of either sign, from well below the scores to above them, each
+/// a finite f32; q, k, v uniform.
+fn sinks_inputs(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
+    let mut v = uniform_inputs(c, k, seed);
+    if let Some(s) = v.get_mut(3) {
+        *s = Array::random(F32, s.shape().to_vec(), seed + 40, -4.0, 4.0);
+    }
+    v
+}
+
+/// [`flash_attention_sinks()`] in the library.
+pub const FLASH_ATTENTION_SINKS: Entry = Entry {
+    name: "flash_attention_sinks",
+    fixed_inputs: None,
+    backward: crate::entry::backward!(|c, s| {
+        let (q, k) = (&s[0], &s[1]);
+        let cfg = attn_config(c, q[2], k[2], q[3])?;
+        Ok(vjp::vjp_sinks(cfg))
+    }),
+    about: "flash attention forward with a learned sink logit per query head (gpt-oss): outputs o and lse",
+    params: ATTN_PARAMS,
+    inputs: |_| {
+        let mut v = qkv();
+        v.push(("sinks", vec![2]));
+        Ok(v)
+    },
+    build: |c, s| {
+        let dims = flash_attention::Dims::from_shapes(&refs(&s[..3]))?;
+        if s[3] != [dims.h] {
+            return Err(EntryError::Shape(format!(
+                "sinks is {:?}; give one sink per query head, as [{}]",
+                s[3], dims.h
+            )));
+        }
+        Ok(flash_attention_sinks(
+            &attn_config(c, dims.sq, dims.skv, dims.d)?,
+            c.dtype("dtype")?,
+            dims,
+        )?)
+    },
+    reference: sinks_reference,
+    check: |c, k, a| {
+        check_scores(c, k, a)?;
+        match a
+            .get(3)
+            .and_then(|s| s.data().iter().find(|v| !v.is_finite()))
+        {
+            Some(v) => Err(EntryError::Input(format!(
+                "sinks must be finite (got {v}); leave a head without a sink as a large negative logit, or use flash_attention"
+            ))),
+            None => Ok(()),
+        }
+    },
+    tolerance: forward_tolerance,
+    sample: sinks_inputs,
+    presets: &[Preset {
+        name: "flash_attention_sinks_gqa_bf16",
+        about: "flash attention with sinks, bf16, 4 query heads on 2 kv heads, causal, window 96, ragged 200 keys",
+        config: &[("dtype", "bf16"), ("causal", "true"), ("window", "96")],
+        shapes: &[
+            ("q", &[1, 4, 200, 64]),
+            ("k", &[1, 2, 200, 64]),
+            ("v", &[1, 2, 200, 64]),
+            ("sinks", &[4]),
+        ],
+    }],
 };
 
 /// [`flash_attention_kv_len()`] in the library.

@@ -74,7 +74,7 @@ use band::Band;
 pub use config::AttnConfig;
 pub(crate) use config::{QueryKeys, check_heads, group, kv_rows, q_rows};
 pub(crate) use online::{
-    Online, normalized, online_softmax_finish, online_softmax_init, online_update,
+    Online, fold_sink, normalized, online_softmax_finish, online_softmax_init, online_update,
 };
 pub use scores::MASK_VALUE;
 pub(crate) use scores::{ScoreRows, mask_scores, raw_scores, visible_keys};
@@ -143,13 +143,22 @@ fn attend_step(
 #[tpu_kernel(
     grid = (b, h, kernel_ir::cdiv(sq, cfg.block_q), kernel_ir::cdiv(skv, cfg.block_k)),
     semantics = (parallel, parallel, parallel, arbitrary),
-    name = if with_len { "flash_attention_kv_len" } else { "flash_attention" },
+    name = match (with_len, with_sinks) {
+        (true, _) => "flash_attention_kv_len",
+        (false, true) => "flash_attention_sinks",
+        (false, false) => "flash_attention",
+    },
     check = check_heads(h, hkv)
 )]
 pub fn flash_attention<T: Float>(
     cfg: &AttnConfig,
     with_len: bool,
+    with_sinks: bool,
     #[operands] _: QueryKeys<T>,
+    #[present(with_sinks)]
+    #[shape(h)]
+    #[block([h], |_, _, _, _| 0)]
+    sinks: Option<In<f32>>,
     #[shape(b, h, sq, d)]
     #[block(q_rows(cfg, d))]
     o: Out<T>,
@@ -176,6 +185,9 @@ pub fn flash_attention<T: Float>(
         }
     }
     if ki == num_programs(3) - 1 {
+        if let Some(sinks) = sinks {
+            fold_sink(st, sinks, h, cfg.block_q);
+        }
         online_softmax_finish(st, o, lse);
     }
 }
@@ -187,7 +199,7 @@ pub fn flash_attention(
     dtype: DType,
     dims: flash_attention::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    flash_attention::build_for(dtype, cfg, false, dims)
+    flash_attention::build_for(dtype, cfg, false, false, dims)
 }
 
 /// Records flash attention on the graph runtime, with its backward, for a
@@ -248,7 +260,7 @@ fn record_forward(
     // The dims come from q, k and v (the kv_len operand is `[1]` always).
     let dims = flash_attention::Dims::from_shapes(&[q.shape(), k.shape(), v.shape()])
         .map_err(|e| build_error(name, e))?;
-    let kernel = flash_attention::build_for(q.dtype(), cfg, kv_len.is_some(), dims)
+    let kernel = flash_attention::build_for(q.dtype(), cfg, kv_len.is_some(), false, dims)
         .map_err(|e| build_error(name, e))?;
     let mut args: Vec<&Tensor> = kv_len.into_iter().collect();
     args.extend([q, k, v]);
@@ -273,7 +285,52 @@ pub fn flash_attention_kv_len(
     dtype: DType,
     dims: flash_attention::Dims,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    flash_attention::build_for(dtype, cfg, true, dims)
+    flash_attention::build_for(dtype, cfg, true, false, dims)
+}
+
+/// Flash attention with a learned sink logit per query head (gpt-oss):
+/// each row's softmax runs over its keys and one more logit, `sinks[h]`,
+/// that has no value, so `o = Σ_j exp(s_j − lse)·v_j` with `lse =
+/// log(exp(sinks[h]) + Σ_j exp(s_j))`. A row may put weight on nothing
+/// (a sink far above its scores makes `o` small). Arguments: those of
+/// [`flash_attention()`] then `sinks: f32[h]` (finite); outputs as it,
+/// `lse` counting the sink. A row that sees no key gets `o = 0`, `lse =
+/// sinks[h]`. Its backward is flash attention's (the dq and dk/dv kernels
+/// read this `lse`) plus `dsinks[h] = Σ exp(sinks[h] − lse)·(ct_lse −
+/// rowsum(dO·o))` over the head's rows.
+pub fn flash_attention_sinks(
+    cfg: &AttnConfig,
+    dtype: DType,
+    dims: flash_attention::Dims,
+) -> Result<VerifiedKernel, KernelErrors> {
+    flash_attention::build_for(dtype, cfg, false, true, dims)
+}
+
+/// [`call_flash_attention`] with sinks (`f32[h]`): [`flash_attention_sinks()`]
+/// and its backward, which gives `sinks` a gradient too.
+#[cfg(feature = "graph")]
+pub fn call_flash_attention_sinks(
+    cfg: &AttnConfig,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    sinks: &Tensor,
+) -> Result<[Tensor; 2], RuntimeError> {
+    let name = "flash_attention_sinks";
+    let dims = flash_attention::Dims::from_shapes(&[q.shape(), k.shape(), v.shape()])
+        .map_err(|e| build_error(name, e))?;
+    let kernel = flash_attention_sinks(cfg, q.dtype(), dims).map_err(|e| build_error(name, e))?;
+    let vjp = vjp::vjp_sinks(cfg.clone());
+    let mut out = q
+        .runtime()
+        .call_with_vjp(&kernel, &[q, k, v, sinks], vjp)?
+        .into_iter();
+    match (out.next(), out.next()) {
+        (Some(o), Some(lse)) => Ok([o, lse]),
+        _ => Err(RuntimeError::Internal(format!(
+            "`{name}` returned fewer than 2 outputs"
+        ))),
+    }
 }
 
 pub(crate) mod entries;
@@ -284,7 +341,7 @@ pub use decode_fp8::PAGED_DECODE_ATTENTION_FP8;
 pub use entries::{
     ATTENTION_DELTA, FLASH_ATTENTION, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DKV_KV_LEN,
     FLASH_ATTENTION_DQ, FLASH_ATTENTION_DQ_KV_LEN, FLASH_ATTENTION_DQKV,
-    FLASH_ATTENTION_DQKV_KV_LEN, FLASH_ATTENTION_KV_LEN,
+    FLASH_ATTENTION_DQKV_KV_LEN, FLASH_ATTENTION_KV_LEN, FLASH_ATTENTION_SINKS,
 };
 pub use masked_entries::{MASKED_ATTENTION, MASKED_ATTENTION_DKV, MASKED_ATTENTION_DQ};
 pub use ragged::RAGGED_PAGED_ATTENTION;

@@ -54,6 +54,31 @@ pub(crate) fn online_softmax_init(st: Online) {
     st.acc.store(.., 0.0);
 }
 
+/// Adds one more logit per row to the softmax, the head's sink
+/// (`sinks[h]`, `h` heads, this grid step's head from axis 1): it joins
+/// the running max and sum and carries no value, so it only rescales.
+/// A row that saw no key is left with the sink alone (`o = 0`, `lse =
+/// sink`); a sink of −∞ changes nothing.
+#[kernel_fn]
+pub(crate) fn fold_sink(st: Online, sinks: Ref, h: usize, rows: usize) {
+    let Online { m, l, acc } = st;
+    let head = iota(I32, [1, h], 1);
+    let all = sinks.load(..).reshape([1, h]);
+    let sink = select(head == program_id(1), all, f32::NEG_INFINITY).max_keep(1);
+    let m_prev = m.load(..).max_keep(1);
+    let m_new = m_prev.max(sink);
+    // Equal maxima (both −∞ included) keep the running state as it is.
+    let alpha = select(m_prev == m_new, 1.0, (m_prev - m_new).exp());
+    let e_sink = select(sink == m_new, 1.0, (sink - m_new).exp());
+    let e_sink = select(sink == f32::NEG_INFINITY, 0.0, e_sink);
+    acc.store(.., acc.load(..) * alpha);
+    m.store(.., m_new.broadcast_to([rows, 128]));
+    l.store(
+        ..,
+        (l.load(..).max_keep(1) * alpha + e_sink).broadcast_to([rows, 128]),
+    );
+}
+
 /// Writes `o = acc / l` and `lse = m + log l`; rows that saw no visible
 /// key (see [`no_visible_key`]) get `o = 0` and `lse = −∞`.
 #[kernel_fn]

@@ -22,15 +22,24 @@ use crate::recording::backward_error;
 
 /// The backward of a forward call at `cfg` (the config it ran with).
 pub(crate) fn vjp(cfg: AttnConfig, with_len: bool) -> Arc<dyn KernelVjp> {
-    Arc::new(move |call: &VjpCall<'_>| backward(&cfg, call, with_len))
+    Arc::new(move |call: &VjpCall<'_>| backward(&cfg, call, with_len, false))
 }
 
-/// The backward of `flash_attention` (`with_len` false: inputs q, k, v) or
-/// `flash_attention_kv_len` (inputs kv_len, q, k, v).
+/// The backward of a `flash_attention_sinks` call (inputs q, k, v, sinks).
+pub(crate) fn vjp_sinks(cfg: AttnConfig) -> Arc<dyn KernelVjp> {
+    Arc::new(move |call: &VjpCall<'_>| backward(&cfg, call, false, true))
+}
+
+/// The backward of `flash_attention` (inputs q, k, v), `_kv_len` (inputs
+/// kv_len, q, k, v) or `_sinks` (inputs q, k, v, sinks). The sinks' `lse`
+/// is all dq, dk and dv need (`p = exp(s − lse)` counts the sink);
+/// `dsinks[h] = −Σ exp(sinks[h] − lse)·(delta − ct_lse)` over the head's
+/// rows, since a sink's only path to the loss is through `lse` and `o`.
 fn backward(
     cfg: &AttnConfig,
     call: &VjpCall<'_>,
     with_len: bool,
+    sinks: bool,
 ) -> Result<Vec<Option<Tensor>>, RuntimeError> {
     let name = call.kernel.name.as_str();
     let err = |e| backward_error(name, e);
@@ -130,6 +139,16 @@ fn backward(
         out.push(None);
     }
     out.extend([Some(dq), Some(dk), Some(dv)]);
+    if sinks {
+        let h = ins[3].shape()[0];
+        let per_row = ins[3]
+            .reshape(&[1, h, 1, 1])?
+            .broadcast_to(lse.shape())?
+            .sub(&lse)?
+            .exp()?
+            .mul(&delta)?;
+        out.push(Some(per_row.sum(&[0, 2, 3])?.reshape(&[h])?.neg()?));
+    }
     Ok(out)
 }
 

@@ -132,6 +132,11 @@ proptest! {
         // Both outputs carry a cotangent: o, and the lse (as delta − ct_lse).
         check_entry("flash_attention", &cfg, &[q.clone(), k.clone(), v.clone()], seed)
             .map_err(TestCaseError::fail)?;
+        // With a sink per head: dq, dk, dv from the sink-counting lse, and
+        // the sinks' own gradient.
+        let sinks = uniform(&[h], seed ^ 3, -2.0, 2.0);
+        check_entry("flash_attention_sinks", &cfg, &[q.clone(), k.clone(), v.clone(), sinks], seed)
+            .map_err(TestCaseError::fail)?;
         // Keys padded past a valid length: their gradients are zero and
         // the others do not see them.
         let len = 1 + (len_pick as usize) % s;
