@@ -86,6 +86,7 @@ pub const ENTRIES: &[&Entry] = &[
     &attention::PAGED_DECODE_ATTENTION,
     &attention::PAGED_DECODE_ATTENTION_DMA,
     &attention::PAGED_DECODE_ATTENTION_FP8,
+    &attention::MLA_DECODE_ATTENTION,
     &attention::RAGGED_PAGED_ATTENTION,
     &attention::MASKED_ATTENTION,
     &attention::MASKED_ATTENTION_DQ,

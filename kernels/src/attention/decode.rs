@@ -87,17 +87,23 @@ pub(super) fn attend_tokens(
     first: Tile,
     len: Tile,
 ) {
+    attend_scores(st, dot(qb, kb.t()) * sm_scale, vb, first, len);
+}
+
+/// The online-softmax step over scores `s` (`[g, tokens]`) of keys
+/// `first..first + tokens` and their values `vb` (`[tokens, dv]`), keys at
+/// or past `len` hidden: what every paged decode kernel does once it has
+/// its scores.
+#[kernel_fn]
+pub(super) fn attend_scores(st: Online, s: Tile, vb: Tile, first: Tile, len: Tile) {
     // A tile whose op failed has no shape; its error is already recorded.
-    let (qs, ks) = (qb.shape(), kb.shape());
-    let g = qs.first().copied().unwrap_or(1);
-    let (tokens, d) = (
-        ks.first().copied().unwrap_or(1),
-        ks.get(1).copied().unwrap_or(1),
-    );
+    let shape = s.shape();
+    let g = shape.first().copied().unwrap_or(1);
+    let tokens = shape.get(1).copied().unwrap_or(1);
     let pos = iota(I32, [g, tokens], 1) + first;
-    let s = select(pos < len, dot(qb, kb.t()) * sm_scale, MASK_VALUE);
+    let s = select(pos < len, s, MASK_VALUE);
     // Slots past the length may hold anything (a freed page's data).
-    let row = iota(I32, [tokens, d], 0) + first;
+    let row = iota(I32, vb.shape(), 0) + first;
     let vb = select(row < len, vb, 0.0);
     online_update(g, st, s, vb);
 }
@@ -188,8 +194,23 @@ pub(super) fn paged_sample(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Arr
     let mut v = uniform_inputs(c, k, seed);
     let (b, pps) = (v[1].shape()[0], v[1].shape()[1]);
     let (pool, page) = (v[3].shape()[1], v[3].shape()[2]);
-    // Distinct pages for every sequence when the pool holds them, and
-    // lengths from 0 (an empty sequence) to full.
+    if let Some((l, t)) = paged_tables(b, pps, pool, page, seed) {
+        v[0] = l;
+        v[1] = t;
+    }
+    v
+}
+
+/// Lengths (`[b]`) and block tables (`[b, pps]`) for a pool of `pool`
+/// pages of `page` tokens: distinct pages for every sequence when the
+/// pool holds them, and lengths from 0 (an empty sequence) to full.
+pub(super) fn paged_tables(
+    b: usize,
+    pps: usize,
+    pool: usize,
+    page: usize,
+    seed: u64,
+) -> Option<(Array, Array)> {
     let mut rng = kernel_ir::SplitMix64(seed);
     let mut perm: Vec<usize> = (0..pool.max(b * pps)).map(|p| p % pool.max(1)).collect();
     for i in (1..perm.len()).rev() {
@@ -197,14 +218,10 @@ pub(super) fn paged_sample(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Arr
     }
     let tables: Vec<f64> = perm[..b * pps].iter().map(|&p| p as f64).collect();
     let lengths: Vec<f64> = (0..b).map(|_| rng.below(pps * page + 1) as f64).collect();
-    if let (Ok(l), Ok(t)) = (
-        Array::new(DType::I32, [b], lengths),
-        Array::new(DType::I32, [b, pps], tables),
-    ) {
-        v[0] = l;
-        v[1] = t;
-    }
-    v
+    Some((
+        Array::new(DType::I32, [b], lengths).ok()?,
+        Array::new(DType::I32, [b, pps], tables).ok()?,
+    ))
 }
 
 /// The default inputs of both paged decode kernels: 4 sequences of up to 8

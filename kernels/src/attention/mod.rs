@@ -1,4 +1,5 @@
-//! Flash attention: forward (with logsumexp), backward, and paged decode.
+//! Flash attention: forward (with logsumexp), backward, paged decode, and
+//! MLA decode over a paged latent cache ([`mla`]).
 //!
 //! The forward grid walks (batch, head, q block, k block); the k dim is
 //! `arbitrary` and carries an online softmax in scratch: the running row
@@ -64,6 +65,7 @@ pub mod masked_backward;
 mod masked_entries;
 #[cfg(feature = "graph")]
 mod masked_vjp;
+pub mod mla;
 mod online;
 pub mod ragged;
 mod scores;
@@ -344,4 +346,5 @@ pub use entries::{
     FLASH_ATTENTION_DQKV_KV_LEN, FLASH_ATTENTION_KV_LEN, FLASH_ATTENTION_SINKS,
 };
 pub use masked_entries::{MASKED_ATTENTION, MASKED_ATTENTION_DKV, MASKED_ATTENTION_DQ};
+pub use mla::MLA_DECODE_ATTENTION;
 pub use ragged::RAGGED_PAGED_ATTENTION;

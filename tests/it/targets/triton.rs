@@ -191,3 +191,42 @@ fn fp8_dots_promote_their_sum_every_32_products() {
         }
     }
 }
+
+/// A sum of two dots (MLA's latent and RoPE scores, a two-matrix fusion)
+/// fuses the later dot into `tl.dot(a, b, acc)` with the earlier one as
+/// its accumulator, which is emitted: both were once deferred to the add
+/// and the accumulator was never written (`NameError` in the interpreter).
+/// Every path against the f64 sum.
+#[test]
+fn a_sum_of_two_dots_keeps_both() {
+    use kernel_ir::prelude::*;
+    let mut k = KernelBuilder::new("two_dots");
+    k.grid([2], [Parallel]);
+    let a = k.input("a", F32, [32, 64]).block([16, 64], |[i]| (i, 0));
+    let b = k.input("b", F32, [64, 32]).block([64, 32], |[_]| (0, 0));
+    let c = k.input("c", F32, [32, 16]).block([16, 16], |[i]| (i, 0));
+    let d = k.input("d", F32, [16, 32]).block([16, 32], |[_]| (0, 0));
+    let o = k.output("o", F32, [32, 32]).block([16, 32], |[i]| (i, 0));
+    o.store(
+        ..,
+        dot(a.load(..), b.load(..)) + dot(c.load(..), d.load(..)),
+    );
+    let k = k.build().unwrap();
+    let src = lowering::triton(&k).unwrap().source;
+    assert_eq!(src.matches("tl.dot(").count(), 2, "{src}");
+    let xs: Vec<Array> = [[32, 64], [64, 32], [32, 16], [16, 32]]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Array::random(DType::F32, s.to_vec(), 40 + i as u64, -1.0, 1.0))
+        .collect();
+    let ab = kernels::reference::matmul(&xs[0], &xs[1]);
+    let cd = kernels::reference::matmul(&xs[2], &xs[3]);
+    let want: Vec<f64> = ab.iter().zip(&cd).map(|(x, y)| x + y).collect();
+    tessera_testing::check_every_path(
+        &k,
+        &xs,
+        &[want],
+        &[kernels::check::Tolerance::matmul(80, DType::F32)],
+    )
+    .unwrap();
+}

@@ -259,8 +259,21 @@ impl<'a> Emitter<'a> {
         if *acc != DType::F32 || !self.uses_tensor_cores(*lhs, *rhs, dims) {
             return false;
         }
-        region.ops.iter().any(|op| {
-            matches!(op.kind, OpKind::Binary { op: BinaryOp::Add, lhs, rhs } if (lhs == r) != (rhs == r))
+        // The sum of two dots fuses the later one only: the earlier is
+        // emitted as the accumulator (were both deferred to the add, the
+        // accumulator would never be written).
+        let position = |v: ValueId| region.ops.iter().position(|op| op.results.contains(&v));
+        let later_dot = |other: ValueId| {
+            find_def(region, other).is_some_and(|d| matches!(d.kind, OpKind::Dot { .. }))
+                && position(other) > position(r)
+        };
+        region.ops.iter().any(|op| match op.kind {
+            OpKind::Binary {
+                op: BinaryOp::Add,
+                lhs,
+                rhs,
+            } if (lhs == r) != (rhs == r) => !later_dot(if lhs == r { rhs } else { lhs }),
+            _ => false,
         })
     }
 
