@@ -13,7 +13,7 @@
 //! A label outside `0..v` (PyTorch's `ignore_index = −100`, padding) marks
 //! an ignored row: its loss is 0 and it adds nothing to either gradient
 //! through the loss; its `lse` is still the row's logsumexp. The f64
-//! references ([`reference`], [`reference_backward`]) follow the same
+//! references ([`reference()`], [`reference_backward()`]) follow the same
 //! rule.
 //!
 //! ```
