@@ -165,12 +165,25 @@ pub(super) fn paged_reference(c: &Config, a: &[Array]) -> Result<Vec<Vec<f64>>, 
 
 /// Lengths within the table's capacity and table entries within the pool.
 pub(super) fn paged_check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> {
+    // k_pages: [hkv, pages, page, d].
+    tables_in_range(k, a, "k_pages", 1)
+}
+
+/// The check of every paged kernel: `lengths` within `pages_per_seq ×
+/// page` tokens and `block_tables` within the pool `pool` (its pages
+/// along axis `pages_axis`, a page's tokens along the next).
+pub(super) fn tables_in_range(
+    k: &VerifiedKernel,
+    a: &[Array],
+    pool: &str,
+    pages_axis: usize,
+) -> Result<(), EntryError> {
     let tables = arg(k, a, "block_tables").map_or(&[][..], |t| t.shape());
     let pages_per_seq = tables.get(1).copied().unwrap_or(0);
-    let pool = arg(k, a, "k_pages").map_or(&[][..], |k| k.shape());
+    let pool = arg(k, a, pool).map_or(&[][..], |k| k.shape());
     let (pages, page) = (
-        pool.get(1).copied().unwrap_or(0),
-        pool.get(2).copied().unwrap_or(0),
+        pool.get(pages_axis).copied().unwrap_or(0),
+        pool.get(pages_axis + 1).copied().unwrap_or(0),
     );
     in_range(
         arg(k, a, "lengths"),

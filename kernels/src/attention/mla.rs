@@ -18,10 +18,10 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, VerifiedKernel};
 
-use super::decode::{DecodeConfig, attend_scores, paged_tables};
+use super::decode::{DecodeConfig, attend_scores, paged_tables, tables_in_range};
 use super::{Online, normalized, online_softmax_init};
 use crate::entry::{
-    Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, in_range, param, refs, uniform_inputs,
+    Config, DTYPE, Entry, EntryError, ParamKind, Preset, param, refs, uniform_inputs,
 };
 use crate::reference::softmax_lse;
 use crate::tolerance::Tolerance;
@@ -110,26 +110,8 @@ fn sm_scale(c: &Config, dc: usize, dr: usize) -> Result<f32, EntryError> {
 
 /// Lengths within the table's capacity, table entries within the pool.
 fn check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> {
-    let pps = arg(k, a, "block_tables").map_or(0, |t| t.shape().get(1).copied().unwrap_or(0));
-    let pool = arg(k, a, "c_pages").map_or(&[][..], |c| c.shape());
-    let (pages, page) = (
-        pool.first().copied().unwrap_or(0),
-        pool.get(1).copied().unwrap_or(0),
-    );
-    in_range(
-        arg(k, a, "lengths"),
-        "lengths",
-        0.0,
-        (pps * page) as f64,
-        "a sequence holds at most pages_per_seq x page tokens",
-    )?;
-    in_range(
-        arg(k, a, "block_tables"),
-        "block_tables",
-        0.0,
-        pages as f64 - 1.0,
-        "the pages of the pool",
-    )
+    // c_pages: [pages, page, d_c].
+    tables_in_range(k, a, "c_pages", 0)
 }
 
 /// Uniform queries and cache, distinct pages per sequence, lengths from 0
