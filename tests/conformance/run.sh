@@ -110,8 +110,9 @@ check jax_export "$venv/bin/python" tests/conformance/jax_export.py "$tessera" "
 check tpu_estimate "$venv/bin/python" tests/conformance/tpu_estimate.py "$tessera" "$out"
 # Issue 49's kernels beside the anchors: the fused linear cross-entropy
 # against tokamax's Pallas kernel (numerics in interpret mode on the same
-# inputs, libtpu's estimate, a training step's peak HBM against the unfused
-# JAX graph) (target/conformance/llm_kernels.md).
+# inputs, a training step's peak HBM against the unfused JAX graph; libtpu's
+# estimate with --full), attention sinks against splash's
+# (target/conformance/llm_kernels.md).
 check llm_kernels "$venv/bin/python" tests/conformance/llm_kernels.py "$tessera" "$out"
 # The version matrix: an artifact loaded and run in jax 0.12.0.1, and every
 # preset compiled with libtpu 0.0.48.1 and 0.0.51 side by side, estimates
