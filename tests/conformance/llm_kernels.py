@@ -257,9 +257,9 @@ def speed(tessera, m, tmp, lines, failures, gens, passes):
             if target is not None and (not trusted or ratio > target):
                 failures.append(f"cross-entropy {name} on {gen}: Tessera/tokamax {ratio:.3f} > {target} or untrusted ({why})")
     lines += ["", "On v6e libtpu's profiler reports 0 cycles and no vmatmul for tokamax's kernels (their pipeline"
-              " runs inside `core_map` over HBM refs): no ratio there. Tessera's backward recomputes the"
-              " logits in both its dx and dw kernels (four products of x·w's size against tokamax's three in"
-              " one kernel), which is its ratio above 1; reported, not asserted.", ""]
+              " runs inside `core_map` over HBM refs): no ratio there. Tessera's backward (two kernels, each"
+              " recomputing the logits) is reported, not asserted: on v5e it reads about 1.2x tokamax's"
+              " one-kernel backward although it runs fewer MXU passes, a gap not yet taken apart.", ""]
 
 
 def compile_peak(tessera, args):
