@@ -278,21 +278,15 @@ pub fn linear_cross_entropy_dw<T: Float>(
     }
 }
 
-impl LinearCrossEntropyConfig {
-    fn build(
-        &self,
-        f: fn(DType, usize, usize, [usize; 3]) -> Result<VerifiedKernel, KernelErrors>,
-    ) -> Result<VerifiedKernel, KernelErrors> {
-        f(self.dtype, self.bn, self.bv, [self.n, self.d, self.v])
-    }
-}
-
 /// The forward kernel for a config: inputs `x`, `w`, `labels`; outputs
 /// `loss`, `lse`.
 pub fn linear_cross_entropy(c: &LinearCrossEntropyConfig) -> Result<VerifiedKernel, KernelErrors> {
-    c.build(|t, bn, bv, [n, d, v]| {
-        linear_cross_entropy::build_for(t, bn, bv, linear_cross_entropy::Dims { n, d, v })
-    })
+    let dims = linear_cross_entropy::Dims {
+        n: c.n,
+        d: c.d,
+        v: c.v,
+    };
+    linear_cross_entropy::build_for(c.dtype, c.bn, c.bv, dims)
 }
 
 /// The `dx` kernel for a config: inputs `x`, `w`, `labels`, `lse`,
@@ -300,18 +294,24 @@ pub fn linear_cross_entropy(c: &LinearCrossEntropyConfig) -> Result<VerifiedKern
 pub fn linear_cross_entropy_dx(
     c: &LinearCrossEntropyConfig,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    c.build(|t, bn, bv, [n, d, v]| {
-        linear_cross_entropy_dx::build_for(t, bn, bv, linear_cross_entropy_dx::Dims { n, d, v })
-    })
+    let dims = linear_cross_entropy_dx::Dims {
+        n: c.n,
+        d: c.d,
+        v: c.v,
+    };
+    linear_cross_entropy_dx::build_for(c.dtype, c.bn, c.bv, dims)
 }
 
 /// The `dw` kernel for a config: inputs as [`linear_cross_entropy_dx()`].
 pub fn linear_cross_entropy_dw(
     c: &LinearCrossEntropyConfig,
 ) -> Result<VerifiedKernel, KernelErrors> {
-    c.build(|t, bn, bv, [n, d, v]| {
-        linear_cross_entropy_dw::build_for(t, bn, bv, linear_cross_entropy_dw::Dims { n, d, v })
-    })
+    let dims = linear_cross_entropy_dw::Dims {
+        n: c.n,
+        d: c.d,
+        v: c.v,
+    };
+    linear_cross_entropy_dw::build_for(c.dtype, c.bn, c.bv, dims)
 }
 
 /// Whether `label` (an `f64` holding an i32) is a vocabulary index.

@@ -11,8 +11,8 @@ use kernel_ir::prelude::*;
 use kernel_ir::{KernelErrors, VerifiedKernel};
 
 use crate::entry::{
-    DTYPE, Entry, ParamKind, Preset, dims, dtype_tolerance, matmul_shapes, matmul_tolerance,
-    no_check, param, uniform_inputs,
+    DTYPE, Entry, OUT_DTYPE, ParamKind, Preset, dims, dtype_tolerance, matmul_shapes,
+    matmul_tolerance, no_check, param, uniform_inputs,
 };
 use crate::reference;
 
@@ -274,12 +274,7 @@ pub const MATMUL: Entry = Entry {
     about: "tiled matmul with an f32 accumulator in scratch",
     params: &[
         DTYPE,
-        param(
-            "out_dtype",
-            ParamKind::FloatDType,
-            "f32",
-            "output element type",
-        ),
+        OUT_DTYPE,
         MATMUL_BLOCKS[0],
         MATMUL_BLOCKS[1],
         MATMUL_BLOCKS[2],

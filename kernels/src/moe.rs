@@ -29,7 +29,8 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Array, KernelErrors, VerifiedKernel};
 
 use crate::entry::{
-    Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, dims, matmul_tolerance, param,
+    Config, DTYPE, Entry, EntryError, OUT_DTYPE, ParamKind, Preset, arg, dims, matmul_tolerance,
+    param,
 };
 use crate::reference;
 
@@ -313,12 +314,7 @@ pub const GROUPED_MATMUL: Entry = Entry {
     about: "MoE grouped matmul: rows sorted by expert, o[r] = x[r] * w[g(r)] (or * w_t[g(r)]^T); schedule from kernels::moe::group_metadata as scalar prefetch",
     params: &[
         DTYPE,
-        param(
-            "out_dtype",
-            ParamKind::FloatDType,
-            "f32",
-            "output element type",
-        ),
+        OUT_DTYPE,
         param(
             "transpose_rhs",
             ParamKind::Bool,

@@ -19,7 +19,9 @@
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, KernelErrors, VerifiedKernel};
 
-use crate::entry::{Config, DTYPE, Entry, EntryError, ParamKind, Preset, arg, dims, param};
+use crate::entry::{
+    Config, DTYPE, Entry, EntryError, OUT_DTYPE, ParamKind, Preset, arg, dims, param,
+};
 use crate::moe::{
     GroupMetadata, as_i32, group_sizes, i32_array, offsets_of, sampled_group_sizes, visits,
     x_block_rows,
@@ -212,12 +214,7 @@ pub const TGMM: Entry = Entry {
     about: "MoE grouped matmul weight gradient (megablox tgmm): dw[g] = x[rows of g]^T * dy[rows of g], empty groups zero; schedule from kernels::tgmm::tgmm_metadata",
     params: &[
         DTYPE,
-        param(
-            "out_dtype",
-            ParamKind::FloatDType,
-            "f32",
-            "output element type",
-        ),
+        OUT_DTYPE,
         param("bm", ParamKind::Positive, "128", "rows per tile"),
         param("bk", ParamKind::Positive, "128", "rows of dw per block"),
         param("bn", ParamKind::Positive, "128", "columns of dw per block"),

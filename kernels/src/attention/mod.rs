@@ -232,7 +232,7 @@ pub fn call_flash_attention(
     k: &Tensor,
     v: &Tensor,
 ) -> Result<[Tensor; 2], RuntimeError> {
-    record_forward(cfg, None, [q, k, v])
+    record_forward(cfg, None, [q, k, v], None)
 }
 
 /// [`call_flash_attention`] with keys at or past `kv_len[0]` (an i32
@@ -245,28 +245,36 @@ pub fn call_flash_attention_kv_len(
     k: &Tensor,
     v: &Tensor,
 ) -> Result<[Tensor; 2], RuntimeError> {
-    record_forward(cfg, Some(kv_len), [q, k, v])
+    record_forward(cfg, Some(kv_len), [q, k, v], None)
 }
 
+/// Records a flash-attention forward (with a valid length or sinks, never
+/// both) with its backward: `[o, lse]`.
 #[cfg(feature = "graph")]
 fn record_forward(
     cfg: &AttnConfig,
     kv_len: Option<&Tensor>,
     [q, k, v]: [&Tensor; 3],
+    sinks: Option<&Tensor>,
 ) -> Result<[Tensor; 2], RuntimeError> {
-    let name = if kv_len.is_some() {
-        "flash_attention_kv_len"
-    } else {
-        "flash_attention"
+    let name = match (kv_len, sinks) {
+        (Some(_), _) => "flash_attention_kv_len",
+        (None, Some(_)) => "flash_attention_sinks",
+        (None, None) => "flash_attention",
     };
-    // The dims come from q, k and v (the kv_len operand is `[1]` always).
+    // The dims come from q, k and v (kv_len is `[1]`, sinks `[h]`).
     let dims = flash_attention::Dims::from_shapes(&[q.shape(), k.shape(), v.shape()])
         .map_err(|e| build_error(name, e))?;
-    let kernel = flash_attention::build_for(q.dtype(), cfg, kv_len.is_some(), false, dims)
-        .map_err(|e| build_error(name, e))?;
+    let kernel =
+        flash_attention::build_for(q.dtype(), cfg, kv_len.is_some(), sinks.is_some(), dims)
+            .map_err(|e| build_error(name, e))?;
     let mut args: Vec<&Tensor> = kv_len.into_iter().collect();
     args.extend([q, k, v]);
-    let vjp = vjp::vjp(cfg.clone(), kv_len.is_some());
+    args.extend(sinks);
+    let vjp = match sinks {
+        Some(_) => vjp::vjp_sinks(cfg.clone()),
+        None => vjp::vjp(cfg.clone(), kv_len.is_some()),
+    };
     let mut out = q.runtime().call_with_vjp(&kernel, &args, vjp)?.into_iter();
     match (out.next(), out.next()) {
         (Some(o), Some(lse)) => Ok([o, lse]),
@@ -318,21 +326,7 @@ pub fn call_flash_attention_sinks(
     v: &Tensor,
     sinks: &Tensor,
 ) -> Result<[Tensor; 2], RuntimeError> {
-    let name = "flash_attention_sinks";
-    let dims = flash_attention::Dims::from_shapes(&[q.shape(), k.shape(), v.shape()])
-        .map_err(|e| build_error(name, e))?;
-    let kernel = flash_attention_sinks(cfg, q.dtype(), dims).map_err(|e| build_error(name, e))?;
-    let vjp = vjp::vjp_sinks(cfg.clone());
-    let mut out = q
-        .runtime()
-        .call_with_vjp(&kernel, &[q, k, v, sinks], vjp)?
-        .into_iter();
-    match (out.next(), out.next()) {
-        (Some(o), Some(lse)) => Ok([o, lse]),
-        _ => Err(RuntimeError::Internal(format!(
-            "`{name}` returned fewer than 2 outputs"
-        ))),
-    }
+    record_forward(cfg, None, [q, k, v], Some(sinks))
 }
 
 pub(crate) mod entries;

@@ -107,6 +107,15 @@ pub const DTYPE: Param = param(
     "element type: f32, bf16 or f16",
 );
 
+/// The `out_dtype` parameter of the matmuls that write f32 unless told:
+/// their output's element type.
+pub const OUT_DTYPE: Param = param(
+    "out_dtype",
+    ParamKind::FloatDType,
+    "f32",
+    "output element type",
+);
+
 /// Why a config, a shape or an input was refused.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum EntryError {

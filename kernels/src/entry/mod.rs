@@ -20,7 +20,7 @@ mod fields;
 
 use kernel_ir::{Array, VerifiedKernel};
 
-pub use config::{Config, DTYPE, EntryError, Param, ParamKind, param};
+pub use config::{Config, DTYPE, EntryError, OUT_DTYPE, Param, ParamKind, param};
 pub use fields::{
     arg, dims, dtype_tolerance, in_range, matmul_shapes, matmul_tolerance, no_check, random_inputs,
     refs, uniform_inputs,
