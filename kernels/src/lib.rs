@@ -61,6 +61,7 @@ pub mod permute;
 pub mod random;
 pub mod rope;
 pub mod router;
+pub mod routing;
 pub mod scaled_mm;
 pub mod swiglu;
 pub mod tgmm;
@@ -99,11 +100,14 @@ pub const ENTRIES: &[&Entry] = &[
     &random::RANDOM_BITS,
     &random::DROPOUT,
     &router::ROUTER_TOP_K,
+    &router::ROUTER_TOP_K_BACKWARD,
     &conv1d::CAUSAL_CONV1D,
     &swiglu::SWIGLU,
     &moe::GROUPED_MATMUL,
+    &routing::MOE_POSITIONS,
     &permute::MOE_PERMUTE,
     &permute::MOE_UNPERMUTE,
+    &permute::MOE_UNPERMUTE_BACKWARD,
     &tgmm::TGMM,
     &cross_entropy::LINEAR_CROSS_ENTROPY,
     &cross_entropy::LINEAR_CROSS_ENTROPY_DX,

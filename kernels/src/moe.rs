@@ -32,7 +32,13 @@ use crate::entry::{
     Config, DTYPE, Entry, EntryError, OUT_DTYPE, ParamKind, Preset, arg, dims, matmul_tolerance,
     param,
 };
+#[cfg(feature = "graph")]
+use crate::recording::{backward_error, build_error};
 use crate::reference;
+#[cfg(feature = "graph")]
+use graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
+#[cfg(feature = "graph")]
+use std::sync::Arc;
 
 /// Config of [`grouped_matmul()`].
 #[derive(Clone, Debug, PartialEq)]
@@ -60,56 +66,10 @@ pub struct GroupedMatmulConfig {
     pub out_dtype: DType,
 }
 
-/// The visit schedule of a grouped matmul (see the module docs).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GroupMetadata {
-    /// `offsets[g]..offsets[g + 1]` are the rows of group `g`.
-    pub offsets: Vec<i32>,
-    /// The group of each visit.
-    pub group_ids: Vec<i32>,
-    /// The row tile of each visit.
-    pub m_tile_ids: Vec<i32>,
-}
-
-/// The most visits any group sizes need: every tile once, plus one per
-/// group boundary inside a tile.
-pub fn visits(m: usize, bm: usize, e: usize) -> usize {
-    (cdiv(m, bm) + e.saturating_sub(1)).max(1)
-}
-
-/// The schedule for `group_sizes` (summing to `m`) and tiles of `bm` rows:
-/// visits in row order, padded to [`visits`] by repeating the last one.
-pub fn group_metadata(group_sizes: &[usize], m: usize, bm: usize) -> GroupMetadata {
-    let bm = bm.max(1);
-    let mut offsets = vec![0i32];
-    for s in group_sizes {
-        let last = *offsets.last().unwrap_or(&0);
-        offsets.push(last + *s as i32);
-    }
-    let (mut group_ids, mut m_tile_ids) = (Vec::new(), Vec::new());
-    for (g, w) in offsets.windows(2).enumerate() {
-        let (start, end) = (w[0] as usize, w[1] as usize);
-        if start == end {
-            continue;
-        }
-        for tile in start / bm..end.div_ceil(bm) {
-            group_ids.push(g as i32);
-            m_tile_ids.push(tile as i32);
-        }
-    }
-    let total = visits(m, bm, group_sizes.len());
-    let (lg, lt) = (
-        group_ids.last().copied().unwrap_or(0),
-        m_tile_ids.last().copied().unwrap_or(0),
-    );
-    group_ids.resize(total, lg);
-    m_tile_ids.resize(total, lt);
-    GroupMetadata {
-        offsets,
-        group_ids,
-        m_tile_ids,
-    }
-}
+pub use crate::routing::{GroupMetadata, group_metadata, visits};
+use crate::routing::{
+    as_i32, group_sizes, i32_array, offsets_of, sampled_group_sizes, x_block_rows,
+};
 
 /// The grouped matmul kernel.
 #[tpu_kernel(
@@ -215,57 +175,6 @@ pub fn reference(x: &Array, w: &Array, offsets: &[usize], transpose: bool) -> Ve
     o
 }
 
-pub(crate) fn offsets_of(a: &Array) -> Vec<usize> {
-    a.data().iter().map(|&v| v.max(0.0) as usize).collect()
-}
-
-/// The group sizes of `group_offsets`, which must rise from 0 to `m` (the
-/// check both schedules' entries make before comparing their schedule).
-pub(crate) fn group_sizes(off: &Array, m: usize) -> Result<Vec<usize>, EntryError> {
-    let offs = off.data();
-    let monotone = offs.windows(2).all(|w| w[0] <= w[1]);
-    if offs.first() != Some(&0.0) || offs.last() != Some(&(m as f64)) || !monotone {
-        return Err(EntryError::Input(format!(
-            "group_offsets must rise from 0 to m = {m} (the running sum of the group sizes), got {offs:?}"
-        )));
-    }
-    Ok(offsets_of(off).windows(2).map(|w| w[1] - w[0]).collect())
-}
-
-/// Rows per tile: the block of operand `x`.
-pub(crate) fn x_block_rows(k: &VerifiedKernel) -> usize {
-    k.operands
-        .iter()
-        .find(|o| o.name == "x")
-        .map_or(1, |o| o.block.shape[0])
-}
-
-/// An i32 array's values as i32s.
-pub(crate) fn as_i32(a: &Array) -> Vec<i32> {
-    a.data().iter().map(|&v| v as i32).collect()
-}
-
-/// `v` as an i32 array.
-pub(crate) fn i32_array(v: &[i32]) -> Array {
-    Array::new(DType::I32, [v.len()], v.iter().map(|&x| x as f64).collect())
-        .unwrap_or_else(|_| Array::zeros(DType::I32, [v.len()]))
-}
-
-/// Random sizes of `e` groups summing to `m`, group 1 empty when there are
-/// three or more (what the samples of both schedules' entries draw).
-pub(crate) fn sampled_group_sizes(m: usize, e: usize, seed: u64) -> Vec<usize> {
-    let mut rng = kernel_ir::SplitMix64(seed);
-    let mut cuts: Vec<usize> = (0..e.saturating_sub(1)).map(|_| rng.below(m + 1)).collect();
-    cuts.sort_unstable();
-    if e >= 3 {
-        cuts[1] = cuts[0]; // group 1 is empty
-    }
-    let mut bounds = vec![0];
-    bounds.extend(cuts);
-    bounds.push(m);
-    bounds.windows(2).map(|w| w[1] - w[0]).collect()
-}
-
 /// The group offsets must run from 0 to `m` without going back, and the
 /// schedule must be the one [`group_metadata`] makes for them (a wrong one
 /// would leave rows unwritten or write rows twice).
@@ -306,11 +215,120 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     ]
 }
 
+/// The config of the entry's kernel from its config and input shapes.
+fn entry_config(c: &Config, s: &[Vec<usize>]) -> Result<GroupedMatmulConfig, EntryError> {
+    let [m, k] = dims(&s[3], "x")?;
+    let [e, a, b] = dims(&s[4], "w")?;
+    let t = c.bool("transpose_rhs")?;
+    let (wk, n) = if t { (b, a) } else { (a, b) };
+    if wk != k {
+        return Err(EntryError::Shape(format!(
+            "x is [{m}, {k}] but w contracts {wk} (w is {:?}{})",
+            s[4],
+            if t {
+                ", [e, n, k] with transpose_rhs"
+            } else {
+                ", [e, k, n]"
+            }
+        )));
+    }
+    Ok(GroupedMatmulConfig {
+        m,
+        k,
+        n,
+        e,
+        bm: c.usize("bm")?.min(m),
+        bk: c.usize("bk")?.min(k),
+        bn: c.usize("bn")?.min(n),
+        transpose_rhs: t,
+        dtype: c.dtype("dtype")?,
+        out_dtype: c.dtype("out_dtype")?,
+    })
+}
+
+/// The grouped matmul's backward: `dx` is the grouped matmul of the
+/// cotangent with the other rhs form (same rows, same schedule), `dw` the
+/// weight gradient ([`crate::tgmm`]) on a schedule made on the device
+/// from the offsets. The cotangent is rounded to the inputs' dtype for
+/// the matrix unit, as flash attention's backward rounds `dS`.
+#[cfg(feature = "graph")]
+fn grouped_matmul_vjp(c: GroupedMatmulConfig) -> Arc<dyn KernelVjp> {
+    Arc::new(move |call: &VjpCall<'_>| {
+        let [offsets, group_ids, m_tile_ids, x, w] = call.inputs else {
+            return Err(RuntimeError::Internal(
+                "grouped_matmul takes five arguments".into(),
+            ));
+        };
+        let rt = x.runtime();
+        let dy = call.cotangent(0)?.cast(c.dtype)?;
+        let err = |e: KernelErrors| backward_error("grouped_matmul", e.into());
+        let dx_cfg = GroupedMatmulConfig {
+            k: c.n,
+            n: c.k,
+            bk: c.bn,
+            bn: c.bk,
+            transpose_rhs: !c.transpose_rhs,
+            out_dtype: x.dtype(),
+            ..c.clone()
+        };
+        let dx = rt
+            .call(
+                &grouped_matmul(&dx_cfg).map_err(err)?,
+                &[offsets, group_ids, m_tile_ids, &dy, w],
+            )?
+            .remove(0);
+        let t = crate::routing::schedule(offsets, c.m, c.bm, true)?;
+        // dw[g] = xᵀ·dy over g's rows, or its transpose dyᵀ·x for w_t.
+        let (a, b, (k, n), (bk, bn)) = if c.transpose_rhs {
+            (&dy, x, (c.n, c.k), (c.bn, c.bk))
+        } else {
+            (x, &dy, (c.k, c.n), (c.bk, c.bn))
+        };
+        let tg = crate::tgmm::weight_gradient((c.m, k, n, c.e), (c.bm, bk, bn), c.dtype, w.dtype())
+            .map_err(err)?;
+        let dw = rt
+            .call(
+                &tg,
+                &[
+                    &t.offsets,
+                    &t.group_ids,
+                    &t.m_tile_ids,
+                    &t.visit_count,
+                    a,
+                    b,
+                ],
+            )?
+            .remove(0);
+        Ok(vec![None, None, None, Some(dx), Some(dw)])
+    })
+}
+
+/// Records the grouped matmul of `x[m, k]` with `w` on the graph runtime,
+/// on a schedule made on the device ([`crate::routing::route`]), with its
+/// backward (`dx`, and `dw` through the weight gradient).
+#[cfg(feature = "graph")]
+pub fn call_grouped_matmul(
+    c: &GroupedMatmulConfig,
+    schedule: &crate::routing::Schedule,
+    x: &Tensor,
+    w: &Tensor,
+) -> Result<Tensor, RuntimeError> {
+    let kernel = grouped_matmul(c).map_err(|e| build_error("grouped_matmul", e))?;
+    let s = schedule;
+    Ok(x.runtime()
+        .call_with_vjp(
+            &kernel,
+            &[&s.offsets, &s.group_ids, &s.m_tile_ids, x, w],
+            grouped_matmul_vjp(c.clone()),
+        )?
+        .remove(0))
+}
+
 /// [`grouped_matmul()`] in the library.
 pub const GROUPED_MATMUL: Entry = Entry {
     name: "grouped_matmul",
     fixed_inputs: None,
-    backward: None,
+    backward: crate::entry::backward!(|c, s| Ok(grouped_matmul_vjp(entry_config(c, s)?))),
     about: "MoE grouped matmul: rows sorted by expert, o[r] = x[r] * w[g(r)] (or * w_t[g(r)]^T); schedule from kernels::moe::group_metadata as scalar prefetch",
     params: &[
         DTYPE,
@@ -343,35 +361,7 @@ pub const GROUPED_MATMUL: Entry = Entry {
             ),
         ])
     },
-    build: |c, s| {
-        let [m, k] = dims(&s[3], "x")?;
-        let [e, a, b] = dims(&s[4], "w")?;
-        let t = c.bool("transpose_rhs")?;
-        let (wk, n) = if t { (b, a) } else { (a, b) };
-        if wk != k {
-            return Err(EntryError::Shape(format!(
-                "x is [{m}, {k}] but w contracts {wk} (w is {:?}{})",
-                s[4],
-                if t {
-                    ", [e, n, k] with transpose_rhs"
-                } else {
-                    ", [e, k, n]"
-                }
-            )));
-        }
-        Ok(grouped_matmul(&GroupedMatmulConfig {
-            m,
-            k,
-            n,
-            e,
-            bm: c.usize("bm")?.min(m),
-            bk: c.usize("bk")?.min(k),
-            bn: c.usize("bn")?.min(n),
-            transpose_rhs: t,
-            dtype: c.dtype("dtype")?,
-            out_dtype: c.dtype("out_dtype")?,
-        })?)
-    },
+    build: |c, s| Ok(grouped_matmul(&entry_config(c, s)?)?),
     reference: |c, a| {
         Ok(vec![reference(
             &a[3],

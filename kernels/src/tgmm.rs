@@ -22,7 +22,7 @@ use kernel_ir::{Array, KernelErrors, VerifiedKernel};
 use crate::entry::{
     Config, DTYPE, Entry, EntryError, OUT_DTYPE, ParamKind, Preset, arg, dims, param,
 };
-use crate::moe::{
+use crate::routing::{
     GroupMetadata, as_i32, group_sizes, i32_array, offsets_of, sampled_group_sizes, visits,
     x_block_rows,
 };

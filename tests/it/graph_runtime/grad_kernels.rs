@@ -38,15 +38,26 @@ fn check_entry(
         .collect();
     let refs: Vec<&Tensor> = tensors.iter().collect();
     let outs = entry.call(&rt, &cfg, &refs).map_err(|e| e.to_string())?;
+    // Integer outputs (a router's expert ids) carry no cotangent: weight 0.
     let ws: Vec<Array> = outs
         .iter()
         .enumerate()
-        .map(|(i, o)| Array::random(F32, o.shape().to_vec(), seed + i as u64, -1.0, 1.0))
+        .map(|(i, o)| {
+            let w = Array::random(F32, o.shape().to_vec(), seed + i as u64, -1.0, 1.0);
+            if o.dtype().is_float() {
+                w
+            } else {
+                Array::zeros(F32, o.shape().to_vec())
+            }
+        })
         .collect();
-    let wt: Vec<Tensor> = ws.iter().map(|w| rt.tensor(w).unwrap()).collect();
+    let floats: Vec<usize> = (0..outs.len())
+        .filter(|&i| outs[i].dtype().is_float())
+        .collect();
+    let wt: Vec<Tensor> = floats.iter().map(|&i| rt.tensor(&ws[i]).unwrap()).collect();
     let params: Vec<&Tensor> = tensors.iter().filter(|t| t.dtype().is_float()).collect();
     let grads = vjp(
-        &outs.iter().collect::<Vec<_>>(),
+        &floats.iter().map(|&i| &outs[i]).collect::<Vec<_>>(),
         &wt.iter().collect::<Vec<_>>(),
         &params,
     )
@@ -354,5 +365,54 @@ fn linear_cross_entropy_backward_matches_central_differences() {
             seed,
         )
         .unwrap();
+    }
+}
+
+fn ints(shape: &[usize], v: &[usize]) -> Array {
+    Array::new(I32, shape.to_vec(), v.iter().map(|&x| x as f64).collect()).unwrap()
+}
+
+/// The MoE layer's kernels' declared backwards (permute, unpermute, the
+/// router's top-k weights, the grouped matmul in both rhs forms) against
+/// central differences of their f64 references; routings with an empty
+/// expert, grouped-matmul tiles that straddle groups.
+#[test]
+fn moe_backwards_match_central_differences() {
+    let (tokens, k, d, experts) = (5, 2, 8, 4);
+    let ids = [1, 0, 3, 1, 0, 3, 3, 1, 0, 1];
+    let pos = kernels::permute::slot_positions(&ids, experts);
+    let x = uniform(&[tokens, 1, d], 1, -1.0, 1.0);
+    check_entry("moe_permute", &[("k", "2")], &[ints(&[10], &pos), x], 1).unwrap();
+    let ys = uniform(&[tokens * k, 1, d], 2, -1.0, 1.0);
+    let w = uniform(&[tokens, 1, k], 3, 0.1, 1.0);
+    check_entry("moe_unpermute", &[], &[ints(&[10], &pos), ys, w], 2).unwrap();
+    for (normalize, seed) in [("true", 4), ("false", 5)] {
+        // Logits a few units apart, so no difference step reorders them.
+        let logits: Vec<f64> = (0..tokens * 6)
+            .map(|i| ((i * 7 + seed as usize) % 13) as f64 * 0.25)
+            .collect();
+        let logits = Array::new(F32, [tokens, 6], logits).unwrap();
+        let cfg = [("k", "2"), ("normalize", normalize)];
+        check_entry("router_top_k", &cfg, &[logits], seed).unwrap();
+    }
+    // 20 rows in tiles of 8, group 1 empty, groups 0 and 2 sharing tile 1.
+    let sizes = [9, 0, 7, 4];
+    let meta = kernels::moe::group_metadata(&sizes, 20, 8);
+    let as_i = |v: &[i32]| {
+        ints(
+            &[v.len()],
+            &v.iter().map(|&x| x as usize).collect::<Vec<_>>(),
+        )
+    };
+    for (t, w_shape) in [("false", [4, 6, 5]), ("true", [4, 5, 6])] {
+        let args = [
+            as_i(&meta.offsets),
+            as_i(&meta.group_ids),
+            as_i(&meta.m_tile_ids),
+            uniform(&[20, 6], 6, -1.0, 1.0),
+            uniform(&w_shape, 7, -0.5, 0.5),
+        ];
+        let cfg = [("transpose_rhs", t), ("bm", "8"), ("bk", "8"), ("bn", "8")];
+        check_entry("grouped_matmul", &cfg, &args, 8).unwrap();
     }
 }

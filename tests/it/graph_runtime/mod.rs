@@ -2,5 +2,6 @@
 pub(crate) mod grad;
 mod grad_kernels;
 mod graph;
+mod routing;
 mod trace;
 mod train;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tooling::train::model::{LmConfig, MoeConfig};
 use tooling::train::{LOSS_THRESHOLD, TrainOptions, train};
 
 #[test]
@@ -30,6 +31,60 @@ fn the_copy_task_is_learned_below_the_threshold_with_one_compile() {
     // Steps 2..n record the same kernel calls as step 1 and build or
     // verify none of them again.
     assert_eq!(s.later_kernel_builds, (0, 0), "{s:?}");
+}
+
+/// The MoE model (routed experts, sinks, the fused loss) learns the same
+/// task below the same threshold with one compile; stopped by SIGTERM and
+/// resumed, its loss curve is the uninterrupted run's bit for bit.
+#[test]
+fn the_moe_model_learns_the_task_and_resumes_bit_identically() {
+    let d = dir("moe");
+    let log = d.join("full.log");
+    let opts = TrainOptions {
+        model: LmConfig {
+            moe: Some(MoeConfig::default()),
+            ..LmConfig::default()
+        },
+        seed: 5,
+        handle_sigterm: false,
+        progress: false,
+        loss_log: Some(log.clone()),
+        ..TrainOptions::default()
+    };
+    let s = train(&opts).unwrap();
+    assert!(
+        s.final_loss < LOSS_THRESHOLD,
+        "loss {} after {} steps",
+        s.final_loss,
+        s.last_step
+    );
+    assert!(s.compiles <= 1, "{s:?}");
+    assert_eq!(s.compiles + s.cache_hits, opts.steps, "{s:?}");
+    assert_eq!(s.later_kernel_builds, (0, 0), "{s:?}");
+    let want = lines(&log);
+    let steps = 30;
+    let (ckpt, part) = (d.join("ckpt"), d.join("part.log"));
+    let run = || {
+        let n = steps.to_string();
+        worker_with(&ckpt, &part, &["--model", "moe", "--steps", &n])
+    };
+    let mut child = run();
+    signal_after(&mut child, &part, 8, libc::SIGTERM);
+    let (code, text) = finish(child);
+    assert_eq!(code, 0, "{text}");
+    let stopped_at = lines(&part).len();
+    assert!(
+        stopped_at < steps,
+        "the signal came too late to test anything"
+    );
+    let (code, text) = finish(run());
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains(&format!("resuming from checkpoint step {stopped_at}")),
+        "{text}"
+    );
+    assert_eq!(lines(&part), want[..steps].to_vec());
+    std::fs::remove_dir_all(&d).unwrap();
 }
 
 fn dir(name: &str) -> PathBuf {

@@ -1,12 +1,14 @@
-//! The MoE token permute and unpermute on every CPU path against f64
-//! references written from their definitions: random routings (experts
-//! left empty, one expert taking every slot, k = 1 to 4), and a round trip
-//! (unpermute with weights summing to 1 of the permuted rows gives the
-//! tokens back); a table that is not a permutation is an input error.
+//! The MoE token permute, unpermute, the unpermute's backward and the
+//! device-side routing positions on every CPU path against f64 references
+//! written from their definitions: random routings (experts left empty,
+//! one expert taking every slot, k = 1 to 4), and a round trip (unpermute
+//! with weights summing to 1 of the permuted rows gives the tokens back);
+//! a table that is not a permutation is an input error.
 
 use kernel_ir::prelude::*;
 use kernels::check::Tolerance;
-use kernels::permute::{inverse, moe_permute, moe_unpermute, order_by_expert};
+use kernels::permute::{moe_permute, moe_unpermute, moe_unpermute_backward, slot_positions};
+use kernels::routing::{moe_positions, offsets_reference};
 use proptest::prelude::*;
 
 use crate::common::all_paths;
@@ -39,14 +41,14 @@ proptest! {
         let (n, d) = (tokens * k, 128);
         let mut rng = kernel_ir::SplitMix64(seed);
         let ids: Vec<usize> = (0..n).map(|_| if one_expert { experts - 1 } else { rng.below(experts) }).collect();
-        let order = order_by_expert(&ids, experts);
+        let pos = slot_positions(&ids, experts);
         let x = Array::random(dtype, [tokens, 1, d], seed, -1.0, 1.0);
-        // Written from the routing, not from `order`: expert by expert,
+        // Written from the routing, not from `pos`: expert by expert,
         // each expert's slots in slot order.
         let want = gathered(&x, &ids, k, experts);
         all_paths(
             moe_permute::build_for(dtype, k, moe_permute::Dims { n, tokens, d }),
-            &[ints(&order), x.clone()],
+            &[ints(&pos), x.clone()],
             vec![want.clone()],
             &[Tolerance { abs: 0.0, rel: 0.0 }],
         )?;
@@ -64,9 +66,51 @@ proptest! {
         let w = Array::new(F32, [tokens, 1, k], w).unwrap();
         all_paths(
             moe_unpermute::build_for(dtype, moe_unpermute::Dims { n, d, tokens, k }),
-            &[ints(&inverse(&order)), ys, w],
+            &[ints(&pos), ys.clone(), w.clone()],
             vec![x.data().to_vec()],
             &[Tolerance::for_dtype(dtype)],
+        )?;
+        // The unpermute's backward, from its definition: each slot's row
+        // gets its token's cotangent times its weight; each weight the
+        // dot of the cotangent with the row it weighted.
+        let dy = Array::random(dtype, [tokens, 1, d], seed ^ 7, -1.0, 1.0);
+        let (mut dys, mut dw) = (vec![0.0; n * d], vec![0.0; n]);
+        for s in 0..n {
+            let t = s / k;
+            for c in 0..d {
+                let g = dy.data()[t * d + c];
+                dys[pos[s] * d + c] = w.data()[s] * g;
+                dw[s] += g * ys.data()[pos[s] * d + c];
+            }
+        }
+        all_paths(
+            moe_unpermute_backward::build_for(dtype, moe_unpermute_backward::Dims { n, d, tokens, k }),
+            &[ints(&pos), ys, w, dy],
+            vec![dys, dw],
+            &[Tolerance::for_dtype(dtype), Tolerance::matmul(d, F32)],
+        )?;
+    }
+
+    /// The device's positions are the host's stable sort by expert, over
+    /// several blocks (the running counts carried between them) and a
+    /// ragged last one.
+    #[test]
+    fn device_positions_are_the_stable_sort_by_expert(
+        n in 1usize..700, experts in 1usize..12, skew in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let mut rng = kernel_ir::SplitMix64(seed);
+        let ids: Vec<usize> = (0..n)
+            .map(|_| if skew && rng.below(4) > 0 { 0 } else { rng.below(experts) })
+            .collect();
+        let off = offsets_reference(&ids, experts);
+        let row = Array::new(I32, [1, n], ids.iter().map(|&v| v as f64).collect()).unwrap();
+        let starts = Array::new(I32, [experts, 1], off[..experts].iter().map(|&v| v as f64).collect()).unwrap();
+        let want: Vec<f64> = slot_positions(&ids, experts).iter().map(|&p| p as f64).collect();
+        all_paths(
+            moe_positions::build(128.min(n), moe_positions::Dims { n, e: experts }),
+            &[row, starts],
+            vec![want],
+            &[Tolerance { abs: 0.0, rel: 0.0 }],
         )?;
     }
 }
@@ -75,7 +119,7 @@ proptest! {
 /// before anything runs, naming the builder of a valid one.
 #[test]
 fn a_table_that_is_not_a_permutation_is_an_input_error() {
-    for (name, table) in [("moe_permute", "order"), ("moe_unpermute", "pos")] {
+    for name in ["moe_permute", "moe_unpermute", "moe_unpermute_backward"] {
         let e = kernels::find(name).unwrap();
         let cfg = kernels::Config::parse(e, &[]).unwrap();
         let k = e.build_at_default_shapes(&cfg).unwrap();
@@ -87,7 +131,7 @@ fn a_table_that_is_not_a_permutation_is_an_input_error() {
         inputs[0] = Array::new(I32, [n], v).unwrap();
         let err = e.check_inputs(&cfg, &k, &inputs).unwrap_err().to_string();
         assert!(
-            err.contains(table) && err.contains("order_by_expert"),
+            err.contains("pos") && err.contains("slot_positions"),
             "{err}"
         );
         let mut v = inputs[0].data().to_vec();

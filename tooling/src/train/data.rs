@@ -62,10 +62,11 @@ impl CopyTask {
     pub fn next_batch(&mut self, rt: &Runtime, c: &LmConfig) -> Result<Batch, RuntimeError> {
         let seqs = self.next_tokens(c);
         let rows = c.batch * c.seq;
-        let (mut inp, mut tgt, mut mask) = (
+        let (mut inp, mut tgt, mut mask, mut labels) = (
             vec![0.0; rows * c.vocab],
             vec![0.0; rows * c.vocab],
             vec![0.0; rows],
+            vec![-100.0; rows],
         );
         let n = c.seq / 2;
         let mut counted = 0;
@@ -76,19 +77,21 @@ impl CopyTask {
                 tgt[r * c.vocab + s[p + 1]] = 1.0;
                 if p >= n {
                     mask[r] = 1.0;
+                    labels[r] = s[p + 1] as f64;
                     counted += 1;
                 }
             }
         }
-        let up = |shape: Vec<usize>, v: Vec<f64>| -> Result<_, RuntimeError> {
-            let a = Array::new(DType::F32, shape, v)
-                .map_err(|e| RuntimeError::Internal(e.to_string()))?;
+        let up = |dtype: DType, shape: Vec<usize>, v: Vec<f64>| -> Result<_, RuntimeError> {
+            let a =
+                Array::new(dtype, shape, v).map_err(|e| RuntimeError::Internal(e.to_string()))?;
             rt.tensor(&a)
         };
         Ok(Batch {
-            inputs: up(vec![rows, c.vocab], inp)?,
-            targets: up(vec![rows, c.vocab], tgt)?,
-            mask: up(vec![rows], mask)?,
+            inputs: up(DType::F32, vec![rows, c.vocab], inp)?,
+            targets: up(DType::F32, vec![rows, c.vocab], tgt)?,
+            mask: up(DType::F32, vec![rows], mask)?,
+            labels: up(DType::I32, vec![rows, 1], labels)?,
             counted,
         })
     }

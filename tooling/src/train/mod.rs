@@ -37,7 +37,7 @@ pub enum TrainError {
     Usage(String),
     /// The model's sizes do not fit together.
     #[error(
-        "the model needs d_model divisible by heads, an even seq, vocab ≥ 3, and checkpoint_every ≥ 1"
+        "the model needs d_model divisible by heads, an even seq, vocab ≥ 3, checkpoint_every ≥ 1, and (MoE) 1 ≤ top_k ≤ experts with expert_ffn ≥ 1"
     )]
     Model,
     /// The graph runtime failed at a step of the run.
@@ -245,6 +245,9 @@ pub fn train(opts: &TrainOptions) -> Result<TrainSummary, TrainError> {
         || !c.seq.is_multiple_of(2)
         || c.vocab < 3
         || opts.checkpoint_every == 0
+        || c.moe
+            .as_ref()
+            .is_some_and(|m| m.top_k == 0 || m.top_k > m.experts || m.expert_ffn == 0)
     {
         return Err(TrainError::Model);
     }
@@ -540,8 +543,9 @@ const HELP: &str = "\
 tessera train: a small causal transformer LM trained on a copying task
 
 USAGE:
-    tessera train [--steps N] [--seed S] [--lr X] [--checkpoint-dir DIR]
-                  [--checkpoint-every N] [--no-resume] [--loss-log FILE] [--quiet]
+    tessera train [--model dense|moe] [--steps N] [--seed S] [--lr X]
+                  [--checkpoint-dir DIR] [--checkpoint-every N] [--no-resume]
+                  [--loss-log FILE] [--quiet]
 
 Trains a 2-layer transformer (Tessera's rms_norm, flash_attention and
 swiglu kernels with their backward kernels; AdamW as deferred ops) on
@@ -551,6 +555,12 @@ a cache hit after. With --checkpoint-dir, saves every N steps (default 50)
 and at the end, resumes from the newest valid checkpoint there (skipping a
 corrupt or partial one, with a message), and on SIGTERM finishes the current
 step, saves and exits 0. --loss-log appends `step loss f32-bits` lines.
+
+--model moe replaces each layer's FFN with 4 SwiGLU experts, each token
+routed to 2 (router_top_k, moe_positions, moe_permute, grouped_matmul,
+moe_unpermute; backward through tgmm and the unpermute's and router's
+backward kernels), gives attention a learned sink per head, and takes the
+loss from the fused linear cross-entropy.
 
 Prints the loss reached, the time per step, tokens/s and the compile count;
 exits 1 if a full run from scratch ends above the loss threshold.
@@ -589,6 +599,17 @@ impl TrainOptions {
                 }
                 "--checkpoint-dir" => o.checkpoint_dir = Some(PathBuf::from(value("a directory")?)),
                 "--loss-log" => o.loss_log = Some(PathBuf::from(value("a file")?)),
+                "--model" => {
+                    o.model.moe = match value("dense or moe")?.as_str() {
+                        "dense" => None,
+                        "moe" => Some(model::MoeConfig::default()),
+                        other => {
+                            return Err(TrainError::Usage(format!(
+                                "--model is dense or moe, got `{other}`"
+                            )));
+                        }
+                    }
+                }
                 "--no-resume" => o.resume = false,
                 "--quiet" => o.progress = false,
                 other => {
