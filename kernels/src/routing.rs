@@ -236,11 +236,11 @@ pub fn route(ids: &Tensor, experts: usize, bm: usize) -> Result<Routing, Runtime
     }
     // Each expert's slot count, then their running sum, in f32 (exact).
     let id = ids.reshape(&[n])?.cast(DType::F32)?;
-    let expert = rt.tensor(&iota_array([n, e], 1))?;
+    let expert = rt.iota(&[n, e], 1, DType::F32)?;
     let hit = id.broadcast_in_dim(&[n, e], &[0])?.eq(&expert)?;
     let scalar = |x: f64| rt.scalar(x, DType::F32).broadcast_to(&[n, e]);
     let counts = hit.select(&scalar(1.0)?, &scalar(0.0)?)?.sum(&[0])?;
-    let before = rt.tensor(&triangle(e, e + 1))?;
+    let before = triangle(&rt, e, e + 1)?;
     let offsets = counts
         .reshape(&[1, e])?
         .matmul(&before)?
@@ -300,7 +300,7 @@ pub fn schedule(
     };
     let first = count
         .reshape(&[1, e])?
-        .matmul(&rt.tensor(&triangle(e, e))?)?
+        .matmul(&triangle(&rt, e, e)?)?
         .reshape(&[e])?;
     let total = count.sum(&[0])?;
     // Visits past the last repeat it.
@@ -308,12 +308,12 @@ pub fn schedule(
         .add_scalar(-1.0)?
         .maximum(&rt.scalar(0.0, DType::F32))?;
     let visit = rt
-        .tensor(&iota_array([v], 0))?
+        .iota(&[v], 0, DType::F32)?
         .minimum(&last.broadcast_to(&[v])?)?;
     let grid = |t: &Tensor| t.broadcast_in_dim(&[e, v], &[0]);
     let (count_g, first_g, lo_g) = (grid(&count)?, grid(&first)?, grid(&lo)?);
     let visit_g = visit.broadcast_in_dim(&[e, v], &[1])?;
-    let group_g = rt.tensor(&iota_array([e, v], 0))?;
+    let group_g = rt.iota(&[e, v], 0, DType::F32)?;
     let zero = scalar(0.0, &[e, v])?;
     let one = scalar(1.0, &[e, v])?;
     // Group g holds visit v when it has visits and its first is ≤ v; the
@@ -334,26 +334,16 @@ pub fn schedule(
     })
 }
 
-/// An f32 array holding each element's index along `axis`.
-#[cfg(feature = "graph")]
-fn iota_array<const N: usize>(shape: [usize; N], axis: usize) -> Array {
-    let strides: usize = shape[axis + 1..].iter().product();
-    let len: usize = shape.iter().product();
-    let data = (0..len)
-        .map(|i| ((i / strides) % shape[axis]) as f64)
-        .collect();
-    Array::new(DType::F32, shape, data).unwrap_or_else(|_| Array::zeros(DType::F32, shape))
-}
-
 /// `[rows, cols]` f32 with ones where `row < col`: a row vector times it
-/// is the exclusive running sum.
+/// is the exclusive running sum. Made of iotas, so the program holds no
+/// host data (it exports as it records).
 #[cfg(feature = "graph")]
-fn triangle(rows: usize, cols: usize) -> Array {
-    let data = (0..rows * cols)
-        .map(|i| f64::from(u8::from(i / cols < i % cols)))
-        .collect();
-    Array::new(DType::F32, [rows, cols], data)
-        .unwrap_or_else(|_| Array::zeros(DType::F32, [rows, cols]))
+fn triangle(rt: &graph::Runtime, rows: usize, cols: usize) -> Result<Tensor, RuntimeError> {
+    let shape = [rows, cols];
+    let one = |x: f64| rt.scalar(x, DType::F32).broadcast_to(&shape);
+    rt.iota(&shape, 0, DType::F32)?
+        .lt(&rt.iota(&shape, 1, DType::F32)?)?
+        .select(&one(1.0)?, &one(0.0)?)
 }
 
 /// The ids must name experts (`0..e`) and `starts` must be their

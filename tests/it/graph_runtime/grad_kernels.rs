@@ -416,3 +416,28 @@ fn moe_backwards_match_central_differences() {
         check_entry("grouped_matmul", &cfg, &args, 8).unwrap();
     }
 }
+
+/// Every entry with a declared backward exports it (`tessera export`'s
+/// VJP) at its default shapes: the backward records from the call's
+/// tensors and program constants alone, never host data the artifact
+/// would not carry.
+#[test]
+fn every_declared_backward_exports() {
+    let mut exported = Vec::new();
+    for e in kernels::ENTRIES.iter().filter(|e| e.backward.is_some()) {
+        let cfg = Config::parse(e, &[]).unwrap();
+        let kernel = e.build_at_default_shapes(&cfg).unwrap();
+        let vjp = tooling::export::vjp_for(e, &cfg, &kernel)
+            .unwrap_or_else(|err| panic!("{}: {err}", e.name));
+        assert!(vjp.is_some(), "{} has a backward but no VJP", e.name);
+        exported.push(e.name);
+    }
+    for name in [
+        "grouped_matmul",
+        "router_top_k",
+        "moe_permute",
+        "moe_unpermute",
+    ] {
+        assert!(exported.contains(&name), "{name}: {exported:?}");
+    }
+}
