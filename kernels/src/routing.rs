@@ -240,7 +240,7 @@ pub fn route(ids: &Tensor, experts: usize, bm: usize) -> Result<Routing, Runtime
     let hit = id.broadcast_in_dim(&[n, e], &[0])?.eq(&expert)?;
     let scalar = |x: f64| rt.scalar(x, DType::F32).broadcast_to(&[n, e]);
     let counts = hit.select(&scalar(1.0)?, &scalar(0.0)?)?.sum(&[0])?;
-    let before = triangle(&rt, e, e + 1)?;
+    let before = triangle(rt, e, e + 1)?;
     let offsets = counts
         .reshape(&[1, e])?
         .matmul(&before)?
@@ -300,7 +300,7 @@ pub fn schedule(
     };
     let first = count
         .reshape(&[1, e])?
-        .matmul(&triangle(&rt, e, e)?)?
+        .matmul(&triangle(rt, e, e)?)?
         .reshape(&[e])?;
     let total = count.sum(&[0])?;
     // Visits past the last repeat it.
