@@ -27,6 +27,7 @@ fn main() {
         block_k: 128,
         window: None,
         softcap: None,
+        dropout: None,
     };
     let kernel = flash_attention(&cfg, DType::BF16, dims).expect("flash attention verifies");
     let runs = 20;

@@ -77,6 +77,7 @@ pub const ENTRIES: &[&Entry] = &[
     &attention::FLASH_ATTENTION,
     &attention::FLASH_ATTENTION_KV_LEN,
     &attention::FLASH_ATTENTION_SINKS,
+    &attention::FLASH_ATTENTION_DROPOUT,
     &attention::ATTENTION_DELTA,
     &attention::FLASH_ATTENTION_DQ,
     &attention::FLASH_ATTENTION_DKV,

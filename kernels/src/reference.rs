@@ -127,6 +127,32 @@ pub fn attention_full(q: &Array, k: &Array, v: &Array, spec: &AttnSpec) -> (Vec<
     forward(q, k, v, &spec.scoring(&|_, _, i, j| spec.visible(i, j)))
 }
 
+/// [`attention_full`] with each probability times `weight(batch, head,
+/// query, key)` where it weighs the values (dropout's `keep / (1 −
+/// rate)`); the logsumexp is the softmax's, over every visible key.
+pub fn attention_weighted(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    spec: &AttnSpec,
+    weight: &dyn Fn(usize, usize, usize, usize) -> f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
+    let mut out = vec![0.0; b * h * sq * d];
+    let mut lse = vec![f64::NEG_INFINITY; b * h * sq];
+    let visible = |_, _, i, j| spec.visible(i, j);
+    let sc = spec.scoring(&visible);
+    for_each_query_row(q, k, &sc, |mut r| {
+        let (bh, i) = (r.row / sq, r.row % sq);
+        for (p, &j) in r.probs.iter_mut().zip(&r.keys) {
+            *p *= weight(bh / h, bh % h, i, j);
+        }
+        out[r.q_at..r.q_at + d].copy_from_slice(&r.output(v.data(), d));
+        lse[r.row] = r.lse;
+    });
+    (out, lse)
+}
+
 fn forward(q: &Array, k: &Array, v: &Array, sc: &Scoring<'_>) -> (Vec<f64>, Vec<f64>) {
     let [b, h, sq, d] = [q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]];
     let mut out = vec![0.0; b * h * sq * d];

@@ -159,6 +159,7 @@ pub fn block_forward(
         block_k: b,
         window: None,
         softcap: None,
+        dropout: None,
     };
     let len = x.valid_length(0)?;
     let [attn, _] = call_flash_attention_kv_len(&cfg, &len, &q, &k, &v)?;

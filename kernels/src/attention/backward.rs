@@ -25,7 +25,8 @@ use kernel_ir::{KernelErrors, VerifiedKernel};
 
 use super::band::Band;
 use super::{
-    AttnConfig, QueryKeys, ScoreRows, kv_rows, mask_scores, q_rows, raw_scores, visible_keys,
+    AttnConfig, DropMask, QueryKeys, ScoreRows, drop_mask, kept_scale, kv_rows, mask_scores,
+    q_rows, raw_scores, visible_keys,
 };
 
 /// `delta = rowsum(dO ∘ O)` in f32, `[b, h, sq, 1]`.
@@ -67,7 +68,16 @@ fn probs_and_dscores(
     let raw = raw_scores(cfg, rows, q, k);
     let s = mask_scores(cfg, rows, raw, qi, ki);
     let p = (s - lse).exp();
-    let dp = rows.outer(dob, vb);
+    let mut dp = rows.outer(dob, vb);
+    // What weighed v: p, or with dropout the forward's mask again (dropped
+    // probabilities weighed nothing, kept ones were scaled).
+    let mut weights = p;
+    if let Some(d) = ins.drop {
+        let (q_pos, k_pos) = rows.positions(cfg, qi, ki);
+        let keep = kept_scale(d, q_pos, k_pos);
+        dp *= keep;
+        weights = p * keep;
+    }
     let mut ds = p * (dp - delta);
     if let Some(cap) = cfg.softcap {
         let t = raw * (1.0 / cap);
@@ -82,9 +92,9 @@ fn probs_and_dscores(
         if let Some(len) = kv_len {
             keep = keep && k_pos < len;
         }
-        (select(keep, p, 0.0), select(keep, ds, 0.0))
+        (select(keep, weights, 0.0), select(keep, ds, 0.0))
     } else {
-        (p, ds)
+        (weights, ds)
     }
 }
 
@@ -110,6 +120,7 @@ struct Saved {
     d_o: Ref,
     lse: Ref,
     delta: Ref,
+    drop: Option<DropMask>,
 }
 
 /// One (q block, k block) step of `dq`, without the causal/window element
@@ -251,6 +262,7 @@ pub fn flash_attention_dq<T: Float>(
 ) {
     let (qi, ki) = (program_id(2), program_id(3));
     let len = kv_len.load([0]);
+    let drop = drop_mask(cfg, dropout_key, program_id(1), h, skv);
     if ki == 0 {
         acc.store(.., 0.0);
     }
@@ -262,6 +274,7 @@ pub fn flash_attention_dq<T: Float>(
             d_o,
             lse,
             delta,
+            drop,
         };
         dq_step(cfg, (sq, skv), ins, acc, (qi, ki), len);
     }
@@ -342,6 +355,9 @@ struct KvHeadInputs<T> {
     #[present(with_len)]
     #[shape(1)]
     kv_len: Option<Prefetch>,
+    #[present(cfg.dropout.is_some())]
+    #[shape(2)]
+    dropout_key: Option<Prefetch>,
     #[shape(b, h, sq, d)]
     #[block(group_q_rows(cfg, d, (h, hkv), (sq, skv)))]
     q: In<T>,
@@ -386,6 +402,8 @@ pub fn flash_attention_dkv<T: Float>(
 ) {
     let (ki, g, qj) = (program_id(2), program_id(3), program_id(4));
     let len = kv_len.load([0]);
+    let head = program_id(1) * num_programs(3) + g;
+    let drop = drop_mask(cfg, dropout_key, head, h, skv);
     if g == 0 && qj == 0 {
         dk_acc.store(.., 0.0);
         dv_acc.store(.., 0.0);
@@ -398,6 +416,7 @@ pub fn flash_attention_dkv<T: Float>(
             d_o,
             lse,
             delta,
+            drop,
         };
         dkv_step(cfg, (sq, skv), ins, (dk_acc, dv_acc), (qj, ki), len, None);
     }
@@ -459,6 +478,8 @@ pub fn flash_attention_dqkv<T: Float>(
 ) {
     let (ki, g, qj) = (program_id(2), program_id(3), program_id(4));
     let len = kv_len.load([0]);
+    let head = program_id(1) * num_programs(3) + g;
+    let drop = drop_mask(cfg, dropout_key, head, h, skv);
     if ki == 0 && g == 0 && qj == 0 {
         dq_acc.store(.., 0.0);
     }
@@ -474,6 +495,7 @@ pub fn flash_attention_dqkv<T: Float>(
             d_o,
             lse,
             delta,
+            drop,
         };
         let accs = (dk_acc, dv_acc);
         dkv_step(cfg, (sq, skv), ins, accs, (qj, ki), len, Some((dq_acc, g)));

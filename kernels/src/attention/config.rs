@@ -22,6 +22,10 @@ pub struct AttnConfig {
     pub window: Option<usize>,
     /// Logit soft-cap: `s ← cap · tanh(s / cap)`.
     pub softcap: Option<f32>,
+    /// Dropout on the attention probabilities at this rate (in `[0, 1)`):
+    /// the kernels then take a Threefry key, `dropout_key: i32[2]`, as
+    /// scalar prefetch after `kv_len` (see [`super::dropout`]).
+    pub dropout: Option<f32>,
 }
 
 impl AttnConfig {
@@ -37,6 +41,7 @@ impl AttnConfig {
             block_k: b.min(skv),
             window: None,
             softcap: None,
+            dropout: None,
         }
     }
 
@@ -60,6 +65,14 @@ impl AttnConfig {
         AttnConfig {
             causal: false,
             window: None,
+            ..self.clone()
+        }
+    }
+
+    /// The config with no dropout: the calls that take no key.
+    pub(crate) fn without_dropout(&self) -> AttnConfig {
+        AttnConfig {
+            dropout: None,
             ..self.clone()
         }
     }
@@ -166,6 +179,9 @@ pub(crate) struct QueryKeys<T> {
     #[present(with_len)]
     #[shape(1)]
     kv_len: Option<Prefetch>,
+    #[present(cfg.dropout.is_some())]
+    #[shape(2)]
+    dropout_key: Option<Prefetch>,
     #[shape(b, h, sq, d)]
     #[block(q_rows(cfg, d))]
     q: In<T>,

@@ -59,6 +59,7 @@ mod config;
 pub mod decode;
 pub mod decode_dma;
 pub mod decode_fp8;
+pub mod dropout;
 pub mod mask;
 pub mod masked;
 pub mod masked_backward;
@@ -75,8 +76,10 @@ mod vjp;
 use band::Band;
 pub use config::AttnConfig;
 pub(crate) use config::{QueryKeys, check_heads, group, kv_rows, q_rows};
+pub(crate) use dropout::{DropMask, drop_mask, kept_scale};
 pub(crate) use online::{
     Online, fold_sink, normalized, online_softmax_finish, online_softmax_init, online_update,
+    online_update_dropped,
 };
 pub use scores::MASK_VALUE;
 pub(crate) use scores::{ScoreRows, mask_scores, raw_scores, visible_keys};
@@ -111,6 +114,7 @@ fn attend_step(
     st: Online,
     (qi, ki): (Tile, Tile),
     kv_len: Option<Tile>,
+    drop: Option<DropMask>,
 ) {
     let (bq, bk) = (cfg.block_q, cfg.block_k);
     let ragged = !skv.is_multiple_of(bk);
@@ -136,7 +140,13 @@ fn attend_step(
             vb = select(row < skv as i32, vb, 0.0);
         }
     }
-    online_update(bq, st, s, vb);
+    if let Some(d) = drop {
+        let q_pos = iota(I32, [bq, bk], 0) + qi * bq;
+        let k_pos = iota(I32, [bq, bk], 1) + ki * bk;
+        online_update_dropped(bq, st, s, vb, kept_scale(d, q_pos, k_pos));
+    } else {
+        online_update(bq, st, s, vb);
+    }
 }
 
 /// Flash attention forward over `[batch, heads, seq, head_dim]` arrays;
@@ -145,10 +155,11 @@ fn attend_step(
 #[tpu_kernel(
     grid = (b, h, kernel_ir::cdiv(sq, cfg.block_q), kernel_ir::cdiv(skv, cfg.block_k)),
     semantics = (parallel, parallel, parallel, arbitrary),
-    name = match (with_len, with_sinks) {
-        (true, _) => "flash_attention_kv_len",
-        (false, true) => "flash_attention_sinks",
-        (false, false) => "flash_attention",
+    name = match (with_len, with_sinks, cfg.dropout.is_some()) {
+        (true, _, _) => "flash_attention_kv_len",
+        (false, true, _) => "flash_attention_sinks",
+        (false, false, true) => "flash_attention_dropout",
+        (false, false, false) => "flash_attention",
     },
     check = check_heads(h, hkv)
 )]
@@ -173,6 +184,7 @@ pub fn flash_attention<T: Float>(
 ) {
     let (qi, ki) = (program_id(2), program_id(3));
     let (len, st) = (kv_len.load([0]), Online { m, l, acc });
+    let drop = drop_mask(cfg, dropout_key, program_id(1), h, skv);
     if ki == 0 {
         online_softmax_init(st);
     }
@@ -181,9 +193,9 @@ pub fn flash_attention<T: Float>(
         // and select per score, and on the CPU a copy of the score tile).
         let qkv = Qkv { q, k, v };
         if Band::of(cfg).block_inside(qi, ki, cfg.block_q, cfg.block_k) {
-            attend_step(&cfg.unmasked(), skv, qkv, st, (qi, ki), len);
+            attend_step(&cfg.unmasked(), skv, qkv, st, (qi, ki), len, drop);
         } else {
-            attend_step(cfg, skv, qkv, st, (qi, ki), len);
+            attend_step(cfg, skv, qkv, st, (qi, ki), len, drop);
         }
     }
     if ki == num_programs(3) - 1 {
@@ -232,7 +244,31 @@ pub fn call_flash_attention(
     k: &Tensor,
     v: &Tensor,
 ) -> Result<[Tensor; 2], RuntimeError> {
-    record_forward(cfg, None, [q, k, v], None)
+    record_forward(&cfg.without_dropout(), None, [q, k, v], None)
+}
+
+/// [`call_flash_attention`] with dropout on the probabilities at
+/// `cfg.dropout` (which must be set), the mask drawn from `key` (an i32
+/// `[2]` tensor, `jax.random.key_data` of a Threefry key; see
+/// [`dropout`]), with `sinks` (`f32[h]`) when given. Its backward draws
+/// the same mask from the key.
+#[cfg(feature = "graph")]
+pub fn call_flash_attention_dropout(
+    cfg: &AttnConfig,
+    key: &Tensor,
+    [q, k, v]: [&Tensor; 3],
+    sinks: Option<&Tensor>,
+) -> Result<[Tensor; 2], RuntimeError> {
+    if cfg.dropout.is_none() {
+        return Err(build_error(
+            "flash_attention_dropout",
+            crate::entry::EntryError::Shape(
+                "the config has no dropout rate; set AttnConfig::dropout (or call call_flash_attention)"
+                    .into(),
+            ),
+        ));
+    }
+    record_forward(cfg, Some(key), [q, k, v], sinks)
 }
 
 /// [`call_flash_attention`] with keys at or past `kv_len[0]` (an i32
@@ -245,35 +281,37 @@ pub fn call_flash_attention_kv_len(
     k: &Tensor,
     v: &Tensor,
 ) -> Result<[Tensor; 2], RuntimeError> {
-    record_forward(cfg, Some(kv_len), [q, k, v], None)
+    record_forward(&cfg.without_dropout(), Some(kv_len), [q, k, v], None)
 }
 
 /// Records a flash-attention forward (with a valid length or sinks, never
-/// both) with its backward: `[o, lse]`.
+/// both) with its backward: `[o, lse]`. `prefetch` is the valid length,
+/// or with `cfg.dropout` the dropout key.
 #[cfg(feature = "graph")]
 fn record_forward(
     cfg: &AttnConfig,
-    kv_len: Option<&Tensor>,
+    prefetch: Option<&Tensor>,
     [q, k, v]: [&Tensor; 3],
     sinks: Option<&Tensor>,
 ) -> Result<[Tensor; 2], RuntimeError> {
-    let name = match (kv_len, sinks) {
-        (Some(_), _) => "flash_attention_kv_len",
-        (None, Some(_)) => "flash_attention_sinks",
-        (None, None) => "flash_attention",
+    let with_len = prefetch.is_some() && cfg.dropout.is_none();
+    let name = match (with_len, sinks, cfg.dropout) {
+        (true, _, _) => "flash_attention_kv_len",
+        (false, Some(_), _) => "flash_attention_sinks",
+        (false, None, Some(_)) => "flash_attention_dropout",
+        (false, None, None) => "flash_attention",
     };
     // The dims come from q, k and v (kv_len is `[1]`, sinks `[h]`).
     let dims = flash_attention::Dims::from_shapes(&[q.shape(), k.shape(), v.shape()])
         .map_err(|e| build_error(name, e))?;
-    let kernel =
-        flash_attention::build_for(q.dtype(), cfg, kv_len.is_some(), sinks.is_some(), dims)
-            .map_err(|e| build_error(name, e))?;
-    let mut args: Vec<&Tensor> = kv_len.into_iter().collect();
+    let kernel = flash_attention::build_for(q.dtype(), cfg, with_len, sinks.is_some(), dims)
+        .map_err(|e| build_error(name, e))?;
+    let mut args: Vec<&Tensor> = prefetch.into_iter().collect();
     args.extend([q, k, v]);
     args.extend(sinks);
     let vjp = match sinks {
         Some(_) => vjp::vjp_sinks(cfg.clone()),
-        None => vjp::vjp(cfg.clone(), kv_len.is_some()),
+        None => vjp::vjp(cfg.clone(), with_len),
     };
     let mut out = q.runtime().call_with_vjp(&kernel, &args, vjp)?.into_iter();
     match (out.next(), out.next()) {
@@ -326,7 +364,7 @@ pub fn call_flash_attention_sinks(
     v: &Tensor,
     sinks: &Tensor,
 ) -> Result<[Tensor; 2], RuntimeError> {
-    record_forward(cfg, None, [q, k, v], Some(sinks))
+    record_forward(&cfg.without_dropout(), None, [q, k, v], Some(sinks))
 }
 
 pub(crate) mod entries;
@@ -337,7 +375,8 @@ pub use decode_fp8::PAGED_DECODE_ATTENTION_FP8;
 pub use entries::{
     ATTENTION_DELTA, FLASH_ATTENTION, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DKV_KV_LEN,
     FLASH_ATTENTION_DQ, FLASH_ATTENTION_DQ_KV_LEN, FLASH_ATTENTION_DQKV,
-    FLASH_ATTENTION_DQKV_KV_LEN, FLASH_ATTENTION_KV_LEN, FLASH_ATTENTION_SINKS,
+    FLASH_ATTENTION_DQKV_KV_LEN, FLASH_ATTENTION_DROPOUT, FLASH_ATTENTION_KV_LEN,
+    FLASH_ATTENTION_SINKS,
 };
 pub use masked_entries::{MASKED_ATTENTION, MASKED_ATTENTION_DKV, MASKED_ATTENTION_DQ};
 pub use mla::MLA_DECODE_ATTENTION;

@@ -24,6 +24,19 @@ pub(crate) struct Online {
 /// sum, rescaled accumulator.
 #[kernel_fn]
 pub(crate) fn online_update(rows: usize, st: Online, s: Tile, vb: Tile) {
+    online_step(rows, st, s, vb, None);
+}
+
+/// [`online_update`] with dropout: each probability times `keep` (`1 /
+/// (1 − rate)` or 0, see [`super::dropout`]) before it weighs the values;
+/// the running sum counts every key.
+#[kernel_fn]
+pub(crate) fn online_update_dropped(rows: usize, st: Online, s: Tile, vb: Tile, keep: Tile) {
+    online_step(rows, st, s, vb, Some(keep));
+}
+
+#[kernel_fn]
+fn online_step(rows: usize, st: Online, s: Tile, vb: Tile, keep: Option<Tile>) {
     let Online { m, l, acc } = st;
     // `m` and `l` hold each row's value in all 128 lanes. Reading them back
     // as a lane max (not a `[rows, 1]` column load) gives Mosaic a value
@@ -37,7 +50,11 @@ pub(crate) fn online_update(rows: usize, st: Online, s: Tile, vb: Tile) {
     let m_new = m_prev.max(s.max_keep(1));
     let p = (s - m_new).exp();
     let alpha = (m_prev - m_new).exp();
-    acc.store(.., acc.load(..) * alpha + dot(p.convert(vb.dtype()), vb));
+    let weights = if let Some(keep) = keep { p * keep } else { p };
+    acc.store(
+        ..,
+        acc.load(..) * alpha + dot(weights.convert(vb.dtype()), vb),
+    );
     m.store(.., m_new.broadcast_to([rows, 128]));
     l.store(
         ..,

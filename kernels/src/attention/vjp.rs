@@ -31,7 +31,9 @@ pub(crate) fn vjp_sinks(cfg: AttnConfig) -> Arc<dyn KernelVjp> {
 }
 
 /// The backward of `flash_attention` (inputs q, k, v), `_kv_len` (inputs
-/// kv_len, q, k, v) or `_sinks` (inputs q, k, v, sinks). The sinks' `lse`
+/// kv_len, q, k, v) or `_sinks` (inputs q, k, v, sinks), each with the
+/// dropout key before q when `cfg` has dropout (the backward kernels take
+/// it too and draw the forward's mask again). The sinks' `lse`
 /// is all dq, dk and dv need (`p = exp(s − lse)` counts the sink);
 /// `dsinks[h] = −Σ exp(sinks[h] − lse)·(delta − ct_lse)` over the head's
 /// rows, since a sink's only path to the loss is through `lse` and `o`.
@@ -44,7 +46,8 @@ fn backward(
     let name = call.kernel.name.as_str();
     let err = |e| backward_error(name, e);
     let ins = call.inputs;
-    let off = usize::from(with_len);
+    // Scalar prefetch first: the valid length, the dropout key.
+    let off = usize::from(with_len) + usize::from(cfg.dropout.is_some());
     let (q, k, v) = (&ins[off], &ins[off + 1], &ins[off + 2]);
     let rt = q.runtime();
     let (o, lse) = saved_outputs(call)?;
@@ -86,10 +89,7 @@ fn backward(
         .iter()
         .map(|t| t.shape().to_vec())
         .collect();
-    let mut args: Vec<&Tensor> = Vec::new();
-    if with_len {
-        args.push(&ins[0]);
-    }
+    let mut args: Vec<&Tensor> = ins[..off].iter().collect();
     args.extend([q, k, v, &d_o, &lse, &delta]);
     let dqkv_dims =
         flash_attention_dqkv::Dims::from_shapes(&refs(&shapes)).map_err(|e| err(e.into()))?;
@@ -134,14 +134,11 @@ fn backward(
         (dq, dkv.remove(0), dv)
     };
     debug_assert!(lse.dtype() == DType::F32);
-    let mut out = Vec::new();
-    if with_len {
-        out.push(None);
-    }
+    let mut out = vec![None; off];
     out.extend([Some(dq), Some(dk), Some(dv)]);
     if sinks {
-        let h = ins[3].shape()[0];
-        let per_row = ins[3]
+        let h = ins[off + 3].shape()[0];
+        let per_row = ins[off + 3]
             .reshape(&[1, h, 1, 1])?
             .broadcast_to(lse.shape())?
             .sub(&lse)?

@@ -64,6 +64,7 @@ fn causal_and_full_attention_match_f64() {
                 block_k: 128,
                 window: None,
                 softcap: None,
+                dropout: None,
             },
             dtype: F32,
         };
@@ -87,6 +88,7 @@ fn bf16_inputs_accumulate_in_f32() {
             block_k: 128,
             window: None,
             softcap: None,
+            dropout: None,
         },
         dtype: BF16,
     };
@@ -114,6 +116,7 @@ fn causal_skips_blocks_above_the_diagonal() {
         block_k: 128,
         window: None,
         softcap: None,
+        dropout: None,
     };
     let k = flash_attention(&cfg, F32, dims).unwrap();
     let q = Array::random(F32, [1, 1, 128, 32], 1, -1.0, 1.0);
@@ -156,6 +159,7 @@ fn k_is_tiled_on_its_physical_minor_dim() {
         block_k: 64,
         window: None,
         softcap: None,
+        dropout: None,
     };
     let e = flash_attention(&cfg, F32, dims).unwrap_err();
     assert!(
@@ -177,6 +181,7 @@ fn heads_the_kv_heads_do_not_divide_are_a_config_error() {
         block_k: 128,
         window: None,
         softcap: None,
+        dropout: None,
     };
     let (b, h, hkv, sq, skv, d) = (1, 4, 3, 8, 128, 128);
     let config = |e: &kernel_ir::KernelErrors| {
@@ -271,7 +276,7 @@ proptest! {
                 block_q: bq,
                 block_k: if full_k { skv } else { 128 },
                 window: None,
-                softcap: None,
+                softcap: None, dropout: None,
             },
             dtype: F32,
         };

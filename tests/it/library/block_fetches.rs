@@ -93,7 +93,7 @@ proptest! {
         // K is column-major: its key blocks are 128 lanes (or all keys).
         let (b, h, hkv, d) = (1, 2, 1, 32);
         let (bq, bk) = (bq.min(sq), 128.min(skv));
-        let cfg = AttnConfig { causal, sm_scale: 0.2, block_q: bq, block_k: bk, window, softcap: None };
+        let cfg = AttnConfig { causal, sm_scale: 0.2, block_q: bq, block_k: bk, window, softcap: None, dropout: None };
         let dims = kernels::attention::flash_attention::Dims { b, h, hkv, sq, skv, d };
         let kv_len = kv_len.map(|l| l.min(skv));
         let spec = AttnSpec { causal, scale: 0.2, window, softcap: None, kv_len };
@@ -138,7 +138,7 @@ proptest! {
     ) {
         let (b, h, hkv, d) = (1, 1, 1, 32);
         let (bq, bk) = (bq.min(sq), 128.min(skv));
-        let cfg = AttnConfig { causal, sm_scale: 0.2, block_q: bq, block_k: bk, window, softcap: None };
+        let cfg = AttnConfig { causal, sm_scale: 0.2, block_q: bq, block_k: bk, window, softcap: None, dropout: None };
         let spec = AttnSpec { causal, scale: 0.2, window, softcap: None, kv_len: None };
         let k = flash_attention_dkv(&cfg, F32, kernels::attention::backward::flash_attention_dkv::Dims { b, h, hkv, sq, skv, d }).unwrap();
         let mut args = attn_inputs(b, h, hkv, sq, skv, d, seed);
@@ -177,6 +177,7 @@ fn the_trace_counts_block_changes() {
         block_k: 128,
         window: None,
         softcap: None,
+        dropout: None,
     };
     let plain = flash_attention(&cfg, F32, dims).unwrap();
     let (_, t) = interpret_traced(&plain, &args, &InterpOptions::default()).unwrap();

@@ -30,6 +30,61 @@ fn spec(cfg: &AttnConfig) -> AttnSpec {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+
+    /// Dropout on the probabilities: every path against attention whose
+    /// probabilities are multiplied by the mask written from jax's
+    /// definition (`bernoulli(fold_in(key, b·h + head), 1 − rate, (sq,
+    /// skv))`), lse untouched; GQA, causal or not, ragged lengths.
+    #[test]
+    fn flash_attention_with_dropout_on_every_path(
+        b in 1usize..3, hkv in 1usize..3, group in 1usize..3, sq in 1usize..70,
+        skv in 1usize..150, causal in any::<bool>(), bf in any::<bool>(),
+        rate in prop::sample::select(vec![0.0f32, 0.25, 0.5]), seed in any::<u64>(),
+    ) {
+        let (h, d) = (hkv * group, 32);
+        let dtype = if bf { BF16 } else { F32 };
+        let cfg = AttnConfig { causal, sm_scale: 0.2, block_q: 16.min(sq), block_k: 128.min(skv), window: None, softcap: None, dropout: Some(rate) };
+        let q = Array::random(dtype, [b, h, sq, d], seed, -1.0, 1.0);
+        let k = Array::random(dtype, [b, hkv, skv, d], seed + 1, -1.0, 1.0);
+        let v = Array::random(dtype, [b, hkv, skv, d], seed + 2, -1.0, 1.0);
+        let words = [seed as u32, (seed >> 32) as u32];
+        let key = Array::new(I32, [2], words.iter().map(|&w| f64::from(w as i32)).collect()).unwrap();
+        let keep = |bi, hi, i, j| kernels::attention::dropout::keep_reference(words, rate, (h, skv), (bi, hi, i, j));
+        let (o, lse) = reference::attention_weighted(&q, &k, &v, &spec(&cfg), &keep);
+        let dims = kernels::attention::flash_attention::Dims { b, h, hkv, sq, skv, d };
+        all_paths(
+            kernels::attention::flash_attention::build_for(dtype, &cfg, false, false, dims),
+            &[key, q, k, v],
+            vec![o, lse],
+            &[out_tol(dtype), lse_tol(dtype)],
+        )?;
+    }
+}
+
+/// The mask keeps about `1 − rate` of the probabilities and differs
+/// between heads and batches (each folds its own key).
+#[test]
+fn the_dropout_mask_keeps_one_minus_rate_and_differs_per_head() {
+    use kernels::attention::dropout::keep_reference;
+    let (key, rate, (heads, skv)) = ([3, 9], 0.25, (2, 256));
+    let mask = |b, h| -> Vec<bool> {
+        (0..64 * skv)
+            .map(|e| keep_reference(key, rate, (heads, skv), (b, h, e / skv, e % skv)) > 0.0)
+            .collect()
+    };
+    let m = mask(0, 0);
+    let kept = m.iter().filter(|&&k| k).count() as f64 / m.len() as f64;
+    assert!((kept - 0.75).abs() < 0.01, "kept {kept}");
+    assert_ne!(m, mask(0, 1));
+    assert_ne!(m, mask(1, 0));
+    assert_eq!(
+        keep_reference(key, rate, (heads, skv), (0, 0, 0, 0)) > 0.0,
+        m[0]
+    );
+}
+
+proptest! {
     #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
 
     #[test]
@@ -48,7 +103,7 @@ proptest! {
         let h = hkv * group;
         let cfg = AttnConfig {
             causal, sm_scale: 1.0 / (d as f32).sqrt(), block_q: bq,
-            block_k: if full_k { skv } else { 128.min(skv) }, window, softcap,
+            block_k: if full_k { skv } else { 128.min(skv) }, window, softcap, dropout: None,
         };
         let dims = kernels::attention::flash_attention::Dims { b, h, hkv, sq, skv, d };
         let q = Array::random(dtype, [b, h, sq, d], seed, -1.0, 1.0);
@@ -65,7 +120,7 @@ proptest! {
         let (h, sq, skv, d) = (2, 64, 256, 64);
         let hkv = hkv.min(h);
         let dims = kernels::attention::flash_attention::Dims { b: 1, h, hkv, sq, skv, d };
-        let cfg = AttnConfig { causal, sm_scale: 0.125, block_q: 32, block_k: 128, window: None, softcap: None };
+        let cfg = AttnConfig { causal, sm_scale: 0.125, block_q: 32, block_k: 128, window: None, softcap: None, dropout: None };
         let len = Array::from_elems([1], &[kv_len as i32]).unwrap();
         let q = Array::random(F32, [1, h, sq, d], seed, -1.0, 1.0);
         let k = Array::random(F32, [1, hkv, skv, d], seed + 1, -1.0, 1.0);
@@ -95,7 +150,7 @@ proptest! {
     ) {
         let (h, sq, d) = (2, 128, 64);
         let skv = if short_k { 100 } else { 256 };
-        let cfg = AttnConfig { causal, sm_scale: 0.125, block_q: 32, block_k: if short_k { skv } else { 128 }, window: Some(window), softcap: None };
+        let cfg = AttnConfig { causal, sm_scale: 0.125, block_q: 32, block_k: if short_k { skv } else { 128 }, window: Some(window), softcap: None, dropout: None };
         let q = Array::random(F32, [1, h, sq, d], seed, -1.0, 1.0);
         let k = Array::random(F32, [1, 1, skv, d], seed + 1, -1.0, 1.0);
         let v = Array::random(F32, [1, 1, skv, d], seed + 2, -1.0, 1.0);
@@ -281,7 +336,7 @@ proptest! {
         let skv = sq + extra_kv;
         let bq = bq.max(8 * dtype.packing()).min(sq);
         let cfg = AttnConfig {
-            causal, sm_scale: 1.0 / (d as f32).sqrt(), block_q: bq, block_k: 128.min(skv), window, softcap,
+            causal, sm_scale: 1.0 / (d as f32).sqrt(), block_q: bq, block_k: 128.min(skv), window, softcap, dropout: None,
         };
         let q = Array::random(dtype, [b, h, sq, d], seed, -1.0, 1.0);
         let k = Array::random(dtype, [b, hkv, skv, d], seed + 1, -1.0, 1.0);

@@ -294,6 +294,7 @@ impl Workload {
                     block_k: b,
                     window: None,
                     softcap: None,
+                    dropout: None,
                 };
                 use kernels::attention::backward as bw;
                 let (h, d) = (HEADS, HEAD_DIM);
@@ -432,6 +433,7 @@ impl Workload {
                     block_k: attention_block(m, s),
                     window: None,
                     softcap: None,
+                    dropout: None,
                 },
                 DType::F32,
                 kernels::attention::flash_attention::Dims {

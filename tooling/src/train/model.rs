@@ -204,6 +204,7 @@ fn kernels(c: &LmConfig) -> Kernels {
             block_k: c.seq,
             window: None,
             softcap: None,
+            dropout: None,
         },
         swiglu: SwigluConfig {
             m: rows,
