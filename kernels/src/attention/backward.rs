@@ -262,7 +262,7 @@ pub fn flash_attention_dq<T: Float>(
 ) {
     let (qi, ki) = (program_id(2), program_id(3));
     let len = kv_len.load([0]);
-    let drop = drop_mask(cfg, dropout_key, program_id(1), h, skv);
+    let drop = drop_mask(cfg, dropout_key, false, h, skv);
     if ki == 0 {
         acc.store(.., 0.0);
     }
@@ -402,8 +402,7 @@ pub fn flash_attention_dkv<T: Float>(
 ) {
     let (ki, g, qj) = (program_id(2), program_id(3), program_id(4));
     let len = kv_len.load([0]);
-    let head = program_id(1) * num_programs(3) + g;
-    let drop = drop_mask(cfg, dropout_key, head, h, skv);
+    let drop = drop_mask(cfg, dropout_key, true, h, skv);
     if g == 0 && qj == 0 {
         dk_acc.store(.., 0.0);
         dv_acc.store(.., 0.0);
@@ -478,8 +477,7 @@ pub fn flash_attention_dqkv<T: Float>(
 ) {
     let (ki, g, qj) = (program_id(2), program_id(3), program_id(4));
     let len = kv_len.load([0]);
-    let head = program_id(1) * num_programs(3) + g;
-    let drop = drop_mask(cfg, dropout_key, head, h, skv);
+    let drop = drop_mask(cfg, dropout_key, true, h, skv);
     if ki == 0 && g == 0 && qj == 0 {
         dq_acc.store(.., 0.0);
     }

@@ -42,25 +42,24 @@ pub(crate) const SOFTCAP: Param = param(
 );
 
 /// The config parameters of the attention kernels.
-const ATTN_PARAMS: &[Param] = &[
-    DTYPE,
-    param(
-        "causal",
-        ParamKind::Bool,
-        "false",
-        "query i sees keys j <= i only",
-    ),
-    BLOCK_Q,
-    BLOCK_K,
-    SM_SCALE,
-    param(
-        "window",
-        ParamKind::OptPositive,
-        "none",
-        "sliding window: keys more than window-1 away are hidden",
-    ),
-    SOFTCAP,
-];
+pub(crate) const ATTN_PARAMS: &[Param] =
+    &[DTYPE, CAUSAL, BLOCK_Q, BLOCK_K, SM_SCALE, WINDOW, SOFTCAP];
+
+/// Causal attention.
+pub(crate) const CAUSAL: Param = param(
+    "causal",
+    ParamKind::Bool,
+    "false",
+    "query i sees keys j <= i only",
+);
+
+/// A sliding window.
+pub(crate) const WINDOW: Param = param(
+    "window",
+    ParamKind::OptPositive,
+    "none",
+    "sliding window: keys more than window-1 away are hidden",
+);
 
 /// The [`AttnConfig`] of a library config for these sequence lengths.
 pub(crate) fn attn_config(
@@ -142,7 +141,7 @@ pub(crate) fn check_scores(
 }
 
 /// The output's and the logsumexp's tolerances.
-fn forward_tolerance(c: &Config, _: &VerifiedKernel) -> Vec<Tolerance> {
+pub(crate) fn forward_tolerance(c: &Config, _: &VerifiedKernel) -> Vec<Tolerance> {
     let d = c.dtype("dtype").unwrap_or(DType::F32);
     vec![Tolerance::attention(d), Tolerance::logsumexp(d)]
 }
@@ -304,111 +303,6 @@ pub const FLASH_ATTENTION_SINKS: Entry = Entry {
             ("v", &[1, 2, 200, 64]),
             ("sinks", &[4]),
         ],
-    }],
-};
-
-/// The dropout entry's parameters: the attention's and the rate.
-const DROPOUT_PARAMS: &[Param] = &[
-    DTYPE,
-    param(
-        "causal",
-        ParamKind::Bool,
-        "false",
-        "query i sees keys j <= i only",
-    ),
-    BLOCK_Q,
-    BLOCK_K,
-    SM_SCALE,
-    param(
-        "window",
-        ParamKind::OptPositive,
-        "none",
-        "sliding window: keys more than window-1 away are hidden",
-    ),
-    SOFTCAP,
-    param(
-        "rate",
-        ParamKind::Number,
-        "0.1",
-        "probability of dropping an attention probability, in [0, 1)",
-    ),
-];
-
-/// The dropout entry's [`AttnConfig`]: the attention's with the rate.
-fn dropout_config(c: &Config, s: &[Vec<usize>]) -> Result<AttnConfig, EntryError> {
-    let [two] = crate::entry::dims(&s[0], "dropout_key")?;
-    if two != 2 {
-        return Err(EntryError::Shape(format!(
-            "dropout_key is [{two}]; a Threefry key is two int32 words, [2]"
-        )));
-    }
-    let dims = flash_attention::Dims::from_shapes(&refs(&s[1..4]))?;
-    let rate = c.f32("rate")?;
-    if !(0.0..1.0).contains(&rate) {
-        return Err(EntryError::BadValue {
-            key: "rate",
-            value: rate.to_string(),
-            expected: "in [0, 1): the probability of dropping a probability (1 drops everything)"
-                .into(),
-        });
-    }
-    Ok(AttnConfig {
-        dropout: Some(rate),
-        ..attn_config(c, dims.sq, dims.skv, dims.d)?
-    })
-}
-
-/// The f64 reference with dropout: attention whose probabilities are
-/// multiplied by the mask written from its definition
-/// ([`super::dropout::keep_reference`]) where they weigh v.
-fn dropout_reference(c: &Config, a: &[Array]) -> Result<crate::entry::Outputs, EntryError> {
-    let word = |i: usize| a[0].data()[i] as i64 as u32;
-    let (key, rate) = ([word(0), word(1)], c.f32("rate")?);
-    let (q, k, v) = (&a[1], &a[2], &a[3]);
-    let (heads, skv, d) = (q.shape()[1], k.shape()[2], q.shape()[3]);
-    let keep = |b, h, i, j| super::dropout::keep_reference(key, rate, (heads, skv), (b, h, i, j));
-    let (o, lse) = reference::attention_weighted(q, k, v, &attn_spec(c, d)?, &keep);
-    Ok(vec![o, lse])
-}
-
-/// [`flash_attention()`] with dropout on its probabilities in the library.
-pub const FLASH_ATTENTION_DROPOUT: Entry = Entry {
-    name: "flash_attention_dropout",
-    fixed_inputs: None,
-    backward: crate::entry::backward!(|c, s| Ok(vjp::vjp(dropout_config(c, s)?, false))),
-    about: "flash attention forward with dropout on the probabilities (jax.random.bernoulli's mask per batch and head, from a Threefry key as scalar prefetch): outputs o and lse",
-    params: DROPOUT_PARAMS,
-    inputs: |_| {
-        let mut v = vec![("dropout_key", vec![2])];
-        v.extend(qkv());
-        Ok(v)
-    },
-    build: |c, s| {
-        let dims = flash_attention::Dims::from_shapes(&refs(&s[1..4]))?;
-        Ok(flash_attention::build_for(
-            c.dtype("dtype")?,
-            &dropout_config(c, s)?,
-            false,
-            false,
-            dims,
-        )?)
-    },
-    reference: dropout_reference,
-    check: check_scores,
-    tolerance: forward_tolerance,
-    sample: |c, k, seed| {
-        let mut v = uniform_inputs(c, k, seed);
-        let mut rng = kernel_ir::SplitMix64(seed ^ 0xD0);
-        let words = [0, 1].map(|_| f64::from(rng.next_u64() as u32 as i32));
-        v[0] = Array::new(DType::I32, [2], words.to_vec())
-            .unwrap_or_else(|_| Array::zeros(DType::I32, [2]));
-        v
-    },
-    presets: &[Preset {
-        name: "flash_attention_dropout_gqa_bf16",
-        about: "flash attention with dropout 0.1, bf16, 4 query heads on 2 kv heads, causal, ragged 200 keys",
-        config: &[("dtype", "bf16"), ("causal", "true"), ("rate", "0.1")],
-        shapes: GQA_SHAPES,
     }],
 };
 

@@ -184,7 +184,7 @@ pub fn flash_attention<T: Float>(
 ) {
     let (qi, ki) = (program_id(2), program_id(3));
     let (len, st) = (kv_len.load([0]), Online { m, l, acc });
-    let drop = drop_mask(cfg, dropout_key, program_id(1), h, skv);
+    let drop = drop_mask(cfg, dropout_key, false, h, skv);
     if ki == 0 {
         online_softmax_init(st);
     }
@@ -372,11 +372,11 @@ pub(crate) mod entries;
 pub use decode::PAGED_DECODE_ATTENTION;
 pub use decode_dma::PAGED_DECODE_ATTENTION_DMA;
 pub use decode_fp8::PAGED_DECODE_ATTENTION_FP8;
+pub use dropout::FLASH_ATTENTION_DROPOUT;
 pub use entries::{
     ATTENTION_DELTA, FLASH_ATTENTION, FLASH_ATTENTION_DKV, FLASH_ATTENTION_DKV_KV_LEN,
     FLASH_ATTENTION_DQ, FLASH_ATTENTION_DQ_KV_LEN, FLASH_ATTENTION_DQKV,
-    FLASH_ATTENTION_DQKV_KV_LEN, FLASH_ATTENTION_DROPOUT, FLASH_ATTENTION_KV_LEN,
-    FLASH_ATTENTION_SINKS,
+    FLASH_ATTENTION_DQKV_KV_LEN, FLASH_ATTENTION_KV_LEN, FLASH_ATTENTION_SINKS,
 };
 pub use masked_entries::{MASKED_ATTENTION, MASKED_ATTENTION_DKV, MASKED_ATTENTION_DQ};
 pub use mla::MLA_DECODE_ATTENTION;

@@ -60,6 +60,12 @@ impl CopyTask {
     /// The next batch, uploaded: inputs are tokens `0..seq`, targets
     /// `1..=seq`; the loss counts the copied half (targets `n..2n`).
     pub fn next_batch(&mut self, rt: &Runtime, c: &LmConfig) -> Result<Batch, RuntimeError> {
+        // The step's dropout key from the stream's state, so a resumed run
+        // draws the same masks.
+        let mut keys = SplitMix64(self.rng.0 ^ 0xD409_0F0A_7E57_1CE5);
+        let key: Vec<f64> = (0..2)
+            .map(|_| f64::from(keys.next_u64() as u32 as i32))
+            .collect();
         let seqs = self.next_tokens(c);
         let rows = c.batch * c.seq;
         let (mut inp, mut tgt, mut mask, mut labels) = (
@@ -92,6 +98,7 @@ impl CopyTask {
             targets: up(DType::F32, vec![rows, c.vocab], tgt)?,
             mask: up(DType::F32, vec![rows], mask)?,
             labels: up(DType::I32, vec![rows, 1], labels)?,
+            dropout_key: up(DType::I32, vec![2], key)?,
             counted,
         })
     }

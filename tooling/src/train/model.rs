@@ -12,15 +12,16 @@
 //! top-k, permute into expert order, three grouped matmuls, unpermute with
 //! the router's weights; the routing tables are made on the device
 //! ([`kernels::routing`]), so the step stays one program. Its attention
-//! has a learned sink per head, and its loss is the fused linear
-//! cross-entropy (the logits never materialize). Every kernel's backward
+//! has a learned sink per head and dropout on its probabilities (a key per
+//! step, the mask drawn inside the kernels), and its loss is the fused
+//! linear cross-entropy (the logits never materialize). Every kernel's backward
 //! is declared, so `grad` runs the weight gradient (tgmm), the unpermute's
 //! backward and the router's.
 
 use graph::{RuntimeError, Tensor};
 use kernel_ir::{Array, DType};
 
-use kernels::attention::{AttnConfig, call_flash_attention, call_flash_attention_sinks};
+use kernels::attention::{AttnConfig, call_flash_attention, call_flash_attention_dropout};
 use kernels::cross_entropy::{LinearCrossEntropyConfig, call_linear_cross_entropy};
 use kernels::moe::{GroupedMatmulConfig, call_grouped_matmul};
 use kernels::norm::{NormConfig, call_rms_norm};
@@ -60,6 +61,9 @@ pub struct MoeConfig {
     pub top_k: usize,
     /// Each expert's SwiGLU hidden width.
     pub expert_ffn: usize,
+    /// Dropout on the attention probabilities (inside the flash kernels,
+    /// a fresh mask each step).
+    pub attention_dropout: f32,
 }
 
 impl Default for MoeConfig {
@@ -68,6 +72,7 @@ impl Default for MoeConfig {
             experts: 4,
             top_k: 2,
             expert_ffn: 64,
+            attention_dropout: 0.05,
         }
     }
 }
@@ -175,6 +180,8 @@ pub struct Batch {
     /// The next tokens as ids, `[batch·seq, 1]` i32, −100 where the loss
     /// does not count (the fused loss's ignored label).
     pub labels: Tensor,
+    /// This step's dropout key, `[2]` i32 (a Threefry key's words).
+    pub dropout_key: Tensor,
     /// How many positions it counts.
     pub counted: usize,
 }
@@ -204,7 +211,7 @@ fn kernels(c: &LmConfig) -> Kernels {
             block_k: c.seq,
             window: None,
             softcap: None,
-            dropout: None,
+            dropout: c.moe.as_ref().map(|m| m.attention_dropout),
         },
         swiglu: SwigluConfig {
             m: rows,
@@ -246,7 +253,15 @@ pub fn loss(c: &LmConfig, params: &[Tensor], batch: &Batch) -> Result<Tensor, Ru
         let (q, kk, v) = (heads(wq)?, heads(wk)?, heads(wv)?);
         let [o, _] = match &c.moe {
             None => call_flash_attention(&k.attention, &q, &kk, &v)?,
-            Some(_) => call_flash_attention_sinks(&k.attention, &q, &kk, &v, next()?)?,
+            Some(_) => {
+                let sinks = next()?;
+                call_flash_attention_dropout(
+                    &k.attention,
+                    &batch.dropout_key,
+                    [&q, &kk, &v],
+                    Some(sinks),
+                )?
+            }
         };
         let o = o.transpose(&[0, 2, 1, 3])?.reshape(&[rows, d])?;
         x = x.add(&o.matmul(wo)?)?;
