@@ -3,6 +3,9 @@
 Usage: llm_kernels.py TESSERA OUTDIR [--full]. Writes OUTDIR/llm_kernels.md and
 exits non-zero on a failed check.
 
+Dropout inside flash attention (flash_attention_dropout) against JAX's own
+mask (jax.random.bernoulli) and jax.grad of the same attention in jnp.
+
 Attention sinks (flash_attention_sinks) against splash attention's sinks:
 forward on every backend and the exported VJP's dq, dk, dv, dsinks
 against splash's kernel and VJP in interpret mode, and float64.
@@ -404,6 +407,69 @@ def sinks(tessera, tmp, lines, failures):
     lines.append("")
 
 
+def dropout(tessera, tmp, lines, failures):
+    """Dropout inside flash attention against JAX: the mask is
+    `jax.random.bernoulli(fold_in(key, b·h + head), 1 − rate, (sq, skv))`
+    drawn by jax itself, the attention around it written in jnp; Tessera's
+    forward on every backend and its exported VJP against it (a mask that
+    is not jax's bit for bit would be off by O(1))."""
+    import tessera_jax
+
+    b, h, s, d, rate, block = 2, 2, 256, 64, 0.25, 128
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.uniform(-1, 1, (b, h, s, d)).astype(np.float32) for _ in range(3))
+    do = rng.uniform(-1, 1, (b, h, s, d)).astype(np.float32)
+    key = jax.random.PRNGKey(20261205)
+    words = np.asarray(jax.random.key_data(key)).astype(np.uint32).view(np.int32)
+    keep = jnp.stack([jnp.stack([jax.random.bernoulli(jax.random.fold_in(key, bi * h + hi), 1 - rate, (s, s))
+                                 for hi in range(h)]) for bi in range(b)])
+
+    def attention(q, k, v):
+        sc = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(d)
+        sc = jnp.where(jnp.tril(jnp.ones((s, s), bool)), sc, -jnp.inf)
+        p = jax.nn.softmax(sc, axis=-1) * keep / (1 - rate)
+        return jnp.einsum("bhqk,bhkd->bhqd", p, v)
+
+    # float64 in numpy around jax's mask.
+    sc = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k.astype(np.float64)) / np.sqrt(d)
+    sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    p = p / p.sum(-1, keepdims=True) * np.asarray(keep) / (1 - rate)
+    want = np.einsum("bhqk,bhkd->bhqd", p, v.astype(np.float64))
+    lines += ["## Dropout inside flash attention beside JAX", "",
+              f"b={b}, h={h}, s={s}, d={d}, causal, rate {rate}, f32, blocks {block}; the mask drawn by"
+              " jax.random.bernoulli (fold_in(key, b·h + head)), the attention around it in jnp."
+              f" Kept fraction {float(keep.mean()):.3f}. Forward: max abs error against float64; gradients of"
+              " sum(o·dO): max abs difference over the largest magnitude, Tessera's exported VJP against"
+              " jax.grad of the jnp attention.", "",
+              "| who | o | dq | dk | dv |", "|---|---|---|---|---|"]
+    cfg = {"causal": "true", "block_q": block, "block_k": block, "rate": rate}
+    outs = tessera_run(tessera, "flash_attention_dropout", {"dropout_key": words, "q": q, "k": k, "v": v}, cfg, tmp)
+    for backend, o in outs.items():
+        err = error(o["o"], want)[0]
+        lines.append(f"| Tessera {backend} | {err:.2e} | | | |")
+        if not err <= 2e-5:
+            failures.append(f"dropout forward {backend}: max abs {err:.2e} > 2e-5")
+    art = tmp / "dropout_artifact"
+    shape = f"{b}x{h}x{s}x{d}"
+    r = run([tessera, "export", "flash_attention_dropout", *[x for kv in cfg.items() for x in ("--config", f"{kv[0]}={kv[1]}")],
+             "--shape", f"q={shape}", "--shape", f"k={shape}", "--shape", f"v={shape}", "--out", str(art)])
+    if r.returncode != 0:
+        failures.append(f"tessera export flash_attention_dropout: {r.stderr.strip()[-300:]}")
+        return
+    exp = tessera_jax.load(art)
+    o_t, vjp_t = jax.vjp(lambda q, k, v: exp.call(jnp.asarray(words), q, k, v)[0], *map(jnp.asarray, (q, k, v)))
+    _, vjp_j = jax.vjp(attention, *map(jnp.asarray, (q, k, v)))
+    g_t, g_j = vjp_t(jnp.asarray(do)), vjp_j(jnp.asarray(do))
+    rel = [float(np.abs(np.asarray(a, np.float64) - np.asarray(c, np.float64)).max() / float(np.abs(np.asarray(c)).max()))
+           for a, c in zip(g_t, g_j)]
+    lines.append("| Tessera export (jax.vjp) − jax.grad of jnp | {:.2e} | {} |".format(
+        error(np.asarray(o_t), want)[0], " | ".join(f"{e:.1e}" for e in rel)))
+    if not all(e <= 1e-4 for e in rel):
+        failures.append(f"dropout gradients: Tessera against JAX {rel}")
+    lines.append("")
+
+
 def main():
     tessera, out = sys.argv[1], pathlib.Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
@@ -427,6 +493,7 @@ def main():
                 speed(tessera, m, tmp, lines, failures, ("v5e",), ("forward",))
         memory(tessera, tmp, lines, failures)
         sinks(tessera, tmp, lines, failures)
+        dropout(tessera, tmp, lines, failures)
     lines += [f"{len(failures)} failures" if failures else "every check passed"]
     lines += [f"- {f}" for f in failures]
     (out / "llm_kernels.md").write_text("\n".join(lines) + "\n")
