@@ -6,6 +6,7 @@ mod lowered;
 mod native;
 mod paths;
 mod snapshots_ir;
+mod tpu_attention;
 pub(crate) mod tpu_compile;
 mod tpu_dma;
 mod tpu_fp8;
