@@ -3,6 +3,9 @@
 Usage: llm_kernels.py TESSERA OUTDIR [--full]. Writes OUTDIR/llm_kernels.md and
 exits non-zero on a failed check.
 
+The MoE router's top-k against tokamax's router_topk kernel (the same
+choice, weights within rounding; libtpu's estimate reported).
+
 Dropout inside flash attention (flash_attention_dropout) against JAX's own
 mask (jax.random.bernoulli) and jax.grad of the same attention in jnp.
 
@@ -45,15 +48,15 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def load_tokamax_kernel():
-    """tokamax's cross-entropy kernel module, by path (tokamax's own
+def load_tokamax_kernel(op="linear_softmax_cross_entropy_loss"):
+    """One of tokamax's TPU kernel modules, by path (tokamax's own
     __init__ imports pydantic, qwix and more that its kernels never use)."""
     spec = importlib.util.find_spec("tokamax")
     if spec is None:
         return None
     root = pathlib.Path(spec.submodule_search_locations[0])
-    f = root / "_src/ops/linear_softmax_cross_entropy_loss/pallas_mosaic_tpu_kernel.py"
-    s = importlib.util.spec_from_file_location("tokamax_lce_kernel", f)
+    f = root / f"_src/ops/{op}/pallas_mosaic_tpu_kernel.py"
+    s = importlib.util.spec_from_file_location(f"tokamax_{op}_kernel", f)
     m = importlib.util.module_from_spec(s)
     s.loader.exec_module(m)
     return m
@@ -407,6 +410,61 @@ def sinks(tessera, tmp, lines, failures):
     lines.append("")
 
 
+def router(tessera, tmp, lines, failures):
+    """The MoE router's top-k beside tokamax's `router_topk` Pallas kernel
+    (repeated max-and-mask over the scores): the same logits, tokamax given
+    their softmax (a monotone map, so the choice is the same), in interpret
+    mode; the experts chosen must be identical and the weights within f32
+    rounding. libtpu's estimate at tokamax's default block (512 rows): the
+    ratio is reported (neither kernel has a dot for the trust guard)."""
+    m = load_tokamax_kernel("router_topk")
+    if m is None:
+        return
+    rows, experts, k = 512, 128, 8
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((rows, experts)).astype(np.float32)
+    # Ties in every row: two experts share the largest logit.
+    x[:, 5] = x.max(1)
+    lines += ["## Router top-k beside tokamax's router_topk", "",
+              f"{rows} tokens, {experts} experts, top {k}, f32 logits with a tie for first in every row; tokamax"
+              " (interpret mode) selects from softmax(logits). Chosen experts compared exactly (ties to the lower"
+              " index in both); weights as max abs error against float64.", "",
+              "| who | experts equal to the reference | weights |", "|---|---|---|"]
+    x64 = x.astype(np.float64)
+    p = np.exp(x64 - x64.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    order = np.argsort(-x64, axis=1, kind="stable")[:, :k]
+    want_w = np.take_along_axis(p, order, 1)
+    outs = tessera_run(tessera, "router_top_k", {"x": x}, {"k": k, "bt": 256}, tmp)
+    for backend, o in outs.items():
+        same = bool((o["ids"] == order).all())
+        err = error(o["weights"], want_w)[0]
+        lines.append(f"| Tessera {backend} | {same} | {err:.2e} |")
+        if not same or not err <= 1e-6:
+            failures.append(f"router {backend}: experts equal {same}, weights {err:.2e}")
+    w_t, i_t = m.select(jax.nn.softmax(jnp.asarray(x), axis=1), k, interpret=True)
+    same = bool((np.asarray(i_t) == order).all())
+    lines.append(f"| tokamax router_topk (interpret) | {same} | {error(np.asarray(w_t), want_w)[0]:.2e} |")
+    if not same:
+        failures.append("router: tokamax's choice differs from the reference (the comparison's premise)")
+    rows, experts = 4096, 256
+    path = tmp / "tokamax_router.mlir"
+    path.write_text(export_tpu(lambda s: m.select(s, k), jax.ShapeDtypeStruct((rows, experts), jnp.float32)))
+    lines += ["", f"libtpu's estimate, v5e, f32 [{rows}, {experts}], top {k}, 512 rows a block (tokamax's kernel"
+              " alone, its softmax outside; Tessera's with its softmax inside):", ""]
+    pe = estimate(tessera, ["--module", str(path), "--tpu", "v5e"])
+    te = estimate(tessera, ["router_top_k", "--tpu", "v5e", "--config", f"k={k}", "--config", "bt=512",
+                            "--shape", f"x={rows}x{experts}"])
+    if "error" in te or "error" in pe:
+        lines.append(f"no estimate: {te.get('error') or pe.get('error')}")
+    else:
+        ratio = te["cycles"] / pe["cycles"] if pe["cycles"] else float("inf")
+        lines.append(f"Tessera {te['cycles']:,} cycles, tokamax {pe['cycles']:,}: ratio {ratio:.3f} (reported; Tessera's"
+                     " count includes the softmax, an exp and a sum over every logit, which tokamax's caller"
+                     " runs in XLA before its kernel).")
+    lines.append("")
+
+
 def dropout(tessera, tmp, lines, failures):
     """Dropout inside flash attention against JAX: the mask is
     `jax.random.bernoulli(fold_in(key, b·h + head), 1 − rate, (sq, skv))`
@@ -494,6 +552,7 @@ def main():
         memory(tessera, tmp, lines, failures)
         sinks(tessera, tmp, lines, failures)
         dropout(tessera, tmp, lines, failures)
+        router(tessera, tmp, lines, failures)
     lines += [f"{len(failures)} failures" if failures else "every check passed"]
     lines += [f"- {f}" for f in failures]
     (out / "llm_kernels.md").write_text("\n".join(lines) + "\n")
