@@ -136,6 +136,76 @@ pub fn ragged_paged_attention<T: Float>(
     #[shape(h / hkv * cfg.block_q, d)] acc: Scratch<f32>,
     #[shape(h / hkv, cfg.block_q, d)] merged: Scratch<f32>,
 ) {
+    let refs = RaggedRefs {
+        cu_q_lens,
+        kv_lens,
+        page_tables,
+        visit_seq,
+        visit_qblk,
+        q,
+        k_pages,
+        v_pages,
+        o,
+        kbuf,
+        vbuf,
+        sems,
+        m,
+        l,
+        acc,
+        merged,
+    };
+    ragged_visit(cfg, (h, hkv, d, page), refs);
+}
+
+/// What one visit of a ragged kernel reads and keeps: the schedule and
+/// tables (scalar prefetch), q, the page pools, o, and its scratch.
+#[derive(Clone, Copy)]
+pub(crate) struct RaggedRefs {
+    pub(crate) cu_q_lens: Ref,
+    pub(crate) kv_lens: Ref,
+    pub(crate) page_tables: Ref,
+    pub(crate) visit_seq: Ref,
+    pub(crate) visit_qblk: Ref,
+    pub(crate) q: Ref,
+    pub(crate) k_pages: Ref,
+    pub(crate) v_pages: Ref,
+    pub(crate) o: Ref,
+    pub(crate) kbuf: Ref,
+    pub(crate) vbuf: Ref,
+    pub(crate) sems: SemArray,
+    pub(crate) m: Ref,
+    pub(crate) l: Ref,
+    pub(crate) acc: Ref,
+    pub(crate) merged: Ref,
+}
+
+/// One visit (grid step `(hk, v)`): the visit's sequence's rows of its
+/// query block attend over that sequence's pages, merged into the block's
+/// f32 rows; the block's last visit writes `o`.
+#[kernel_fn]
+pub(crate) fn ragged_visit(
+    cfg: &RaggedConfig,
+    (h, hkv, d, page): (usize, usize, usize, usize),
+    r: RaggedRefs,
+) {
+    let RaggedRefs {
+        cu_q_lens,
+        kv_lens,
+        page_tables,
+        visit_seq,
+        visit_qblk,
+        q,
+        k_pages,
+        v_pages,
+        o,
+        kbuf,
+        vbuf,
+        sems,
+        m,
+        l,
+        acc,
+        merged,
+    } = r;
     let (bq, ppb) = (cfg.block_q, cfg.pages_per_block);
     let g = h / hkv;
     let rows = g * bq;
@@ -207,7 +277,7 @@ pub fn ragged_paged_attention<T: Float>(
         merged.store(.., select(mine, out.reshape([g, bq, d]), merged.load(..)));
     }
     if v == last || visit_qblk.load([(v + 1).min(last)]) != qb {
-        o.store(.., merged.load(..).cast::<T>());
+        o.store(.., merged.load(..).convert(o.dtype()));
     }
 }
 
