@@ -90,6 +90,7 @@ pub const ENTRIES: &[&Entry] = &[
     &attention::PAGED_DECODE_ATTENTION_FP8,
     &attention::MLA_DECODE_ATTENTION,
     &attention::RAGGED_PAGED_ATTENTION,
+    &attention::RAGGED_PAGED_ATTENTION_UPDATE,
     &attention::MASKED_ATTENTION,
     &attention::MASKED_ATTENTION_DQ,
     &attention::MASKED_ATTENTION_DKV,

@@ -69,6 +69,7 @@ mod masked_vjp;
 pub mod mla;
 mod online;
 pub mod ragged;
+pub mod ragged_update;
 mod scores;
 #[cfg(feature = "graph")]
 mod vjp;
@@ -381,3 +382,4 @@ pub use entries::{
 pub use masked_entries::{MASKED_ATTENTION, MASKED_ATTENTION_DKV, MASKED_ATTENTION_DQ};
 pub use mla::MLA_DECODE_ATTENTION;
 pub use ragged::RAGGED_PAGED_ATTENTION;
+pub use ragged_update::RAGGED_PAGED_ATTENTION_UPDATE;

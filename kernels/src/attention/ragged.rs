@@ -343,11 +343,11 @@ pub fn reference(
     out
 }
 
-fn ints(a: &Array) -> Vec<usize> {
+pub(crate) fn ints(a: &Array) -> Vec<usize> {
     a.data().iter().map(|&v| v.max(0.0) as usize).collect()
 }
 
-fn config(c: &Config, d: usize) -> Result<RaggedConfig, EntryError> {
+pub(crate) fn config(c: &Config, d: usize) -> Result<RaggedConfig, EntryError> {
     Ok(RaggedConfig {
         sm_scale: c.scale("sm_scale", d)?,
         block_q: c.usize("block_q")?,
@@ -361,7 +361,7 @@ fn config(c: &Config, d: usize) -> Result<RaggedConfig, EntryError> {
 /// count), kv lengths (at least the query length, at most the table's
 /// capacity), page tables (pages of the pool) and the schedule (the one
 /// [`ragged_metadata`] makes).
-fn check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> {
+pub(crate) fn check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> {
     let get = |n| arg(k, a, n).ok_or_else(|| EntryError::Input(format!("no input `{n}`")));
     let (cu, kv, tables, seq, qblk, q, kp) = (
         get("cu_q_lens")?,
@@ -415,12 +415,33 @@ fn check(_: &Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), EntryError> 
 }
 
 /// A mixed batch: decodes (one new token) and prefills (many), random
-/// context lengths, distinct pages, its schedule.
-fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
-    let shapes: Vec<(DType, Vec<usize>)> =
-        k.arguments().map(|a| (a.dtype, a.shape.to_vec())).collect();
-    let (seqs, pps) = (shapes[2].1[0], shapes[2].1[1]);
-    let (t, pool, page) = (shapes[5].1[1], shapes[6].1[1], shapes[6].1[2]);
+/// context lengths, distinct pages, its schedule; then random values for
+/// the float inputs.
+pub(crate) fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
+    let mut v = batch_tables(k, seed);
+    for (i, a) in k.arguments().enumerate().skip(v.len()) {
+        v.push(Array::random(
+            a.dtype,
+            a.shape.to_vec(),
+            seed + i as u64,
+            -1.0,
+            1.0,
+        ));
+    }
+    v
+}
+
+/// The five scalar-prefetch inputs of a sampled mixed batch (see
+/// [`sample`]) for a ragged kernel's shapes: `cu_q_lens`, `kv_lens`,
+/// `page_tables` (no page in two sequences), `visit_seq`, `visit_qblk`.
+pub(crate) fn batch_tables(k: &VerifiedKernel, seed: u64) -> Vec<Array> {
+    let shape = |n: &str| {
+        k.arguments()
+            .find(|a| a.name == n)
+            .map_or(vec![1; 4], |a| a.shape.to_vec())
+    };
+    let (seqs, pps) = (shape("page_tables")[0], shape("page_tables")[1]);
+    let (t, pool, page) = (shape("q")[1], shape("k_pages")[1], shape("k_pages")[2]);
     let cap = pps * page;
     let mut rng = kernel_ir::SplitMix64(seed);
     let mut cu = vec![0usize];
@@ -462,11 +483,73 @@ fn sample(_: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
             vec![meta.qblk_ids.len()],
             meta.qblk_ids.iter().map(|&x| x as f64).collect(),
         ),
-        Array::random(shapes[5].0, shapes[5].1.clone(), seed + 1, -1.0, 1.0),
-        Array::random(shapes[6].0, shapes[6].1.clone(), seed + 2, -1.0, 1.0),
-        Array::random(shapes[7].0, shapes[7].1.clone(), seed + 3, -1.0, 1.0),
     ]
 }
+
+/// The sizes of a ragged batch that must fit together: `[seqs + 1 (as
+/// given), seqs, h, hkv, t, pages_per_seq, visits]`.
+pub(crate) fn check_shapes(cfg: &RaggedConfig, dims: [usize; 7]) -> Result<(), EntryError> {
+    let [seqs_plus_one, seqs, h, hkv, t, pages_per_seq, given] = dims;
+    let need = visits(t, cfg.block_q, seqs);
+    let problem = if seqs_plus_one != seqs + 1 {
+        format!("cu_q_lens has {seqs_plus_one} entries for {seqs} sequences; give seqs + 1")
+    } else if hkv == 0 || h % hkv != 0 {
+        format!("q has {h} heads, which the {hkv} kv heads do not divide")
+    } else if t % cfg.block_q != 0 {
+        format!(
+            "q has {t} tokens, which block_q = {} does not divide; pad the batch",
+            cfg.block_q
+        )
+    } else if pages_per_seq % cfg.pages_per_block != 0 {
+        format!(
+            "page_tables has {pages_per_seq} pages per sequence, which pages_per_block = {} does not divide",
+            cfg.pages_per_block
+        )
+    } else if given != need {
+        format!(
+            "the schedule has {given} visits but {t} tokens in blocks of {} over {seqs} sequences need {need}; build it with ragged_metadata",
+            cfg.block_q
+        )
+    } else {
+        return Ok(());
+    };
+    Err(EntryError::Shape(problem))
+}
+
+/// The ragged kernels' parameters.
+pub(crate) const RAGGED_PARAMS: &[crate::Param] = &[
+    DTYPE,
+    param(
+        "sm_scale",
+        ParamKind::Scale,
+        "auto",
+        "score scale; auto = 1/sqrt(head_dim)",
+    ),
+    param(
+        "block_q",
+        ParamKind::Positive,
+        "16",
+        "query tokens per block; divides the token count",
+    ),
+    param(
+        "pages_per_block",
+        ParamKind::Positive,
+        "4",
+        "pages copied per kv step; divides pages_per_seq",
+    ),
+    param(
+        "window",
+        ParamKind::OptPositive,
+        "none",
+        "sliding window: keys more than window-1 before a query are hidden",
+    ),
+    param(
+        "softcap",
+        ParamKind::OptPositiveNumber,
+        "none",
+        "logit soft-cap: s = cap * tanh(s / cap)",
+    ),
+];
 
 /// [`ragged_paged_attention`](mod@ragged_paged_attention) in the library.
 pub const RAGGED_PAGED_ATTENTION: Entry = Entry {
@@ -474,39 +557,7 @@ pub const RAGGED_PAGED_ATTENTION: Entry = Entry {
     fixed_inputs: None,
     backward: None,
     about: "ragged paged attention: one call over mixed prefill and decode sequences (cu_q_lens, kv_lens, page tables in scalar prefetch), causal per sequence, GQA, manual DMA",
-    params: &[
-        DTYPE,
-        param(
-            "sm_scale",
-            ParamKind::Scale,
-            "auto",
-            "score scale; auto = 1/sqrt(head_dim)",
-        ),
-        param(
-            "block_q",
-            ParamKind::Positive,
-            "16",
-            "query tokens per block; divides the token count",
-        ),
-        param(
-            "pages_per_block",
-            ParamKind::Positive,
-            "4",
-            "pages copied per kv step; divides pages_per_seq",
-        ),
-        param(
-            "window",
-            ParamKind::OptPositive,
-            "none",
-            "sliding window: keys more than window-1 before a query are hidden",
-        ),
-        param(
-            "softcap",
-            ParamKind::OptPositiveNumber,
-            "none",
-            "logit soft-cap: s = cap * tanh(s / cap)",
-        ),
-    ],
+    params: RAGGED_PARAMS,
     inputs: |c| {
         let (seqs, t) = (4, 64);
         let v = visits(t, c.usize("block_q")?, seqs);
@@ -524,41 +575,20 @@ pub const RAGGED_PAGED_ATTENTION: Entry = Entry {
     build: |c, s| {
         let dims = ragged_paged_attention::Dims::from_shapes(&refs(s))?;
         let cfg = config(c, dims.d)?;
-        let problem = if dims.seqs_plus_one != dims.seqs + 1 {
-            Some(format!(
-                "cu_q_lens has {} entries for {} sequences; give seqs + 1",
-                dims.seqs_plus_one, dims.seqs
-            ))
-        } else if dims.hkv == 0 || dims.h % dims.hkv != 0 {
-            Some(format!(
-                "q has {} heads, which the {} kv heads do not divide",
-                dims.h, dims.hkv
-            ))
-        } else if dims.t % cfg.block_q != 0 {
-            Some(format!(
-                "q has {} tokens, which block_q = {} does not divide; pad the batch",
-                dims.t, cfg.block_q
-            ))
-        } else if dims.pages_per_seq % cfg.pages_per_block != 0 {
-            Some(format!(
-                "page_tables has {} pages per sequence, which pages_per_block = {} does not divide",
-                dims.pages_per_seq, cfg.pages_per_block
-            ))
-        } else if dims.visits != visits(dims.t, cfg.block_q, dims.seqs) {
-            Some(format!(
-                "the schedule has {} visits but {} tokens in blocks of {} over {} sequences need {}; build it with ragged_metadata",
-                dims.visits,
-                dims.t,
-                cfg.block_q,
-                dims.seqs,
-                visits(dims.t, cfg.block_q, dims.seqs)
-            ))
-        } else {
-            None
-        };
-        if let Some(p) = problem {
-            return Err(EntryError::Shape(p));
-        }
+        let ragged_paged_attention::Dims {
+            seqs_plus_one,
+            seqs,
+            h,
+            hkv,
+            t,
+            pages_per_seq,
+            visits,
+            ..
+        } = dims;
+        check_shapes(
+            &cfg,
+            [seqs_plus_one, seqs, h, hkv, t, pages_per_seq, visits],
+        )?;
         Ok(ragged_paged_attention::build_for(
             c.dtype("dtype")?,
             &cfg,

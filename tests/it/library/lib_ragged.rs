@@ -155,3 +155,54 @@ fn bad_batches_are_input_errors() {
         (vec![0, 0, 1, 2], vec![0, 1, 1, 1])
     );
 }
+
+/// The variant that writes the step's new keys and values into the cache
+/// first: the pools come back with exactly the new rows written (every
+/// other slot untouched) and the output attends over them, on every path,
+/// for sampled mixed batches (prefills and decodes, GQA), windowed and
+/// soft-capped too, f32 and bf16.
+#[test]
+fn the_fused_cache_write_updates_the_pools_and_attends_over_them() {
+    let e = kernels::find("ragged_paged_attention_update").unwrap();
+    for (seed, config) in [
+        (1, vec![]),
+        (2, vec![("dtype", "bf16")]),
+        (3, vec![("window", "24"), ("softcap", "30")]),
+    ] {
+        let pairs: Vec<(String, String)> = config
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let cfg = kernels::Config::parse(e, &pairs).unwrap();
+        let k = e.build_at_default_shapes(&cfg).unwrap();
+        let inputs = e.sample_inputs(&cfg, &k, seed);
+        e.check_inputs(&cfg, &k, &inputs).unwrap();
+        let wants = e.reference(&cfg, &inputs).unwrap();
+        // The written rows differ from the old pool's (else the check
+        // below proves nothing).
+        assert_ne!(wants[0], inputs[8].data(), "seed {seed}: nothing written");
+        let tols = e.tolerances(&cfg, &k);
+        all_paths(Ok(k), &inputs, wants, &tols).unwrap();
+    }
+}
+
+/// Two sequences writing one slot, or one reading a slot another writes
+/// in the same step, are input errors naming the fix.
+#[test]
+fn a_slot_written_by_two_sequences_is_an_input_error() {
+    let e = kernels::find("ragged_paged_attention_update").unwrap();
+    let cfg = kernels::Config::parse(e, &[]).unwrap();
+    let k = e.build_at_default_shapes(&cfg).unwrap();
+    let mut a = e.sample_inputs(&cfg, &k, 4);
+    e.check_inputs(&cfg, &k, &a).unwrap();
+    // Every sequence's pages made sequence 0's.
+    let pps = a[2].shape()[1];
+    let first: Vec<f64> = a[2].data()[..pps].to_vec();
+    let shared: Vec<f64> = first.iter().cycle().take(a[2].len()).cloned().collect();
+    a[2] = Array::new(I32, a[2].shape().to_vec(), shared).unwrap();
+    let err = e.check_inputs(&cfg, &k, &a).unwrap_err().to_string();
+    assert!(
+        err.contains("pages of their own") || err.contains("belong to one sequence"),
+        "{err}"
+    );
+}
