@@ -239,7 +239,13 @@ pub(crate) fn ragged_visit(
             vbuf,
             sems,
         };
-        block_copies(ppb, pc, (seq, hk), (start, start * 0), false);
+        block_copies(
+            ppb,
+            pc,
+            (seq, hk),
+            (start, constant(0, I32, start.shape())),
+            false,
+        );
         let qt = q.load(..).reshape([rows, d]);
         let t = iota(I32, [g, bq, tokens], 1).reshape([rows, tokens]) + blk_start;
         let qpos = t + offset;
