@@ -3,6 +3,9 @@
 Usage: llm_kernels.py TESSERA OUTDIR [--full]. Writes OUTDIR/llm_kernels.md and
 exits non-zero on a failed check.
 
+The KV-cache write fused into ragged paged attention against the unfused
+step (a jnp scatter, then Pallas's ragged paged attention).
+
 The MoE router's top-k against tokamax's router_topk kernel (the same
 choice, weights within rounding; libtpu's estimate reported).
 
@@ -465,6 +468,82 @@ def router(tessera, tmp, lines, failures):
     lines.append("")
 
 
+def ragged_update(tessera, tmp, lines, failures):
+    """The KV-cache write fused into ragged paged attention beside Pallas's
+    ragged paged attention (jax 0.11.2, which has no cache write: its
+    docstring's TODO): the unfused step writes the new rows with a jnp
+    scatter and then attends over the written cache by Pallas's reference
+    (`ref_ragged_paged_attention`; its kernel does not run in interpret
+    mode); Tessera's one kernel must give the same pools (exactly) and
+    output. (tpu-inference's fused v3 is not in this venv.)"""
+    from jax.experimental.pallas.ops.tpu.ragged_paged_attention import kernel as rpa
+
+    h, hkv, d, page, pages, pps, t = 4, 2, 128, 16, 40, 8, 64
+    cu = np.array([0, 27, 28, 45, 46], np.int32)  # prefill, decode, prefill, decode
+    kv = np.array([60, 91, 17, 33], np.int32)
+    seqs = len(kv)
+    rng = np.random.default_rng(11)
+    tables = rng.permutation(pages)[: seqs * pps].reshape(seqs, pps).astype(np.int32)
+    q = rng.uniform(-1, 1, (h, t, d)).astype(np.float32)
+    new_k, new_v = (rng.uniform(-1, 1, (hkv, t, d)).astype(np.float32) for _ in range(2))
+    k_pages, v_pages = (rng.uniform(-1, 1, (hkv, pages, page, d)).astype(np.float32) for _ in range(2))
+    # The visit schedule (kernels::attention::ragged::ragged_metadata).
+    bq = 16
+    vs, vq = [], []
+    for qb in range(t // bq):
+        before = len(vs)
+        for si in range(seqs):
+            if max(cu[si], qb * bq) < min(cu[si + 1], (qb + 1) * bq):
+                vs.append(si)
+                vq.append(qb)
+        if len(vs) == before:
+            vs.append(seqs - 1)
+            vq.append(qb)
+    while len(vs) < t // bq + seqs - 1:
+        vs.append(vs[-1])
+        vq.append(vq[-1])
+    arrays = {"cu_q_lens": cu, "kv_lens": kv, "page_tables": tables, "visit_seq": np.array(vs, np.int32),
+              "visit_qblk": np.array(vq, np.int32), "q": q, "new_k": new_k, "new_v": new_v,
+              "k_pages": k_pages, "v_pages": v_pages}
+    scale = 1 / np.sqrt(d)
+    outs = tessera_run(tessera, "ragged_paged_attention_update", arrays,
+                       {"sm_scale": scale, "block_q": bq, "pages_per_block": 4}, tmp)
+    # The unfused step: a jnp scatter of the new rows, then Pallas's kernel.
+    kvp = np.empty((pages, page, 2 * hkv, d), np.float32)
+    kvp[:, :, 0::2] = k_pages.transpose(1, 2, 0, 3)
+    kvp[:, :, 1::2] = v_pages.transpose(1, 2, 0, 3)
+    kvp = jnp.asarray(kvp)
+    for si in range(seqs):
+        for tok in range(cu[si], cu[si + 1]):
+            pos = kv[si] - cu[si + 1] + tok
+            at = (tables[si][pos // page], pos % page)
+            kvp = kvp.at[at[0], at[1], 0::2].set(new_k[:, tok]).at[at[0], at[1], 1::2].set(new_v[:, tok])
+    args = (jnp.asarray(q.transpose(1, 0, 2)), kvp, jnp.asarray(kv), jnp.asarray(tables), jnp.asarray(cu),
+            jnp.asarray([seqs], jnp.int32))
+    # Pallas's kernel itself does not run in jax 0.11.2's TPU interpret
+    # mode (its page reshape: "'ReshapeTransform' object has no attribute
+    # 'indices'"), so its own jnp reference stands for it.
+    o_ref = np.asarray(rpa.ref_ragged_paged_attention(*args, sm_scale=scale), np.float64)
+    want_k = np.asarray(kvp[:, :, 0::2]).transpose(2, 0, 1, 3)
+    want_v = np.asarray(kvp[:, :, 1::2]).transpose(2, 0, 1, 3)
+    n = int(cu[-1])
+    lines += ["## The KV-cache write fused into ragged paged attention, beside Pallas's", "",
+              f"{seqs} sequences (prefill {cu[1] - cu[0]}, decode, prefill {cu[3] - cu[2]}, decode) over {t} tokens,"
+              f" h={h}, hkv={hkv}, d={d}, pages of {page}, f32. Unfused: a jnp scatter of the new rows, then"
+              " Pallas's ragged paged attention's reference (jax 0.11.2's kernel has no cache write, and does"
+              " not run in TPU interpret mode); Tessera: ragged_paged_attention_update, one kernel. Pools"
+              " compared exactly; o as max abs difference over the real tokens.", "",
+              "| who | pools equal | o − Pallas reference |", "|---|---|---|"]
+    for backend, o in outs.items():
+        same = bool((o["k_pages"] == want_k).all() and (o["v_pages"] == want_v).all())
+        ours = o["o"].transpose(1, 0, 2)[:n].astype(np.float64)
+        err = float(np.abs(ours - o_ref[:n]).max())
+        lines.append(f"| Tessera {backend} | {same} | {err:.2e} |")
+        if not same or not err <= 2e-5:
+            failures.append(f"ragged update {backend}: pools equal {same}, o {err:.2e}")
+    lines.append("")
+
+
 def dropout(tessera, tmp, lines, failures):
     """Dropout inside flash attention against JAX: the mask is
     `jax.random.bernoulli(fold_in(key, b·h + head), 1 − rate, (sq, skv))`
@@ -553,6 +632,7 @@ def main():
         sinks(tessera, tmp, lines, failures)
         dropout(tessera, tmp, lines, failures)
         router(tessera, tmp, lines, failures)
+        ragged_update(tessera, tmp, lines, failures)
     lines += [f"{len(failures)} failures" if failures else "every check passed"]
     lines += [f"- {f}" for f in failures]
     (out / "llm_kernels.md").write_text("\n".join(lines) + "\n")
