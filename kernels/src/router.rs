@@ -34,19 +34,27 @@ pub fn router_top_k<T: Float>(
     #[block([bt, k], |i| (i, 0))]
     ids: Out<i32>,
 ) {
-    let logits = x.load(..).convert(F32);
-    // Ranked by logit (softmax is monotone), so f32 rounding of the
-    // probabilities cannot reorder near-equal experts.
+    let (chosen, w, _) = route(x.load(..).convert(F32), k, normalize);
+    weights.store(.., w);
+    ids.store(.., chosen);
+}
+
+/// The choice and its weights from `logits[rows, experts]` (f32):
+/// `(chosen experts, their weights, without normalize the softmax over
+/// every expert)`. Ranked by logit (softmax is monotone), so f32 rounding
+/// of the probabilities cannot reorder near-equal experts.
+#[kernel_fn]
+fn route(logits: Tile, k: usize, normalize: bool) -> (Tile, Tile, Option<Tile>) {
     let (top, chosen) = top_k(logits, k, 1);
     let m = logits.max_keep(1);
     let e = (top - m).exp();
-    let w = if normalize {
-        e / e.sum_keep(1)
+    if normalize {
+        (chosen, e / e.sum_keep(1), None)
     } else {
-        e / (logits - m).exp().sum_keep(1)
-    };
-    weights.store(.., w);
-    ids.store(.., chosen);
+        let all = (logits - m).exp();
+        let total = all.sum_keep(1);
+        (chosen, e / total, Some(all / total))
+    }
 }
 
 /// The router's backward: `dx[tokens, experts]` from the weights'
@@ -71,16 +79,7 @@ pub fn router_top_k_backward<T: Float>(
     dx: Out<T>,
 ) {
     let logits = x.load(..).convert(F32);
-    let (top, chosen) = top_k(logits, k, 1);
-    let m = logits.max_keep(1);
-    let e = (top - m).exp();
-    let p = (logits - m).exp();
-    let p = p / p.sum_keep(1);
-    let w = if normalize {
-        e / e.sum_keep(1)
-    } else {
-        e / (logits - m).exp().sum_keep(1)
-    };
+    let (chosen, w, p) = route(logits, k, normalize);
     let g = dweights.load(..);
     let wg = (w * g).sum_keep(1);
     // Each chosen expert's term, put in its column: lane j of the k
@@ -99,7 +98,7 @@ pub fn router_top_k_backward<T: Float>(
         };
         acc = acc + select(hit, term, 0.0);
     }
-    let grad = if normalize { acc } else { p * (acc - wg) };
+    let grad = if let Some(p) = p { p * (acc - wg) } else { acc };
     dx.store(.., grad.cast::<T>());
 }
 

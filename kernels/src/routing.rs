@@ -52,11 +52,7 @@ pub struct GroupMetadata {
 /// visits in row order, padded to [`visits`] by repeating the last one.
 pub fn group_metadata(group_sizes: &[usize], m: usize, bm: usize) -> GroupMetadata {
     let bm = bm.max(1);
-    let mut offsets = vec![0i32];
-    for s in group_sizes {
-        let last = *offsets.last().unwrap_or(&0);
-        offsets.push(last + *s as i32);
-    }
+    let offsets = running_offsets(group_sizes);
     let (mut group_ids, mut m_tile_ids) = (Vec::new(), Vec::new());
     for (g, w) in offsets.windows(2).enumerate() {
         let (start, end) = (w[0] as usize, w[1] as usize);
@@ -80,6 +76,16 @@ pub fn group_metadata(group_sizes: &[usize], m: usize, bm: usize) -> GroupMetada
         group_ids,
         m_tile_ids,
     }
+}
+
+/// `[0, s0, s0 + s1, ..]`: where each group's rows start, and the end.
+pub(crate) fn running_offsets(group_sizes: &[usize]) -> Vec<i32> {
+    let mut offsets = vec![0i32];
+    for s in group_sizes {
+        let last = *offsets.last().unwrap_or(&0);
+        offsets.push(last + *s as i32);
+    }
+    offsets
 }
 
 pub(crate) fn offsets_of(a: &Array) -> Vec<usize> {

@@ -23,8 +23,8 @@ use crate::entry::{
     Config, DTYPE, Entry, EntryError, OUT_DTYPE, ParamKind, Preset, arg, dims, param,
 };
 use crate::routing::{
-    GroupMetadata, as_i32, group_sizes, i32_array, offsets_of, sampled_group_sizes, visits,
-    x_block_rows,
+    GroupMetadata, as_i32, group_sizes, i32_array, offsets_of, running_offsets,
+    sampled_group_sizes, visits, x_block_rows,
 };
 use crate::tolerance::Tolerance;
 
@@ -36,11 +36,7 @@ use crate::tolerance::Tolerance;
 pub fn tgmm_metadata(group_sizes: &[usize], m: usize, bm: usize) -> (GroupMetadata, usize) {
     let bm = bm.max(1);
     let last_tile = m.div_ceil(bm).saturating_sub(1);
-    let mut offsets = vec![0i32];
-    for s in group_sizes {
-        let last = *offsets.last().unwrap_or(&0);
-        offsets.push(last + *s as i32);
-    }
+    let offsets = running_offsets(group_sizes);
     let (mut group_ids, mut m_tile_ids) = (Vec::new(), Vec::new());
     for (g, w) in offsets.windows(2).enumerate() {
         let (start, end) = (w[0] as usize, w[1] as usize);
