@@ -92,18 +92,27 @@ pub fn moe_permute<T: Float>(
     xs.store(.., x.load(..));
 }
 
-/// Brings the experts' rows back to their tokens, weighted: `y[t, 0, :] =
-/// Σ_j w[t, 0, j] · ys[pos[t·k + j], 0, :]`, one slot per step along the
-/// grid's second axis, accumulated in f32.
-#[tpu_kernel(grid = (tokens, k), semantics = (parallel, arbitrary))]
-pub fn moe_unpermute<T: Float>(
-    #[shape(n)] pos: Prefetch,
+/// What the unpermute and its backward read at grid step `(t, j)`: the
+/// slots' positions, the row of token `t`'s slot `j` in expert order, and
+/// token `t`'s router weights.
+#[operands]
+pub(crate) struct SlotRows<T> {
+    #[shape(n)]
+    pos: Prefetch,
     #[shape(n, 1, d)]
     #[block([1, 1, d], |t, j| (pos[t * k + j], 0, 0))]
     ys: In<T>,
     #[shape(tokens, 1, k)]
     #[block([1, 1, k], |t, _| (t, 0, 0))]
     w: In<f32>,
+}
+
+/// Brings the experts' rows back to their tokens, weighted: `y[t, 0, :] =
+/// Σ_j w[t, 0, j] · ys[pos[t·k + j], 0, :]`, one slot per step along the
+/// grid's second axis, accumulated in f32.
+#[tpu_kernel(grid = (tokens, k), semantics = (parallel, arbitrary))]
+pub fn moe_unpermute<T: Float>(
+    #[operands] _: SlotRows<T>,
     #[shape(tokens, 1, d)]
     #[block([1, 1, d], |t, _| (t, 0, 0))]
     y: Out<T>,
@@ -128,13 +137,7 @@ pub fn moe_unpermute<T: Float>(
 /// weighted, `dw[t, j] = ⟨dy[t], ys[pos[t·k + j]]⟩` (f32).
 #[tpu_kernel(grid = (tokens, k), semantics = (parallel, arbitrary))]
 pub fn moe_unpermute_backward<T: Float>(
-    #[shape(n)] pos: Prefetch,
-    #[shape(n, 1, d)]
-    #[block([1, 1, d], |t, j| (pos[t * k + j], 0, 0))]
-    ys: In<T>,
-    #[shape(tokens, 1, k)]
-    #[block([1, 1, k], |t, _| (t, 0, 0))]
-    w: In<f32>,
+    #[operands] _: SlotRows<T>,
     #[shape(tokens, 1, d)]
     #[block([1, 1, d], |t, _| (t, 0, 0))]
     dy: In<T>,
