@@ -54,6 +54,7 @@ pub mod dma;
 pub mod epilogue;
 pub mod foundation;
 pub mod fp8_gemm;
+pub mod gdn;
 pub mod moe;
 pub mod mxfp4;
 pub mod norm;
@@ -104,6 +105,7 @@ pub const ENTRIES: &[&Entry] = &[
     &router::ROUTER_TOP_K,
     &router::ROUTER_TOP_K_BACKWARD,
     &conv1d::CAUSAL_CONV1D,
+    &gdn::GATED_DELTA_RULE,
     &swiglu::SWIGLU,
     &moe::GROUPED_MATMUL,
     &routing::MOE_POSITIONS,

@@ -7,6 +7,7 @@ mod cost;
 mod foundation;
 mod lib_attention;
 mod lib_cross_entropy;
+mod lib_gdn;
 mod lib_lowp;
 mod lib_moe;
 mod lib_ops;

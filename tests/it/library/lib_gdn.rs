@@ -1,0 +1,54 @@
+//! The chunked gated delta rule on every CPU path against the recurrence
+//! run token by token in f64: several chunks with the state carried
+//! between them, a ragged last chunk, dk ≠ dv, one token; and the chunked
+//! algorithm's answer does not depend on the chunk size.
+
+use kernel_ir::prelude::*;
+use kernels::check::Tolerance;
+use kernels::gdn::{gated_delta_rule, reference};
+use proptest::prelude::*;
+
+use crate::common::all_paths;
+
+/// Unit-norm rows, as the models feed q and k.
+fn unit_rows(shape: [usize; 4], seed: u64) -> Array {
+    let a = Array::random(F32, shape, seed, -1.0, 1.0);
+    let d = shape[3];
+    let data: Vec<f64> = a
+        .data()
+        .chunks(d)
+        .flat_map(|r| {
+            let n = r.iter().map(|e| e * e).sum::<f64>().sqrt();
+            r.iter().map(move |e| e / n).collect::<Vec<_>>()
+        })
+        .collect();
+    Array::new(F32, shape, data).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_chunked_rule_is_the_recurrence_on_every_path(
+        b in 1usize..3, h in 1usize..3, t in 1usize..150,
+        chunk in prop::sample::select(vec![16usize, 32, 64]),
+        dv in prop::sample::select(vec![64usize, 128]), seed in any::<u64>(),
+    ) {
+        let dk = 64;
+        let q = unit_rows([b, h, t, dk], seed);
+        let k = unit_rows([b, h, t, dk], seed + 1);
+        let v = Array::random(F32, [b, h, t, dv], seed + 2, -1.0, 1.0);
+        let g = Array::random(F32, [b, h, t, 1], seed + 3, -0.5, 0.0);
+        let beta = Array::random(F32, [b, h, t, 1], seed + 4, 0.05, 0.95);
+        let args = [q, k, v, g, beta];
+        let scale = 1.0 / (dk as f64).sqrt();
+        let (o, state) = reference(&args, scale);
+        let tol = Tolerance { abs: 1e-4, rel: 1e-3 };
+        all_paths(
+            gated_delta_rule::build_for(F32, chunk.min(t), scale as f32, gated_delta_rule::Dims { b, h, t, dk, dv }),
+            &args,
+            vec![o, state],
+            &[tol, tol],
+        )?;
+    }
+}
