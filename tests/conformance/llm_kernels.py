@@ -3,6 +3,9 @@
 Usage: llm_kernels.py TESSERA OUTDIR [--full]. Writes OUTDIR/llm_kernels.md and
 exits non-zero on a failed check.
 
+The chunked gated delta rule against tokamax's definition of it (its
+reference's recurrent step) and float64.
+
 The KV-cache write fused into ragged paged attention against the unfused
 step (a jnp scatter, then Pallas's ragged paged attention).
 
@@ -468,6 +471,61 @@ def router(tessera, tmp, lines, failures):
     lines.append("")
 
 
+def gdn(tessera, tmp, lines, failures):
+    """The chunked gated delta rule beside tokamax's definition of it: its
+    reference's recurrent step (`_recurrent_gated_delta_rule_step`, the one
+    its Pallas kernel is tested against), scanned over the tokens in JAX,
+    on the same inputs as Tessera's kernel on every backend; each against
+    float64. (tokamax's kernel fuses the causal conv1d, the gating from
+    a_log/dt_bias and ragged batching in front, which Tessera's does not.)"""
+    spec = importlib.util.find_spec("tokamax")
+    if spec is None:
+        return
+    f = pathlib.Path(spec.submodule_search_locations[0]) / "_src/ops/causal_conv1d_gated_delta_rule/reference.py"
+    sp = importlib.util.spec_from_file_location("tokamax_gdn_reference", f)
+    ref = importlib.util.module_from_spec(sp)
+    sp.loader.exec_module(ref)
+    b, h, t, dk, dv = 1, 2, 200, 128, 128
+    rng = np.random.default_rng(13)
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)
+    q, k = (unit(rng.standard_normal((b, h, t, dk))).astype(np.float32) for _ in range(2))
+    v = rng.uniform(-1, 1, (b, h, t, dv)).astype(np.float32)
+    g = rng.uniform(-0.5, 0, (b, h, t, 1)).astype(np.float32)
+    beta = rng.uniform(0.05, 0.95, (b, h, t, 1)).astype(np.float32)
+    # float64 from the definition, token by token.
+    s64 = np.zeros((b, h, dk, dv))
+    want = np.zeros((b, h, t, dv))
+    for i in range(t):
+        kk, vv = k[:, :, i].astype(np.float64), v[:, :, i].astype(np.float64)
+        a, bt = np.exp(g[:, :, i, 0].astype(np.float64)), beta[:, :, i, 0].astype(np.float64)
+        fresh = bt[..., None] * (vv - a[..., None] * np.einsum("bhd,bhdm->bhm", kk, s64))
+        s64 = a[..., None, None] * s64 + np.einsum("bhd,bhm->bhdm", kk, fresh)
+        want[:, :, i] = np.einsum("bhd,bhdm->bhm", q[:, :, i].astype(np.float64) / np.sqrt(dk), s64)
+
+    def step(state, x):
+        qi, ki, vi, gi, bi = x
+        out, state = ref._recurrent_gated_delta_rule_step(qi[:, :, None], ki[:, :, None], vi[:, :, None], gi, bi, state)
+        return state, out[:, :, 0]
+
+    xs = tuple(jnp.moveaxis(jnp.asarray(a), 2, 0) for a in (q, k, v, g, beta))
+    state_t, outs = jax.lax.scan(step, jnp.zeros((b, h, dk, dv), jnp.float32), xs)
+    o_tok = np.moveaxis(np.asarray(outs), 0, 2)
+    lines += ["## The gated delta rule beside tokamax's definition", "",
+              f"b={b}, h={h}, t={t} (chunks of 64, the last ragged), dk=dv={dk}, f32, unit-norm q and k, g in"
+              " [-0.5, 0], beta in (0.05, 0.95). tokamax: its reference's recurrent step scanned over the tokens"
+              " (what its Pallas kernel, which also fuses the conv1d and the gating, is tested against)."
+              " Max abs error against float64 of o and the final state.", "",
+              "| who | o | final state |", "|---|---|---|"]
+    outs_t = tessera_run(tessera, "gated_delta_rule", {"q": q, "k": k, "v": v, "g": g, "beta": beta}, {}, tmp)
+    for backend, o in outs_t.items():
+        e1, e2 = error(o["o"], want)[0], error(o["state"], s64)[0]
+        lines.append(f"| Tessera {backend} | {e1:.2e} | {e2:.2e} |")
+        if not max(e1, e2) <= 1e-4:
+            failures.append(f"gated delta rule {backend}: o {e1:.2e}, state {e2:.2e}")
+    lines.append(f"| tokamax reference (recurrent, jax) | {error(o_tok, want)[0]:.2e} | {error(np.asarray(state_t), s64)[0]:.2e} |")
+    lines.append("")
+
+
 def ragged_update(tessera, tmp, lines, failures):
     """The KV-cache write fused into ragged paged attention beside Pallas's
     ragged paged attention (jax 0.11.2, which has no cache write: its
@@ -633,6 +691,7 @@ def main():
         dropout(tessera, tmp, lines, failures)
         router(tessera, tmp, lines, failures)
         ragged_update(tessera, tmp, lines, failures)
+        gdn(tessera, tmp, lines, failures)
     lines += [f"{len(failures)} failures" if failures else "every check passed"]
     lines += [f"- {f}" for f in failures]
     (out / "llm_kernels.md").write_text("\n".join(lines) + "\n")

@@ -112,7 +112,9 @@ check tpu_estimate "$venv/bin/python" tests/conformance/tpu_estimate.py "$tesser
 # against tokamax's Pallas kernel (numerics in interpret mode on the same
 # inputs, a training step's peak HBM against the unfused JAX graph; libtpu's
 # estimate with --full), attention sinks against splash's, dropout inside
-# attention against jax.random's mask and jax.grad (target/conformance/llm_kernels.md).
+# attention against jax.random's mask and jax.grad, the router against tokamax's, the
+# fused cache write against Pallas's reference, the gated delta rule against
+# tokamax's definition (target/conformance/llm_kernels.md).
 check llm_kernels "$venv/bin/python" tests/conformance/llm_kernels.py "$tessera" "$out"
 # The version matrix: an artifact loaded and run in jax 0.12.0.1, and every
 # preset compiled with libtpu 0.0.48.1 and 0.0.51 side by side, estimates
