@@ -19,7 +19,7 @@
 //! 0`, `β = 0`, `g = 0`: they leave `S` as it is. The final state is an
 //! output, for decoding on from it.
 //!
-//! The reference ([`reference`]) runs the recurrence token by token in f64.
+//! The reference ([`reference()`]) runs the recurrence token by token in f64.
 //! The backward and the causal conv1d fused in front of it (tokamax's
 //! `CausalConv1dGatedDeltaRule`) are not here yet; `crate::conv1d` is the
 //! conv1d on its own.

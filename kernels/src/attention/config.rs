@@ -70,6 +70,7 @@ impl AttnConfig {
     }
 
     /// The config with no dropout: the calls that take no key.
+    #[cfg(feature = "graph")]
     pub(crate) fn without_dropout(&self) -> AttnConfig {
         AttnConfig {
             dropout: None,

@@ -11,7 +11,7 @@
 //! sequence's rows of the block into their slots (one HBM-to-HBM DMA per
 //! row and K/V, as a row of a VMEM block cannot start a TPU DMA at any
 //! sublane), waits, then attends
-//! as [`ragged_visit`] does. A sequence's earlier rows were written by its
+//! as `ragged_paged_attention` does. A sequence's earlier rows were written by its
 //! earlier visits (visits run in token order per kv head), and causality
 //! means no row needs a later one. Different sequences must not write the
 //! same slot, nor read another's new slot (the entry checks both).
