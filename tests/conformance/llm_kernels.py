@@ -10,7 +10,7 @@ The KV-cache write fused into ragged paged attention against the unfused
 step (a jnp scatter, then Pallas's ragged paged attention).
 
 The MoE router's top-k against tokamax's router_topk kernel (the same
-choice, weights within rounding; libtpu's estimate reported).
+choice, weights within rounding; libtpu's estimate with --full, reported).
 
 Dropout inside flash attention (flash_attention_dropout) against JAX's own
 mask (jax.random.bernoulli) and jax.grad of the same attention in jnp.
@@ -421,8 +421,9 @@ def router(tessera, tmp, lines, failures):
     (repeated max-and-mask over the scores): the same logits, tokamax given
     their softmax (a monotone map, so the choice is the same), in interpret
     mode; the experts chosen must be identical and the weights within f32
-    rounding. libtpu's estimate at tokamax's default block (512 rows): the
-    ratio is reported (neither kernel has a dot for the trust guard)."""
+    rounding. With --full, libtpu's estimate at tokamax's default block
+    (512 rows): the ratio is reported (neither kernel has a dot for the
+    trust guard)."""
     m = load_tokamax_kernel("router_topk")
     if m is None:
         return
@@ -453,6 +454,9 @@ def router(tessera, tmp, lines, failures):
     lines.append(f"| tokamax router_topk (interpret) | {same} | {error(np.asarray(w_t), want_w)[0]:.2e} |")
     if not same:
         failures.append("router: tokamax's choice differs from the reference (the comparison's premise)")
+    if "--full" not in sys.argv[3:]:
+        lines += ["", "libtpu's estimate beside tokamax's: with --full (reported, not asserted).", ""]
+        return
     rows, experts = 4096, 256
     path = tmp / "tokamax_router.mlir"
     path.write_text(export_tpu(lambda s: m.select(s, k), jax.ShapeDtypeStruct((rows, experts), jnp.float32)))
