@@ -24,8 +24,8 @@
 //! `CausalConv1dGatedDeltaRule`) are not here yet; `crate::conv1d` is the
 //! conv1d on its own.
 
-use kernel_ir::Array;
 use kernel_ir::prelude::*;
+use kernel_ir::{Array, VerifiedKernel};
 
 use crate::entry::{
     Config, DTYPE, Entry, EntryError, ParamKind, Preset, dims, no_check, param, uniform_inputs,
@@ -189,8 +189,6 @@ fn sample(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     }
     v
 }
-
-use kernel_ir::VerifiedKernel;
 
 /// [`gated_delta_rule`](mod@gated_delta_rule) in the library.
 pub const GATED_DELTA_RULE: Entry = Entry {

@@ -40,11 +40,13 @@ pub fn router_top_k<T: Float>(
 }
 
 /// The choice and its weights from `logits[rows, experts]` (f32):
-/// `(chosen experts, their weights, without normalize the softmax over
-/// every expert)`. Ranked by logit (softmax is monotone), so f32 rounding
-/// of the probabilities cannot reorder near-equal experts.
+/// `(chosen experts, their weights, without normalize every expert's
+/// exp(logit − max) and their sum)`: the softmax's parts, divided only
+/// by the backward that needs them. Ranked by logit (softmax is
+/// monotone), so f32 rounding of the probabilities cannot reorder
+/// near-equal experts.
 #[kernel_fn]
-fn route(logits: Tile, k: usize, normalize: bool) -> (Tile, Tile, Option<Tile>) {
+fn route(logits: Tile, k: usize, normalize: bool) -> (Tile, Tile, Option<(Tile, Tile)>) {
     let (top, chosen) = top_k(logits, k, 1);
     let m = logits.max_keep(1);
     let e = (top - m).exp();
@@ -53,7 +55,7 @@ fn route(logits: Tile, k: usize, normalize: bool) -> (Tile, Tile, Option<Tile>) 
     } else {
         let all = (logits - m).exp();
         let total = all.sum_keep(1);
-        (chosen, e / total, Some(all / total))
+        (chosen, e / total, Some((all, total)))
     }
 }
 
@@ -98,7 +100,11 @@ pub fn router_top_k_backward<T: Float>(
         };
         acc = acc + select(hit, term, 0.0);
     }
-    let grad = if let Some(p) = p { p * (acc - wg) } else { acc };
+    let grad = if let Some((all, total)) = p {
+        all / total * (acc - wg)
+    } else {
+        acc
+    };
     dx.store(.., grad.cast::<T>());
 }
 

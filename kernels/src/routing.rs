@@ -29,8 +29,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use kernel_ir::Array;
 use kernel_ir::prelude::*;
+use kernel_ir::{Array, VerifiedKernel};
 
 use crate::entry::{Entry, EntryError, ParamKind, Preset, arg, dims, param};
 use crate::tolerance::Tolerance;
@@ -51,35 +51,59 @@ pub struct GroupMetadata {
 /// The schedule for `group_sizes` (summing to `m`) and tiles of `bm` rows:
 /// visits in row order, padded to [`visits`] by repeating the last one.
 pub fn group_metadata(group_sizes: &[usize], m: usize, bm: usize) -> GroupMetadata {
+    host_schedule(group_sizes, m, bm, false).0
+}
+
+/// A visit schedule on the host, as [`schedule`] makes it on the device:
+/// each group's row tiles in row order; with `every_group` an empty group
+/// is visited once, at the tile where it would start (a weight gradient
+/// writes every group), else skipped. Padded to [`visits`] by repeating
+/// the last visit; returns it and the number of real visits.
+pub(crate) fn host_schedule(
+    group_sizes: &[usize],
+    m: usize,
+    bm: usize,
+    every_group: bool,
+) -> (GroupMetadata, usize) {
     let bm = bm.max(1);
+    let last_tile = m.div_ceil(bm).saturating_sub(1);
     let offsets = running_offsets(group_sizes);
     let (mut group_ids, mut m_tile_ids) = (Vec::new(), Vec::new());
     for (g, w) in offsets.windows(2).enumerate() {
         let (start, end) = (w[0] as usize, w[1] as usize);
-        if start == end {
-            continue;
-        }
-        for tile in start / bm..end.div_ceil(bm) {
+        let tiles = match (start == end, every_group) {
+            (true, false) => continue,
+            (true, true) => {
+                let t = (start / bm).min(last_tile);
+                t..t + 1
+            }
+            (false, _) => start / bm..end.div_ceil(bm),
+        };
+        for tile in tiles {
             group_ids.push(g as i32);
             m_tile_ids.push(tile as i32);
         }
     }
-    let total = visits(m, bm, group_sizes.len());
+    let count = group_ids.len();
+    let total = visits(m, bm, group_sizes.len()).max(count);
     let (lg, lt) = (
         group_ids.last().copied().unwrap_or(0),
         m_tile_ids.last().copied().unwrap_or(0),
     );
     group_ids.resize(total, lg);
     m_tile_ids.resize(total, lt);
-    GroupMetadata {
-        offsets,
-        group_ids,
-        m_tile_ids,
-    }
+    (
+        GroupMetadata {
+            offsets,
+            group_ids,
+            m_tile_ids,
+        },
+        count,
+    )
 }
 
 /// `[0, s0, s0 + s1, ..]`: where each group's rows start, and the end.
-pub(crate) fn running_offsets(group_sizes: &[usize]) -> Vec<i32> {
+fn running_offsets(group_sizes: &[usize]) -> Vec<i32> {
     let mut offsets = vec![0i32];
     for s in group_sizes {
         let last = *offsets.last().unwrap_or(&0);
@@ -387,8 +411,6 @@ fn check(_: &crate::Config, k: &VerifiedKernel, a: &[Array]) -> Result<(), Entry
     }
     Ok(())
 }
-
-use kernel_ir::VerifiedKernel;
 
 /// [`moe_positions`](mod@moe_positions) in the library.
 pub const MOE_POSITIONS: Entry = Entry {

@@ -23,8 +23,8 @@ use crate::entry::{
     Config, DTYPE, Entry, EntryError, OUT_DTYPE, ParamKind, Preset, arg, dims, param,
 };
 use crate::routing::{
-    GroupMetadata, as_i32, group_sizes, i32_array, offsets_of, running_offsets,
-    sampled_group_sizes, visits, x_block_rows,
+    GroupMetadata, as_i32, group_sizes, host_schedule, i32_array, offsets_of, sampled_group_sizes,
+    visits, x_block_rows,
 };
 use crate::tolerance::Tolerance;
 
@@ -34,39 +34,7 @@ use crate::tolerance::Tolerance;
 /// [`visits`] by repeating the last visit. Returns it and the number of
 /// real visits.
 pub fn tgmm_metadata(group_sizes: &[usize], m: usize, bm: usize) -> (GroupMetadata, usize) {
-    let bm = bm.max(1);
-    let last_tile = m.div_ceil(bm).saturating_sub(1);
-    let offsets = running_offsets(group_sizes);
-    let (mut group_ids, mut m_tile_ids) = (Vec::new(), Vec::new());
-    for (g, w) in offsets.windows(2).enumerate() {
-        let (start, end) = (w[0] as usize, w[1] as usize);
-        let tiles = if start == end {
-            let t = (start / bm).min(last_tile);
-            t..t + 1
-        } else {
-            start / bm..end.div_ceil(bm)
-        };
-        for tile in tiles {
-            group_ids.push(g as i32);
-            m_tile_ids.push(tile as i32);
-        }
-    }
-    let count = group_ids.len();
-    let total = visits(m, bm, group_sizes.len()).max(count);
-    let (lg, lt) = (
-        group_ids.last().copied().unwrap_or(0),
-        m_tile_ids.last().copied().unwrap_or(0),
-    );
-    group_ids.resize(total, lg);
-    m_tile_ids.resize(total, lt);
-    (
-        GroupMetadata {
-            offsets,
-            group_ids,
-            m_tile_ids,
-        },
-        count,
-    )
+    host_schedule(group_sizes, m, bm, true)
 }
 
 /// The weight-gradient kernel: `dw[e, k, n]` from `x[m, k]` and

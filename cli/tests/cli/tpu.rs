@@ -345,5 +345,16 @@ fn a_moe_training_step_compiles_for_a_tpu() {
     // The experts' parameters and their routed copies take more than the
     // dense FFN's: the two reports differ.
     assert_ne!(peaks[0], peaks[1], "{peaks:?}");
+    // A file that cannot be written is an error naming it, and leaves
+    // nothing behind.
+    let bad = d.join("missing").join("step.mlir");
+    let o = tessera(&["train", "--step-module", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("writing the step module"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!d.join("missing").exists());
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -90,6 +90,14 @@ pub enum TrainError {
         /// The learning rate.
         lr: f64,
     },
+    /// The step's module could not be written.
+    #[error("writing the step module {}: {source}", path.display())]
+    StepModule {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
     /// The loss log could not be opened or written.
     #[error("the loss log {}: {source}", path.display())]
     LossLog {

@@ -47,7 +47,7 @@ pub fn step_module(opts: &TrainOptions, form: KernelForm) -> Result<String, Trai
 pub fn write_step_module(opts: &TrainOptions, path: &Path) -> Result<(), TrainError> {
     let text = step_module(opts, KernelForm::TpuCustomCall)?;
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let io = |source| TrainError::LossLog {
+    let io = |source| TrainError::StepModule {
         path: path.to_path_buf(),
         source,
     };
