@@ -255,7 +255,7 @@ pub const FLASH_ATTENTION_SINKS: Entry = Entry {
     backward: crate::entry::backward!(|c, s| {
         let (q, k) = (&s[0], &s[1]);
         let cfg = attn_config(c, q[2], k[2], q[3])?;
-        Ok(vjp::vjp_sinks(cfg))
+        Ok(vjp::vjp_sinks(cfg, false))
     }),
     about: "flash attention forward with a learned sink logit per query head (gpt-oss): outputs o and lse",
     params: ATTN_PARAMS,

@@ -245,7 +245,7 @@ pub fn call_flash_attention(
     k: &Tensor,
     v: &Tensor,
 ) -> Result<[Tensor; 2], RuntimeError> {
-    record_forward(&cfg.without_dropout(), None, [q, k, v], None)
+    record_forward(&cfg.without_dropout(), (None, None), [q, k, v], None)
 }
 
 /// [`call_flash_attention`] with dropout on the probabilities at
@@ -269,7 +269,7 @@ pub fn call_flash_attention_dropout(
             ),
         ));
     }
-    record_forward(cfg, Some(key), [q, k, v], sinks)
+    record_forward(cfg, (None, Some(key)), [q, k, v], sinks)
 }
 
 /// [`call_flash_attention`] with keys at or past `kv_len[0]` (an i32
@@ -282,20 +282,25 @@ pub fn call_flash_attention_kv_len(
     k: &Tensor,
     v: &Tensor,
 ) -> Result<[Tensor; 2], RuntimeError> {
-    record_forward(&cfg.without_dropout(), Some(kv_len), [q, k, v], None)
+    record_forward(
+        &cfg.without_dropout(),
+        (Some(kv_len), None),
+        [q, k, v],
+        None,
+    )
 }
 
-/// Records a flash-attention forward (with a valid length or sinks, never
-/// both) with its backward: `[o, lse]`. `prefetch` is the valid length,
-/// or with `cfg.dropout` the dropout key.
+/// Records a flash-attention forward with its backward: `[o, lse]`. The
+/// kernel's scalar prefetch is the valid length (when given), then the
+/// dropout key (exactly when `cfg.dropout` is set).
 #[cfg(feature = "graph")]
 fn record_forward(
     cfg: &AttnConfig,
-    prefetch: Option<&Tensor>,
+    (kv_len, key): (Option<&Tensor>, Option<&Tensor>),
     [q, k, v]: [&Tensor; 3],
     sinks: Option<&Tensor>,
 ) -> Result<[Tensor; 2], RuntimeError> {
-    let with_len = prefetch.is_some() && cfg.dropout.is_none();
+    let with_len = kv_len.is_some();
     let name = match (with_len, sinks, cfg.dropout) {
         (true, _, _) => "flash_attention_kv_len",
         (false, Some(_), _) => "flash_attention_sinks",
@@ -307,11 +312,11 @@ fn record_forward(
         .map_err(|e| build_error(name, e))?;
     let kernel = flash_attention::build_for(q.dtype(), cfg, with_len, sinks.is_some(), dims)
         .map_err(|e| build_error(name, e))?;
-    let mut args: Vec<&Tensor> = prefetch.into_iter().collect();
+    let mut args: Vec<&Tensor> = kv_len.into_iter().chain(key).collect();
     args.extend([q, k, v]);
     args.extend(sinks);
     let vjp = match sinks {
-        Some(_) => vjp::vjp_sinks(cfg.clone()),
+        Some(_) => vjp::vjp_sinks(cfg.clone(), with_len),
         None => vjp::vjp(cfg.clone(), with_len),
     };
     let mut out = q.runtime().call_with_vjp(&kernel, &args, vjp)?.into_iter();
@@ -365,7 +370,7 @@ pub fn call_flash_attention_sinks(
     v: &Tensor,
     sinks: &Tensor,
 ) -> Result<[Tensor; 2], RuntimeError> {
-    record_forward(&cfg.without_dropout(), None, [q, k, v], Some(sinks))
+    record_forward(&cfg.without_dropout(), (None, None), [q, k, v], Some(sinks))
 }
 
 pub(crate) mod entries;

@@ -25,9 +25,9 @@ pub(crate) fn vjp(cfg: AttnConfig, with_len: bool) -> Arc<dyn KernelVjp> {
     Arc::new(move |call: &VjpCall<'_>| backward(&cfg, call, with_len, false))
 }
 
-/// The backward of a `flash_attention_sinks` call (inputs q, k, v, sinks).
-pub(crate) fn vjp_sinks(cfg: AttnConfig) -> Arc<dyn KernelVjp> {
-    Arc::new(move |call: &VjpCall<'_>| backward(&cfg, call, false, true))
+/// The backward of a call with sinks (inputs `[kv_len,] [dropout_key,] q, k, v, sinks`).
+pub(crate) fn vjp_sinks(cfg: AttnConfig, with_len: bool) -> Arc<dyn KernelVjp> {
+    Arc::new(move |call: &VjpCall<'_>| backward(&cfg, call, with_len, true))
 }
 
 /// The backward of `flash_attention` (inputs q, k, v), `_kv_len` (inputs
