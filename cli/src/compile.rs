@@ -107,11 +107,11 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
     }
     if kernels.len() * targets.len() > 1 {
         println!(
-            "\ncompiled {ok} of {} ({} kernels x {} generations) with libtpu {}",
+            "\ncompiled {ok} of {} ({} kernels x {} generations) with {}",
             ok + failed,
             kernels.len(),
             targets.len(),
-            libtpu::LIBTPU_VERSION
+            libtpu_in_use()
         );
     }
     if let Some(dir) = out.as_ref().filter(|_| !single) {
@@ -428,4 +428,13 @@ fn element_bits(t: &str) -> Option<u128> {
         t if t.starts_with("i4") || t.starts_with("ui4") => 4,
         _ => return None,
     })
+}
+
+/// The libtpu this run loaded, as the summary names it: the pinned version,
+/// or the file `$TESSERA_LIBTPU` chose (whose version is not known here).
+fn libtpu_in_use() -> String {
+    match std::env::var_os(libtpu::LIBTPU_ENV) {
+        Some(p) => format!("the libtpu at {} ($TESSERA_LIBTPU)", p.to_string_lossy()),
+        None => format!("libtpu {}", libtpu::LIBTPU_VERSION),
+    }
 }

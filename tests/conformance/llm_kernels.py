@@ -677,7 +677,7 @@ def main():
         as_chip("v6e")
     lines = ["# The kernels a current LLM needs, beside the anchors", "",
              f"tokamax {'0.0.17' if m is not None else 'not installed'}, jax {jax.__version__}, libtpu 0.0.48.1"
-             " (compile-only). The MoE weight gradient (`tgmm`) against megablox's is in tpu_estimate.md.", ""]
+             " (compile-only). The MoE weight gradient (`tgmm`) against megablox's is in tpu_estimate.md (with its --full).", ""]
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
