@@ -1,10 +1,13 @@
-//! Every library kernel, at its defaults and at each preset, on every CPU
-//! path (interpreter, native JIT, PJRT decomposed, PJRT FFI) against its
+//! Every library kernel at its defaults on every CPU path (interpreter,
+//! native JIT, PJRT decomposed, PJRT FFI, Triton's interpreter) against its
 //! f64 reference, with the inputs, reference and tolerances its entry
-//! declares: what a new kernel gets tested on by adding its entry. A kernel
-//! whose GPU build differs from its TPU build (the dk/dv kernels' score
-//! layout) also runs that build, the program a GPU compile compiles, under
-//! Triton's interpreter.
+//! declares: what a new kernel gets tested on by adding its entry. Each
+//! preset (the same body at another configuration and shapes) runs on the
+//! interpreter, the semantics every path is held to, and on one other path,
+//! taken in turn; `TESSERA_PRESET_PATHS=all` runs presets on every path. A
+//! kernel whose GPU build differs from its TPU build (the dk/dv kernels'
+//! score layout) also runs that build, the program a GPU compile compiles,
+//! under Triton's interpreter.
 
 use kernels::{Config, ENTRIES, presets};
 use runtime::backend::Backend;
@@ -15,6 +18,7 @@ fn check(
     cfg: &Config,
     k: &kernel_ir::VerifiedKernel,
     gpu: Option<&kernel_ir::VerifiedKernel>,
+    paths: &[Backend],
 ) -> Vec<String> {
     let inputs = e.sample_inputs(cfg, k, 7);
     if let Err(err) = e.check_inputs(cfg, k, &inputs) {
@@ -30,13 +34,13 @@ fn check(
     );
     let tol = e.tolerances(cfg, k);
     assert_eq!(tol.len(), want.len(), "{name}: one tolerance per output");
-    let mut failures = match tessera_testing::check_every_path(k, &inputs, &want, &tol) {
-        Ok(report) => {
-            assert_eq!(report.paths.len(), Backend::ALL.len(), "{name}");
-            Vec::new()
-        }
-        Err(m) => vec![format!("{name}: {m}")],
-    };
+    let runs = tooling::paths::run_paths(k, &inputs, paths, &want, &tol);
+    assert_eq!(runs.len(), paths.len(), "{name}");
+    let mut failures: Vec<String> = runs
+        .iter()
+        .filter(|r| !r.passes())
+        .map(|r| format!("{name}: {r}"))
+        .collect();
     if let Some(g) = gpu {
         let runs = tooling::paths::run_paths(g, &inputs, &[Backend::TritonInterp], &want, &tol);
         for r in runs.iter().filter(|r| !r.passes() || r.refused.is_some()) {
@@ -66,17 +70,32 @@ fn every_entry_and_preset_matches_its_reference_on_every_path() {
         let k = e.build_at_default_shapes(&cfg).unwrap();
         let gpu = gpu_build(&k, || e.build_at_default_shapes(&cfg));
         gpu_builds += usize::from(gpu.is_some());
-        failures.extend(check(e.name, e, &cfg, &k, gpu.as_ref()));
+        failures.extend(check(e.name, e, &cfg, &k, gpu.as_ref(), &Backend::ALL));
         ran += 1;
     }
-    for p in presets() {
+    let all = std::env::var("TESSERA_PRESET_PATHS").as_deref() == Ok("all");
+    let (interp, others) = Backend::ALL.split_first().unwrap();
+    assert_eq!(*interp, Backend::Interpreter);
+    let mut covered = std::collections::BTreeSet::new();
+    for (i, p) in presets().enumerate() {
         let cfg = p.config().unwrap();
         let k = p.build().unwrap();
         let gpu = gpu_build(&k, || p.build());
         gpu_builds += usize::from(gpu.is_some());
-        failures.extend(check(p.name(), p.entry, &cfg, &k, gpu.as_ref()));
+        let paths = if all {
+            Backend::ALL.to_vec()
+        } else {
+            vec![*interp, others[i % others.len()]]
+        };
+        covered.extend(paths.iter().map(|b| b.name()));
+        failures.extend(check(p.name(), p.entry, &cfg, &k, gpu.as_ref(), &paths));
         ran += 1;
     }
+    assert_eq!(
+        covered.len(),
+        Backend::ALL.len(),
+        "presets ran on {covered:?}"
+    );
     assert_eq!(ran, ENTRIES.len() + presets().count());
     // The dk/dv kernels (alone, with a valid length, bucketed, and the
     // one-pass dq/dk/dv pair) lay their scores out by platform.
