@@ -318,26 +318,35 @@ fn tessera_vmem_budget_covers_what_libtpu_allocates() {
     eprintln!("{}", report.join("\n"));
 }
 
-/// Every preset and every catalog kernel at its defaults compiles with
-/// libtpu for every generation; each catalog kernel's other variants (bf16,
+/// Every catalog kernel at its defaults compiles with libtpu for every
+/// generation; each preset and each catalog kernel's other variants (bf16,
 /// and the attention options on: causal, window, soft-cap, masks) compile
-/// for one generation each, taken in turn (a variant changes the body, not
-/// the generation's rules, which the defaults and the presets, mostly bf16,
-/// meet on all four). `TESSERA_TPU_VARIANTS=all` compiles every variant for
-/// every generation.
+/// for one generation each, taken in turn (a variant changes the body or
+/// the shapes, not the generation's rules, which the defaults meet on all
+/// four; each generation's VMEM is the verifier's budget, held to libtpu's
+/// by `tessera_vmem_budget_covers_what_libtpu_allocates`).
+/// `TESSERA_TPU_VARIANTS=all` compiles every one for every generation.
 #[test]
 fn every_library_kernel_and_preset_compiles_for_every_generation() {
     use kernels::{Config, ENTRIES, presets};
     let all = std::env::var("TESSERA_TPU_VARIANTS").as_deref() == Ok("all");
+    let mut variant = 0;
+    let mut in_turn = || {
+        variant += 1;
+        if all {
+            Target::ALL.to_vec()
+        } else {
+            vec![Target::ALL[variant % Target::ALL.len()]]
+        }
+    };
     let mut kernels: Vec<(String, kernel_ir::VerifiedKernel, Vec<Target>)> = Vec::new();
     for p in presets() {
         kernels.push((
             p.name().to_string(),
             p.build().unwrap_or_else(|e| panic!("{}: {e}", p.name())),
-            Target::ALL.to_vec(),
+            in_turn(),
         ));
     }
-    let mut variant = 0;
     for e in ENTRIES {
         let has = |p: &str| e.params.iter().any(|q| q.name == p);
         let dtypes: &[&str] = if has("dtype") {
@@ -382,11 +391,10 @@ fn every_library_kernel_and_preset_compiles_for_every_generation() {
                 let k = e
                     .build_at_default_shapes(&cfg)
                     .unwrap_or_else(|m| panic!("{} {pairs:?}: {m}", e.name));
-                let targets = if defaults || all {
+                let targets = if defaults {
                     Target::ALL.to_vec()
                 } else {
-                    variant += 1;
-                    vec![Target::ALL[variant % Target::ALL.len()]]
+                    in_turn()
                 };
                 kernels.push((format!("{} {pairs:?}", e.name), k, targets));
             }
@@ -402,8 +410,7 @@ fn every_library_kernel_and_preset_compiles_for_every_generation() {
         .collect();
     let compiles: usize = kernels.iter().map(|(_, _, t)| t.len()).sum();
     eprintln!("{} kernels, {compiles} compiles", kernels.len());
-    assert!(variant > 20, "{variant} variants");
-    assert!(kernels.len() > 50, "{}", kernels.len());
+    assert!(kernels.len() > 100, "{} kernels", kernels.len());
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 

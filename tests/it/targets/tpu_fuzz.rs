@@ -321,11 +321,11 @@ fn mutated_kernels_the_verifier_accepts_compile_with_libtpu() {
 
 /// The support matrix: every (op, dtype, rank, mask) kernel the verifier
 /// accepts compiles. CI runs every `TESSERA_TPU_MATRIX_STEP`-th (default
-/// 7); 1 runs all of it.
+/// 14); 1 runs all of it.
 #[test]
 fn the_support_matrix_compiles_where_the_verifier_accepts_it() {
     tpu();
-    let step = env_usize("TESSERA_TPU_MATRIX_STEP", 7) as u64;
+    let step = env_usize("TESSERA_TPU_MATRIX_STEP", 14) as u64;
     let (outcomes, verified) = fuzz(Source::Matrix, 0..support_matrix::len(), step);
     check_run(
         &format!(
