@@ -147,7 +147,7 @@ fn reference(e: &Expr, r: Rowwise, x: &Array, y: &Array, cols: usize) -> Vec<f64
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     #[test]
     fn random_elementwise_and_row_kernels_match_f64(
@@ -256,7 +256,7 @@ proptest! {
 // ---- random dot_general layouts ----
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     /// The native JIT packs a dot's rhs into panels, reads its lhs in place
     /// when it can and folds transposes into windows: every layout (batch

@@ -30,7 +30,7 @@ fn spec(cfg: &AttnConfig) -> AttnSpec {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 3, ..ProptestConfig::default() })]
 
     /// Dropout on the probabilities: every path against attention whose
     /// probabilities are multiplied by the mask written from jax's
@@ -85,7 +85,7 @@ fn the_dropout_mask_keeps_one_minus_rate_and_differs_per_head() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
 
     #[test]
     fn flash_attention_forward_on_every_path(
@@ -137,7 +137,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 5, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
 
     /// Query rows that see no key (every key hidden by a valid length, the
     /// window and the causal mask, or past a short K) get o = 0 and
@@ -321,7 +321,7 @@ fn grad_tol(d: DType) -> Tolerance {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 3, ..ProptestConfig::default() })]
 
     #[test]
     fn flash_attention_backward_on_every_path(
@@ -415,7 +415,7 @@ fn paged_batch(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 5, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
 
     #[test]
     fn paged_decode_attention_on_every_path(
@@ -441,7 +441,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 5, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
 
     /// The manual-DMA paged decode: random pools, tables, lengths from 0 to
     /// full and pages per step, on every CPU path (the interpreter checks

@@ -30,7 +30,7 @@ fn gathered(x: &Array, ids: &[usize], k: usize, experts: usize) -> Vec<f64> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 8, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 5, ..ProptestConfig::default() })]
 
     #[test]
     fn permute_and_unpermute_on_every_path(

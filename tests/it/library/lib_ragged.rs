@@ -17,7 +17,7 @@ fn ints(shape: Vec<usize>, v: &[usize]) -> Array {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
 
     #[test]
     fn ragged_paged_attention_on_every_path(

@@ -224,7 +224,7 @@ fn masked_reference(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 5, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
 
     /// Masked attention from random masks (per head), segment layouts and
     /// GQA on every CPU path against the f64 reference, dead rows included.
@@ -351,7 +351,7 @@ impl Case {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 2, ..ProptestConfig::default() })]
 
     /// The dq and dk/dv kernels, driven by the forward's tables and their
     /// transpose, on every CPU path against the f64 gradients: random

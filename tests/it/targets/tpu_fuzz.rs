@@ -299,7 +299,7 @@ fn check_run(what: &str, outcomes: &[(u64, String, Outcome)], verified: [usize; 
 #[test]
 fn random_kernels_the_verifier_accepts_compile_with_libtpu() {
     tpu();
-    let cases = env_usize("TESSERA_TPU_FUZZ_CASES", 48) as u64;
+    let cases = env_usize("TESSERA_TPU_FUZZ_CASES", 32) as u64;
     let first = env_usize("TESSERA_TPU_FUZZ_SEED", 1) as u64;
     let (outcomes, verified) = fuzz(Source::Random, first..first + cases, 1);
     check_run(&format!("{cases} random kernels"), &outcomes, verified);
@@ -310,22 +310,22 @@ fn random_kernels_the_verifier_accepts_compile_with_libtpu() {
 }
 
 /// Mutants of the seed kernels that still verify compile too.
-/// `TESSERA_TPU_MUTANTS` sets how many (default 64).
+/// `TESSERA_TPU_MUTANTS` sets how many (default 48).
 #[test]
 fn mutated_kernels_the_verifier_accepts_compile_with_libtpu() {
     tpu();
-    let cases = env_usize("TESSERA_TPU_MUTANTS", 64) as u64;
+    let cases = env_usize("TESSERA_TPU_MUTANTS", 48) as u64;
     let (outcomes, verified) = fuzz(Source::Mutated, 0..cases, 1);
     check_run(&format!("{cases} mutated kernels"), &outcomes, verified);
 }
 
 /// The support matrix: every (op, dtype, rank, mask) kernel the verifier
 /// accepts compiles. CI runs every `TESSERA_TPU_MATRIX_STEP`-th (default
-/// 14); 1 runs all of it.
+/// 28); 1 runs all of it.
 #[test]
 fn the_support_matrix_compiles_where_the_verifier_accepts_it() {
     tpu();
-    let step = env_usize("TESSERA_TPU_MATRIX_STEP", 14) as u64;
+    let step = env_usize("TESSERA_TPU_MATRIX_STEP", 28) as u64;
     let (outcomes, verified) = fuzz(Source::Matrix, 0..support_matrix::len(), step);
     check_run(
         &format!(
