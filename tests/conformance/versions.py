@@ -36,11 +36,15 @@ from jax_export import jax_reference, reference
 MOVE = 0.05
 
 
+def with_libtpu(tessera, libtpu, *args):
+    """Starts `tessera ARGS...` with `libtpu` as its TPU compiler."""
+    env = dict(os.environ, TESSERA_LIBTPU=str(libtpu))
+    return subprocess.Popen([str(tessera), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def estimates(tessera, libtpu):
     """Starts `tessera estimate presets --tpu v5e --json` with `libtpu`."""
-    env = dict(os.environ, TESSERA_LIBTPU=str(libtpu))
-    return subprocess.Popen([str(tessera), "estimate", "presets", "--tpu", "v5e", "--json", "--no-trace"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return with_libtpu(tessera, libtpu, "estimate", "presets", "--tpu", "v5e", "--json", "--no-trace")
 
 
 def collect(proc):
@@ -54,9 +58,7 @@ def collect(proc):
 
 def compiles(tessera, libtpu):
     """Starts `tessera compile presets --tpu v5e` with `libtpu`."""
-    env = dict(os.environ, TESSERA_LIBTPU=str(libtpu))
-    return subprocess.Popen([str(tessera), "compile", "presets", "--tpu", "v5e"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return with_libtpu(tessera, libtpu, "compile", "presets", "--tpu", "v5e")
 
 
 def compiled_presets(proc, name, lines, failures):

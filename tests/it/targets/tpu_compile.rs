@@ -379,7 +379,8 @@ fn every_library_kernel_and_preset_compiles_for_every_generation() {
                 ]);
             }
             for mut pairs in variants {
-                // The defaults: no option on, the default dtype.
+                // The defaults: no option on, f32 where the dtype is a
+                // parameter.
                 let defaults = pairs.is_empty() && dtype != "bf16";
                 if has("dtype") {
                     pairs.push(("dtype".into(), dtype.into()));
