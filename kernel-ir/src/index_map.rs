@@ -224,6 +224,31 @@ index_binop!(Mul, mul, IndexOp::Mul);
 index_binop!(Div, div, IndexOp::FloorDiv);
 index_binop!(Rem, rem, IndexOp::Rem);
 
+// A size on the left (`chunks - 1 - i`: a grid axis walked backwards).
+macro_rules! index_binop_lhs {
+    ($($lhs:ty),*) => {$(
+        impl ops::Add<IndexExpr> for $lhs {
+            type Output = IndexExpr;
+            fn add(self, rhs: IndexExpr) -> IndexExpr {
+                IndexExpr::from(self) + rhs
+            }
+        }
+        impl ops::Sub<IndexExpr> for $lhs {
+            type Output = IndexExpr;
+            fn sub(self, rhs: IndexExpr) -> IndexExpr {
+                IndexExpr::from(self) - rhs
+            }
+        }
+        impl ops::Mul<IndexExpr> for $lhs {
+            type Output = IndexExpr;
+            fn mul(self, rhs: IndexExpr) -> IndexExpr {
+                IndexExpr::from(self) * rhs
+            }
+        }
+    )*};
+}
+index_binop_lhs!(usize, i64, i32);
+
 impl From<&IndexExpr> for IndexExpr {
     fn from(e: &IndexExpr) -> Self {
         e.clone()

@@ -106,6 +106,8 @@ pub const ENTRIES: &[&Entry] = &[
     &router::ROUTER_TOP_K_BACKWARD,
     &conv1d::CAUSAL_CONV1D,
     &gdn::GATED_DELTA_RULE,
+    &gdn::GATED_DELTA_RULE_STATES,
+    &gdn::GATED_DELTA_RULE_BACKWARD,
     &swiglu::SWIGLU,
     &moe::GROUPED_MATMUL,
     &routing::MOE_POSITIONS,

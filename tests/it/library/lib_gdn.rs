@@ -5,7 +5,10 @@
 
 use kernel_ir::prelude::*;
 use kernels::check::Tolerance;
-use kernels::gdn::{gated_delta_rule, reference};
+use kernels::gdn::{
+    backward_reference, gated_delta_rule, gated_delta_rule_backward, gated_delta_rule_states,
+    reference, states_reference,
+};
 use proptest::prelude::*;
 
 use crate::common::all_paths;
@@ -49,6 +52,50 @@ proptest! {
             &args,
             vec![o, state],
             &[tol, tol],
+        )?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3, ..ProptestConfig::default() })]
+
+    /// The backward's two passes on every path: the chunk start states
+    /// against the recurrence's, then the five cotangents against the
+    /// recurrence's adjoint, for random cotangents of `o` and the final
+    /// state (the kernel reads the states it is given: the reference's).
+    #[test]
+    fn the_backward_is_the_recurrences_adjoint_on_every_path(
+        h in 1usize..3, t in 1usize..100,
+        chunk in prop::sample::select(vec![16usize, 32]),
+        dv in prop::sample::select(vec![64usize, 128]), seed in any::<u64>(),
+    ) {
+        let (b, dk) = (1, 64);
+        let c = chunk.min(t);
+        let q = unit_rows([b, h, t, dk], seed);
+        let k = unit_rows([b, h, t, dk], seed + 1);
+        let v = Array::random(F32, [b, h, t, dv], seed + 2, -1.0, 1.0);
+        let g = Array::random(F32, [b, h, t, 1], seed + 3, -0.5, 0.0);
+        let beta = Array::random(F32, [b, h, t, 1], seed + 4, 0.05, 0.95);
+        let args = vec![q, k, v, g, beta];
+        let scale = 1.0 / (dk as f64).sqrt();
+        let states = states_reference(&args, c);
+        let tol = Tolerance { abs: 1e-4, rel: 1e-3 };
+        let dims = gated_delta_rule_states::Dims { b, h, t, dk, dv };
+        all_paths(gated_delta_rule_states::build_for(F32, c, dims), &args, vec![states.clone()], &[tol])?;
+
+        let chunks = t.div_ceil(c);
+        let d_o = Array::random(F32, [b, h, t, dv], seed + 5, -1.0, 1.0);
+        let d_state = Array::random(F32, [b, h, dk, dv], seed + 6, -1.0, 1.0);
+        let want = backward_reference(&args, d_o.data(), d_state.data(), scale);
+        let mut all = args;
+        all.extend([Array::new(F32, [b, h, chunks * dk, dv], states).unwrap(), d_o, d_state]);
+        let dims = gated_delta_rule_backward::Dims { b, h, t, d_k: dk, d_v: dv };
+        let tol = Tolerance { abs: 2e-4, rel: 2e-3 };
+        all_paths(
+            gated_delta_rule_backward::build_for(F32, c, scale as f32, dims),
+            &all,
+            want.to_vec(),
+            &[tol; 5],
         )?;
     }
 }

@@ -20,30 +20,31 @@
 //! output, for decoding on from it.
 //!
 //! The reference ([`reference()`]) runs the recurrence token by token in f64.
-//! The backward and the causal conv1d fused in front of it (tokamax's
-//! `CausalConv1dGatedDeltaRule`) are not here yet; `crate::conv1d` is the
+//! The backward (module `backward`: a states pass, then the chunks last to
+//! first) is the entry's, so `graph::grad` and `tessera export` reach it.
+//! The causal conv1d fused in front of it (tokamax's
+//! `CausalConv1dGatedDeltaRule`) is not here yet; `crate::conv1d` is the
 //! conv1d on its own.
+
+mod backward;
 
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, VerifiedKernel};
 
+pub use backward::{
+    GATED_DELTA_RULE_BACKWARD, GATED_DELTA_RULE_STATES, backward_reference,
+    gated_delta_rule_backward, gated_delta_rule_states, states_reference,
+};
+
 use crate::entry::{
-    Config, DTYPE, Entry, EntryError, ParamKind, Preset, dims, no_check, param, uniform_inputs,
+    Config, DTYPE, Entry, Param, ParamKind, Preset, no_check, param, uniform_inputs,
 };
 use crate::tolerance::Tolerance;
 
-/// The chunked gated delta rule forward: `o[b, h, t, dv]` and the final
-/// state `state[b, h, dk, dv]` (f32) from `q, k: [b, h, t, dk]`, `v: [b, h,
-/// t, dv]` and per token `g` (log decay, ≤ 0) and `beta`, each `[b, h, t,
-/// 1]` f32.
-#[tpu_kernel(
-    grid = (b, h, kernel_ir::cdiv(t, c)),
-    semantics = (parallel, parallel, arbitrary)
-)]
-#[allow(clippy::too_many_arguments)]
-pub fn gated_delta_rule<T: Float>(
-    c: usize,
-    scale: f32,
+/// What the forward and the states pass read at grid step `(bi, hi, i)`:
+/// chunk `i` of each input.
+#[operands]
+pub(crate) struct Chunks<T> {
     #[shape(b, h, t, dk)]
     #[block([1, 1, c, dk], |bi, hi, i| (bi, hi, i, 0))]
     q: In<T>,
@@ -59,6 +60,20 @@ pub fn gated_delta_rule<T: Float>(
     #[shape(b, h, t, 1)]
     #[block([1, 1, c, 1], |bi, hi, i| (bi, hi, i, 0))]
     beta: In<f32>,
+}
+
+/// The chunked gated delta rule forward: `o[b, h, t, dv]` and the final
+/// state `state[b, h, dk, dv]` (f32) from `q, k: [b, h, t, dk]`, `v: [b, h,
+/// t, dv]` and per token `g` (log decay, ≤ 0) and `beta`, each `[b, h, t,
+/// 1]` f32.
+#[tpu_kernel(
+    grid = (b, h, kernel_ir::cdiv(t, c)),
+    semantics = (parallel, parallel, arbitrary)
+)]
+pub fn gated_delta_rule<T: Float>(
+    c: usize,
+    scale: f32,
+    #[operands] _: Chunks<T>,
     #[shape(b, h, t, dv)]
     #[block([1, 1, c, dv], |bi, hi, i| (bi, hi, i, 0))]
     o: Out<T>,
@@ -71,8 +86,55 @@ pub fn gated_delta_rule<T: Float>(
     if i == 0 {
         s.store(.., 0.0);
     }
-    // Rows past the sequence: zero, so they change nothing.
-    let real = iota(I32, [c, 1], 0) + i * (c as i32) < t as i32;
+    let x = chunk_terms(q, k, v, g, beta, i, c, t, scale);
+    let st = s.load(..);
+    let fresh = x.u - dot(x.w, st);
+    let out = dot(x.q * x.eg, st) + dot(x.attn, fresh);
+    o.store((0, 0, .., ..), out.cast::<T>());
+    s.store(.., next_state(&x, st, fresh));
+    if i == num_programs(2) - 1 {
+        state.store((0, 0, .., ..), s.load(..));
+    }
+}
+
+/// One chunk's terms in f32, as the forward and the backward both need
+/// them (the names of the module docs).
+pub(crate) struct ChunkTerms {
+    /// `scale · Q`, `K`, `V`, `β`: `[c, dk]`, `[c, dk]`, `[c, dv]`, `[c, 1]`.
+    pub q: Tile,
+    pub k: Tile,
+    pub v: Tile,
+    pub beta: Tile,
+    /// `γ` and `e^γ`, `[c, 1]`; `γ_c`, `[1, 1]`.
+    pub gamma: Tile,
+    pub eg: Tile,
+    pub last: Tile,
+    /// `Γ` (zero above the diagonal), `Q Kᵀ ⊙ Γ`, `β K Kᵀ`, `[c, c]`.
+    pub decay: Tile,
+    pub attn: Tile,
+    pub kk: Tile,
+    /// `T = (I − L)⁻¹` and the WY factors `W`, `U`.
+    pub inverse: Tile,
+    pub w: Tile,
+    pub u: Tile,
+}
+
+/// Chunk `chunk`'s terms: rows past the sequence zero, so they change
+/// nothing.
+#[kernel_fn]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn chunk_terms(
+    q: Ref,
+    k: Ref,
+    v: Ref,
+    g: Ref,
+    beta: Ref,
+    chunk: Tile,
+    c: usize,
+    t: usize,
+    scale: f32,
+) -> ChunkTerms {
+    let real = iota(I32, [c, 1], 0) + chunk * (c as i32) < t as i32;
     let (qb, kb, vb) = (
         chunk_rows(q, real) * scale,
         chunk_rows(k, real),
@@ -86,7 +148,8 @@ pub fn gated_delta_rule<T: Float>(
     let across = gamma.broadcast_to([c, c]);
     let decay = select(row >= col, (across - across.t()).exp(), 0.0);
     let kbeta = kb * bb;
-    let l = select(row > col, -(dot(kbeta, kb.t()) * decay), 0.0);
+    let kk = dot(kbeta, kb.t());
+    let l = select(row > col, -(kk * decay), 0.0);
     let eye = select(row == col, 1.0, 0.0);
     let mut inverse = eye + l;
     let mut power = l;
@@ -97,19 +160,30 @@ pub fn gated_delta_rule<T: Float>(
         power = dot(power, power);
         inverse = dot(inverse, eye + power);
     }
-    let w = dot(inverse, kbeta * gamma.exp());
-    let u = dot(inverse, vb * bb);
-    let st = s.load(..);
-    let fresh = u - dot(w, st);
-    let attn = select(row >= col, dot(qb, kb.t()) * decay, 0.0);
-    let out = dot(qb * gamma.exp(), st) + dot(attn, fresh);
-    o.store((0, 0, .., ..), out.cast::<T>());
+    let eg = gamma.exp();
     let last = select(iota(I32, [c, 1], 0) == (c as i32) - 1, gamma, 0.0).sum_keep(0);
-    let carried = (kb * (last - gamma).exp()).t();
-    s.store(.., st * last.exp() + dot(carried, fresh));
-    if i == num_programs(2) - 1 {
-        state.store((0, 0, .., ..), s.load(..));
+    ChunkTerms {
+        w: dot(inverse, kbeta * eg),
+        u: dot(inverse, vb * bb),
+        attn: select(row >= col, dot(qb, kb.t()) * decay, 0.0),
+        q: qb,
+        k: kb,
+        v: vb,
+        beta: bb,
+        gamma,
+        eg,
+        last,
+        decay,
+        kk,
+        inverse,
     }
+}
+
+/// The state after a chunk: `e^{γ_c} S + (K ⊙ e^{γ_c − γ})ᵀ V'`.
+#[kernel_fn]
+pub(crate) fn next_state(x: &ChunkTerms, st: Tile, fresh: Tile) -> Tile {
+    let carried = (x.k * (x.last - x.gamma).exp()).t();
+    st * x.last.exp() + dot(carried, fresh)
 }
 
 /// The chunk's rows of `r` in f32, those past the sequence zero.
@@ -122,52 +196,20 @@ fn chunk_rows(r: Ref, real: Tile) -> Tile {
 /// in the module docs. Returns `o` (`[b, h, t, dv]`) and the final state
 /// (`[b, h, dk, dv]`).
 pub fn reference(a: &[Array], scale: f64) -> (Vec<f64>, Vec<f64>) {
-    let [b, h, t, dk] = [
-        a[0].shape()[0],
-        a[0].shape()[1],
-        a[0].shape()[2],
-        a[0].shape()[3],
-    ];
-    let dv = a[2].shape()[3];
-    let (q, k, v, g, beta) = (
-        a[0].data(),
-        a[1].data(),
-        a[2].data(),
-        a[3].data(),
-        a[4].data(),
-    );
-    let (mut o, mut states) = (vec![0.0; b * h * t * dv], Vec::new());
+    let x = backward::Inputs::of(a);
+    let [b, h, t, ..] = x.dims;
+    let (mut o, mut states) = (Vec::new(), Vec::new());
     for bh in 0..b * h {
-        let mut s = vec![0.0; dk * dv];
-        for tok in 0..t {
-            let row = bh * t + tok;
-            let (qr, kr, vr) = (
-                &q[row * dk..(row + 1) * dk],
-                &k[row * dk..(row + 1) * dk],
-                &v[row * dv..(row + 1) * dv],
-            );
-            let (alpha, bt) = (g[row].exp(), beta[row]);
-            // S ← α (S − β k (kᵀ S)) + β k vᵀ
-            let kts: Vec<f64> = (0..dv)
-                .map(|j| (0..dk).map(|i| kr[i] * s[i * dv + j]).sum())
-                .collect();
-            for i in 0..dk {
-                for j in 0..dv {
-                    let x = &mut s[i * dv + j];
-                    *x = alpha * (*x - bt * kr[i] * kts[j]) + bt * kr[i] * vr[j];
-                }
-            }
-            for j in 0..dv {
-                o[row * dv + j] = (0..dk).map(|i| s[i * dv + j] * qr[i] * scale).sum();
-            }
-        }
-        states.extend(s);
+        let (mut s, out) = backward::walk(x, bh, scale);
+        o.extend(out);
+        states.extend(s.swap_remove(t));
     }
     (o, states)
 }
 
 /// Inputs as a trained model feeds them: q and k with unit-norm rows (the
-/// models normalize them), decays `g` in `[−0.5, 0]`, `beta` in `(0, 1)`.
+/// models normalize them), decays `g` in `[−0.5, 0]`, `beta` in `(0, 1)`
+/// (inputs after the first five uniform: the backward's cotangents).
 fn sample(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     let mut v = uniform_inputs(c, k, seed);
     for x in v.iter_mut().take(2) {
@@ -183,27 +225,40 @@ fn sample(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
         *x = Array::new(x.dtype(), x.shape().to_vec(), data)
             .unwrap_or_else(|_| Array::zeros(x.dtype(), x.shape().to_vec()));
     }
-    if let [.., g, beta] = v.as_mut_slice() {
+    if let [_, _, _, g, beta, ..] = v.as_mut_slice() {
         *g = Array::random(DType::F32, g.shape().to_vec(), seed + 10, -0.5, 0.0);
         *beta = Array::random(DType::F32, beta.shape().to_vec(), seed + 11, 0.05, 0.95);
     }
     v
 }
 
+/// The chunk size parameter, shared by the forward and the backward's
+/// entries.
+pub(crate) const CHUNK: Param = param(
+    "chunk",
+    ParamKind::Positive,
+    "64",
+    "tokens per chunk (built for a GPU: 16 unless given)",
+);
+
+/// The presets' shapes: 2 heads of 128, 200 tokens (a ragged last chunk).
+const PRESET_SHAPES: &[(&str, &[usize])] = &[
+    ("q", &[1, 2, 200, 128]),
+    ("k", &[1, 2, 200, 128]),
+    ("v", &[1, 2, 200, 128]),
+    ("g", &[1, 2, 200, 1]),
+    ("beta", &[1, 2, 200, 1]),
+];
+
 /// [`gated_delta_rule`](mod@gated_delta_rule) in the library.
 pub const GATED_DELTA_RULE: Entry = Entry {
     name: "gated_delta_rule",
     fixed_inputs: None,
-    backward: None,
+    backward: crate::entry::backward!(backward::vjp),
     about: "chunked gated delta rule (Gated DeltaNet) forward: the delta rule's triangular system inverted by squarings on the MXU, the state carried across chunks; outputs o and the final state",
     params: &[
         DTYPE,
-        param(
-            "chunk",
-            ParamKind::Positive,
-            "64",
-            "tokens per chunk (built for a GPU: 16 unless given)",
-        ),
+        CHUNK,
         param(
             "scale",
             ParamKind::Scale,
@@ -222,33 +277,10 @@ pub const GATED_DELTA_RULE: Entry = Entry {
         ])
     },
     build: |c, s| {
-        let [b, h, t, dk] = dims(&s[0], "q")?;
-        let [_, _, _, dv] = dims(&s[2], "v")?;
-        let want = [
-            vec![b, h, t, dk],
-            vec![b, h, t, dk],
-            vec![b, h, t, dv],
-            vec![b, h, t, 1],
-            vec![b, h, t, 1],
-        ];
-        if s != want.as_slice() {
-            return Err(EntryError::Shape(format!(
-                "q {:?}, k {:?}, v {:?}, g {:?}, beta {:?}: give q and k as [b, h, t, dk], v as [b, h, t, dv], g and beta as [b, h, t, 1]",
-                s[0], s[1], s[2], s[3], s[4]
-            )));
-        }
-        // A GPU program holds the chunk's [c, c] matrices and the f32
-        // state at once: chunks of 16 launch on every target (64 needs
-        // 256 KiB of shared memory on sm_90, 32 80 KiB on gfx942).
-        let gpu = kernel_ir::current_platform() == kernel_ir::Platform::Gpu;
-        let chunk = if gpu && !c.is_given("chunk") {
-            16
-        } else {
-            c.usize("chunk")?
-        };
+        let [b, h, t, dk, dv] = backward::check_shapes(s)?;
         Ok(gated_delta_rule::build_for(
             c.dtype("dtype")?,
-            chunk.min(t),
+            backward::chunk_for(c, t)?,
             c.scale("scale", dk)?,
             gated_delta_rule::Dims { b, h, t, dk, dv },
         )?)
@@ -274,12 +306,6 @@ pub const GATED_DELTA_RULE: Entry = Entry {
         name: "gated_delta_rule_bf16",
         about: "chunked gated delta rule, bf16, 2 heads of dk = dv = 128, 200 tokens in chunks of 64 (ragged last chunk)",
         config: &[("dtype", "bf16")],
-        shapes: &[
-            ("q", &[1, 2, 200, 128]),
-            ("k", &[1, 2, 200, 128]),
-            ("v", &[1, 2, 200, 128]),
-            ("g", &[1, 2, 200, 1]),
-            ("beta", &[1, 2, 200, 1]),
-        ],
+        shapes: PRESET_SHAPES,
     }],
 };
