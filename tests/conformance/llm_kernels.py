@@ -4,7 +4,8 @@ Usage: llm_kernels.py TESSERA OUTDIR [--full]. Writes OUTDIR/llm_kernels.md and
 exits non-zero on a failed check.
 
 The chunked gated delta rule against tokamax's definition of it (its
-reference's recurrent step) and float64.
+reference's recurrent step) and float64; its backward (the chunks' start
+states, then the chunks last to first) against jax.vjp of the same step.
 
 The KV-cache write fused into ragged paged attention against the unfused
 step (a jnp scatter, then Pallas's ragged paged attention).
@@ -499,7 +500,10 @@ def gdn(tessera, tmp, lines, failures):
     # float64 from the definition, token by token.
     s64 = np.zeros((b, h, dk, dv))
     want = np.zeros((b, h, t, dv))
+    starts = []  # the state each chunk of 64 starts from
     for i in range(t):
+        if i % 64 == 0:
+            starts.append(s64.copy())
         kk, vv = k[:, :, i].astype(np.float64), v[:, :, i].astype(np.float64)
         a, bt = np.exp(g[:, :, i, 0].astype(np.float64)), beta[:, :, i, 0].astype(np.float64)
         fresh = bt[..., None] * (vv - a[..., None] * np.einsum("bhd,bhdm->bhm", kk, s64))
@@ -527,6 +531,59 @@ def gdn(tessera, tmp, lines, failures):
         if not max(e1, e2) <= 1e-4:
             failures.append(f"gated delta rule {backend}: o {e1:.2e}, state {e2:.2e}")
     lines.append(f"| tokamax reference (recurrent, jax) | {error(o_tok, want)[0]:.2e} | {error(np.asarray(state_t), s64)[0]:.2e} |")
+    lines.append("")
+    starts = np.concatenate(starts, axis=2)  # [b, h, chunks * dk, dv]
+    gdn_backward(tessera, tmp, lines, failures, step, (q, k, v, g, beta), starts)
+
+
+def gdn_backward(tessera, tmp, lines, failures, step, inputs, starts):
+    """The backward beside jax's autodiff of tokamax's recurrent step:
+    `jax.vjp` of the scan in float64 is the reference, in float32 the peer
+    (tokamax has no backward kernel); Tessera's two passes (the chunks'
+    start states, then the chunks last to first) on every backend."""
+    q, k, v, g, beta = inputs
+    b, h, t, dk = q.shape
+    dv = v.shape[3]
+    rng = np.random.default_rng(17)
+    d_o = rng.uniform(-1, 1, (b, h, t, dv)).astype(np.float32)
+    d_state = rng.uniform(-1, 1, (b, h, dk, dv)).astype(np.float32)
+
+    def grads(dtype):
+        def f(*xs):
+            xs = tuple(jnp.moveaxis(x, 2, 0) for x in xs)
+            state, outs = jax.lax.scan(step, jnp.zeros((b, h, dk, dv), dtype), xs)
+            return jnp.moveaxis(outs, 0, 2), state
+
+        with jax.enable_x64(dtype == jnp.float64):
+            args = [jnp.asarray(x, dtype) for x in inputs]
+            _, pull = jax.vjp(f, *args)
+            return [np.asarray(x, np.float64) for x in pull((jnp.asarray(d_o, dtype), jnp.asarray(d_state, dtype)))]
+
+    want, peer = grads(jnp.float64), grads(jnp.float32)
+    forward = tessera_run(tessera, "gated_delta_rule_states", {"q": q, "k": k, "v": v, "g": g, "beta": beta}, {}, tmp)
+    names = ["dq", "dk", "dv", "dg", "dbeta"]
+    lines += ["### Its backward beside jax's autodiff", "",
+              "The same inputs, random cotangents of o and the final state. Reference: `jax.vjp` of tokamax's"
+              " recurrent step scanned over the tokens, in float64; peer: the same in float32 (tokamax has no"
+              " backward kernel). Tessera: `gated_delta_rule_states` (each chunk's start state; max abs error"
+              f" against float64 {error(forward['interp']['states'], starts)[0]:.2e} on the interpreter), then"
+              " `gated_delta_rule_backward` from those states. Max abs error against float64 divided by the"
+              " largest reference magnitude.", "",
+              "| who | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for backend, o in forward.items():
+        e = error(o["states"], starts)[0]
+        if not e <= 1e-4:
+            failures.append(f"gated delta rule states {backend}: {e:.2e}")
+    arrays = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "states": forward["interp"]["states"],
+              "d_o": d_o, "d_state": d_state}
+    outs = tessera_run(tessera, "gated_delta_rule_backward", arrays, {}, tmp)
+    for backend, o in outs.items():
+        errs = [error(o[n].reshape(w.shape), w)[0] / max(np.abs(w).max(), 1e-30) for n, w in zip(names, want)]
+        lines.append(f"| Tessera {backend} | " + " | ".join(f"{x:.1e}" for x in errs) + " |")
+        if not max(errs) <= 1e-4:
+            failures.append(f"gated delta rule backward {backend}: " + ", ".join(f"{n} {x:.2e}" for n, x in zip(names, errs)))
+    errs = [error(p, w)[0] / max(np.abs(w).max(), 1e-30) for p, w in zip(peer, want)]
+    lines.append("| jax.vjp of tokamax's step, f32 | " + " | ".join(f"{x:.1e}" for x in errs) + " |")
     lines.append("")
 
 

@@ -368,23 +368,35 @@ pub(super) fn check_shapes(s: &[Vec<usize>]) -> Result<[usize; 5], EntryError> {
     Ok([b, h, t, dk, dv])
 }
 
+/// The chunk the two passes' own entries build with: the config's on every
+/// platform (their `states` input's shape depends on it; the forward's
+/// VJP passes the chunk the forward was built with).
+fn entry_chunk(c: &Config, s: &[Vec<usize>]) -> Result<usize, EntryError> {
+    let t = dims::<4>(&s[0], "q")?[2];
+    Ok(c.usize("chunk")?.min(t).max(1))
+}
+
 /// The backward kernel for a config at the forward's input shapes.
-fn backward_kernel(c: &Config, s: &[Vec<usize>]) -> Result<VerifiedKernel, EntryError> {
+fn backward_kernel(
+    c: &Config,
+    s: &[Vec<usize>],
+    chunk: usize,
+) -> Result<VerifiedKernel, EntryError> {
     let [b, h, t, d_k, d_v] = check_shapes(s)?;
     Ok(gated_delta_rule_backward::build_for(
         c.dtype("dtype")?,
-        chunk_for(c, t)?,
+        chunk,
         c.scale("scale", d_k)?,
         gated_delta_rule_backward::Dims { b, h, t, d_k, d_v },
     )?)
 }
 
 /// The states pass for a config at the forward's input shapes.
-fn states_kernel(c: &Config, s: &[Vec<usize>]) -> Result<VerifiedKernel, EntryError> {
+fn states_kernel(c: &Config, s: &[Vec<usize>], chunk: usize) -> Result<VerifiedKernel, EntryError> {
     let [b, h, t, dk, dv] = check_shapes(s)?;
     Ok(gated_delta_rule_states::build_for(
         c.dtype("dtype")?,
-        chunk_for(c, t)?,
+        chunk,
         gated_delta_rule_states::Dims { b, h, t, dk, dv },
     )?)
 }
@@ -393,7 +405,8 @@ fn states_kernel(c: &Config, s: &[Vec<usize>]) -> Result<VerifiedKernel, EntryEr
 /// backward kernel.
 #[cfg(feature = "graph")]
 pub(super) fn vjp(c: &Config, s: &[Vec<usize>]) -> Result<Arc<dyn KernelVjp>, EntryError> {
-    let (states, backward) = (states_kernel(c, s)?, backward_kernel(c, s)?);
+    let chunk = chunk_for(c, check_shapes(s)?[2])?;
+    let (states, backward) = (states_kernel(c, s, chunk)?, backward_kernel(c, s, chunk)?);
     Ok(Arc::new(move |call: &VjpCall<'_>| {
         let x: Vec<&graph::Tensor> = call.inputs.iter().collect();
         let rt = x[0].runtime();
@@ -404,6 +417,14 @@ pub(super) fn vjp(c: &Config, s: &[Vec<usize>]) -> Result<Arc<dyn KernelVjp>, En
         Ok(rt.call(&backward, &args)?.into_iter().map(Some).collect())
     }))
 }
+
+/// The two passes' chunk: the forward's on every platform.
+const CHUNK: crate::entry::Param = crate::entry::param(
+    "chunk",
+    crate::entry::ParamKind::Positive,
+    "64",
+    "tokens per chunk: the forward's (its VJP passes the one it built with)",
+);
 
 /// The forward's shapes at a config's defaults (those of
 /// [`super::GATED_DELTA_RULE`]).
@@ -417,12 +438,12 @@ pub const GATED_DELTA_RULE_STATES: Entry = Entry {
     fixed_inputs: None,
     backward: None,
     about: "gated delta rule backward, first pass: the state each chunk starts from (the forward's recurrence, no outputs)",
-    params: &[DTYPE, super::CHUNK],
+    params: &[DTYPE, CHUNK],
     inputs: forward_shapes,
-    build: states_kernel,
+    build: |c, s| states_kernel(c, s, entry_chunk(c, s)?),
     reference: |c, a| {
         let t = a[0].shape()[2];
-        Ok(vec![states_reference(a, chunk_for(c, t)?)])
+        Ok(vec![states_reference(a, c.usize("chunk")?.min(t).max(1))])
     },
     check: no_check,
     tolerance: |_, _| {
@@ -447,12 +468,12 @@ pub const GATED_DELTA_RULE_BACKWARD: Entry = Entry {
     fixed_inputs: None,
     backward: None,
     about: "gated delta rule backward, second pass: dq, dk, dv, dg, dbeta chunk by chunk from the last, the state's cotangent carried in f32",
-    params: super::GATED_DELTA_RULE.params,
+    params: &[DTYPE, CHUNK, super::SCALE],
     inputs: |c| {
         let mut s = forward_shapes(c)?;
         let [b, h, t, dk] = dims(&s[0].1, "q")?;
         let dv = s[2].1[3];
-        let chunks = t.div_ceil(chunk_for(c, t)?);
+        let chunks = t.div_ceil(c.usize("chunk")?.min(t).max(1));
         s.extend([
             ("states", vec![b, h, chunks * dk, dv]),
             ("d_o", vec![b, h, t, dv]),
@@ -462,7 +483,8 @@ pub const GATED_DELTA_RULE_BACKWARD: Entry = Entry {
     },
     build: |c, s| {
         let [b, h, t, dk, dv] = check_shapes(s)?;
-        let chunks = t.div_ceil(chunk_for(c, t)?);
+        let chunk = entry_chunk(c, s)?;
+        let chunks = t.div_ceil(chunk);
         let want = [
             vec![b, h, chunks * dk, dv],
             vec![b, h, t, dv],
@@ -474,7 +496,7 @@ pub const GATED_DELTA_RULE_BACKWARD: Entry = Entry {
                 s[5], s[6], s[7]
             )));
         }
-        backward_kernel(c, &s[..5])
+        backward_kernel(c, &s[..5], chunk)
     },
     reference: |c, a| {
         let dk = a[0].shape()[3];
@@ -502,7 +524,7 @@ pub const GATED_DELTA_RULE_BACKWARD: Entry = Entry {
     sample: |c, k, seed| {
         let mut v = super::sample(c, k, seed);
         let t = v[0].shape()[2];
-        let chunk = chunk_for(c, t).unwrap_or(t.max(1));
+        let chunk = c.usize("chunk").unwrap_or(t).min(t).max(1);
         let shape = v[5].shape().to_vec();
         v[5] = Array::new(DType::F32, shape.clone(), states_reference(&v[..5], chunk))
             .unwrap_or_else(|_| Array::zeros(DType::F32, shape));

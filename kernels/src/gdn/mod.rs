@@ -232,13 +232,12 @@ fn sample(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     v
 }
 
-/// The chunk size parameter, shared by the forward and the backward's
-/// entries.
-pub(crate) const CHUNK: Param = param(
-    "chunk",
-    ParamKind::Positive,
-    "64",
-    "tokens per chunk (built for a GPU: 16 unless given)",
+/// The query scale parameter, shared with the backward's entry.
+const SCALE: Param = param(
+    "scale",
+    ParamKind::Scale,
+    "auto",
+    "query scale; auto = 1/sqrt(dk)",
 );
 
 /// The presets' shapes: 2 heads of 128, 200 tokens (a ragged last chunk).
@@ -258,13 +257,13 @@ pub const GATED_DELTA_RULE: Entry = Entry {
     about: "chunked gated delta rule (Gated DeltaNet) forward: the delta rule's triangular system inverted by squarings on the MXU, the state carried across chunks; outputs o and the final state",
     params: &[
         DTYPE,
-        CHUNK,
         param(
-            "scale",
-            ParamKind::Scale,
-            "auto",
-            "query scale; auto = 1/sqrt(dk)",
+            "chunk",
+            ParamKind::Positive,
+            "64",
+            "tokens per chunk (built for a GPU: 16 unless given)",
         ),
+        SCALE,
     ],
     inputs: |_| {
         let (b, h, t, d) = (1, 2, 256, 128);

@@ -444,7 +444,25 @@ fn every_declared_backward_exports() {
         "router_top_k",
         "moe_permute",
         "moe_unpermute",
+        "gated_delta_rule",
     ] {
         assert!(exported.contains(&name), "{name}: {exported:?}");
     }
+}
+
+/// The gated delta rule's declared backward (its states pass, then the
+/// chunks last to first) against central differences of the forward's f64
+/// recurrence, through `o` and the final state: three chunks, the last
+/// ragged, dk ≠ dv.
+#[test]
+fn the_gated_delta_rule_backward_matches_central_differences() {
+    let (b, h, t, dk, dv) = (1, 2, 19, 8, 16);
+    let args = [
+        uniform(&[b, h, t, dk], 11, -0.5, 0.5),
+        uniform(&[b, h, t, dk], 12, -0.5, 0.5),
+        uniform(&[b, h, t, dv], 13, -1.0, 1.0),
+        uniform(&[b, h, t, 1], 14, -0.5, 0.0),
+        uniform(&[b, h, t, 1], 15, 0.1, 0.9),
+    ];
+    check_entry("gated_delta_rule", &[("chunk", "8")], &args, 16).unwrap();
 }
