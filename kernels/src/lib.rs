@@ -108,6 +108,7 @@ pub const ENTRIES: &[&Entry] = &[
     &gdn::GATED_DELTA_RULE,
     &gdn::GATED_DELTA_RULE_STATES,
     &gdn::GATED_DELTA_RULE_BACKWARD,
+    &gdn::CAUSAL_CONV1D_GATED_DELTA_RULE,
     &swiglu::SWIGLU,
     &moe::GROUPED_MATMUL,
     &routing::MOE_POSITIONS,

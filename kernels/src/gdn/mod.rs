@@ -27,6 +27,7 @@
 //! conv1d on its own.
 
 mod backward;
+mod fused;
 
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, VerifiedKernel};
@@ -34,6 +35,9 @@ use kernel_ir::{Array, VerifiedKernel};
 pub use backward::{
     GATED_DELTA_RULE_BACKWARD, GATED_DELTA_RULE_STATES, backward_reference,
     gated_delta_rule_backward, gated_delta_rule_states, states_reference,
+};
+pub use fused::{
+    CAUSAL_CONV1D_GATED_DELTA_RULE, causal_conv1d_gated_delta_rule, reference as fused_reference,
 };
 
 use crate::entry::{
@@ -89,8 +93,7 @@ pub fn gated_delta_rule<T: Float>(
     let x = chunk_terms(q, k, v, g, beta, i, c, t, scale);
     let st = s.load(..);
     let fresh = x.u - dot(x.w, st);
-    let out = dot(x.q * x.eg, st) + dot(x.attn, fresh);
-    o.store((0, 0, .., ..), out.cast::<T>());
+    o.store((0, 0, .., ..), chunk_output(&x, st, fresh).cast::<T>());
     s.store(.., next_state(&x, st, fresh));
     if i == num_programs(2) - 1 {
         state.store((0, 0, .., ..), s.load(..));
@@ -135,12 +138,20 @@ pub(crate) fn chunk_terms(
     scale: f32,
 ) -> ChunkTerms {
     let real = iota(I32, [c, 1], 0) + chunk * (c as i32) < t as i32;
-    let (qb, kb, vb) = (
+    chunk_math(
         chunk_rows(q, real) * scale,
         chunk_rows(k, real),
         chunk_rows(v, real),
-    );
-    let (gb, bb) = (chunk_rows(g, real), chunk_rows(beta, real));
+        chunk_rows(g, real),
+        chunk_rows(beta, real),
+        c,
+    )
+}
+
+/// The terms of a chunk of `c` rows in f32 (`qb` scaled; rows past the
+/// sequence zero in every input).
+#[kernel_fn]
+pub(crate) fn chunk_math(qb: Tile, kb: Tile, vb: Tile, gb: Tile, bb: Tile, c: usize) -> ChunkTerms {
     // γ: the running log decay within the chunk; Γ[i, j] = e^{γ_i − γ_j}
     // on and below the diagonal.
     let gamma = gb.cumsum(0);
@@ -179,6 +190,12 @@ pub(crate) fn chunk_terms(
     }
 }
 
+/// The chunk's outputs: `(Q ⊙ e^γ) S + (Q Kᵀ ⊙ Γ) V'`.
+#[kernel_fn]
+pub(crate) fn chunk_output(x: &ChunkTerms, st: Tile, fresh: Tile) -> Tile {
+    dot(x.q * x.eg, st) + dot(x.attn, fresh)
+}
+
 /// The state after a chunk: `e^{γ_c} S + (K ⊙ e^{γ_c − γ})ᵀ V'`.
 #[kernel_fn]
 pub(crate) fn next_state(x: &ChunkTerms, st: Tile, fresh: Tile) -> Tile {
@@ -196,7 +213,11 @@ fn chunk_rows(r: Ref, real: Tile) -> Tile {
 /// in the module docs. Returns `o` (`[b, h, t, dv]`) and the final state
 /// (`[b, h, dk, dv]`).
 pub fn reference(a: &[Array], scale: f64) -> (Vec<f64>, Vec<f64>) {
-    let x = backward::Inputs::of(a);
+    reference_of(backward::Inputs::of(a), scale)
+}
+
+/// [`reference()`] of inputs given as values.
+fn reference_of(x: backward::Inputs<'_>, scale: f64) -> (Vec<f64>, Vec<f64>) {
     let [b, h, t, ..] = x.dims;
     let (mut o, mut states) = (Vec::new(), Vec::new());
     for bh in 0..b * h {

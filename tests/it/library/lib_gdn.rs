@@ -6,8 +6,8 @@
 use kernel_ir::prelude::*;
 use kernels::check::Tolerance;
 use kernels::gdn::{
-    backward_reference, gated_delta_rule, gated_delta_rule_backward, gated_delta_rule_states,
-    reference, states_reference,
+    backward_reference, causal_conv1d_gated_delta_rule, fused_reference, gated_delta_rule,
+    gated_delta_rule_backward, gated_delta_rule_states, reference, states_reference,
 };
 use proptest::prelude::*;
 
@@ -96,6 +96,53 @@ proptest! {
             &all,
             want.to_vec(),
             &[tol; 5],
+        )?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3, ..ProptestConfig::default() })]
+
+    /// The fused layer core (conv1d + SiLU, unit q and k rows, the gates,
+    /// the chunked rule) on every path against the definitions composed in
+    /// f64: several heads side by side in the channels, 1 to 5 taps, a
+    /// ragged last chunk, sequences shorter than the conv. (Heads side by
+    /// side need lane-aligned head widths on the TPU: 128; one head may be
+    /// narrower.)
+    #[test]
+    fn the_fused_conv_and_rule_is_the_composition_on_every_path(
+        batch in 1usize..3, h in 1usize..3, t in 1usize..100, taps in 1usize..6,
+        chunk in prop::sample::select(vec![16usize, 32]), narrow in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let (h, dk, dv) = if narrow { (1, 64, 32) } else { (h, 128, 128) };
+        let c = chunk.min(t);
+        let (halo, window) = {
+            let halo = (taps - 1).div_ceil(8) * 8;
+            (halo, (halo + c).div_ceil(8) * 8)
+        };
+        let r = |shape: Vec<usize>, s: u64, lo: f64, hi: f64| Array::random(F32, shape, seed + s, lo, hi);
+        let args = [
+            r(vec![batch, t, h * dk], 0, -1.0, 1.0),
+            r(vec![batch, t, h * dk], 1, -1.0, 1.0),
+            r(vec![batch, t, h * dv], 2, -1.0, 1.0),
+            r(vec![taps, h * dk], 3, -0.5, 0.5),
+            r(vec![taps, h * dk], 4, -0.5, 0.5),
+            r(vec![taps, h * dv], 5, -0.5, 0.5),
+            r(vec![batch, t, h], 6, -2.0, 2.0),
+            r(vec![batch, t, h], 7, -3.0, 3.0),
+            r(vec![1, h], 8, -1.5, 0.5),
+            r(vec![1, h], 9, -1.0, 1.0),
+        ];
+        let scale = 1.0 / (dk as f64).sqrt();
+        let (o, state) = fused_reference(&args, h, scale);
+        let tol = Tolerance { abs: 1e-4, rel: 1e-3 };
+        let dims = causal_conv1d_gated_delta_rule::Dims { batch, t, hk: h * dk, hv: h * dv, h, taps };
+        all_paths(
+            causal_conv1d_gated_delta_rule::build_for(F32, c, dk, dv, halo, window, scale as f32, dims),
+            &args,
+            vec![o, state],
+            &[tol, tol],
         )?;
     }
 }
