@@ -56,8 +56,8 @@ jax_venv() { # VERSION
   echo "$v"
 }
 venv=$(jax_venv 0.11.2)
-# tokamax's kernels (llm_kernels.py), hash-pinned, once per venv.
-if ! "$venv/bin/python" -c 'import importlib.util as u; assert u.find_spec("tokamax") and u.find_spec("jaxtyping")' 2>/dev/null; then
+# tokamax's and tpu-inference's kernels (llm_kernels.py), hash-pinned, once per venv.
+if ! "$venv/bin/python" -c 'import importlib.util as u; assert all(u.find_spec(m) for m in ("tokamax", "jaxtyping", "tpu_inference"))' 2>/dev/null; then
   "$venv/bin/python" -m pip install --quiet --no-cache-dir --disable-pip-version-check --no-deps \
     --require-hashes -r tests/conformance/anchors.txt >&2
 fi

@@ -368,12 +368,11 @@ pub(super) fn check_shapes(s: &[Vec<usize>]) -> Result<[usize; 5], EntryError> {
     Ok([b, h, t, dk, dv])
 }
 
-/// The chunk the two passes' own entries build with: the config's on every
-/// platform (their `states` input's shape depends on it; the forward's
-/// VJP passes the chunk the forward was built with).
+/// The chunk the two passes' entries build with: the forward's
+/// ([`chunk_for`]; on a GPU 16 unless given, and the `states` input's
+/// shape follows it).
 fn entry_chunk(c: &Config, s: &[Vec<usize>]) -> Result<usize, EntryError> {
-    let t = dims::<4>(&s[0], "q")?[2];
-    Ok(c.usize("chunk")?.min(t).max(1))
+    chunk_for(c, dims::<4>(&s[0], "q")?[2])
 }
 
 /// The backward kernel for a config at the forward's input shapes.
@@ -418,14 +417,6 @@ pub(super) fn vjp(c: &Config, s: &[Vec<usize>]) -> Result<Arc<dyn KernelVjp>, En
     }))
 }
 
-/// The two passes' chunk: the forward's on every platform.
-const CHUNK: crate::entry::Param = crate::entry::param(
-    "chunk",
-    crate::entry::ParamKind::Positive,
-    "64",
-    "tokens per chunk: the forward's (its VJP passes the one it built with)",
-);
-
 /// The forward's shapes at a config's defaults (those of
 /// [`super::GATED_DELTA_RULE`]).
 fn forward_shapes(c: &Config) -> Result<Vec<(&'static str, Vec<usize>)>, EntryError> {
@@ -438,12 +429,12 @@ pub const GATED_DELTA_RULE_STATES: Entry = Entry {
     fixed_inputs: None,
     backward: None,
     about: "gated delta rule backward, first pass: the state each chunk starts from (the forward's recurrence, no outputs)",
-    params: &[DTYPE, CHUNK],
+    params: &[DTYPE, super::CHUNK],
     inputs: forward_shapes,
     build: |c, s| states_kernel(c, s, entry_chunk(c, s)?),
     reference: |c, a| {
         let t = a[0].shape()[2];
-        Ok(vec![states_reference(a, c.usize("chunk")?.min(t).max(1))])
+        Ok(vec![states_reference(a, chunk_for(c, t)?)])
     },
     check: no_check,
     tolerance: |_, _| {
@@ -468,12 +459,12 @@ pub const GATED_DELTA_RULE_BACKWARD: Entry = Entry {
     fixed_inputs: None,
     backward: None,
     about: "gated delta rule backward, second pass: dq, dk, dv, dg, dbeta chunk by chunk from the last, the state's cotangent carried in f32",
-    params: &[DTYPE, CHUNK, super::SCALE],
+    params: &[DTYPE, super::CHUNK, super::SCALE],
     inputs: |c| {
         let mut s = forward_shapes(c)?;
         let [b, h, t, dk] = dims(&s[0].1, "q")?;
         let dv = s[2].1[3];
-        let chunks = t.div_ceil(c.usize("chunk")?.min(t).max(1));
+        let chunks = t.div_ceil(chunk_for(c, t)?);
         s.extend([
             ("states", vec![b, h, chunks * dk, dv]),
             ("d_o", vec![b, h, t, dv]),
@@ -524,7 +515,7 @@ pub const GATED_DELTA_RULE_BACKWARD: Entry = Entry {
     sample: |c, k, seed| {
         let mut v = super::sample(c, k, seed);
         let t = v[0].shape()[2];
-        let chunk = c.usize("chunk").unwrap_or(t).min(t).max(1);
+        let chunk = chunk_for(c, t).unwrap_or(t.max(1));
         let shape = v[5].shape().to_vec();
         v[5] = Array::new(DType::F32, shape.clone(), states_reference(&v[..5], chunk))
             .unwrap_or_else(|_| Array::zeros(DType::F32, shape));
@@ -532,18 +523,9 @@ pub const GATED_DELTA_RULE_BACKWARD: Entry = Entry {
     },
     presets: &[Preset {
         name: "gated_delta_rule_backward_bf16",
-        about: "gated delta rule backward, bf16, 2 heads of 128, 200 tokens in chunks of 64 (ragged last chunk)",
+        about: "gated delta rule backward, bf16, 2 heads of 128, 256 tokens in chunks of 64 (on a GPU 16)",
         config: &[("dtype", "bf16")],
-        shapes: &[
-            ("q", &[1, 2, 200, 128]),
-            ("k", &[1, 2, 200, 128]),
-            ("v", &[1, 2, 200, 128]),
-            ("g", &[1, 2, 200, 1]),
-            ("beta", &[1, 2, 200, 1]),
-            ("states", &[1, 2, 512, 128]),
-            ("d_o", &[1, 2, 200, 128]),
-            ("d_state", &[1, 2, 128, 128]),
-        ],
+        shapes: &[],
     }],
 };
 

@@ -18,7 +18,7 @@ use kernel_ir::prelude::*;
 use kernel_ir::{Array, VerifiedKernel};
 
 use super::{ChunkTerms, chunk_math, chunk_output, next_state};
-use crate::entry::{Config, DTYPE, Entry, EntryError, ParamKind, Preset, dims, no_check, param};
+use crate::entry::{Config, DTYPE, Entry, EntryError, Preset, dims, no_check};
 use crate::tolerance::Tolerance;
 
 /// The fused layer: `o[batch, t, h · dv]` and the final state `[batch, h,
@@ -311,16 +311,7 @@ pub const CAUSAL_CONV1D_GATED_DELTA_RULE: Entry = Entry {
     fixed_inputs: None,
     backward: None,
     about: "a Gated DeltaNet layer's core, fused: causal conv1d + SiLU of the q, k, v projections, L2-normalized q and k, gates from a, b, a_log, dt_bias, then the chunked gated delta rule; heads side by side in the channels",
-    params: &[
-        DTYPE,
-        param(
-            "chunk",
-            ParamKind::Positive,
-            "64",
-            "tokens per chunk (built for a GPU: 16 unless given)",
-        ),
-        super::SCALE,
-    ],
+    params: &[DTYPE, super::CHUNK, super::SCALE],
     inputs: |_| {
         let (batch, t, h, d, taps) = (1, 256, 2, 128, 4);
         Ok(vec![

@@ -253,6 +253,14 @@ fn sample(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
     v
 }
 
+/// The chunk parameter, shared with the backward's entries.
+const CHUNK: Param = param(
+    "chunk",
+    ParamKind::Positive,
+    "64",
+    "tokens per chunk (built for a GPU: 16 unless given)",
+);
+
 /// The query scale parameter, shared with the backward's entry.
 const SCALE: Param = param(
     "scale",
@@ -276,16 +284,7 @@ pub const GATED_DELTA_RULE: Entry = Entry {
     fixed_inputs: None,
     backward: crate::entry::backward!(backward::vjp),
     about: "chunked gated delta rule (Gated DeltaNet) forward: the delta rule's triangular system inverted by squarings on the MXU, the state carried across chunks; outputs o and the final state",
-    params: &[
-        DTYPE,
-        param(
-            "chunk",
-            ParamKind::Positive,
-            "64",
-            "tokens per chunk (built for a GPU: 16 unless given)",
-        ),
-        SCALE,
-    ],
+    params: &[DTYPE, CHUNK, SCALE],
     inputs: |_| {
         let (b, h, t, d) = (1, 2, 256, 128);
         Ok(vec![
