@@ -108,7 +108,12 @@ pub fn reference(x: &Array, w: &Array, bias: &Array, silu: bool) -> Vec<f64> {
 pub const CAUSAL_CONV1D: Entry = Entry {
     name: "causal_conv1d",
     fixed_inputs: None,
-    backward: None,
+    backward: crate::entry::backward!(|c, _| {
+        let silu = c.bool("silu")?;
+        Ok(std::sync::Arc::new(move |call: &graph::VjpCall<'_>| {
+            backward(call, silu)
+        }))
+    }),
     about: "Mamba's causal depthwise conv1d (+ bias, optional SiLU), each block's halo read through an element window",
     params: &[
         DTYPE,
@@ -169,3 +174,73 @@ pub const CAUSAL_CONV1D: Entry = Entry {
         shapes: &[("x", &[2, 300, 200]), ("w", &[4, 200]), ("bias", &[1, 200])],
     }],
 };
+
+/// `x[b, t − s, c]` (zero before the start) for `s ≥ 0`; with `back`, the
+/// other way, `x[b, t + s, c]` (zero past the end).
+#[cfg(feature = "graph")]
+fn shifted(x: &graph::Tensor, s: usize, back: bool) -> Result<graph::Tensor, graph::RuntimeError> {
+    let [batch, seq, ch] = [x.shape()[0], x.shape()[1], x.shape()[2]];
+    let s = s.min(seq);
+    if s == 0 {
+        return Ok(x.clone());
+    }
+    let zeros = x
+        .runtime()
+        .scalar(0.0, x.dtype())
+        .broadcast_to(&[batch, s, ch])?;
+    if back {
+        x.slice(&[0, s, 0], &[batch, seq, ch])?.concat(&[&zeros], 1)
+    } else {
+        zeros.concat(&[&x.slice(&[0, 0, 0], &[batch, seq - s, ch])?], 1)
+    }
+}
+
+/// The cotangents of `x`, `w` and `bias` from `dy`, in f32, cast to the
+/// inputs' dtypes (see the module docs).
+#[cfg(feature = "graph")]
+fn backward(
+    call: &graph::VjpCall<'_>,
+    silu: bool,
+) -> Result<Vec<Option<graph::Tensor>>, graph::RuntimeError> {
+    let f32 = DType::F32;
+    let (x, w, bias) = (&call.inputs[0], &call.inputs[1], &call.inputs[2]);
+    let (xf, wf) = (x.cast(f32)?, w.cast(f32)?);
+    let [taps, ch] = [w.shape()[0], w.shape()[1]];
+    let tap = |k: usize| wf.slice(&[k, 0], &[k + 1, ch])?.reshape(&[1, 1, ch]);
+    let shape = x.shape().to_vec();
+    let row = |t: &graph::Tensor| t.broadcast_to(&shape);
+    let dy = call.cotangent(0)?.cast(f32)?;
+    let dz = if silu {
+        let mut z = row(&bias.cast(f32)?.reshape(&[1, 1, ch])?)?;
+        for k in 0..taps {
+            z = z.add(&shifted(&xf, taps - 1 - k, false)?.mul(&row(&tap(k)?)?)?)?;
+        }
+        let s = z.logistic()?;
+        let one = x.runtime().scalar(1.0, f32);
+        let slope = s.mul(&z.mul(&one.sub(&s)?)?.add(&one)?)?;
+        dy.mul(&slope)?
+    } else {
+        dy
+    };
+    let mut dx = dz.mul(&row(&tap(taps - 1)?)?)?;
+    let mut dw = Vec::with_capacity(taps);
+    for k in 0..taps {
+        let back = taps - 1 - k;
+        if k + 1 < taps {
+            dx = dx.add(&shifted(&dz, back, true)?.mul(&row(&tap(k)?)?)?)?;
+        }
+        dw.push(
+            shifted(&xf, back, false)?
+                .mul(&dz)?
+                .sum(&[0, 1])?
+                .reshape(&[1, ch])?,
+        );
+    }
+    let dw = dw[0].concat(&dw.iter().skip(1).collect::<Vec<_>>(), 0)?;
+    let dbias = dz.sum(&[0, 1])?.reshape(&[1, ch])?;
+    Ok(vec![
+        Some(dx.cast(x.dtype())?),
+        Some(dw.cast(w.dtype())?),
+        Some(dbias.cast(bias.dtype())?),
+    ])
+}

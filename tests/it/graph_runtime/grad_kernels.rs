@@ -445,6 +445,7 @@ fn every_declared_backward_exports() {
         "moe_permute",
         "moe_unpermute",
         "gated_delta_rule",
+        "causal_conv1d",
     ] {
         assert!(exported.contains(&name), "{name}: {exported:?}");
     }
@@ -465,4 +466,22 @@ fn the_gated_delta_rule_backward_matches_central_differences() {
         uniform(&[b, h, t, 1], 15, 0.1, 0.9),
     ];
     check_entry("gated_delta_rule", &[("chunk", "8")], &args, 16).unwrap();
+}
+
+/// The causal conv1d's declared backward (tensor ops: the pre-activation
+/// recomputed, dx from the taps looking forward, dw and dbias summed over
+/// batch and time) against central differences, with and without SiLU, a
+/// sequence shorter than the filter in one case.
+#[test]
+fn the_causal_conv1d_backward_matches_central_differences() {
+    for (seq, taps, silu) in [(13, 4, "true"), (11, 3, "false"), (2, 4, "true")] {
+        let args = [
+            uniform(&[2, seq, 8], 21, -1.0, 1.0),
+            uniform(&[taps, 8], 22, -0.5, 0.5),
+            uniform(&[1, 8], 23, -0.5, 0.5),
+        ];
+        let taps = taps.to_string();
+        let cfg = [("taps", taps.as_str()), ("silu", silu), ("bt", "8")];
+        check_entry("causal_conv1d", &cfg, &args, 24).unwrap();
+    }
 }
