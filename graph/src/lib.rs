@@ -126,7 +126,7 @@ use std::time::Duration;
 use kernel_ir::{Array, DType, VerifiedKernel};
 use lowering::program::CallForm;
 
-pub use autodiff::{KernelVjp, VjpCall, grad, no_grad, vjp};
+pub use autodiff::{KernelVjp, VjpCall, grad, no_grad, vjp, with_grad};
 use error::setup;
 pub use error::{Cause, RuntimeError};
 

@@ -177,6 +177,19 @@ pub(crate) fn without_grad<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs `f` with gradient tracking on this thread (restored after, also on
+/// a panic), returning its result.
+pub(crate) fn with_grad_tracking<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            GRAD_ENABLED.with(|g| g.set(self.0));
+        }
+    }
+    let _restore = Restore(GRAD_ENABLED.with(|g| g.replace(true)));
+    f()
+}
+
 impl Tape {
     /// The record of a new node computing `op` from `inputs`.
     pub fn of(op: &Op, inputs: &[Arc<Node>]) -> Tape {

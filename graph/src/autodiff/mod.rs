@@ -99,6 +99,18 @@ pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
     without_grad(f)
 }
 
+/// Runs `f` with gradient tracking on: inside a kernel's backward (which
+/// records with tracking off), a forward recomputed from fresh parameters
+/// (`.reshape(shape)?.requires_grad()` of the backward's inputs: an op on
+/// each, so a program exported from the backward still reads the inputs)
+/// and pulled back through with [`vjp`] —
+/// a fused kernel's backward as its unfused composition's. What `f`
+/// records from the backward's own tensors stays untracked, so there are
+/// still no gradients of gradients.
+pub fn with_grad<R>(f: impl FnOnce() -> R) -> R {
+    crate::node::with_grad_tracking(f)
+}
+
 /// The gradient of a rank-0 `loss` with respect to each of `params`
 /// (tensors marked with [`Tensor::requires_grad`]), recorded as deferred
 /// ops. A parameter the loss does not depend on gets zeros.

@@ -12,7 +12,9 @@
 //! the conv needs, through an element window (the `causal_conv1d` kernel's
 //! halo), convolves, normalizes and gates them in VMEM, and runs the
 //! chunk's step of [`gated_delta_rule`](mod@super::gated_delta_rule); the
-//! convolved q, k, v and the gates never go to memory.
+//! convolved q, k, v and the gates never go to memory. Its backward (the
+//! entry's) recomputes the layer unfused and pulls back through the
+//! pieces' backwards (module `composed`).
 
 use kernel_ir::prelude::*;
 use kernel_ir::{Array, VerifiedKernel};
@@ -129,7 +131,7 @@ fn conv_silu(x: Ref, w: Ref, row: Tile, taps: usize, halo: usize, c: usize) -> T
             rows.slice(0, halo - back..halo - back + c),
             0.0,
         );
-        acc = acc + tap * w.load((k..k + 1, ..)).convert(F32);
+        acc += tap * w.load((k..k + 1, ..)).convert(F32);
     }
     acc * acc.logistic()
 }
@@ -309,7 +311,15 @@ fn sample(c: &Config, k: &VerifiedKernel, seed: u64) -> Vec<Array> {
 pub const CAUSAL_CONV1D_GATED_DELTA_RULE: Entry = Entry {
     name: "causal_conv1d_gated_delta_rule",
     fixed_inputs: None,
-    backward: None,
+    backward: crate::entry::backward!(|c, s| {
+        let [_, t, h, dk, ..] = check_shapes(s)?;
+        super::composed::vjp(
+            c.dtype("dtype")?,
+            super::backward::chunk_for(c, t)?,
+            c.scale("scale", dk)?,
+            h,
+        )
+    }),
     about: "a Gated DeltaNet layer's core, fused: causal conv1d + SiLU of the q, k, v projections, L2-normalized q and k, gates from a, b, a_log, dt_bias, then the chunked gated delta rule; heads side by side in the channels",
     params: &[DTYPE, super::CHUNK, super::SCALE],
     inputs: |_| {

@@ -27,6 +27,8 @@
 //! conv1d on its own.
 
 mod backward;
+#[cfg(feature = "graph")]
+mod composed;
 mod fused;
 
 use kernel_ir::prelude::*;
