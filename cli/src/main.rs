@@ -117,7 +117,10 @@ estimates only; they rank, they do not predict wall time.
 --module estimates a whole StableHLO module (a Pallas kernel exported with
 jax.export for TPU, say) with no guards. --no-trace skips the executed bundle
 trace (large for big grids) and with it the dropped-work check. --timeout
-limits each profiled compile (default 600 s).
+limits each profiled compile (default 600 s). With TESSERA_KEEP_PROFILE=DIR
+set, each estimate's profile and executed bundle trace (libtpu's internals)
+are kept in DIR/<generation>/, for a bundle-level look at an estimate: one
+instruction per line, `%x = opcode ...`, bundles headed `0x..: bundle`.
 
 OPTIONS:
     --tpu G               v5e, v6e, v5p, v7x, a comma list, or all   [default: v5e,v6e]

@@ -21,7 +21,7 @@
 
 use std::ffi::OsString;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -110,7 +110,7 @@ pub enum ChildError {
     },
     /// The compile succeeded but libtpu wrote no estimate.
     #[error(
-        "libtpu compiled the module for {target} but wrote no static profile (is `{PROFILE_FLAG}` overridden in LIBTPU_INIT_ARGS?)"
+        "libtpu compiled the module for {target} but wrote no static profile: it writes none for a program that runs on the SparseCore only; otherwise, is `{PROFILE_FLAG}` overridden in LIBTPU_INIT_ARGS?"
     )]
     NoProfile {
         /// The generation.
@@ -215,7 +215,11 @@ impl ChildCompiler {
     pub fn estimate(&self, target: Target, module: &str) -> Result<ModuleEstimate, ChildError> {
         let start = Instant::now();
         let (dir, _) = self.run(target, module, Mode::Profile)?;
-        let ops = read_profile(&dir.path.join("profile")).map_err(|source| ChildError::Io {
+        let profile = dir.path.join("profile");
+        if let Some(keep) = std::env::var_os(KEEP_PROFILE_ENV) {
+            keep_profile(&profile, &Path::new(&keep).join(target.to_string()))?;
+        }
+        let ops = read_profile(&profile).map_err(|source| ChildError::Io {
             what: "reading libtpu's profile".into(),
             source,
         })?;
@@ -416,6 +420,32 @@ fn likely_cause(signal: i32) -> &'static str {
 
 /// A folder of our own under the temp dir, removed with everything in it
 /// when dropped (also on every error path).
+/// The variable that keeps each estimate's profile (the static profile and
+/// the executed bundle trace, libtpu's internals, for a bundle-level look
+/// at an estimate) in `$TESSERA_KEEP_PROFILE/<generation>/`, replacing
+/// what an earlier estimate for that generation left there.
+pub const KEEP_PROFILE_ENV: &str = "TESSERA_KEEP_PROFILE";
+
+/// Copies the profile folder `from` to `to` (made anew).
+fn keep_profile(from: &Path, to: &Path) -> Result<(), ChildError> {
+    let io = |what: String| move |source| ChildError::Io { what, source };
+    if to.exists() {
+        std::fs::remove_dir_all(to).map_err(io(format!("clearing {}", to.display())))?;
+    }
+    std::fs::create_dir_all(to).map_err(io(format!("creating {}", to.display())))?;
+    let entries = match std::fs::read_dir(from) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(format!("reading {}", from.display()))(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io(format!("reading {}", from.display())))?;
+        let dest = to.join(entry.file_name());
+        std::fs::copy(entry.path(), &dest).map_err(io(format!("writing {}", dest.display())))?;
+    }
+    Ok(())
+}
+
 pub(crate) struct PrivateDir {
     pub(crate) path: PathBuf,
 }
