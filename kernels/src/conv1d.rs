@@ -244,3 +244,24 @@ fn backward(
         Some(dbias.cast(bias.dtype())?),
     ])
 }
+
+/// Records [`causal_conv1d`](mod@causal_conv1d) of `x[batch, seq, ch]`
+/// with `w[taps, ch]` and `bias[1, ch]` (SiLU after when `silu`) on the
+/// graph runtime, with its backward.
+#[cfg(feature = "graph")]
+pub fn call_causal_conv1d(
+    x: &graph::Tensor,
+    w: &graph::Tensor,
+    bias: &graph::Tensor,
+    silu: bool,
+) -> Result<graph::Tensor, graph::RuntimeError> {
+    let pairs = [
+        ("dtype".to_string(), x.dtype().to_string()),
+        ("silu".to_string(), silu.to_string()),
+    ];
+    let cfg = crate::Config::parse(&CAUSAL_CONV1D, &pairs)
+        .map_err(|e| crate::recording::build_error(CAUSAL_CONV1D.name, e))?;
+    Ok(CAUSAL_CONV1D
+        .call(x.runtime(), &cfg, &[x, w, bias])?
+        .remove(0))
+}

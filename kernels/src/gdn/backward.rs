@@ -381,31 +381,63 @@ fn backward_kernel(
     s: &[Vec<usize>],
     chunk: usize,
 ) -> Result<VerifiedKernel, EntryError> {
-    let [b, h, t, d_k, d_v] = check_shapes(s)?;
-    Ok(gated_delta_rule_backward::build_for(
-        c.dtype("dtype")?,
-        chunk,
-        c.scale("scale", d_k)?,
-        gated_delta_rule_backward::Dims { b, h, t, d_k, d_v },
-    )?)
+    let dims = check_shapes(s)?;
+    backward_for(c.dtype("dtype")?, chunk, c.scale("scale", dims[3])?, dims)
 }
 
 /// The states pass for a config at the forward's input shapes.
 fn states_kernel(c: &Config, s: &[Vec<usize>], chunk: usize) -> Result<VerifiedKernel, EntryError> {
-    let [b, h, t, dk, dv] = check_shapes(s)?;
-    Ok(gated_delta_rule_states::build_for(
-        c.dtype("dtype")?,
-        chunk,
-        gated_delta_rule_states::Dims { b, h, t, dk, dv },
+    states_for(c.dtype("dtype")?, chunk, check_shapes(s)?)
+}
+
+/// The backward kernel at `[b, h, t, dk, dv]`.
+fn backward_for(
+    dtype: DType,
+    chunk: usize,
+    scale: f32,
+    [b, h, t, d_k, d_v]: [usize; 5],
+) -> Result<VerifiedKernel, EntryError> {
+    let dims = gated_delta_rule_backward::Dims { b, h, t, d_k, d_v };
+    Ok(gated_delta_rule_backward::build_for(
+        dtype, chunk, scale, dims,
     )?)
+}
+
+/// The states pass at `[b, h, t, dk, dv]`.
+fn states_for(
+    dtype: DType,
+    chunk: usize,
+    [b, h, t, dk, dv]: [usize; 5],
+) -> Result<VerifiedKernel, EntryError> {
+    let dims = gated_delta_rule_states::Dims { b, h, t, dk, dv };
+    Ok(gated_delta_rule_states::build_for(dtype, chunk, dims)?)
 }
 
 /// The forward's backward on the graph runtime: the states pass, then the
 /// backward kernel.
 #[cfg(feature = "graph")]
 pub(super) fn vjp(c: &Config, s: &[Vec<usize>]) -> Result<Arc<dyn KernelVjp>, EntryError> {
-    let chunk = chunk_for(c, check_shapes(s)?[2])?;
-    let (states, backward) = (states_kernel(c, s, chunk)?, backward_kernel(c, s, chunk)?);
+    let dims = check_shapes(s)?;
+    vjp_at(
+        c.dtype("dtype")?,
+        chunk_for(c, dims[2])?,
+        c.scale("scale", dims[3])?,
+        dims,
+    )
+}
+
+/// [`vjp`] for a dtype, chunk and scale at `[b, h, t, dk, dv]`.
+#[cfg(feature = "graph")]
+pub(super) fn vjp_at(
+    dtype: DType,
+    chunk: usize,
+    scale: f32,
+    dims: [usize; 5],
+) -> Result<Arc<dyn KernelVjp>, EntryError> {
+    let (states, backward) = (
+        states_for(dtype, chunk, dims)?,
+        backward_for(dtype, chunk, scale, dims)?,
+    );
     Ok(Arc::new(move |call: &VjpCall<'_>| {
         let x: Vec<&graph::Tensor> = call.inputs.iter().collect();
         let rt = x[0].runtime();

@@ -16,40 +16,9 @@ use std::sync::Arc;
 use graph::{KernelVjp, RuntimeError, Tensor, VjpCall};
 use kernel_ir::DType;
 
-use crate::entry::{Config, EntryError};
-
-/// The configs the composition calls its kernels with.
-struct Configs {
-    conv: Config,
-    rule: Config,
-}
-
-/// The fused kernel's VJP for its dtype, chunk and scale: `h` heads.
-pub(super) fn vjp(
-    dtype: DType,
-    chunk: usize,
-    scale: f32,
-    h: usize,
-) -> Result<Arc<dyn KernelVjp>, EntryError> {
-    let pairs = |v: &[(&str, String)]| -> Vec<(String, String)> {
-        v.iter().map(|(k, x)| (k.to_string(), x.clone())).collect()
-    };
-    let d = dtype.to_string();
-    let cfg = Configs {
-        conv: Config::parse(
-            &crate::conv1d::CAUSAL_CONV1D,
-            &pairs(&[("dtype", d.clone()), ("silu", "true".into())]),
-        )?,
-        rule: Config::parse(
-            &super::GATED_DELTA_RULE,
-            &pairs(&[
-                ("dtype", d),
-                ("chunk", chunk.to_string()),
-                ("scale", scale.to_string()),
-            ]),
-        )?,
-    };
-    Ok(Arc::new(move |call: &VjpCall<'_>| {
+/// The fused kernel's VJP for its chunk and scale: `h` heads.
+pub(super) fn vjp(chunk: usize, scale: f32, h: usize) -> Arc<dyn KernelVjp> {
+    Arc::new(move |call: &VjpCall<'_>| {
         let (d_o, d_state) = (call.cotangent(0)?, call.cotangent(1)?);
         // Fresh leaves, each an (untracked) op on its input, so a program
         // exported from the backward reads the inputs themselves; tracked
@@ -60,17 +29,22 @@ pub(super) fn vjp(
             .map(|t| t.reshape(t.shape())?.requires_grad())
             .collect::<Result<Vec<_>, _>>()?;
         let grads = graph::with_grad(|| {
-            let (o, state) = forward(&cfg, &leaves, h)?;
+            let (o, state) = forward(&leaves, chunk, scale, h)?;
             let params: Vec<&Tensor> = leaves.iter().collect();
             graph::vjp(&[&o, &state], &[&d_o, &d_state], &params)
         })?;
         Ok(grads.into_iter().map(Some).collect())
-    }))
+    })
 }
 
 /// `[q, k, v, wq, wk, wv, a, b, a_log, dt_bias]` through the unfused
 /// layer: `o` (`[batch, t, h · dv]`) and the final state.
-fn forward(cfg: &Configs, x: &[Tensor], h: usize) -> Result<(Tensor, Tensor), RuntimeError> {
+fn forward(
+    x: &[Tensor],
+    chunk: usize,
+    scale: f32,
+    h: usize,
+) -> Result<(Tensor, Tensor), RuntimeError> {
     let rt = x[0].runtime().clone();
     let f32 = DType::F32;
     let [batch, t] = [x[0].shape()[0], x[0].shape()[1]];
@@ -78,9 +52,7 @@ fn forward(cfg: &Configs, x: &[Tensor], h: usize) -> Result<(Tensor, Tensor), Ru
     let conv = |p: &Tensor, w: &Tensor| -> Result<Tensor, RuntimeError> {
         let ch = p.shape()[2];
         let bias = rt.scalar(0.0, p.dtype()).broadcast_to(&[1, ch])?;
-        let y = crate::conv1d::CAUSAL_CONV1D
-            .call(&rt, &cfg.conv, &[p, w, &bias])?
-            .remove(0);
+        let y = crate::conv1d::call_causal_conv1d(p, w, &bias, true)?;
         y.cast(f32)?
             .reshape(&[batch, t, h, ch / h])?
             .transpose(&[0, 2, 1, 3])
@@ -110,12 +82,8 @@ fn forward(cfg: &Configs, x: &[Tensor], h: usize) -> Result<(Tensor, Tensor), Ru
     let beta = x[7].logistic()?;
     let column = |y: Tensor| y.transpose(&[0, 2, 1])?.reshape(&[batch, h, t, 1]);
     let (g, beta) = (column(g)?, column(beta)?);
-    let mut out = super::GATED_DELTA_RULE.call(&rt, &cfg.rule, &[&q, &k, &v, &g, &beta])?;
-    let state = out.remove(1);
+    let (o, state) = super::call_gated_delta_rule([&q, &k, &v, &g, &beta], chunk, Some(scale))?;
     let dv = state.shape()[3];
-    let o = out
-        .remove(0)
-        .transpose(&[0, 2, 1, 3])?
-        .reshape(&[batch, t, h * dv])?;
+    let o = o.transpose(&[0, 2, 1, 3])?.reshape(&[batch, t, h * dv])?;
     Ok((o, state))
 }

@@ -313,12 +313,11 @@ pub const CAUSAL_CONV1D_GATED_DELTA_RULE: Entry = Entry {
     fixed_inputs: None,
     backward: crate::entry::backward!(|c, s| {
         let [_, t, h, dk, ..] = check_shapes(s)?;
-        super::composed::vjp(
-            c.dtype("dtype")?,
+        Ok(super::composed::vjp(
             super::backward::chunk_for(c, t)?,
             c.scale("scale", dk)?,
             h,
-        )
+        ))
     }),
     about: "a Gated DeltaNet layer's core, fused: causal conv1d + SiLU of the q, k, v projections, L2-normalized q and k, gates from a, b, a_log, dt_bias, then the chunked gated delta rule; heads side by side in the channels",
     params: &[DTYPE, super::CHUNK, super::SCALE],

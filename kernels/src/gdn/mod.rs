@@ -28,6 +28,8 @@
 
 mod backward;
 #[cfg(feature = "graph")]
+mod calls;
+#[cfg(feature = "graph")]
 mod composed;
 mod fused;
 
@@ -38,6 +40,8 @@ pub use backward::{
     GATED_DELTA_RULE_BACKWARD, GATED_DELTA_RULE_STATES, backward_reference,
     gated_delta_rule_backward, gated_delta_rule_states, states_reference,
 };
+#[cfg(feature = "graph")]
+pub use calls::{LayerInputs, call_causal_conv1d_gated_delta_rule, call_gated_delta_rule};
 pub use fused::{
     CAUSAL_CONV1D_GATED_DELTA_RULE, causal_conv1d_gated_delta_rule, reference as fused_reference,
 };

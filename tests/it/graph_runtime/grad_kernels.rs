@@ -542,3 +542,89 @@ fn the_fused_gated_delta_rule_backward_matches_central_differences() {
     )
     .unwrap();
 }
+
+/// The GDN family's typed calls: the chunked rule's outputs against the
+/// recurrence in f64 and its gradients (through `vjp`, random cotangents
+/// of `o` and the final state) against the recurrence's adjoint in f64;
+/// the fused layer core's and the conv1d's outputs against their
+/// references.
+#[test]
+fn the_gdn_typed_calls_match_their_references() {
+    use kernels::gdn::{
+        LayerInputs, backward_reference, call_causal_conv1d_gated_delta_rule,
+        call_gated_delta_rule, fused_reference, reference,
+    };
+    let rt = fresh_runtime();
+    let (b, h, t, dk, dv) = (1, 2, 40, 64, 32);
+    let args = [
+        uniform(&[b, h, t, dk], 51, -0.2, 0.2),
+        uniform(&[b, h, t, dk], 52, -0.2, 0.2),
+        uniform(&[b, h, t, dv], 53, -1.0, 1.0),
+        uniform(&[b, h, t, 1], 54, -0.5, 0.0),
+        uniform(&[b, h, t, 1], 55, 0.05, 0.95),
+    ];
+    let ts: Vec<Tensor> = args
+        .iter()
+        .map(|a| rt.tensor(a).unwrap().requires_grad().unwrap())
+        .collect();
+    let (o, state) =
+        call_gated_delta_rule([&ts[0], &ts[1], &ts[2], &ts[3], &ts[4]], 16, None).unwrap();
+    let scale = 1.0 / (dk as f64).sqrt();
+    let (want_o, want_s) = reference(&args, scale);
+    within(o.to_host().unwrap().data(), &want_o, 1e-4, 1e-3).unwrap();
+    within(state.to_host().unwrap().data(), &want_s, 1e-4, 1e-3).unwrap();
+    let (w_o, w_s) = (
+        uniform(&[b, h, t, dv], 56, -1.0, 1.0),
+        uniform(&[b, h, dk, dv], 57, -1.0, 1.0),
+    );
+    let cts = [rt.tensor(&w_o).unwrap(), rt.tensor(&w_s).unwrap()];
+    let grads = vjp(
+        &[&o, &state],
+        &[&cts[0], &cts[1]],
+        &ts.iter().collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let want = backward_reference(&args, w_o.data(), w_s.data(), scale);
+    for (i, (g, w)) in grads.iter().zip(&want).enumerate() {
+        within(g.to_host().unwrap().data(), w, 2e-4, 2e-3)
+            .map_err(|e| format!("d input {i}: {e}"))
+            .unwrap();
+    }
+
+    let (t, h, d, taps) = (30, 1, 64, 4);
+    let layer = [
+        uniform(&[1, t, h * d], 61, -1.0, 1.0),
+        uniform(&[1, t, h * d], 62, -1.0, 1.0),
+        uniform(&[1, t, h * d], 63, -1.0, 1.0),
+        uniform(&[taps, h * d], 64, -0.5, 0.5),
+        uniform(&[taps, h * d], 65, -0.5, 0.5),
+        uniform(&[taps, h * d], 66, -0.5, 0.5),
+        uniform(&[1, t, h], 67, -2.0, 2.0),
+        uniform(&[1, t, h], 68, -3.0, 3.0),
+        uniform(&[1, h], 69, -1.5, 0.5),
+        uniform(&[1, h], 70, -1.0, 1.0),
+    ];
+    let lt: Vec<Tensor> = layer.iter().map(|a| rt.tensor(a).unwrap()).collect();
+    let x = LayerInputs {
+        q: &lt[0],
+        k: &lt[1],
+        v: &lt[2],
+        wq: &lt[3],
+        wk: &lt[4],
+        wv: &lt[5],
+        a: &lt[6],
+        b: &lt[7],
+        a_log: &lt[8],
+        dt_bias: &lt[9],
+    };
+    let (o, state) = call_causal_conv1d_gated_delta_rule(&x, 16).unwrap();
+    let (want_o, want_s) = fused_reference(&layer, h, 1.0 / (d as f64).sqrt());
+    within(o.to_host().unwrap().data(), &want_o, 1e-4, 1e-3).unwrap();
+    within(state.to_host().unwrap().data(), &want_s, 1e-4, 1e-3).unwrap();
+
+    let bias = uniform(&[1, h * d], 71, -0.5, 0.5);
+    let y = kernels::conv1d::call_causal_conv1d(&lt[0], &lt[3], &rt.tensor(&bias).unwrap(), true)
+        .unwrap();
+    let want = kernels::conv1d::reference(&layer[0], &layer[3], &bias, true);
+    within(y.to_host().unwrap().data(), &want, 1e-5, 1e-4).unwrap();
+}
