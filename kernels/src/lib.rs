@@ -119,6 +119,7 @@ pub const ENTRIES: &[&Entry] = &[
     &cross_entropy::LINEAR_CROSS_ENTROPY,
     &cross_entropy::LINEAR_CROSS_ENTROPY_DX,
     &cross_entropy::LINEAR_CROSS_ENTROPY_DW,
+    &cross_entropy::LINEAR_CROSS_ENTROPY_BACKWARD,
     &dma::DOUBLE_BUFFERED_ROWS,
     &fp8_gemm::FP8_GEMM,
     &scaled_mm::SCALED_MM,

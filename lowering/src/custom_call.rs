@@ -440,7 +440,25 @@ pub(crate) fn call_function<'c>(
         rets.push(v);
     }
     ir.op(&block, "func.return", &rets, &[], Vec::new(), Vec::new())?;
-    let func = ir.public_main(block, &main_in, &main_out)?;
+    // On a TPU an in-out operand's argument is donated to its result, as
+    // a caller that writes in place (a serving step's cache) donates it:
+    // otherwise XLA copies the argument before the call, a copy the
+    // kernel's compile and estimate would count. The CPU and GPU modules
+    // run here, on buffers their callers keep: not donated.
+    let donated: Vec<(usize, usize)> = if tpu {
+        outputs
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| k.operands[**i].role == Role::InOut)
+            .map(|(r, i)| {
+                let arg = k.prefetch.len() + inputs.iter().position(|x| x == i).unwrap_or(0);
+                (arg, r)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let func = ir.public_main_donating(block, &main_in, &main_out, &donated)?;
     Ok((func, transposes))
 }
 

@@ -193,20 +193,41 @@ impl<'c> Ir<'c> {
         inputs: &[Type<'c>],
         outputs: &[Type<'c>],
     ) -> Result<melior::ir::Operation<'c>, LoweringError> {
-        self.build(
-            "func.func",
-            &[],
-            &[],
-            vec![
-                ("sym_name", self.str_attr("main")),
-                ("sym_visibility", self.str_attr("public")),
-                (
-                    "function_type",
-                    self.type_attr(self.func_type(inputs, outputs)),
-                ),
-            ],
-            vec![self.region(body)],
-        )
+        self.public_main_donating(body, inputs, outputs, &[])
+    }
+
+    /// [`Ir::public_main`] whose arguments `donated[j].0` may be reused
+    /// for results `donated[j].1` (`tf.aliasing_output`, as JAX marks a
+    /// donated argument): XLA then writes such a result in place instead
+    /// of copying the argument first.
+    pub fn public_main_donating(
+        &self,
+        body: Block<'c>,
+        inputs: &[Type<'c>],
+        outputs: &[Type<'c>],
+        donated: &[(usize, usize)],
+    ) -> Result<melior::ir::Operation<'c>, LoweringError> {
+        let mut attrs = vec![
+            ("sym_name", self.str_attr("main")),
+            ("sym_visibility", self.str_attr("public")),
+            (
+                "function_type",
+                self.type_attr(self.func_type(inputs, outputs)),
+            ),
+        ];
+        if !donated.is_empty() {
+            let args: Vec<String> = (0..inputs.len())
+                .map(|a| match donated.iter().find(|(arg, _)| *arg == a) {
+                    Some((_, r)) => format!("{{tf.aliasing_output = {r} : i32}}"),
+                    None => "{}".into(),
+                })
+                .collect();
+            attrs.push((
+                "arg_attrs",
+                self.parse_attr(&format!("[{}]", args.join(", ")))?,
+            ));
+        }
+        self.build("func.func", &[], &[], attrs, vec![self.region(body)])
     }
 
     /// A block with arguments of these types.

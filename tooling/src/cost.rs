@@ -108,10 +108,24 @@ impl Cost {
         self.flops as f64 / (self.bytes_in() + self.bytes_out()).max(1) as f64
     }
 
-    /// The roofline bound on `target`.
+    /// The roofline bound on `target`: each executed dot at the peak of
+    /// its lhs's element type (an f32 accumulator moved in and out, the
+    /// widest traffic of a backward, does not make its bf16 dots f32
+    /// ones); without dots, the flops at the peak of `dtype`.
     pub fn roofline(&self, target: Target) -> Roofline {
+        let compute_s = if self.dots.is_empty() {
+            self.flops as f64 / target.peak_flops(self.dtype)
+        } else {
+            self.dots
+                .iter()
+                .map(|(d, runs)| {
+                    let flops = 2.0 * (d.batch * d.m * d.k * d.n) as f64 * *runs as f64;
+                    flops / target.peak_flops(d.lhs)
+                })
+                .sum()
+        };
         Roofline {
-            compute_s: self.flops as f64 / target.peak_flops(self.dtype),
+            compute_s,
             memory_s: (self.bytes_in() + self.bytes_out()) as f64 / target.hbm_bandwidth(),
         }
     }
