@@ -7,8 +7,10 @@
 //! logsumexp) and the label's logit. The backward recomputes a tile's
 //! logits from `x` and `w` and turns them into `g = dloss·(softmax −
 //! onehot) + dlse·softmax` in VMEM: `dx = g·wᵀ` accumulates over the
-//! vocabulary, `dw = xᵀ·g` over the rows, in two kernels so each
-//! accumulator is one block.
+//! vocabulary, `dw = xᵀ·g` over the rows. One kernel does both from one
+//! softmax per tile (`linear_cross_entropy_backward`, dw in an f32 in-out
+//! across the row blocks); the two-kernel form, each accumulator one
+//! block, stays (`linear_cross_entropy_dx`, `linear_cross_entropy_dw`).
 //!
 //! A label outside `0..v` (PyTorch's `ignore_index = −100`, padding) marks
 //! an ignored row: its loss is 0 and it adds nothing to either gradient
@@ -161,21 +163,20 @@ pub(crate) struct RowCotangents {
 }
 
 /// The logits' cotangent on vocabulary tile `j`, `[bn, bv]` f32: `dloss·(p − onehot)
-/// + dlse·p` with `p = exp(s − lse)`, zero past `v` and past `n` (rows
-/// are at `rows`, `[bn, 1]`), the loss term zero on ignored rows.
+/// + dlse·p` with `p = exp(s − lse)`, zero past `v` and past `n` (the
+/// rows are `lse`'s block positions), the loss term zero on ignored rows;
+/// from the row block's labels, lse, dloss and dlse.
 #[kernel_fn]
 #[allow(clippy::too_many_arguments)]
 fn logit_grad(
     x: Ref,
     w: Ref,
     j: Tile,
-    label: Tile,
-    lse: Tile,
-    dloss: Tile,
-    dlse: Tile,
-    rows: Tile,
+    [labels, lse, dloss, dlse]: [Ref; 4],
     (n, bv, v): (usize, usize, usize),
 ) -> Tile {
+    let rows = lse.positions(0);
+    let (label, lse, dloss, dlse) = (labels.load(..), lse.load(..), dloss.load(..), dlse.load(..));
     let (s, col) = logits(x, w, j, bv, v);
     let p = (s - lse).exp();
     let dl = select(counted(label, v), dloss, 0.0);
@@ -202,18 +203,7 @@ pub fn linear_cross_entropy_dx<T: Float>(
     if j == 0 {
         acc.store(.., 0.0);
     }
-    let rows = lse.positions(0);
-    let g = logit_grad(
-        x,
-        w,
-        j,
-        labels.load(..),
-        lse.load(..),
-        dloss.load(..),
-        dlse.load(..),
-        rows,
-        (n, bv, v),
-    );
+    let g = logit_grad(x, w, j, [labels, lse, dloss, dlse], (n, bv, v));
     // Columns past `v` are zero in g but w's are unread memory there.
     let wv = w.load_masked(.., w.positions(1) < v as i32);
     acc.store(.., acc.load(..) + dot(g.convert(x.dtype()), wv.t()));
@@ -258,18 +248,7 @@ pub fn linear_cross_entropy_dw<T: Float>(
     if i == 0 {
         acc.store(.., 0.0);
     }
-    let rows = lse.positions(0);
-    let g = logit_grad(
-        x,
-        w,
-        program_id(0),
-        labels.load(..),
-        lse.load(..),
-        dloss.load(..),
-        dlse.load(..),
-        rows,
-        (n, bv, v),
-    );
+    let g = logit_grad(x, w, program_id(0), [labels, lse, dloss, dlse], (n, bv, v));
     // Rows past `n` are zero in g but x's are unread memory there.
     let xv = x.load_masked(.., x.positions(0) < n as i32);
     acc.store(.., acc.load(..) + dot(xv.t(), g.convert(x.dtype())));
@@ -310,19 +289,7 @@ pub fn linear_cross_entropy_backward<T: Float>(
     if j == 0 {
         acc.store(.., 0.0);
     }
-    let rows = lse.positions(0);
-    let g = logit_grad(
-        x,
-        w,
-        j,
-        labels.load(..),
-        lse.load(..),
-        dloss.load(..),
-        dlse.load(..),
-        rows,
-        (n, bv, v),
-    )
-    .convert(x.dtype());
+    let g = logit_grad(x, w, j, [labels, lse, dloss, dlse], (n, bv, v)).convert(x.dtype());
     // Past `v` and past `n` g is zero, but w's and x's rows there are
     // unread memory.
     let wv = w.load_masked(.., w.positions(1) < v as i32);

@@ -105,7 +105,7 @@ impl Operand {
             Operand::Literal(value) => st
                 .push_op(
                     OpKind::Constant {
-                        value,
+                        value: held(value, ty.dtype),
                         ty: ty.clone(),
                     },
                     loc.clone(),
@@ -117,6 +117,16 @@ impl Operand {
                 broadcast(st, v, &ty.shape, loc)
             }
         }
+    }
+}
+
+/// A literal as an f32 constant holds it: the printed IR shows an f32
+/// constant as its f32 and reads it back so, and a kernel built from a
+/// literal such as `1e-6` must be the kernel its text reads back as.
+fn held(value: Literal, dtype: DType) -> Literal {
+    match value {
+        Literal::Float(x) if dtype == DType::F32 => Literal::Float(f64::from(x as f32)),
+        v => v,
     }
 }
 
@@ -364,7 +374,7 @@ pub fn constant(value: impl IntoOperand, dtype: DType, shape: impl Into<Vec<usiz
     let loc = Loc::caller();
     let ty = TileType::new(dtype, shape.into());
     let value = match value.into_operand() {
-        Operand::Literal(l) => l,
+        Operand::Literal(l) => held(l, dtype),
         Operand::Tile(_) => Literal::Float(f64::NAN),
     };
     record(current_builder(), |st| {

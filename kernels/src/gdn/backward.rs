@@ -532,16 +532,7 @@ pub const GATED_DELTA_RULE_BACKWARD: Entry = Entry {
         Ok(vec![dq, dk_, dv, dg, db])
     },
     check: no_check,
-    tolerance: |c, _| {
-        let t = match c.dtype("dtype").unwrap_or(DType::F32) {
-            DType::F32 => Tolerance {
-                abs: 2e-4,
-                rel: 2e-3,
-            },
-            d => Tolerance::for_dtype(d),
-        };
-        vec![t; 5]
-    },
+    tolerance: |c, _| super::tolerances(c, 5, 2e-4),
     // The forward's inputs, their chunk start states (the reference's:
     // the kernel reads them as given), and random cotangents.
     sample: |c, k, seed| {

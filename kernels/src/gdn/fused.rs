@@ -21,7 +21,6 @@ use kernel_ir::{Array, VerifiedKernel};
 
 use super::{ChunkTerms, chunk_math, chunk_output, next_state};
 use crate::entry::{Config, DTYPE, Entry, EntryError, Preset, dims, no_check};
-use crate::tolerance::Tolerance;
 
 /// The fused layer: `o[batch, t, h · dv]` and the final state `[batch, h,
 /// dk, dv]` (f32) from the projections `q, k: [batch, t, h · dk]`, `v:
@@ -344,16 +343,7 @@ pub const CAUSAL_CONV1D_GATED_DELTA_RULE: Entry = Entry {
         Ok(vec![o, state])
     },
     check: no_check,
-    tolerance: |c, _| {
-        let t = match c.dtype("dtype").unwrap_or(DType::F32) {
-            DType::F32 => Tolerance {
-                abs: 1e-4,
-                rel: 1e-3,
-            },
-            d => Tolerance::for_dtype(d),
-        };
-        vec![t, t]
-    },
+    tolerance: |c, _| super::tolerances(c, 2, 1e-4),
     sample,
     presets: &[Preset {
         name: "causal_conv1d_gated_delta_rule_bf16",
