@@ -576,7 +576,11 @@ def gdn_backward(tessera, tmp, lines, failures, step, inputs, starts):
             return [np.asarray(x, np.float64) for x in pull((jnp.asarray(d_o, dtype), jnp.asarray(d_state, dtype)))]
 
     want, peer = grads(jnp.float64), grads(jnp.float32)
-    forward = tessera_run(tessera, "gated_delta_rule_states", {"q": q, "k": k, "v": v, "g": g, "beta": beta}, {}, tmp)
+    # The chunk given: a GPU build (Triton's interpreter) takes chunks of 16
+    # unless told, and the states' shape follows the chunk.
+    chunk = {"chunk": 64}
+    forward = tessera_run(tessera, "gated_delta_rule_states", {"q": q, "k": k, "v": v, "g": g, "beta": beta}, chunk,
+                          tmp)
     names = ["dq", "dk", "dv", "dg", "dbeta"]
     lines += ["### Its backward beside jax's autodiff", "",
               "The same inputs, random cotangents of o and the final state. Reference: `jax.vjp` of tokamax's"
@@ -592,7 +596,7 @@ def gdn_backward(tessera, tmp, lines, failures, step, inputs, starts):
             failures.append(f"gated delta rule states {backend}: {e:.2e}")
     arrays = {"q": q, "k": k, "v": v, "g": g, "beta": beta, "states": forward["interp"]["states"],
               "d_o": d_o, "d_state": d_state}
-    outs = tessera_run(tessera, "gated_delta_rule_backward", arrays, {}, tmp)
+    outs = tessera_run(tessera, "gated_delta_rule_backward", arrays, chunk, tmp)
     for backend, o in outs.items():
         errs = [error(o[n].reshape(w.shape), w)[0] / max(np.abs(w).max(), 1e-30) for n, w in zip(names, want)]
         lines.append(f"| Tessera {backend} | " + " | ".join(f"{x:.1e}" for x in errs) + " |")
