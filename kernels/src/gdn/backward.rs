@@ -546,7 +546,7 @@ pub const GATED_DELTA_RULE_BACKWARD: Entry = Entry {
     },
     presets: &[Preset {
         name: "gated_delta_rule_backward_bf16",
-        about: "gated delta rule backward, bf16, 2 heads of 128, 256 tokens in chunks of 64 (on a GPU 16)",
+        about: "gated delta rule backward, bf16, 2 heads of 128, 128 tokens in chunks of 64 (on a GPU 16)",
         config: &[("dtype", "bf16")],
         shapes: &[],
     }],

@@ -321,7 +321,7 @@ pub const CAUSAL_CONV1D_GATED_DELTA_RULE: Entry = Entry {
     about: "a Gated DeltaNet layer's core, fused: causal conv1d + SiLU of the q, k, v projections, L2-normalized q and k, gates from a, b, a_log, dt_bias, then the chunked gated delta rule; heads side by side in the channels",
     params: &[DTYPE, super::CHUNK, super::SCALE],
     inputs: |_| {
-        let (batch, t, h, d, taps) = (1, 256, 2, 128, 4);
+        let (batch, t, h, d, taps) = (1, 128, 2, 128, 4);
         Ok(vec![
             ("q", vec![batch, t, h * d]),
             ("k", vec![batch, t, h * d]),

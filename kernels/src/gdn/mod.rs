@@ -306,7 +306,7 @@ pub const GATED_DELTA_RULE: Entry = Entry {
     about: "chunked gated delta rule (Gated DeltaNet) forward: the delta rule's triangular system inverted by squarings on the MXU, the state carried across chunks; outputs o and the final state",
     params: &[DTYPE, CHUNK, SCALE],
     inputs: |_| {
-        let (b, h, t, d) = (1, 2, 256, 128);
+        let (b, h, t, d) = (1, 2, 128, 128);
         Ok(vec![
             ("q", vec![b, h, t, d]),
             ("k", vec![b, h, t, d]),

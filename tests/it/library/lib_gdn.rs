@@ -29,7 +29,7 @@ fn unit_rows(shape: [usize; 4], seed: u64) -> Array {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 3, ..ProptestConfig::default() })]
 
     #[test]
     fn the_chunked_rule_is_the_recurrence_on_every_path(
@@ -57,7 +57,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 2, ..ProptestConfig::default() })]
 
     /// The backward's two passes on every path: the chunk start states
     /// against the recurrence's, then the five cotangents against the
@@ -101,7 +101,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 2, ..ProptestConfig::default() })]
 
     /// The fused layer core (conv1d + SiLU, unit q and k rows, the gates,
     /// the chunked rule) on every path against the definitions composed in
