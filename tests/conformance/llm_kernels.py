@@ -302,7 +302,7 @@ def memory(tessera, tmp, lines, failures):
               " libtpu's peak HBM for a JAX training step's loss and its gradients (`jax.value_and_grad`"
               " of the summed loss for x and w), exported for TPU and compiled. Unfused: `x @ w` in f32,"
               " log-softmax, the label's term. Fused: the `tessera export` artifact of"
-              " `linear_cross_entropy` (its forward, and its VJP's dx and dw kernels).", ""]
+              " `linear_cross_entropy` (its forward, and its VJP's one-kernel backward, whose dw accumulates in f32).", ""]
     import tessera_jax
 
     art = tmp / "lce_artifact"
