@@ -63,11 +63,12 @@ pub fn causal_conv1d<T: Float>(
     y.store((0, .., ..), out.cast::<T>());
 }
 
-/// The halo and window rows for `taps` and `bt` rows per step: on the TPU
+/// The halo and window rows for `taps` and `bt` rows per step (the fused
+/// GDN core's conv takes its chunks so too): on the TPU
 /// (and the CPU paths, which follow its rules) whole sublane tiles of the
 /// dtype, where element windows are placed; on the GPU the window is a
 /// power of two, as Triton's tensors are.
-fn window_rows(dtype: DType, taps: usize, bt: usize) -> (usize, usize) {
+pub(crate) fn window_rows(dtype: DType, taps: usize, bt: usize) -> (usize, usize) {
     let back = taps.saturating_sub(1);
     if kernel_ir::current_platform() == kernel_ir::Platform::Gpu {
         (back, (back + bt).next_power_of_two())

@@ -147,20 +147,6 @@ fn unit_rows(x: Tile) -> Tile {
     x * ((x * x).sum_keep(1) + 1e-6).rsqrt()
 }
 
-/// The halo and window rows for `taps` and chunks of `c`: on the TPU (and
-/// the CPU paths, which follow its rules) whole sublane tiles of the
-/// dtype; on a GPU the window is a power of two, as Triton's tensors are.
-fn window_rows(dtype: DType, taps: usize, c: usize) -> (usize, usize) {
-    let back = taps.saturating_sub(1);
-    if kernel_ir::current_platform() == kernel_ir::Platform::Gpu {
-        (back, (back + c).next_power_of_two())
-    } else {
-        let tile = 8 * dtype.packing();
-        let halo = back.div_ceil(tile) * tile;
-        (halo, (halo + c).div_ceil(tile) * tile)
-    }
-}
-
 /// The f64 reference, composed from the definitions: each projection
 /// through [`crate::conv1d::reference`] (SiLU, no bias), q and k rows to
 /// unit norm, the gates, then [`super::reference()`] per head. Returns `o`
@@ -262,7 +248,7 @@ fn build(c: &Config, s: &[Vec<usize>]) -> Result<VerifiedKernel, EntryError> {
     let [batch, t, h, dk, dv, taps] = check_shapes(s)?;
     let dtype = c.dtype("dtype")?;
     let chunk = super::backward::chunk_for(c, t)?;
-    let (halo, window) = window_rows(dtype, taps, chunk);
+    let (halo, window) = crate::conv1d::window_rows(dtype, taps, chunk);
     Ok(causal_conv1d_gated_delta_rule::build_for(
         dtype,
         chunk,
