@@ -167,26 +167,19 @@ thread_local! {
 /// Runs `f` with gradient tracking off on this thread (restored after,
 /// also on a panic), returning its result.
 pub(crate) fn without_grad<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            GRAD_ENABLED.with(|g| g.set(self.0));
-        }
-    }
-    let _restore = Restore(GRAD_ENABLED.with(|g| g.replace(false)));
-    f()
+    with_tracking(false, f)
 }
 
-/// Runs `f` with gradient tracking on this thread (restored after, also on
-/// a panic), returning its result.
-pub(crate) fn with_grad_tracking<R>(f: impl FnOnce() -> R) -> R {
+/// Runs `f` with gradient tracking on this thread set to `on` (restored
+/// after, also on a panic), returning its result.
+pub(crate) fn with_tracking<R>(on: bool, f: impl FnOnce() -> R) -> R {
     struct Restore(bool);
     impl Drop for Restore {
         fn drop(&mut self) {
             GRAD_ENABLED.with(|g| g.set(self.0));
         }
     }
-    let _restore = Restore(GRAD_ENABLED.with(|g| g.replace(true)));
+    let _restore = Restore(GRAD_ENABLED.with(|g| g.replace(on)));
     f()
 }
 

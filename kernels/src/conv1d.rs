@@ -211,10 +211,14 @@ fn backward(
     let shape = x.shape().to_vec();
     let row = |t: &graph::Tensor| t.broadcast_to(&shape);
     let dy = call.cotangent(0)?.cast(f32)?;
+    // Tap k's rows of x, for the pre-activation and for dw.
+    let xs = (0..taps)
+        .map(|k| shifted(&xf, taps - 1 - k, false))
+        .collect::<Result<Vec<_>, _>>()?;
     let dz = if silu {
         let mut z = row(&bias.cast(f32)?.reshape(&[1, 1, ch])?)?;
-        for k in 0..taps {
-            z = z.add(&shifted(&xf, taps - 1 - k, false)?.mul(&row(&tap(k)?)?)?)?;
+        for (k, xk) in xs.iter().enumerate() {
+            z = z.add(&xk.mul(&row(&tap(k)?)?)?)?;
         }
         let s = z.logistic()?;
         let one = x.runtime().scalar(1.0, f32);
@@ -225,17 +229,11 @@ fn backward(
     };
     let mut dx = dz.mul(&row(&tap(taps - 1)?)?)?;
     let mut dw = Vec::with_capacity(taps);
-    for k in 0..taps {
-        let back = taps - 1 - k;
+    for (k, xk) in xs.iter().enumerate() {
         if k + 1 < taps {
-            dx = dx.add(&shifted(&dz, back, true)?.mul(&row(&tap(k)?)?)?)?;
+            dx = dx.add(&shifted(&dz, taps - 1 - k, true)?.mul(&row(&tap(k)?)?)?)?;
         }
-        dw.push(
-            shifted(&xf, back, false)?
-                .mul(&dz)?
-                .sum(&[0, 1])?
-                .reshape(&[1, ch])?,
-        );
+        dw.push(xk.mul(&dz)?.sum(&[0, 1])?.reshape(&[1, ch])?);
     }
     let dw = dw[0].concat(&dw.iter().skip(1).collect::<Vec<_>>(), 0)?;
     let dbias = dz.sum(&[0, 1])?.reshape(&[1, ch])?;

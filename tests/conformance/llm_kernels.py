@@ -647,7 +647,6 @@ def gdn_fused(tessera, tmp, lines, failures):
     definition. Then libtpu: the anchor's compile, both estimates."""
     if tokamax_package() is None:
         return
-    from jax.experimental.pallas import tpu as pltpu
     from tokamax._src.ops.causal_conv1d_gated_delta_rule import reference as ref
     from tokamax._src.ops.causal_conv1d_gated_delta_rule import wrapper
 
@@ -704,13 +703,8 @@ def gdn_fused(tessera, tmp, lines, failures):
     if not ok <= 1e-4:
         failures.append(f"tokamax's reference differs from float64 by {ok:.2e} (the comparison's premise)")
     as_chip("v6e")
-    try:
-        with pltpu.force_tpu_interpret_mode():
-            (_, state), o = wrapper.fused_conv1d_gdn(**args)
-        lines.append(f"| tokamax fused_conv1d_gdn (interpret) | {error(o, o64)[0]:.2e} | {error(state[1], s64)[0]:.2e} |")
-    except Exception as e:  # noqa: BLE001 (the anchor's refusal is a finding, not a failure)
-        msg = str(e).strip().splitlines()[-1][:160]
-        lines.append(f"| tokamax fused_conv1d_gdn (interpret) | refused by jax {jax.__version__}'s TPU interpreter: {msg} | |")
+    lines.append(interpret_row("tokamax fused_conv1d_gdn", lambda: wrapper.fused_conv1d_gdn(**args),
+                               lambda r: f"{error(r[1], o64)[0]:.2e} | {error(r[0][1][1], s64)[0]:.2e}"))
     if "--full" not in sys.argv[3:]:
         lines += ["", "libtpu's compile of the anchor and both estimates: with --full (reported, not asserted).", ""]
         return
@@ -822,6 +816,21 @@ def ragged_update(tessera, tmp, lines, failures):
     lines.append("")
 
 
+def interpret_row(who, run, cells):
+    """A table row for an anchor's kernel run in TPU interpret mode:
+    `cells(run())`, or, where jax's interpreter refuses the kernel, the
+    refusal (a finding about the anchor, not a failure)."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    try:
+        with pltpu.force_tpu_interpret_mode():
+            got = run()
+        return f"| {who} (interpret) | {cells(got)} |"
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).strip().splitlines()[-1][:140]
+        return f"| {who} (interpret) | refused by jax {jax.__version__}'s TPU interpreter: {msg} |"
+
+
 def tpu_inference_package():
     """tpu-inference's kernels without its package `__init__` (which imports
     vLLM): a stand-in package and logger, and sympy's `divisors` (the one
@@ -861,7 +870,6 @@ def rpa_v3_numerics(q, new_k, new_v, k_pages, v_pages, kv, tables, cu, scale, o_
     interpret mode where jax's interpreter runs it."""
     if not tpu_inference_package():
         return
-    from jax.experimental.pallas import tpu as pltpu
 
     v3 = tpu_inference_kernel("ragged_paged_attention.v3.kernel")
     hkv, pages, page, d = k_pages.shape
@@ -875,26 +883,19 @@ def rpa_v3_numerics(q, new_k, new_v, k_pages, v_pages, kv, tables, cu, scale, o_
             jnp.asarray(tables.reshape(-1)), jnp.asarray(cu), jnp.asarray([0, 0, seqs], jnp.int32))
     n = int(cu[-1])
 
-    def row(who, o, c):
+    def compare(o, c):
         c = np.asarray(c)
         same = bool((c[:, :, 0::2, 0].transpose(2, 0, 1, 3) == want_k).all()
                     and (c[:, :, 1::2, 0].transpose(2, 0, 1, 3) == want_v).all())
-        err = float(np.abs(np.asarray(o, np.float64)[:n] - o_ref[:n]).max())
-        lines.append(f"| {who} | {same} | {err:.2e} |")
-        return same, err
+        return same, float(np.abs(np.asarray(o, np.float64)[:n] - o_ref[:n]).max())
 
-    o, c = v3.ref_ragged_paged_attention(*args, sm_scale=scale)
-    same, err = row("tpu-inference RPA v3 reference (fused update)", o, c)
+    same, err = compare(*v3.ref_ragged_paged_attention(*args, sm_scale=scale))
+    lines.append(f"| tpu-inference RPA v3 reference (fused update) | {same} | {err:.2e} |")
     if not same or not err <= 2e-5:
         failures.append(f"tpu-inference's v3 reference differs from the unfused step: pools {same}, o {err:.2e}")
     as_chip("v6e")
-    try:
-        with pltpu.force_tpu_interpret_mode():
-            o, c = v3.ragged_paged_attention(*args, sm_scale=scale)
-        row("tpu-inference RPA v3 kernel (interpret)", o, c)
-    except Exception as e:  # noqa: BLE001 (the anchor's refusal is a finding, not a failure)
-        msg = str(e).strip().splitlines()[-1][:140]
-        lines.append(f"| tpu-inference RPA v3 kernel (interpret) | refused by jax {jax.__version__}'s TPU interpreter: {msg} | |")
+    lines.append(interpret_row("tpu-inference RPA v3 kernel", lambda: v3.ragged_paged_attention(*args, sm_scale=scale),
+                               lambda r: "{} | {:.2e}".format(*compare(*r))))
 
 
 def mla(tessera, tmp, lines, failures):
@@ -906,7 +907,6 @@ def mla(tessera, tmp, lines, failures):
     its kernel in interpret mode where jax's interpreter runs it."""
     if not tpu_inference_package():
         return
-    from jax.experimental.pallas import tpu as pltpu
 
     ref = tpu_inference_kernel("mla.v1.kernel")
     v2 = tpu_inference_kernel("mla.v2.kernel")
@@ -963,17 +963,14 @@ def mla(tessera, tmp, lines, failures):
     if not e <= 1e-5:
         failures.append(f"tpu-inference's MLA reference differs from float64 by {e:.2e} (the comparison's premise)")
     as_chip("v6e")
-    try:
-        with pltpu.force_tpu_interpret_mode():
-            # v2 takes the latent queries heads first.
-            args = fresh()
-            o, _ = v2.mla_ragged_paged_attention(jnp.swapaxes(args[0], 0, 1), *args[1:], sm_scale=scale,
-                                                 num_kv_pages_per_block=4, num_queries_per_block=1)
-            o = jnp.swapaxes(o, 0, 1)
-        lines.append(f"| tpu-inference MLA v2 kernel (interpret) | {error(np.asarray(o).reshape(want.shape), want)[0]:.2e} |")
-    except Exception as e:  # noqa: BLE001 (the anchor's refusal is a finding, not a failure)
-        msg = str(e).strip().splitlines()[-1][:140]
-        lines.append(f"| tpu-inference MLA v2 kernel (interpret) | refused by jax {jax.__version__}'s TPU interpreter: {msg} |")
+    def v2_run():
+        args = fresh()  # v2 takes the latent queries heads first
+        o, _ = v2.mla_ragged_paged_attention(jnp.swapaxes(args[0], 0, 1), *args[1:], sm_scale=scale,
+                                             num_kv_pages_per_block=4, num_queries_per_block=1)
+        return jnp.swapaxes(o, 0, 1)
+
+    lines.append(interpret_row("tpu-inference MLA v2 kernel", v2_run,
+                               lambda o: f"{error(np.asarray(o).reshape(want.shape), want)[0]:.2e}"))
     lines.append("")
 
 
@@ -1063,7 +1060,6 @@ def ragged_gather(tessera, tmp, lines, failures):
     if m is None:
         return
     from jax._src.pallas.mosaic import pallas_call_registration as pcr
-    from jax.experimental.pallas import tpu as pltpu
 
     tokens, k, d, experts = 64, 2, 256, 8
     rng = np.random.default_rng(31)
@@ -1090,13 +1086,10 @@ def ragged_gather(tessera, tmp, lines, failures):
     is_tpu = pcr.tpu_info.is_tpu_device
     pcr.tpu_info.is_tpu_device = lambda: True
     try:
-        try:
-            with pltpu.force_tpu_interpret_mode():
-                got = m.ragged_gather_pallas(jnp.asarray(x[:, 0]), indices, one(0), one(tokens * k))
-            lines.append(f"| tokamax ragged_gather kernel (interpret) | {bool((np.asarray(got) == want).all())} |")
-        except Exception as e:  # noqa: BLE001 (the anchor's refusal is a finding, not a failure)
-            msg = str(e).strip().splitlines()[-1][:140]
-            lines.append(f"| tokamax ragged_gather kernel (interpret) | refused by jax {jax.__version__}: {msg} |")
+        lines.append(interpret_row(
+            "tokamax ragged_gather kernel",
+            lambda: m.ragged_gather_pallas(jnp.asarray(x[:, 0]), indices, one(0), one(tokens * k)),
+            lambda got: f"{bool((np.asarray(got) == want).all())}"))
         if "--full" not in sys.argv[3:]:
             lines += ["", "Its program for v6e and Tessera's estimate: with --full (reported).", ""]
             return

@@ -108,7 +108,7 @@ pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
 /// records from the backward's own tensors stays untracked, so there are
 /// still no gradients of gradients.
 pub fn with_grad<R>(f: impl FnOnce() -> R) -> R {
-    crate::node::with_grad_tracking(f)
+    crate::node::with_tracking(true, f)
 }
 
 /// The gradient of a rank-0 `loss` with respect to each of `params`

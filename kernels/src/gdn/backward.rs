@@ -204,6 +204,20 @@ impl<'a> Inputs<'a> {
     }
 }
 
+/// `kᵀ M` for `M: [dk, dv]` row-major (`dv` values).
+fn left(k: &[f64], m: &[f64], dv: usize) -> Vec<f64> {
+    (0..dv)
+        .map(|j| k.iter().enumerate().map(|(i, x)| x * m[i * dv + j]).sum())
+        .collect()
+}
+
+/// `M v` for `M: [dk, dv]` row-major (`dk` values).
+fn right(m: &[f64], v: &[f64]) -> Vec<f64> {
+    m.chunks(v.len())
+        .map(|r| r.iter().zip(v).map(|(a, b)| a * b).sum())
+        .collect()
+}
+
 /// The states of one batch-and-head, `S_0 = 0` then after each token (the
 /// recurrence of the module docs in f64), and its outputs `[t, dv]`.
 pub(super) fn walk(x: Inputs<'_>, bh: usize, scale: f64) -> (Vec<Vec<f64>>, Vec<f64>) {
@@ -217,9 +231,7 @@ pub(super) fn walk(x: Inputs<'_>, bh: usize, scale: f64) -> (Vec<Vec<f64>>, Vec<
         let (alpha, bt) = (g[row].exp(), beta[row]);
         let prev = &s[tok];
         // S ← α (S − β k (kᵀ S)) + β k vᵀ
-        let ks: Vec<f64> = (0..dv)
-            .map(|j| (0..dk).map(|i| kr[i] * prev[i * dv + j]).sum())
-            .collect();
+        let ks = left(kr, prev, dv);
         let next: Vec<f64> = (0..dk * dv)
             .map(|e| {
                 let (i, j) = (e / dv, e % dv);
@@ -283,43 +295,31 @@ fn adjoint(x: Inputs<'_>, d_o: &[f64], d_state: &[f64], scale: f64) -> [Vec<f64>
             let dor = &d_o[row * dv..(row + 1) * dv];
             let (alpha, bt) = (g[row].exp(), beta[row]);
             let (prev, cur) = (&states[tok], &states[tok + 1]);
-            for i in 0..dk {
-                out[0][row * dk + i] =
-                    scale * (0..dv).map(|j| cur[i * dv + j] * dor[j]).sum::<f64>();
-                for j in 0..dv {
-                    ds[i * dv + j] += scale * qr[i] * dor[j];
-                }
+            let dq = right(cur, dor).into_iter().map(|x| scale * x);
+            out[0][row * dk..(row + 1) * dk]
+                .iter_mut()
+                .zip(dq)
+                .for_each(|(o, x)| *o = x);
+            for (e, d) in ds.iter_mut().enumerate() {
+                *d += scale * qr[e / dv] * dor[e % dv];
             }
             // S_t = α A + β k vᵀ.
-            let dsk: Vec<f64> = (0..dv)
-                .map(|j| (0..dk).map(|i| ds[i * dv + j] * kr[i]).sum())
-                .collect();
-            let dsv: Vec<f64> = (0..dk)
-                .map(|i| (0..dv).map(|j| ds[i * dv + j] * vr[j]).sum())
-                .collect();
+            let (dsk, dsv) = (left(kr, &ds, dv), right(&ds, vr));
             for j in 0..dv {
                 out[2][row * dv + j] = bt * dsk[j];
             }
             let mut dbeta: f64 = (0..dk).map(|i| kr[i] * dsv[i]).sum();
             let mut dkr: Vec<f64> = dsv.iter().map(|x| bt * x).collect();
-            let ks: Vec<f64> = (0..dv)
-                .map(|j| (0..dk).map(|i| kr[i] * prev[i * dv + j]).sum())
-                .collect();
+            let ks = left(kr, prev, dv);
             let a_of = |i: usize, j: usize| prev[i * dv + j] - bt * kr[i] * ks[j];
             let dalpha: f64 = (0..dk * dv).map(|e| a_of(e / dv, e % dv) * ds[e]).sum();
             out[3][row] = dalpha * alpha;
             // A = S − β k (Sᵀ k)ᵀ with dA = α dS.
             let da: Vec<f64> = ds.iter().map(|x| alpha * x).collect();
-            let dak: Vec<f64> = (0..dv)
-                .map(|j| (0..dk).map(|i| da[i * dv + j] * kr[i]).sum())
-                .collect();
-            let daks: Vec<f64> = (0..dk)
-                .map(|i| (0..dv).map(|j| da[i * dv + j] * ks[j]).sum())
-                .collect();
+            let (dak, daks) = (left(kr, &da, dv), right(&da, &ks));
             dbeta -= (0..dk).map(|i| kr[i] * daks[i]).sum::<f64>();
-            for i in 0..dk {
-                let sdak: f64 = (0..dv).map(|j| prev[i * dv + j] * dak[j]).sum();
-                dkr[i] -= bt * (daks[i] + sdak);
+            for ((d, a), b) in dkr.iter_mut().zip(&daks).zip(right(prev, &dak)) {
+                *d -= bt * (a + b);
             }
             out[1][row * dk..(row + 1) * dk].copy_from_slice(&dkr);
             out[4][row] = dbeta;
