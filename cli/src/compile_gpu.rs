@@ -82,7 +82,14 @@ pub(crate) fn gpu_kernels(name: &str, a: &crate::args::Args) -> Result<Vec<Named
     };
     if !["all", "kernels", "presets"].contains(&name) {
         let k = gpu(&|| crate::kernel_args::kernel_for_lower(name, a)).map_err(usage)?;
-        return Ok(vec![(name.to_string(), Ok(k))]);
+        // A kernel file goes by its kernel's name (an identifier): its path
+        // names no folder under --out.
+        let named = if name.ends_with(".kir") {
+            k.name.clone()
+        } else {
+            name.to_string()
+        };
+        return Ok(vec![(named, Ok(k))]);
     }
     if !a.all("config").is_empty() || !a.all("shape").is_empty() {
         return Err(usage(format!(

@@ -21,7 +21,7 @@ use runtime::triton::{dtype_name, program_json};
 /// The JSON form (version [`STEPS_VERSION`]):
 ///
 /// ```text
-/// {"format": "tessera-triton-steps", "format_version": 1,
+/// {"format": "tessera-triton-steps", "format_version": 2,
 ///  "inputs":   [{"dtype": "bfloat16", "shape": [..]}, ..],   values 0..n
 ///  "programs": [<runtime::triton::program_json>, ..],
 ///  "steps":    [{"op": .., "args": [value, ..], "out": [value, ..], ..}, ..],
@@ -42,8 +42,8 @@ use runtime::triton::{dtype_name, program_json};
 /// it.
 pub const STEPS_FORMAT: &str = "tessera-triton-steps";
 
-/// Its version.
-pub const STEPS_VERSION: u32 = 1;
+/// Its version (2: every program carries its fields' digests).
+pub const STEPS_VERSION: u32 = 2;
 
 impl Runtime {
     /// The program computing `outputs` from `inputs` as steps

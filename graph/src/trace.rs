@@ -25,6 +25,7 @@
 //! # Ok(()) }
 //! ```
 
+use kernel_ir::quote::json_str;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Mutex;
@@ -197,21 +198,6 @@ impl Tracer {
             self.push(name, end.checked_sub(dur).unwrap_or(end), end, args);
         }
     }
-}
-
-fn json_str(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
 }
 
 impl Trace {

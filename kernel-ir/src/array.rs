@@ -64,7 +64,10 @@ impl Array {
     pub fn to_le_bytes(&self) -> Vec<u8> {
         let d = &self.data;
         match self.dtype {
-            DType::F32 => d.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
+            DType::F32 => d
+                .iter()
+                .flat_map(|&v| crate::dtype::f32_narrow(v).to_le_bytes())
+                .collect(),
             DType::BF16 => d
                 .iter()
                 .flat_map(|&v| half::bf16::from_f64(v).to_le_bytes())
@@ -101,7 +104,7 @@ impl Array {
         let data: Vec<f64> = match dtype {
             DType::F32 => bytes
                 .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+                .map(|c| crate::dtype::f32_widen(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
                 .collect(),
             DType::BF16 => bytes
                 .chunks_exact(2)

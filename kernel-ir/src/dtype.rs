@@ -124,7 +124,7 @@ impl DType {
     /// ±∞ in `f8e5m2`; ∞ becomes NaN in `f8e4m3fn`.
     pub fn round(self, v: f64) -> f64 {
         match self {
-            DType::F32 => v as f32 as f64,
+            DType::F32 => f32_widen(f32_narrow(v)),
             DType::BF16 => bf16::from_f64(v).to_f64(),
             DType::F16 => f16::from_f64(v).to_f64(),
             DType::I32 => wrap_int(v, 32),
@@ -358,6 +358,36 @@ mod sealed {
     impl Sealed for half::f16 {}
     impl Sealed for super::fp8::f8e4m3fn {}
     impl Sealed for super::fp8::f8e5m2 {}
+}
+
+/// `v` as an f64, a NaN's sign and payload kept bit for bit (its mantissa
+/// shifted up), a signalling NaN left signalling: `as` quiets it on most
+/// hardware (x86's `cvtss2sd`), and the interpreter must keep the bits a
+/// bitcast round trip gives back, as every compiled path does.
+pub(crate) fn f32_widen(v: f32) -> f64 {
+    if !v.is_nan() {
+        return v as f64;
+    }
+    let b = v.to_bits();
+    let sign = u64::from(b >> 31) << 63;
+    let mantissa = u64::from(b & 0x007f_ffff) << 29;
+    f64::from_bits(sign | (0x7ff << 52) | mantissa)
+}
+
+/// `v` rounded to f32; a NaN keeps its sign and its payload's top 23 bits
+/// (the inverse of [`f32_widen`]; a payload that leaves none nonzero
+/// becomes the quiet NaN, as a NaN must stay one).
+pub(crate) fn f32_narrow(v: f64) -> f32 {
+    if !v.is_nan() {
+        return v as f32;
+    }
+    let b = v.to_bits();
+    let sign = ((b >> 63) as u32) << 31;
+    let mut mantissa = ((b >> 29) & 0x007f_ffff) as u32;
+    if mantissa == 0 {
+        mantissa = 0x0040_0000;
+    }
+    f32::from_bits(sign | (0xff << 23) | mantissa)
 }
 
 #[cfg(test)]

@@ -74,6 +74,7 @@ pub mod memo;
 mod ops;
 mod parse;
 mod printer;
+pub mod quote;
 mod spec;
 mod synchronous;
 mod target;

@@ -517,21 +517,7 @@ fn kernel_metadata(k: &kernel_ir::Kernel) -> String {
     };
     let mut axes: Vec<&str> = mesh.axes.iter().map(|(n, _)| n.as_str()).collect();
     axes.sort_unstable();
-    let list: Vec<String> = axes
-        .iter()
-        .map(|a| format!("\"{}\"", json_escape(a)))
-        .collect();
+    let list: Vec<String> = axes.iter().map(|a| kernel_ir::quote::json_str(a)).collect();
     let inner = format!("[{}]", list.join(", "));
-    format!("{{\"mesh_axes\":\"{}\"}}", json_escape(&inner))
-}
-
-/// `s` as JSON string content.
-fn json_escape(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| match c {
-            '"' | '\\' => vec!['\\', c],
-            c if (c as u32) < 0x20 => format!("\\u{:04x}", c as u32).chars().collect(),
-            c => vec![c],
-        })
-        .collect()
+    format!("{{\"mesh_axes\":{}}}", kernel_ir::quote::json_str(&inner))
 }

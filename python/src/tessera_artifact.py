@@ -60,6 +60,8 @@ def check(path: PathLike, index: str = "manifest.json") -> dict[str, Any]:
         man = json.loads((d / index).read_text())
     except (OSError, ValueError) as e:
         raise ArtifactError(f"{d / index}: cannot read it ({e})") from None
+    if not isinstance(man, dict):
+        raise ArtifactError(f"{d / index}: is a JSON {type(man).__name__}, not an object; export it again")
     if man.get("format") != FORMAT or man.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(
             f"{d / index}: not a {FORMAT} version {FORMAT_VERSION} index "
@@ -75,7 +77,16 @@ def check(path: PathLike, index: str = "manifest.json") -> dict[str, Any]:
     if not isinstance(files, dict) or not files:
         raise ArtifactError(f"{d / index}: names no files")
     for rel, digest in files.items():
+        parts = pathlib.PurePosixPath(rel).parts
+        if not rel or rel.startswith("/") or "\\" in rel or ".." in parts or "\0" in rel:
+            raise ArtifactError(
+                f"{d / index}: names the file {rel!r}, which is not a plain path inside the directory; "
+                "export it again")
         f = d / rel
+        # The file and each folder on the way to it, inside the directory.
+        steps = [d.joinpath(*parts[:n]) for n in range(1, len(parts) + 1)]
+        if any(p.is_symlink() for p in steps):
+            raise ArtifactError(f"{f}: a symbolic link (named by {d / index}); an export writes plain files")
         if not f.is_file():
             raise ArtifactError(f"{f}: missing (named by {d / index}); export it again")
         if _sha256(f) != digest:

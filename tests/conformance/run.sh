@@ -144,6 +144,11 @@ check pallas_traffic "$venv/bin/python" tests/conformance/pallas_traffic.py "$te
 # (target/conformance/torch/report.md). Its environment is .ci/setup.sh's.
 torch_env="$cache/torch-2.15.0-triton-3.9.0"
 check torch_op env PYTHONPATH=python/src "$torch_env/bin/python" tests/conformance/torch_op.py "$tessera" "$out/torch"
+# tessera_torch against hostile input: issue 70's findings 1 and 8 by name, then
+# 2,000 generated artifacts (flipped bytes, edited fields) and 2,000 calls
+# (counts, dtypes, shapes, meta tensors), each an answer or a tessera_torch
+# error (target/conformance/hostile_torch.md; the script alone with --full: 10,000 each).
+check torch_hostile env PYTHONPATH=python/src "$torch_env/bin/python" tests/conformance/torch_hostile.py "$tessera" "$out"
 # Kernels across chips beside Pallas's TPU interpret mode on 4 CPU devices: the
 # ring all-gather and the collective matmul give Pallas's outputs on Tessera's
 # interpreter and SPMD program, and every race Pallas's detector reports in the

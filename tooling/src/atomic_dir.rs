@@ -182,8 +182,17 @@ impl StagedDir {
     }
 
     /// Writes `bytes` at `rel` (a relative path, folders created) and
-    /// syncs it.
+    /// syncs it. A `rel` that would leave the folder (absolute, or with a
+    /// `..` or root component) is refused: nothing is written outside it.
     pub fn write(&self, rel: &str, bytes: &[u8]) -> Result<(), StageError> {
+        let inside = Path::new(rel)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if rel.is_empty() || !inside {
+            return Err(StageError::io("write", &self.target)(
+                std::io::Error::other(format!("{rel:?} is not a path inside the folder")),
+            ));
+        }
         let path = self.staging.join(rel);
         let fail = |e: std::io::Error| StageError::io("write", &self.target.join(rel))(e);
         if let Some(dir) = path.parent() {
@@ -322,6 +331,28 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    /// A path from outside (a kernel file's, say) never writes outside the
+    /// staged folder (`compile --gpu --out` wrote the kept program at the
+    /// kernel file's absolute path).
+    #[test]
+    fn a_path_that_leaves_the_folder_is_refused() {
+        let d = scratch("escape");
+        let t = d.join("art");
+        let s = StagedDir::new(&t, has_marker).unwrap();
+        let outside = d.join("outside");
+        for rel in [
+            outside.to_str().unwrap(),
+            "../outside",
+            "a/../../outside",
+            "",
+        ] {
+            let e = s.write(rel, b"x").unwrap_err();
+            assert!(e.to_string().contains("not a path inside"), "{rel}: {e}");
+        }
+        assert!(!outside.exists());
+        s.write("a/b", b"x").unwrap();
     }
 
     #[test]

@@ -75,7 +75,9 @@ pub struct OutputDiff {
     pub shape: Vec<usize>,
     /// Largest |a − b|.
     pub max_abs: f64,
-    /// Largest |a − b| / |b|.
+    /// Largest |a − b| / max(|b|, [`rel_floor`]): right at subnormal and
+    /// zero magnitudes of `b` (an element that is 0 on one side and not on
+    /// the other counts, where |a − b| / |b| would skip it).
     pub max_rel: f64,
     /// NaN elements on each side.
     pub nans: (usize, usize),
@@ -113,6 +115,21 @@ fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
     idx
 }
 
+/// The floor of the relative error's denominator in `d`: the smallest
+/// positive value `d` holds (its smallest subnormal; 1 for integers), so
+/// that a difference against 0 or a subnormal is a finite relative error
+/// counted in the dtype's own steps rather than skipped or infinite.
+pub fn rel_floor(d: DType) -> f64 {
+    match d {
+        DType::F32 => f64::powi(2.0, -149),
+        DType::BF16 => f64::powi(2.0, -133),
+        DType::F16 => f64::powi(2.0, -24),
+        DType::F8E4M3FN => f64::powi(2.0, -9),
+        DType::F8E5M2 => f64::powi(2.0, -16),
+        DType::I32 | DType::I8 | DType::Bool => 1.0,
+    }
+}
+
 /// Compares `a` with `b` (row-major, `shape`), element by element in `d`.
 pub fn compare(
     name: &str,
@@ -145,8 +162,8 @@ pub fn compare(
         if let Some(u) = u {
             let abs = (x - y).abs();
             out.max_abs = out.max_abs.max(abs);
-            if y != 0.0 {
-                out.max_rel = out.max_rel.max(abs / y.abs());
+            if abs > 0.0 {
+                out.max_rel = out.max_rel.max(abs / y.abs().max(rel_floor(d)));
             }
             let (k, label) = bucket(u);
             match counts.iter_mut().find(|c| c.0 == k) {
@@ -171,8 +188,13 @@ impl fmt::Display for OutputDiff {
         let total: usize = self.shape.iter().product();
         writeln!(
             f,
-            "  max abs {:.3e}  max rel {:.3e}  NaN {}/{}  differing {} of {total}",
-            self.max_abs, self.max_rel, self.nans.0, self.nans.1, self.differing
+            "  max abs {:.3e}  max rel {:.3e} (of max(|b|, {:.1e}))  NaN {}/{}  differing {} of {total}",
+            self.max_abs,
+            self.max_rel,
+            rel_floor(self.dtype),
+            self.nans.0,
+            self.nans.1,
+            self.differing
         )?;
         let hist: Vec<String> = self
             .histogram
@@ -194,6 +216,26 @@ impl fmt::Display for OutputDiff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 70's tenth finding: every element 100 % off at subnormal
+    /// magnitudes (one side flushed to 0) reported max rel 0.
+    #[test]
+    fn relative_error_counts_subnormal_and_zero_magnitudes() {
+        let tiny = f64::powi(2.0, -140); // an f32 subnormal
+        let a = vec![tiny, 2.0 * tiny, 0.0];
+        let flushed = vec![0.0, 0.0, 0.0];
+        let d = compare("o", DType::F32, &[3], &a, &flushed, 0);
+        assert_eq!(d.differing, 2);
+        assert_eq!(d.max_rel, 2.0 * tiny / rel_floor(DType::F32));
+        assert!(d.max_rel >= 1.0, "{}", d.max_rel);
+        let halved = vec![tiny / 2.0, tiny, 0.0];
+        let d = compare("o", DType::F32, &[3], &a, &halved, 0);
+        assert_eq!(d.max_rel, 1.0);
+        // Equal zeros are no error; the floor is stated.
+        let d = compare("o", DType::F32, &[3], &flushed, &flushed, 0);
+        assert_eq!(d.max_rel, 0.0);
+        assert!(d.to_string().contains("of max(|b|, 1.4e-45)"), "{d}");
+    }
 
     #[test]
     fn ulps_count_representable_steps_across_zero() {

@@ -151,3 +151,86 @@ fn cases_writes_every_catalog_kernel_as_a_gpu_check_case() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert_eq!(std::fs::read(&file).unwrap(), b"keep");
 }
+
+/// A kernel file whose path holds Python: the newline in the folder's name
+/// would end the `# file:line:col` comment of every op's line in the
+/// Triton program, and the text after it would run when the program is
+/// loaded. Issue 70's first finding: it ran, and the kernel's body was cut
+/// short (0.0 where it computes 2·x). Now the path is an escaped comment:
+/// `run --backend triton-interp` computes 2·x, `compile --gpu` compiles the
+/// whole kernel, `export --gpu` writes a `triton.json` whose program holds
+/// no line of the path, and nothing writes the marker file.
+#[test]
+fn a_file_name_never_runs_as_code() {
+    let d = dir("hostile-name");
+    let marker = d.join("pwned");
+    let payload = format!(
+        "k\nopen({:?}, 'w').close()\n# \u{2028}open({:?}, 'w').close()\r",
+        marker.to_str().unwrap(),
+        marker.to_str().unwrap()
+    )
+    .replace('/', "\\x2f");
+    let folder = d.join(&payload);
+    std::fs::create_dir_all(&folder).unwrap();
+    let kir = folder.join("double.kir");
+    std::fs::write(
+        &kir,
+        "kernel @double {\n  target v5e, vmem_limit default\n  grid [2 parallel]\n  \
+         in @x: f32[16, 128] vmem block [8, 128] at (g0, 0) row_major\n  \
+         out @o: f32[16, 128] vmem block [8, 128] at (g0, 0) row_major\nbody:\n  \
+         %0 = load @x[0:8, 0:128] : f32[8, 128]\n  %1 = add %0, %0 : f32[8, 128]\n  \
+         store @o[0:8, 0:128], %1 : f32[8, 128]\n}\n",
+    )
+    .unwrap();
+    let kir = kir.to_str().unwrap();
+    let x = Array::random(DType::F32, [16, 128], 3, -1.0, 1.0);
+    let xf = save(&d, "x", &x);
+    let out = d.join("out");
+    let o = tessera(&[
+        "run",
+        kir,
+        "--input",
+        &xf,
+        "--backend",
+        "triton-interp",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = tooling::npy::read(&out.join("o.npy")).unwrap();
+    let want: Vec<f64> = x.data().iter().map(|v| 2.0 * v).collect();
+    assert_eq!(got.data(), want, "the Triton program computes 2x");
+
+    let kept = d.join("kept");
+    let o = tessera(&[
+        "compile",
+        kir,
+        "--gpu",
+        "sm_90",
+        "--out",
+        kept.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let program = std::fs::read_to_string(kept.join("double/double_kernel.py")).unwrap();
+    assert!(program.contains("tl.store("), "{program}");
+    assert!(
+        program.is_ascii() && !program.lines().any(|l| l.starts_with("open(")),
+        "{program}"
+    );
+
+    let art = d.join("art");
+    let o = tessera(&["export", kir, "--gpu", "--out", art.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let steps: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(art.join("triton.json")).unwrap()).unwrap();
+    let source = steps["programs"][0]["source"].as_str().unwrap();
+    assert!(
+        source.contains("tl.store(") && !source.lines().any(|l| l.starts_with("open(")),
+        "{source}"
+    );
+    assert_eq!(
+        steps["programs"][0]["digests"]["source"].as_str(),
+        Some(kernel_ir::sha256_hex(source.as_bytes()).as_str())
+    );
+    assert!(!marker.exists(), "the file name ran as code");
+}

@@ -38,9 +38,15 @@ import torch
 
 from tessera_artifact import ArtifactError, PathLike, check, manifest
 
-__all__ = ["ArtifactError", "TesseraOp", "load", "Steps"]
+__all__ = ["ArtifactError", "CallError", "TesseraOp", "load", "Steps"]
 
-STEPS_FORMAT, STEPS_VERSION = "tessera-triton-steps", 1
+STEPS_FORMAT, STEPS_VERSION = "tessera-triton-steps", 2
+
+
+class CallError(ValueError):
+    """A call whose tensors the artifact's signature does not take: the
+    wrong count, dtype, shape or device (a `meta` tensor, tensors on two
+    devices), named by argument."""
 
 DTYPES = {
     "float32": torch.float32,
@@ -125,10 +131,10 @@ def _function(program: dict[str, Any], device: torch.device) -> Any:
         return fn
 
 
-def _launch(program: dict[str, Any], args: list[torch.Tensor]) -> list[torch.Tensor]:
+def _launch(program: dict[str, Any], args: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """Runs one Triton program on `args` (scalar prefetch, then inputs) and
-    returns its outputs, fresh tensors on the arguments' device."""
-    device = args[0].device
+    returns its outputs, fresh tensors on `device` (the arguments', or the
+    CPU for a kernel that takes none)."""
     fn = _function(program, device)
     params = program["params"]
     taken = [p for p in params if p["role"] in ("prefetch", "input")]
@@ -227,6 +233,149 @@ def _literal(data: str, dtype: torch.dtype, shape: tuple[int, ...], device: torc
     return torch.frombuffer(raw, dtype=dtype).reshape(shape).to(device)
 
 
+_ROLES = ("prefetch", "input", "output", "workspace")
+_STEP_OPS = ("kernel", "constant", "literal", "iota", "unary", "binary", "compare", "select", "convert",
+             "reshape", "transpose", "broadcast", "slice", "concat", "reduce")
+_NAMED = {"unary": UNARY, "binary": BINARY, "compare": COMPARE, "reduce": {"sum": 0, "max": 0, "min": 0}}
+# The most elements one array of a triton.json may declare (2^40): a
+# tampered shape is refused before anything is allocated from it.
+_MAX_ELEMENTS = 1 << 40
+
+
+class _Shape:
+    """Checks a triton.json's structure before anything runs from it: each
+    field there with its type and range, value numbers in order. A file
+    that fails is an ArtifactError naming the file and the field."""
+
+    def __init__(self, path: pathlib.Path):
+        self.path = path
+
+    def fail(self, field: str, what: str) -> None:
+        raise ArtifactError(f"{self.path}: `{field}` {what}; export it again with this Tessera")
+
+    def get(self, d: Any, key: str, kind: type, field: str) -> Any:
+        if not isinstance(d, dict) or key not in d:
+            self.fail(field, "is missing")
+        v = d[key]
+        # bool is an int in Python: a count never is one.
+        if not isinstance(v, kind) or (isinstance(v, bool) and kind is int):
+            self.fail(field, f"is {type(v).__name__}, not {kind.__name__}")
+        return v
+
+    def count(self, d: Any, key: str, field: str, below: int | None = None) -> int:
+        v = self.get(d, key, int, field)
+        if v < 0 or (below is not None and v >= below):
+            self.fail(field, f"is {v}, outside 0..{below if below is not None else ''}")
+        return v
+
+    def shape(self, d: Any, field: str) -> None:
+        dims = self.get(d, "shape", list, f"{field}.shape")
+        n = 1
+        for j in range(len(dims)):
+            n *= self._dim(dims[j], f"{field}.shape[{j}]")
+        if n > _MAX_ELEMENTS:
+            self.fail(f"{field}.shape", f"has {n} elements, more than 2^40")
+        if self.get(d, "dtype", str, f"{field}.dtype") not in DTYPES:
+            self.fail(f"{field}.dtype", f"is {d['dtype']!r}, not one of {', '.join(DTYPES)}")
+
+    def _dim(self, v: Any, field: str) -> int:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            self.fail(field, f"is {v!r}, not a size")
+        return v
+
+    def values(self, d: Any, key: str, field: str, defined: int) -> list[int]:
+        vs = self.get(d, key, list, field)
+        for j, v in enumerate(vs):
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < defined:
+                self.fail(f"{field}[{j}]", f"is {v!r}, not one of the {defined} values defined before it")
+        return vs
+
+    def digests(self, pr: dict[str, Any], f: str) -> None:
+        """Each field of a program against its recorded digest (the
+        exporter's `field_digest`: a string's UTF-8, else its compact JSON
+        with sorted keys), so a program changed after export never runs."""
+        digests = self.get(pr, "digests", dict, f"{f}.digests")
+        for key, v in pr.items():
+            if key == "digests" or key.startswith("_"):
+                continue
+            data = v.encode() if isinstance(v, str) else json.dumps(v, sort_keys=True, separators=(",", ":")).encode()
+            if digests.get(key) != hashlib.sha256(data).hexdigest():
+                self.fail(f"{f}.{key}", "is not what it was at export (its digest differs)")
+
+    def program(self, d: Any) -> list[tuple[str, list[int]]]:
+        """Checks a steps program; returns its outputs' (dtype, shape)."""
+        if not isinstance(d, dict):
+            self.fail("(top level)", "is not an object")
+        inputs = self.get(d, "inputs", list, "inputs")
+        for i, e in enumerate(inputs):
+            self.shape(e, f"inputs[{i}]")
+        programs = self.get(d, "programs", list, "programs")
+        for i, pr in enumerate(programs):
+            f = f"programs[{i}]"
+            self.get(pr, "source", str, f"{f}.source")
+            self.digests(pr, f)
+            fn = self.get(pr, "function", str, f"{f}.function")
+            if not fn.isidentifier():
+                self.fail(f"{f}.function", f"is {fn!r}, not a Python identifier")
+            grid = self.get(pr, "grid", list, f"{f}.grid")
+            if not 1 <= len(grid) <= 3:
+                self.fail(f"{f}.grid", f"has {len(grid)} dims, not 1 to 3")
+            for j, g in enumerate(grid):
+                if self._dim(g, f"{f}.grid[{j}]") == 0:
+                    self.fail(f"{f}.grid[{j}]", "is 0")
+            self.count(pr, "num_warps", f"{f}.num_warps")
+            self.count(pr, "num_stages", f"{f}.num_stages")
+            ws = self.count(pr, "workspace_bytes", f"{f}.workspace_bytes")
+            if ws > _MAX_ELEMENTS:
+                self.fail(f"{f}.workspace_bytes", f"is {ws}, more than 2^40")
+            params = self.get(pr, "params", list, f"{f}.params")
+            for j, q in enumerate(params):
+                g = f"{f}.params[{j}]"
+                if self.get(q, "role", str, f"{g}.role") not in _ROLES:
+                    self.fail(f"{g}.role", f"is {q['role']!r}, not one of {', '.join(_ROLES)}")
+                if q["role"] != "workspace":
+                    self.shape(q, g)
+                alias = q.get("alias")
+                if q["role"] == "output" and alias is not None:
+                    if not isinstance(alias, int) or isinstance(alias, bool) or not 0 <= alias < j \
+                            or params[alias].get("role") not in ("prefetch", "input"):
+                        self.fail(f"{g}.alias", f"is {alias!r}, not an earlier input's index")
+        # The type (dtype, shape) of every value, in order: a step's args
+        # must have the types its program or op takes.
+        types: list[tuple[str, list[int]]] = [(e["dtype"], e["shape"]) for e in inputs]
+        for i, fx in enumerate(self.get(d, "fixed", list, "fixed") if "fixed" in d else []):
+            self.count(fx, "index", f"fixed[{i}].index", below=len(inputs))
+            self.get(fx, "data", str, f"fixed[{i}].data")
+        steps = self.get(d, "steps", list, "steps")
+        for i, st in enumerate(steps):
+            f = f"steps[{i}]"
+            op = self.get(st, "op", str, f"{f}.op")
+            if op not in _STEP_OPS:
+                self.fail(f"{f}.op", f"is {op!r}, not a step this loader knows")
+            args = self.values(st, "args", f"{f}.args", len(types))
+            out = self.get(st, "out", list, f"{f}.out")
+            if out != list(range(len(types), len(types) + len(out))):
+                self.fail(f"{f}.out", f"is {out}, not the next values ({len(types)}, ...)")
+            if op == "kernel":
+                pr = programs[self.count(st, "program", f"{f}.program", below=len(programs))]
+                takes = [(q["dtype"], q["shape"]) for q in pr["params"] if q["role"] in ("prefetch", "input")]
+                gives = [(q["dtype"], q["shape"]) for q in pr["params"] if q["role"] == "output"]
+                if [types[a] for a in args] != takes:
+                    self.fail(f"{f}.args", f"are {[types[a] for a in args]}, its program takes {takes}")
+                if len(out) != len(gives):
+                    self.fail(f"{f}.out", f"names {len(out)} values, its program gives {len(gives)}")
+                types += gives
+            else:
+                self.shape(st, f)
+                if op in _NAMED and self.get(st, "name", str, f"{f}.name") not in _NAMED[op]:
+                    self.fail(f"{f}.name", f"is {st['name']!r}, not a {op} op this loader knows")
+                if len(out) != 1:
+                    self.fail(f"{f}.out", f"names {len(out)} values, a {op} step gives one")
+                types.append((st["dtype"], st["shape"]))
+        outputs = self.values(d, "outputs", "outputs", len(types))
+        return [types[o] for o in outputs]
+
+
 class Steps:
     """A `triton.json` steps program (`graph` steps form): Triton
     programs and the array ops between them, run with PyTorch."""
@@ -240,9 +389,12 @@ class Steps:
         if d.get("format") != STEPS_FORMAT or d.get("format_version") != STEPS_VERSION:
             raise ArtifactError(
                 f"{p}: not a {STEPS_FORMAT} version {STEPS_VERSION} program; export it again with this Tessera")
+        self.output_types = _Shape(p).program(d)
         self.path = p
         self.inputs: list[dict[str, Any]] = d["inputs"]
         self.programs: list[dict[str, Any]] = d["programs"]
+        for i, program in enumerate(self.programs):
+            program["_file"], program["_index"] = p, i
         self.steps: list[dict[str, Any]] = d["steps"]
         self.outputs: list[int] = d["outputs"]
         self.fixed: dict[int, dict[str, Any]] = {f["index"]: f for f in d.get("fixed", [])}
@@ -290,7 +442,7 @@ class Steps:
                 outs = known(s, program)
                 if outs is not None:
                     return outs
-            return _launch(program, a)
+            return _launch(program, a, device)
         dtype, shape = DTYPES[s["dtype"]], tuple(s["shape"])
         if op == "constant":
             r = torch.full(shape, s["value"], dtype=dtype, device=device)
@@ -350,9 +502,18 @@ class TesseraOp:
         if "triton.json" not in man["files"]:
             raise ArtifactError(
                 f"{d}: has no triton.json (the Triton programs); export it with `tessera export --gpu`")
-        self.name: str = man["kernel"]
+        shape = _Shape(d / "manifest.json")
+        self.name: str = shape.get(man, "kernel", str, "kernel")
+        for key in ("inputs", "outputs"):
+            for i, e in enumerate(shape.get(man, key, list, key)):
+                shape.shape(e, f"{key}[{i}]")
         self.manifest = man
         self.forward = Steps(d / "triton.json")
+        for key, have in (("inputs", [(e["dtype"], e["shape"]) for e in self.forward.free_inputs()]),
+                          ("outputs", self.forward.output_types)):
+            said = [(e["dtype"], e["shape"]) for e in man[key]]
+            if said != have:
+                shape.fail(key, f"are {said}, its triton.json's are {have}")
         self.vjp: Steps | None = None
         self.grad_inputs: list[int] | None = None
         sub = man.get("vjp")
@@ -369,7 +530,34 @@ class TesseraOp:
         self._op = _register(self)
 
     def __call__(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        self._check(tensors)
         return tuple(self._op(list(tensors)))
+
+    def _check(self, tensors: tuple[Any, ...]) -> None:
+        """The call's tensors against the manifest's inputs: their count,
+        each one's type, dtype and shape, one device for all, and not the
+        `meta` device (it holds no data). Non-contiguous tensors are taken
+        (the kernel gets a contiguous copy). Raises CallError naming the
+        argument and what it takes."""
+        want = self.manifest["inputs"]
+        names = [str(w.get("name", i)) for i, w in enumerate(want)]
+        if len(tensors) != len(want):
+            raise CallError(
+                f"{self.name}: takes {len(want)} tensors ({', '.join(names) or 'none'}), got {len(tensors)}")
+        first: torch.device | None = None
+        for i, (t, w, name) in enumerate(zip(tensors, want, names)):
+            arg = f"{self.name}: argument {i} (`{name}`)"
+            if not isinstance(t, torch.Tensor):
+                raise CallError(f"{arg} is a {type(t).__name__}, not a torch.Tensor")
+            if t.device.type == "meta":
+                raise CallError(f"{arg} is on the meta device, which holds no data; pass a CPU or GPU tensor")
+            dtype, shape = _torch_dtype(w["dtype"]), tuple(w["shape"])
+            if t.dtype != dtype or tuple(t.shape) != shape:
+                raise CallError(f"{arg} takes {w['dtype']}{list(shape)}, got {t.dtype}{list(t.shape)}")
+            if first is None:
+                first = t.device
+            elif t.device != first:
+                raise CallError(f"{arg} is on {t.device}, argument 0 on {first}; pass every tensor on one device")
 
     def _reuse_forward(self, xs: list[torch.Tensor], outs: list[torch.Tensor]):
         """A VJP step that runs the forward kernel on the primals again gets
@@ -405,7 +593,8 @@ def _register(t: TesseraOp) -> Any:
 
     @op.register_fake
     def _(xs):
-        return [xs[0].new_empty(tuple(o["shape"]), dtype=_torch_dtype(o["dtype"])) for o in outs]
+        device = xs[0].device if xs else torch.device("cpu")
+        return [torch.empty(tuple(o["shape"]), dtype=_torch_dtype(o["dtype"]), device=device) for o in outs]
 
     if vjp is not None:
         def setup_context(ctx, inputs, output):

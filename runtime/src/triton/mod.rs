@@ -227,7 +227,9 @@ pub fn dtype_name(d: DType) -> &'static str {
 /// (`prefetch`, `input`, `output` or `workspace`), `operand` (the
 /// prefetch array's or operand's index), `dtype` ([`dtype_name`]), `shape`
 /// and `alias` (for an in-out operand's output: the index of its input's
-/// param, the buffer it must be; else null).
+/// param, the buffer it must be; else null); and `digests`, each of those
+/// fields' hex SHA-256 ([`field_digest`]), which a loader checks before it
+/// runs anything, so a program changed after export is refused by name.
 pub fn program_json(program: &TritonProgram) -> serde_json::Value {
     let mut position: BTreeMap<ParamRole, usize> = BTreeMap::new();
     let params: Vec<serde_json::Value> = program
@@ -253,7 +255,7 @@ pub fn program_json(program: &TritonProgram) -> serde_json::Value {
             v
         })
         .collect();
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "function": program.function,
         "source": program.source,
         "grid": program.grid,
@@ -261,7 +263,27 @@ pub fn program_json(program: &TritonProgram) -> serde_json::Value {
         "num_stages": program.options.num_stages,
         "workspace_bytes": program.workspace_bytes,
         "params": params,
-    })
+    });
+    let digests: serde_json::Map<String, serde_json::Value> = v
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, x)| (k.clone(), field_digest(x).into()))
+        .collect();
+    v["digests"] = digests.into();
+    v
+}
+
+/// The digest [`program_json`] records of one field: the hex SHA-256 of a
+/// string's UTF-8 (the program's source: the exact text that will run),
+/// and of any other value's compact JSON, keys sorted (`{"a":1,"b":[2]}`;
+/// the fields hold numbers, identifiers and dtype names, which every JSON
+/// writer spells alike).
+pub fn field_digest(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => kernel_ir::sha256_hex(s.as_bytes()),
+        other => kernel_ir::sha256_hex(other.to_string().as_bytes()),
+    }
 }
 
 /// Runs `kernel`'s Triton `program` under Triton's interpreter on host

@@ -378,3 +378,50 @@ fn grids_past_a_paths_limit_are_refused_at_once() {
         .unwrap();
     assert_eq!(got[0].data(), x.data());
 }
+
+/// NaN payloads survive an `i32 → f32 → i32` bitcast round trip bit for
+/// bit on every path, a signalling NaN included (issue 70's third finding:
+/// the interpreter held f32 values as f64 through `as`, which quiets a
+/// signalling NaN, and 0x7f800001 came back 0x7fc00001).
+#[test]
+fn nan_payloads_survive_a_bitcast_round_trip_on_every_path() {
+    let text = "kernel @nan_bits {
+  target v5e, vmem_limit default
+  grid [1 parallel]
+  in @x: i32[8, 128] vmem block [8, 128] at (0, 0) row_major
+  out @o: i32[8, 128] vmem block [8, 128] at (0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : i32[8, 128]
+  %1 = bitcast %0 : i32[8, 128] -> f32[8, 128]
+  %2 = bitcast %1 : f32[8, 128] -> i32[8, 128]
+  store @o[0:8, 0:128], %2 : i32[8, 128]
+}
+";
+    let patterns: [u32; 8] = [
+        0x7f80_0001, // the smallest signalling NaN
+        0xff80_0001, // negative
+        0x7fbf_ffff, // the largest signalling NaN
+        0x7fc0_0000, // the quiet NaN
+        0xffc1_2345, // a quiet NaN with a payload
+        0x7f80_0000, // +inf
+        0x0000_0001, // the smallest subnormal
+        0x8000_0000, // -0
+    ];
+    let want: Vec<f64> = (0..8 * 128)
+        .map(|i| patterns[i % patterns.len()] as i32 as f64)
+        .collect();
+    let x = Array::new(DType::I32, [8, 128], want.clone()).unwrap();
+    let k = parse(text).unwrap().verify().unwrap();
+    for b in Backend::ALL {
+        let got = Prepared::new(b, &k)
+            .and_then(|p| p.run(std::slice::from_ref(&x)))
+            .unwrap_or_else(|e| panic!("{b}: {e}"));
+        for (i, (&g, &w)) in got[0].data().iter().zip(&want).enumerate() {
+            assert_eq!(
+                g as i32 as u32, w as i32 as u32,
+                "{b}: element {i} is {:#010x}, want {:#010x}",
+                g as i32 as u32, w as i32 as u32
+            );
+        }
+    }
+}

@@ -152,8 +152,7 @@ pub fn to_json(rows: &[Result<Measurement, BenchError>]) -> String {
                 )
             }
             Err(e) => {
-                let e = e.to_string();
-                format!("{{\"error\": \"{}\"}}", e.replace('\\', "\\\\").replace('"', "\\\""))
+                format!("{{\"error\": {}}}", kernel_ir::quote::json_str(&e.to_string()))
             }
         })
         .collect();

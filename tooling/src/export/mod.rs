@@ -11,6 +11,7 @@
 //! loader `python (package tessera-jax)` turns the directory into a
 //! `jax.export.Exported`.
 
+use kernel_ir::quote::json_str;
 use std::fmt::Write;
 
 use crate::atomic_dir::{StageError, StagedDir};
@@ -205,21 +206,6 @@ pub const CALLING_CONVENTION: u32 = 10;
 /// ([`runtime::triton::dtype_name`]), which `tessera_torch` relies on.
 pub fn jax_dtype(d: DType) -> &'static str {
     runtime::triton::dtype_name(d)
-}
-
-fn json_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out + "\""
 }
 
 /// One manifest entry: `{"name": .., "dtype": .., "shape": [..]}`.
