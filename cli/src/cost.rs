@@ -14,6 +14,8 @@ use crate::{Failure, usage};
 /// sample inputs (`--input NAME=FILE.npy` replacing any).
 pub fn kernel_with_inputs(name: &str, a: &Args) -> Result<(VerifiedKernel, Vec<Array>), Failure> {
     let kernel = kernel_for_lower(name, a).map_err(usage)?;
+    // Sampling allocates the inputs: their size is checked first.
+    crate::limits::check(&kernel, a)?;
     if crate::kernel_args::is_kernel_file(name) {
         if !a.all("input").is_empty() {
             return Err(usage(format!(
@@ -101,7 +103,13 @@ pub fn kernels_named(
 }
 
 pub fn cost_cmd(args: &[String]) -> Result<(), Failure> {
-    let a = Args::parse("cost", args, &["config", "shape", "input"], &["json"]).map_err(usage)?;
+    let a = Args::parse(
+        "cost",
+        args,
+        &["config", "shape", "input", "max-memory", "max-work"],
+        &["json"],
+    )
+    .map_err(usage)?;
     let which = a.positional.first().map(String::as_str).unwrap_or("all");
     if a.positional.len() > 1 {
         return Err(usage(format!("unexpected argument `{}`", a.positional[1])));

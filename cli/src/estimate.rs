@@ -19,7 +19,16 @@ pub fn estimate(args: &[String]) -> Result<(), Failure> {
     let a = Args::parse(
         "estimate",
         args,
-        &["config", "shape", "input", "tpu", "module", "timeout"],
+        &[
+            "config",
+            "shape",
+            "input",
+            "tpu",
+            "module",
+            "timeout",
+            "max-memory",
+            "max-work",
+        ],
         &["json", "no-trace"],
     )
     .map_err(usage)?;

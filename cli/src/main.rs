@@ -13,6 +13,7 @@ mod cost;
 mod demo;
 mod estimate;
 mod kernel_args;
+mod limits;
 mod lower;
 mod masked;
 mod numerics;
@@ -83,6 +84,12 @@ HBM bandwidth (per device). `all` (the default) is every catalog kernel at its
 defaults and every preset. --json prints one object per kernel (the Pallas
 comparison in tests/conformance reads it). Operands a kernel copies itself
 (manual DMA) count the bytes its copies moved.
+LIMITS (before anything is sampled or run):
+    --max-memory SIZE     the most host memory the kernel's arrays may take
+                          (bytes, or with K, M, G, T) [default: a quarter of
+                          this machine's memory]
+    --max-work N          the most element-ops a run may do (grid steps x loop
+                          trips x each op's elements) [default: 2^34]
 ";
 
 const HELP_ESTIMATE: &str = "\
@@ -127,7 +134,12 @@ OPTIONS:
     --config, --shape     as for `tessera lower` (one kernel only)
     --input INPUT=FILE    as for `tessera cost` (values that decide the work)
     --json                one object per kernel and generation
-";
+
+    --max-memory SIZE     the most host memory the kernel's arrays may take
+                          (bytes, or with K, M, G, T) [default: a quarter of
+                          this machine's memory]
+    --max-work N          the most element-ops a run may do (grid steps x loop
+                          trips x each op's elements) [default: 2^34]";
 
 const HELP_TUNE: &str = "\
 tessera tune: a kernel's block sizes, searched and ranked; or the JIT tuned for this CPU
@@ -159,6 +171,13 @@ short array that build the same kernel count once), and ranks them:
   --cpu     by the native JIT's measured time on this machine (best of 5)
 
 Prints the table (--top N rows, default 10) and the winner as --config flags.
+
+LIMITS (before anything is sampled or run):
+    --max-memory SIZE     the most host memory the kernel's arrays may take
+                          (bytes, or with K, M, G, T) [default: a quarter of
+                          this machine's memory]
+    --max-work N          the most element-ops a run may do (grid steps x loop
+                          trips x each op's elements) [default: 2^34]
 
 EXAMPLE:
     tessera tune flash_attention --tpu v6e --config dtype=bf16 \\
@@ -324,6 +343,11 @@ OPTIONS:
                           inside an XLA program) | triton-interp (the kernel's Triton
                           program, the one `compile --gpu` compiles, under Triton's
                           interpreter) | all      [default: jit]
+    --max-memory SIZE     the most host memory the kernel's arrays may take
+                          (bytes, or with K, M, G, T) [default: a quarter of
+                          this machine's memory]
+    --max-work N          the most element-ops a run may do (grid steps x loop
+                          trips x each op's elements) [default: 2^34]
 
 FILES:
     .npy files of float32, float16, int32, int8 or bool, C order. NumPy has no
@@ -367,6 +391,11 @@ OPTIONS:
                           triton-interp, reference (the f64 host reference)
     --input, --config     as for `tessera run`
     --first N             how many differing elements to list [default: 10]
+    --max-memory SIZE     the most host memory the kernel's arrays may take
+                          (bytes, or with K, M, G, T) [default: a quarter of
+                          this machine's memory]
+    --max-work N          the most element-ops a run may do (grid steps x loop
+                          trips x each op's elements) [default: 2^34]
 
 For each output: the largest absolute and relative difference, NaN counts,
 how many elements differ, a histogram of the distance in units in the last

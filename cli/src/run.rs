@@ -75,7 +75,15 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
     let a = Args::parse(
         "run",
         args,
-        &["input", "config", "backend", "out", "seed"],
+        &[
+            "input",
+            "config",
+            "backend",
+            "out",
+            "seed",
+            "max-memory",
+            "max-work",
+        ],
         &[],
     )
     .map_err(usage)?;
@@ -125,6 +133,7 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
             (k, i, Some(c))
         }
     };
+    crate::limits::check(&kernel, &a)?;
     let mut files = Vec::new();
     let mut report = Vec::new();
     for b in &backends {
@@ -219,8 +228,20 @@ fn side(
 
 /// `tessera diff KERNEL --input ... [--config k=v]... --backends A,B`.
 pub fn diff(args: &[String]) -> Result<(), Failure> {
-    let a =
-        Args::parse("diff", args, &["input", "config", "backends", "first"], &[]).map_err(usage)?;
+    let a = Args::parse(
+        "diff",
+        args,
+        &[
+            "input",
+            "config",
+            "backends",
+            "first",
+            "max-memory",
+            "max-work",
+        ],
+        &[],
+    )
+    .map_err(usage)?;
     let c = choose(a.kernel("diff").map_err(usage)?, &a).map_err(usage)?;
     let pair = a.one("backends").map_err(usage)?.ok_or_else(|| {
         usage(
@@ -246,6 +267,7 @@ pub fn diff(args: &[String]) -> Result<(), Failure> {
         None => 10,
     };
     let (kernel, inputs) = kernel_and_inputs(&c, &a).map_err(usage)?;
+    crate::limits::check(&kernel, &a)?;
     let left = side(x, &kernel, &c, &c.config, &inputs)?;
     let right = side(y, &kernel, &c, &c.config, &inputs)?;
     for ((o, l), r) in kernel.outputs().zip(&left).zip(&right) {

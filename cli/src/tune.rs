@@ -77,7 +77,15 @@ pub fn tune(args: &[String]) -> Result<(), Failure> {
     let a = Args::parse(
         "tune",
         args,
-        &["config", "shape", "tpu", "values", "top"],
+        &[
+            "config",
+            "shape",
+            "tpu",
+            "values",
+            "top",
+            "max-memory",
+            "max-work",
+        ],
         &["cpu"],
     )
     .map_err(usage)?;
@@ -193,6 +201,7 @@ pub fn tune(args: &[String]) -> Result<(), Failure> {
             duplicate += 1;
             continue;
         }
+        crate::limits::check(&kernel, &a)?;
         let inputs = entry.sample_inputs(&cfg, &kernel, 1);
         let score = match (target, &child) {
             (Some(t), Some(child)) => {

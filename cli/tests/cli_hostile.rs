@@ -521,3 +521,85 @@ fn a_stopped_bench_leaves_no_measurement_running() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Issue 70's fifth and sixth findings: `cost`, `estimate` and `tune` with
+/// `--shape x=65536x65536` aborted (SIGABRT, a failed 32 GiB allocation
+/// while sampling inputs), and a loop of 2^24 trips in every grid step ran
+/// for minutes. Each is now refused before any work, one line with the
+/// numbers and the flag that raises the limit; the flags themselves are
+/// checked.
+#[test]
+fn large_shapes_and_long_loops_are_refused_before_any_work() {
+    let big = ["--shape", "x=65536x65536", "--shape", "y=65536x65536"];
+    for cmd in [
+        &["cost", "add"][..],
+        &["estimate", "add"],
+        &["tune", "add", "--cpu"],
+    ] {
+        let args: Vec<&str> = cmd.iter().chain(&big).copied().collect();
+        let o = tessera(&args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains("144.0 GiB") && e.contains("--max-memory"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+    let d = dir("limits");
+    let kir = d.join("spin.kir");
+    std::fs::write(
+        &kir,
+        "kernel @spin {\n  target v5e, vmem_limit default\n  grid [4 parallel]\n  \
+         in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major\n  \
+         out @o: f32[8, 128] vmem block [8, 128] at (0, 0) row_major\nbody:\n  \
+         %0 = load @x[0:8, 0:128] : f32[8, 128]\n  \
+         %3 = for %1 = 0 to 16777216 step 1 iter(%2 = %0) {\n    \
+         %4 = add %2, %2 : f32[8, 128]\n    yield %4\n  }\n  \
+         store @o[0:8, 0:128], %3 : f32[8, 128]\n}\n",
+    )
+    .unwrap();
+    let x = save(&d, "x", &Array::zeros(DType::F32, [8, 128]));
+    let out = d.join("out");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            kir.to_str().unwrap(),
+            "--input",
+            &x,
+            "--backend",
+            "interp",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        tessera(&args)
+    };
+    let started = std::time::Instant::now();
+    let o = run(&[]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("68719489024 element-ops") && e.contains("--max-work"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed().as_secs() < 30,
+        "refused only after {:?}",
+        started.elapsed()
+    );
+    assert!(!out.exists(), "a refused run wrote its outputs");
+    // The limits' own values: a memory limit below the arrays refuses a
+    // small kernel, bad values are usage errors naming the flag.
+    let o = run(&["--max-work", "1e30", "--max-memory", "1K"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--max-work `1e30`"), "{}", stderr(&o));
+    let o = run(&["--max-memory", "1K"]);
+    assert!(
+        stderr(&o).contains("more than --max-memory 1.0 KiB"),
+        "{}",
+        stderr(&o)
+    );
+    for bad in ["-5", "12Q", ""] {
+        let o = run(&["--max-memory", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--max-memory"), "{}", stderr(&o));
+    }
+}

@@ -20,7 +20,6 @@
 //! ```
 
 use std::ffi::OsString;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -314,57 +313,29 @@ impl ChildCompiler {
         if mode == (Mode::Plain { executable: true }) {
             cmd.arg(dir.path.join("executable"));
         }
-        let mut child = cmd
-            .env("LIBTPU_INIT_ARGS", flags.trim())
+        cmd.env("LIBTPU_INIT_ARGS", flags.trim())
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| ChildError::Spawn {
-                program: self.program.clone(),
-                source,
-            })?;
-        // Drain stderr on a thread so a chatty libtpu cannot fill the pipe
-        // and stall the child; keep only its end.
-        let mut err = child.stderr.take();
-        let reader = std::thread::spawn(move || {
-            let mut keep = Vec::new();
-            if let Some(e) = err.as_mut() {
-                let mut buf = [0u8; 8192];
-                while let Ok(n) = e.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    keep.extend_from_slice(&buf[..n]);
-                    if keep.len() > 64 * 1024 {
-                        keep.drain(..keep.len() - 32 * 1024);
-                    }
-                }
-            }
-            String::from_utf8_lossy(&keep).into_owned()
-        });
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(s)) => break s,
-                Ok(None) if start.elapsed() > self.timeout => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(ChildError::Timeout {
-                        target,
-                        limit: self.timeout,
-                    });
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(source) => {
-                    return Err(ChildError::Io {
-                        what: "waiting for the TPU compile child".into(),
-                        source,
-                    });
-                }
-            }
+            .stderr(Stdio::piped());
+        // Its own process group, killed whole at the limit or once it has
+        // exited; stderr drained as it comes, its end kept.
+        let child = runtime::child::spawn(&mut cmd).map_err(|source| ChildError::Spawn {
+            program: self.program.clone(),
+            source,
+        })?;
+        let left = self.timeout.saturating_sub(start.elapsed());
+        let got = runtime::child::collect(child, left).map_err(|source| ChildError::Io {
+            what: "waiting for the TPU compile child".into(),
+            source,
+        })?;
+        let stderr = got.stderr;
+        let Some(status) = got.status else {
+            return Err(ChildError::Timeout {
+                target,
+                limit: self.timeout,
+            });
         };
-        let stderr = reader.join().unwrap_or_default();
         {
             use std::os::unix::process::ExitStatusExt;
             if let Some(signal) = status.signal() {

@@ -18,6 +18,7 @@
 pub mod across_devices;
 pub mod backend;
 pub mod cache;
+pub mod child;
 pub mod host_call;
 pub mod pjrt;
 pub mod plugin;

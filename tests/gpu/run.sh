@@ -24,7 +24,12 @@
 #   tests/gpu/run.sh                    prepare here (cargo, and Triton from
 #                                       .ci/setup.sh for the TTIR) and run
 #   tests/gpu/run.sh --prepare DIR      prepare only, into DIR (under 64 MiB):
-#                                       on a machine without a GPU
+#                                       on a machine without a GPU. DIR is
+#                                       the caller's (relative to where you
+#                                       are); it must be new, empty or an
+#                                       earlier --prepare folder, which is
+#                                       replaced only once the new one is
+#                                       whole; any failure exits non-zero
 #   TESSERA_GPU_INPUTS=DIR tests/gpu/run.sh
 #                                       run on inputs prepared elsewhere: the
 #                                       GPU machine needs no Rust, no Tessera
@@ -42,19 +47,41 @@
 # reported, not asserted. Each step has its own time limit; the whole run
 # stays under 8 minutes on an H200.
 set -uo pipefail
+# Paths on the command line are the caller's: resolved before the cd.
+caller=$(pwd)
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 
-prepare() { # DIR
+# What --prepare leaves in a folder it made, so a later --prepare knows the
+# folder is its own to replace; it replaces nothing else.
+MARK=.tessera-gpu-inputs
+
+prepare() { # DIR (absolute, no trailing slash)
   local dir=$1
+  if [ -e "$dir" ] || [ -L "$dir" ]; then
+    if [ -L "$dir" ] || [ ! -d "$dir" ]; then
+      echo "run.sh: $dir exists and is not a directory; name a new or empty directory" >&2
+      return 2
+    fi
+    if [ -n "$(ls -A "$dir")" ] && [ ! -f "$dir/$MARK" ]; then
+      echo "run.sh: $dir is not empty and not an earlier --prepare folder (no $MARK); name a new or empty directory" >&2
+      return 2
+    fi
+  fi
+  mkdir -p "$(dirname "$dir")" || return 1
   local tessera=${TESSERA_BIN:-}
   if [ -z "$tessera" ]; then
     .ci/setup.sh >&2 || return 1
     cargo build --quiet --release -p tessera-cli --bin tessera || return 1
     tessera=$root/target/release/tessera
   fi
-  rm -rf "$dir.partial" && mkdir -p "$dir.partial/bench" "$dir.partial/jax" "$dir.partial/baselines" || return 1
-  local p=$dir.partial
+  # A fresh staging folder beside DIR (never one that was there), removed
+  # whatever happens; DIR is replaced only once it is whole.
+  local p
+  p=$(mktemp -d "$dir.partial.XXXXXX") || return 1
+  trap 'rm -rf "${p:-}"; trap - RETURN' RETURN
+  mkdir -p "$p/bench" "$p/jax" "$p/baselines" || return 1
+  echo "tessera GPU check inputs, made by tests/gpu/run.sh --prepare" >"$p/$MARK" || return 1
   "$tessera" cases --out "$p/cases.d" >&2 || return 1
   # Packed: random test data, the largest part of what travels.
   (cd "$p" && mv cases.d cases && tar -cf - cases | xz -T0 -3 >cases.tar.xz && rm -rf cases) || return 1
@@ -74,7 +101,7 @@ prepare() { # DIR
       sep=", "
     done
   done
-  printf '{"batch": %d, "heads": %d, "head_dim": %d, "cases": [%s]}\n' $b $h $d "$cases_json" >"$p/bench/bench.json"
+  printf '{"batch": %d, "heads": %d, "head_dim": %d, "cases": [%s]}\n' $b $h $d "$cases_json" >"$p/bench/bench.json" || return 1
   # The backward's launch shapes (the `tune` step): the forward's blocks
   # (bq, bk) give the dq kernel bq x min(bk, 64) and the dk/dv kernel
   # min(bq, 64) x bk at head dim 128 on GPUs (attention/vjp.rs); bk stays
@@ -94,13 +121,13 @@ prepare() { # DIR
       done
     done
   done
-  printf '{"batch": %d, "heads": %d, "head_dim": %d, "cases": [%s]}\n' $b $h $d "$cases_json" >"$p/tune/tune.json"
+  printf '{"batch": %d, "heads": %d, "head_dim": %d, "cases": [%s]}\n' $b $h $d "$cases_json" >"$p/tune/tune.json" || return 1
   "$tessera" export flash_attention --config dtype=bf16 --config causal=true \
     --shape q=1x2x256x64 --shape k=1x2x256x64 --shape v=1x2x256x64 --gpu --out "$p/jax/artifact" >&2 || return 1
-  printf '{"what": "flash_attention, bf16, causal, 1x2x256x64", "shape": [1, 2, 256, 64], "causal": true, "fwd_tol": 0.03, "dq_tol": 0.1}\n' >"$p/jax/spec.json"
+  printf '{"what": "flash_attention, bf16, causal, 1x2x256x64", "shape": [1, 2, 256, 64], "causal": true, "fwd_tol": 0.03, "dq_tol": 0.1}\n' >"$p/jax/spec.json" || return 1
   local tut=${TRITON_TUTORIAL_ATTENTION:-}
   if [ -n "$tut" ] && [ -f "$tut" ]; then
-    cp "$tut" "$p/baselines/06-fused-attention.py"
+    cp "$tut" "$p/baselines/06-fused-attention.py" || return 1
   else
     local v
     v=$("${TESSERA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}/triton-3.9.0/bin/python" -c 'import triton; print(triton.__version__)' 2>/dev/null || echo 3.9.0)
@@ -108,13 +135,27 @@ prepare() { # DIR
       -o "$p/baselines/06-fused-attention.py" 2>/dev/null ||
       echo "run.sh: no Triton tutorial source (set TRITON_TUTORIAL_ATTENTION); its columns stay empty" >&2
   fi
-  rm -rf "$dir" && mv "$p" "$dir"
+  if [ -e "$dir" ]; then
+    local old
+    old=$(mktemp -d "$dir.old.XXXXXX") || return 1
+    mv "$dir" "$old/" || return 1
+    mv "$p" "$dir" || { mv "$old/$(basename "$dir")" "$dir"; rm -rf "$old"; return 1; }
+    rm -rf "$old"
+  else
+    mv "$p" "$dir" || return 1
+  fi
   echo "run.sh: prepared $dir ($(du -sh "$dir" | cut -f1))" >&2
 }
 
 if [ "${1:-}" = "--prepare" ]; then
-  [ -n "${2:-}" ] || { echo "usage: tests/gpu/run.sh --prepare DIR" >&2; exit 2; }
-  prepare "$2"
+  [ $# -eq 2 ] && [ -n "$2" ] || { echo "usage: tests/gpu/run.sh --prepare DIR" >&2; exit 2; }
+  dir=$2
+  while [ "${#dir}" -gt 1 ] && [ "${dir%/}" != "$dir" ]; do dir=${dir%/}; done
+  case $dir in /*) ;; *) dir=$caller/$dir ;; esac
+  case $(basename "$dir") in
+    / | . | ..) echo "run.sh: --prepare $2 names no folder of its own; name a new or empty directory" >&2; exit 2 ;;
+  esac
+  prepare "$dir"
   exit $?
 fi
 

@@ -12,5 +12,6 @@ pub mod npy;
 pub mod numerics;
 pub mod paths;
 pub mod profile;
+pub mod resources;
 pub mod train;
 pub mod transformer;

@@ -234,3 +234,52 @@ fn a_file_name_never_runs_as_code() {
     );
     assert!(!marker.exists(), "the file name ran as code");
 }
+
+/// Issue 70's ninth finding: `compile --gpu` read the Triton child's stdout
+/// until every holder of the pipe closed it, so a grandchild that lingered
+/// 20 s (Triton runs `ptxas` with `close_fds=False`) made a compile take
+/// 20 s; and a child killed by SIGKILL left its stderr unshown. A stand-in
+/// for Triton's Python (`TESSERA_TRITON_PYTHON`) plays both.
+#[test]
+fn a_lingering_or_killed_compile_child_neither_hangs_nor_hides_its_stderr() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir("gpu-child");
+    let python = |name: &str, body: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\nread -r line\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    };
+    let lingering = python(
+        "lingering",
+        "sleep 20 &\necho 'tessera-report {\"target\": \"sm_90\", \"ok\": false, \"error\": \"a stand-in compiler\"}'",
+    );
+    let killed = python(
+        "killed",
+        "echo 'ptxas ran out of memory' >&2\nkill -KILL $$",
+    );
+    let compile = |py: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["compile", "add", "--gpu", "sm_90"])
+            .env("TESSERA_TRITON_PYTHON", py)
+            .output()
+            .unwrap()
+    };
+    let start = std::time::Instant::now();
+    let o = compile(&lingering);
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stdout(&o).contains("a stand-in compiler"), "{}", stdout(&o));
+    let o = compile(&killed);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("SIGKILL") && e.contains("ptxas ran out of memory"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
+}

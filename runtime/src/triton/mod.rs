@@ -182,9 +182,7 @@ struct Interpreter {
 impl Interpreter {
     fn start() -> Result<Interpreter, TritonError> {
         let python = python()?;
-        let mut child = command(&python, "serve")
-            .stderr(Stdio::null())
-            .spawn()
+        let mut child = crate::child::spawn(command(&python, "serve").stderr(Stdio::null()))
             .map_err(|e| TritonError::Child(format!("cannot start {}: {e}", python.display())))?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(TritonError::Child("no pipes to the child".into()));
@@ -199,8 +197,7 @@ impl Interpreter {
 
 impl Drop for Interpreter {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        crate::child::kill_group(&mut self.child);
     }
 }
 
@@ -639,50 +636,46 @@ fn compile_child(
 ) -> Result<Vec<serde_json::Value>, TritonError> {
     let python = python()?;
     let request = serde_json::json!({ "op": "compile", "jobs": jobs });
-    let mut child = command(&python, "compile")
-        .spawn()
+    let mut child = crate::child::spawn(&mut command(&python, "compile"))
         .map_err(|e| TritonError::Child(format!("cannot start {}: {e}", python.display())))?;
     let io = |e: std::io::Error| TritonError::Child(format!("the compile child failed: {e}"));
     if let Some(mut stdin) = child.stdin.take() {
         let mut line = request.to_string().into_bytes();
         line.push(b'\n');
-        stdin.write_all(&line).map_err(io)?;
+        if let Err(e) = stdin.write_all(&line) {
+            crate::child::kill_group(&mut child);
+            return Err(io(e));
+        }
     }
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(mut e) = stderr {
-            let _ = e.read_to_string(&mut s);
-        }
-        s
-    });
     let deadline = COMPILE_TIMEOUT * total.max(1) as u32;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut lines = Vec::new();
-        if let Some(out) = stdout {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                lines.push(line);
-            }
-        }
-        let _ = tx.send(lines);
-    });
-    let lines = match rx.recv_timeout(deadline) {
-        Ok(l) => l,
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            let _ = reader.join();
-            return Err(TritonError::Child(format!(
-                "Triton's compile did not finish within {} s",
-                deadline.as_secs()
-            )));
+    // Reading stops when the child exits (its group killed then, so a
+    // lingering `ptxas` holds nothing open), or at the deadline.
+    let got = crate::child::collect(child, deadline).map_err(io)?;
+    // The end of its stderr on one line (a command's error is one line).
+    let tail = |stderr: &str| {
+        let tail: Vec<&str> = stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .rev()
+            .take(8)
+            .collect();
+        match tail.is_empty() {
+            true => "it wrote nothing to stderr".to_string(),
+            false => format!(
+                "its stderr ended: {}",
+                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+            ),
         }
     };
-    let _ = reader.join();
-    let status = child.wait().map_err(io)?;
-    let stderr = err_reader.join().unwrap_or_default();
+    let Some(status) = got.status else {
+        return Err(TritonError::Child(format!(
+            "Triton's compile did not finish within {} s (killed with what it started); {}",
+            deadline.as_secs(),
+            tail(&got.stderr)
+        )));
+    };
+    let (lines, stderr) = (got.lines, got.stderr);
     let mut reports = Vec::new();
     for line in lines
         .iter()
@@ -693,12 +686,10 @@ fn compile_child(
         reports.push(v);
     }
     if reports.len() != total {
-        let tail: Vec<&str> = stderr.lines().rev().take(8).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
         return Err(TritonError::Child(format!(
-            "Triton's compile child ended ({status}) after {} of {total} compiles:\n{}",
+            "Triton's compile child ended ({status}) after {} of {total} compiles; {}",
             reports.len(),
-            tail.join("\n")
+            tail(&stderr)
         )));
     }
     Ok(reports)

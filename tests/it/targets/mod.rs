@@ -1,5 +1,6 @@
 //! The lowerings and what runs or compiles them: the back ends agree on every path, snapshots per target, the JIT, Triton, libtpu.
 mod filetests;
+mod gpu_script;
 mod gpu_table;
 mod host_tiling;
 mod lowered;

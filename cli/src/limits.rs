@@ -1,0 +1,32 @@
+//! `--max-memory` and `--max-work` on every command that runs a kernel
+//! here: the kernel's [`Demand`] checked before any input is sampled or
+//! any path starts, a refusal one line with the numbers and the flag.
+
+use kernel_ir::Kernel;
+use tooling::resources::{Demand, Limits, parse_bytes};
+
+use crate::args::Args;
+use crate::{Failure, usage};
+
+/// The limits `a` gives, the defaults where it gives none.
+pub fn limits(a: &Args) -> Result<Limits, Failure> {
+    let mut l = Limits::defaults();
+    if let Some(v) = a.one("max-memory").map_err(usage)? {
+        l.max_memory = parse_bytes(v).map_err(|e| usage(format!("--max-memory {e}")))?;
+    }
+    if let Some(v) = a.one("max-work").map_err(usage)? {
+        l.max_work = v.trim().parse().map_err(|_| {
+            usage(format!(
+                "--max-work `{v}` is not a whole number of element-ops"
+            ))
+        })?;
+    }
+    Ok(l)
+}
+
+/// `Ok` when running `k` stays within the limits `a` gives.
+pub fn check(k: &Kernel, a: &Args) -> Result<(), Failure> {
+    limits(a)?
+        .check(&Demand::of(k))
+        .map_err(|e| usage(format!("kernel `{}` {e}", k.name)))
+}

@@ -1,0 +1,178 @@
+//! Child processes (Triton's compiler and interpreter, libtpu) that cannot
+//! hang a command or outlive it.
+//!
+//! A child runs in a process group of its own, so it and everything it
+//! starts are killed together ([`kill_group`]): at its time limit, and as
+//! soon as it has exited, so that a grandchild still holding its pipes
+//! (Triton runs `ptxas` with `close_fds=False`) neither delays the read
+//! nor lingers. On Linux the child is also killed when the command dies
+//! (`PR_SET_PDEATHSIG`), since a group of its own no longer gets the
+//! terminal's Ctrl-C. [`collect`] reads a child's output, stops when it
+//! exits, and keeps its stderr's end whatever ended it.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long output is still read once the child has exited and its group
+/// is killed: what it wrote is in the pipe by then.
+const GRACE: Duration = Duration::from_secs(1);
+
+/// The most of a child's stderr that is kept (its end).
+const STDERR_KEPT: usize = 32 * 1024;
+
+/// Starts `cmd` in a process group of its own (see the module docs).
+pub fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
+    // and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// Kills `child`'s process group (the child and what it started) and
+/// reaps the child.
+pub fn kill_group(child: &mut Child) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        // SAFETY: a plain syscall; -pid names the group `spawn` made.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// What a collected child gave.
+#[derive(Debug)]
+pub struct Collected {
+    /// Its exit status; `None` when it ran past its time limit and was
+    /// killed.
+    pub status: Option<ExitStatus>,
+    /// Its stdout, line by line.
+    pub lines: Vec<String>,
+    /// The end of its stderr (the last 32 KiB).
+    pub stderr: String,
+}
+
+/// Reads `child`'s stdout and stderr (both piped) until it exits or
+/// `timeout` passes, then kills its group and returns what it wrote.
+pub fn collect(mut child: Child, timeout: Duration) -> std::io::Result<Collected> {
+    let (line_tx, lines_rx) = mpsc::channel();
+    if let Some(out) = child.stdout.take() {
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if line_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let (err_tx, err_rx) = mpsc::channel();
+    if let Some(mut err) = child.stderr.take() {
+        std::thread::spawn(move || {
+            let mut keep = Vec::new();
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                keep.extend_from_slice(&buf[..n]);
+                if keep.len() > 2 * STDERR_KEPT {
+                    keep.drain(..keep.len() - STDERR_KEPT);
+                }
+                // Each piece as it comes: a reader blocked by a grandchild
+                // still gives what it has.
+                let _ = err_tx.send(String::from_utf8_lossy(&keep).into_owned());
+            }
+        });
+    }
+    let start = Instant::now();
+    let mut lines = Vec::new();
+    let status = loop {
+        lines.extend(lines_rx.try_iter());
+        match child.try_wait()? {
+            Some(s) => break Some(s),
+            None if start.elapsed() > timeout => break None,
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+    };
+    kill_group(&mut child);
+    let until = Instant::now() + GRACE;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match lines_rx.recv_timeout(left) {
+            Ok(l) => lines.push(l),
+            Err(_) => break,
+        }
+    }
+    let mut stderr = String::new();
+    while let Ok(s) = err_rx.recv_timeout(Duration::from_millis(50)) {
+        stderr = s;
+    }
+    Ok(Collected {
+        status,
+        lines,
+        stderr,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Stdio;
+
+    fn sh(script: &str) -> Child {
+        spawn(
+            Command::new("/bin/sh")
+                .args(["-c", script])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        )
+        .unwrap()
+    }
+
+    /// Issue 70's ninth finding: a grandchild holding the pipe made a
+    /// 1 s child take 20 s (and one that never exits, for ever).
+    #[test]
+    fn a_lingering_grandchild_neither_delays_nor_outlives_the_read() {
+        let start = Instant::now();
+        let c = sh("sleep 30 & echo report; echo said >&2");
+        let got = collect(c, Duration::from_secs(20)).unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(got.status.is_some_and(|s| s.success()));
+        assert_eq!(got.lines, ["report"]);
+        assert_eq!(got.stderr, "said\n");
+    }
+
+    #[test]
+    fn a_child_past_its_limit_is_killed_with_its_stderr_kept() {
+        let start = Instant::now();
+        let c = sh("echo before >&2; sleep 30");
+        let got = collect(c, Duration::from_millis(300)).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert!(got.status.is_none());
+        assert_eq!(got.stderr, "before\n");
+    }
+
+    #[test]
+    fn a_child_killed_by_a_signal_keeps_its_stderr() {
+        use std::os::unix::process::ExitStatusExt;
+        let c = sh("echo dying >&2; kill -KILL $$");
+        let got = collect(c, Duration::from_secs(20)).unwrap();
+        assert_eq!(got.status.and_then(|s| s.signal()), Some(libc::SIGKILL));
+        assert_eq!(got.stderr, "dying\n");
+    }
+}
