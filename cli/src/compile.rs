@@ -31,11 +31,14 @@ pub fn compile(args: &[String]) -> Result<(), Failure> {
                     .into(),
             ));
         }
+        // Every flag is checked before any kernel is built.
         let targets = crate::compile_gpu::parse_gpu_targets(gpu).map_err(usage)?;
+        let launch = crate::compile_gpu::Launch::parse(&a).map_err(usage)?;
+        launch.check(&targets).map_err(usage)?;
+        let out = a.one("out").map_err(usage)?.map(PathBuf::from);
+        crate::compile_gpu::check_out(out.as_deref())?;
         let name = a.kernel("compile").map_err(usage)?;
         let kernels = crate::compile_gpu::gpu_kernels(name, &a)?;
-        let out = a.one("out").map_err(usage)?.map(PathBuf::from);
-        let launch = crate::compile_gpu::Launch::parse(&a).map_err(usage)?;
         return crate::compile_gpu::compile_gpu(&kernels, &targets, launch, out.as_deref());
     }
     if a.one("warps").map_err(usage)?.is_some() || a.one("stages").map_err(usage)?.is_some() {

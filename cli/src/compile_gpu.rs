@@ -27,6 +27,9 @@ pub(crate) fn parse_gpu_targets(s: &str) -> Result<Vec<GpuTarget>, String> {
     Ok(out)
 }
 
+/// Threads one program (a CUDA block, an AMD workgroup) may have.
+const MAX_THREADS: usize = 1024;
+
 /// `--warps` and `--stages`: a Triton launch that overrides the program's
 /// default ([`lowering::TritonOptions::for_kernel`]).
 #[derive(Clone, Copy, Default)]
@@ -59,6 +62,27 @@ impl Launch {
         })
     }
 
+    /// The launch against each target's thread limit: `--warps` of the
+    /// target's warp (32 threads on NVIDIA, a 64-thread wavefront on AMD)
+    /// may not pass the 1,024 threads a program may have.
+    pub(crate) fn check(self, targets: &[GpuTarget]) -> Result<(), String> {
+        let Some(w) = self.warps else {
+            return Ok(());
+        };
+        for t in targets {
+            let threads = w * t.warp_size();
+            if threads > MAX_THREADS {
+                return Err(format!(
+                    "--warps {w} on {} is {threads} threads ({} a warp), more than the {MAX_THREADS} a program may have; give --warps {} or fewer",
+                    t.name(),
+                    t.warp_size(),
+                    MAX_THREADS / t.warp_size()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn options(self, kernel: &VerifiedKernel) -> lowering::TritonOptions {
         let d = lowering::TritonOptions::for_kernel(kernel);
         lowering::TritonOptions {
@@ -66,6 +90,20 @@ impl Launch {
             num_stages: self.stages.unwrap_or(d.num_stages),
         }
     }
+}
+
+/// `--out`: a new folder or an earlier `compile --gpu --out` one.
+pub(crate) fn check_out(out: Option<&Path>) -> Result<(), Failure> {
+    if let Some(dir) = out
+        && dir.exists()
+        && !is_gpu_dir(dir)
+    {
+        return Err(usage(format!(
+            "--out {} exists and is not an earlier `tessera compile --gpu --out` folder; name a new or empty directory",
+            dir.display()
+        )));
+    }
+    Ok(())
 }
 
 /// A kernel by name, built, or why it could not be.
@@ -168,15 +206,7 @@ pub(crate) fn compile_gpu(
     launch: Launch,
     out: Option<&Path>,
 ) -> Result<(), Failure> {
-    if let Some(dir) = out
-        && dir.exists()
-        && !is_gpu_dir(dir)
-    {
-        return Err(usage(format!(
-            "--out {} exists and is not an earlier `tessera compile --gpu --out` folder; name a new or empty directory",
-            dir.display()
-        )));
-    }
+    check_out(out)?;
     let staged = match out {
         Some(dir) => Some(
             tooling::atomic_dir::StagedDir::new(dir, is_gpu_dir)

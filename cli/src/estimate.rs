@@ -36,20 +36,8 @@ pub fn estimate(args: &[String]) -> Result<(), Failure> {
         parse_targets(a.one("tpu").map_err(usage)?.unwrap_or("v5e,v6e")).map_err(usage)?;
     let mut child = child_compiler()?;
     child.unrolled = !a.flag("no-trace");
-    if let Some(t) = a.one("timeout").map_err(usage)? {
-        let secs: f64 = t
-            .parse()
-            .ok()
-            .filter(|s: &f64| {
-                s.is_finite() && *s > 0.0 && *s <= kernel_ir::limits::MAX_TIMEOUT_SECONDS
-            })
-            .ok_or_else(|| {
-                usage(format!(
-                    "--timeout {t}: give seconds up to {} (a day), e.g. --timeout 120",
-                    kernel_ir::limits::MAX_TIMEOUT_SECONDS
-                ))
-            })?;
-        child.timeout = std::time::Duration::from_secs_f64(secs);
+    if let Some(t) = crate::limits::timeout(&a)? {
+        child.timeout = t;
     }
     if let Some(path) = a.one("module").map_err(usage)? {
         if !a.positional.is_empty() {

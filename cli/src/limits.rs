@@ -30,3 +30,31 @@ pub fn check(k: &Kernel, a: &Args) -> Result<(), Failure> {
         .check(&Demand::of(k))
         .map_err(|e| usage(format!("kernel `{}` {e}", k.name)))
 }
+
+/// `--timeout SECS`, if given: seconds up to a day.
+pub fn timeout(a: &Args) -> Result<Option<std::time::Duration>, Failure> {
+    let Some(t) = a.one("timeout").map_err(usage)? else {
+        return Ok(None);
+    };
+    let secs: f64 = t
+        .parse()
+        .ok()
+        .filter(|s: &f64| s.is_finite() && *s > 0.0 && *s <= kernel_ir::limits::MAX_TIMEOUT_SECONDS)
+        .ok_or_else(|| {
+            usage(format!(
+                "--timeout {t}: give seconds up to {} (a day), e.g. --timeout 120",
+                kernel_ir::limits::MAX_TIMEOUT_SECONDS
+            ))
+        })?;
+    Ok(Some(std::time::Duration::from_secs_f64(secs)))
+}
+
+/// Sets the time limit of the children a run starts (Triton's
+/// interpreter) from `--timeout`, [`runtime::child::DEFAULT_TIMEOUT`]
+/// where it is not given.
+pub fn child_timeout(a: &Args) -> Result<(), Failure> {
+    if let Some(t) = timeout(a)? {
+        runtime::child::set_timeout(t);
+    }
+    Ok(())
+}

@@ -348,6 +348,8 @@ OPTIONS:
                           this machine's memory]
     --max-work N          the most element-ops a run may do (grid steps x loop
                           trips x each op's elements) [default: 2^34]
+    --timeout SECS        how long Triton's interpreter may run the kernel
+                          (triton-interp) before it is killed [default: 600]
 
 FILES:
     .npy files of float32, float16, int32, int8 or bool, C order. NumPy has no
@@ -396,6 +398,8 @@ OPTIONS:
                           this machine's memory]
     --max-work N          the most element-ops a run may do (grid steps x loop
                           trips x each op's elements) [default: 2^34]
+    --timeout SECS        how long Triton's interpreter may run the kernel
+                          (triton-interp) before it is killed [default: 600]
 
 For each output: the largest absolute and relative difference, NaN counts,
 how many elements differ, a histogram of the distance in units in the last

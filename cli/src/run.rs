@@ -83,6 +83,7 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
             "seed",
             "max-memory",
             "max-work",
+            "timeout",
         ],
         &[],
     )
@@ -134,6 +135,7 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
         }
     };
     crate::limits::check(&kernel, &a)?;
+    crate::limits::child_timeout(&a)?;
     let mut files = Vec::new();
     let mut report = Vec::new();
     for b in &backends {
@@ -268,6 +270,7 @@ pub fn diff(args: &[String]) -> Result<(), Failure> {
     };
     let (kernel, inputs) = kernel_and_inputs(&c, &a).map_err(usage)?;
     crate::limits::check(&kernel, &a)?;
+    crate::limits::child_timeout(&a)?;
     let left = side(x, &kernel, &c, &c.config, &inputs)?;
     let right = side(y, &kernel, &c, &c.config, &inputs)?;
     for ((o, l), r) in kernel.outputs().zip(&left).zip(&right) {

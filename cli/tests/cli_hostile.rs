@@ -558,14 +558,14 @@ fn large_shapes_and_long_loops_are_refused_before_any_work() {
     .unwrap();
     let x = save(&d, "x", &Array::zeros(DType::F32, [8, 128]));
     let out = d.join("out");
-    let run = |extra: &[&str]| {
+    let run = |backend: &str, extra: &[&str]| {
         let mut args = vec![
             "run",
             kir.to_str().unwrap(),
             "--input",
             &x,
             "--backend",
-            "interp",
+            backend,
             "--out",
             out.to_str().unwrap(),
         ];
@@ -573,7 +573,7 @@ fn large_shapes_and_long_loops_are_refused_before_any_work() {
         tessera(&args)
     };
     let started = std::time::Instant::now();
-    let o = run(&[]);
+    let o = run("interp", &[]);
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(
@@ -586,19 +586,37 @@ fn large_shapes_and_long_loops_are_refused_before_any_work() {
         started.elapsed()
     );
     assert!(!out.exists(), "a refused run wrote its outputs");
+    // A run within the limits but past --timeout on Triton's interpreter
+    // is killed (it had no time limit), exit 1 with the limit named.
+    std::fs::write(
+        &kir,
+        std::fs::read_to_string(&kir)
+            .unwrap()
+            .replace("to 16777216", "to 65536"),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let o = run("triton-interp", &["--timeout", "1"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("within 1 s (killed)") && e.contains("--timeout"),
+        "{e}"
+    );
+    assert!(started.elapsed().as_secs() < 20, "{:?}", started.elapsed());
     // The limits' own values: a memory limit below the arrays refuses a
     // small kernel, bad values are usage errors naming the flag.
-    let o = run(&["--max-work", "1e30", "--max-memory", "1K"]);
+    let o = run("interp", &["--max-work", "1e30", "--max-memory", "1K"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--max-work `1e30`"), "{}", stderr(&o));
-    let o = run(&["--max-memory", "1K"]);
+    let o = run("interp", &["--max-memory", "1K"]);
     assert!(
         stderr(&o).contains("more than --max-memory 1.0 KiB"),
         "{}",
         stderr(&o)
     );
     for bad in ["-5", "12Q", ""] {
-        let o = run(&["--max-memory", bad]);
+        let o = run("interp", &["--max-memory", bad]);
         assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
         assert!(stderr(&o).contains("--max-memory"), "{}", stderr(&o));
     }

@@ -207,3 +207,78 @@ fn precise_outputs_are_blessed_and_then_held() {
     let orphan = format!("{blessed}\n; output: lower other\n; text\n");
     assert!(FileTest::read("copy.kir", &orphan).is_err());
 }
+
+/// The bless cycle of a precise-output test, with a stand-in lowering: a
+/// missing section fails and names the switch; blessing writes it (whole,
+/// through `write_blessed`); the blessed file passes; a changed lowering
+/// fails naming the first line that differs; blessing again takes it, and
+/// the file read back passes again with nothing else of it changed.
+#[test]
+fn the_bless_cycle_writes_checks_and_rewrites_the_kept_output() {
+    let head = "\
+; test: lower fake precise-output
+; A copy, lowered by a stand-in.
+kernel @copy {
+  target v5e, vmem_limit default
+  grid [1 parallel]
+  in @x: f32[8, 128] vmem block [8, 128] at (g0, 0) row_major
+  out @o: f32[8, 128] vmem block [8, 128] at (g0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+  store @o[0:8, 0:128], %0 : f32[8, 128]
+}
+";
+    let lowering = |text: &'static str| {
+        move |target: &str, _k: &kernel_ir::VerifiedKernel| -> Result<String, String> {
+            assert_eq!(target, "fake");
+            Ok(text.to_string())
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("tessera-bless-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("copy.kir");
+    std::fs::write(&path, head).unwrap();
+    let read = || FileTest::read("copy.kir", &std::fs::read_to_string(&path).unwrap()).unwrap();
+
+    let first = lowering("line one\nline two\n");
+    let o = read().run_lower(&first, false);
+    assert!(o.blessed.is_none());
+    assert!(
+        o.problems.len() == 1 && o.problems[0].contains("TESSERA_BLESS=1"),
+        "{:?}",
+        o.problems
+    );
+    let o = read().run_lower(&first, true);
+    assert!(o.problems.is_empty(), "{:?}", o.problems);
+    kernel_ir::filetest::write_blessed(&path, o.blessed.as_deref().unwrap()).unwrap();
+    let blessed = std::fs::read_to_string(&path).unwrap();
+    assert!(blessed.starts_with(head), "{blessed}");
+    assert!(blessed.contains("; line one\n; line two"), "{blessed}");
+    let o = read().run_lower(&first, false);
+    assert!(
+        o.problems.is_empty() && o.blessed.is_none(),
+        "{:?}",
+        o.problems
+    );
+
+    let second = lowering("line one\nline 2\n");
+    let o = read().run_lower(&second, false);
+    assert!(
+        o.problems.len() == 1 && o.problems[0].contains("line 2"),
+        "{:?}",
+        o.problems
+    );
+    let o = read().run_lower(&second, true);
+    kernel_ir::filetest::write_blessed(&path, o.blessed.as_deref().unwrap()).unwrap();
+    let o = read().run_lower(&second, false);
+    assert!(o.problems.is_empty(), "{:?}", o.problems);
+    let again = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(again.replace("line 2", "line two"), blessed);
+    // No temporary file is left beside it.
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["copy.kir"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -12,6 +12,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,50 @@ const GRACE: Duration = Duration::from_secs(1);
 
 /// The most of a child's stderr that is kept (its end).
 const STDERR_KEPT: usize = 32 * 1024;
+
+/// The default of [`timeout`]: ten minutes.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+static TIMEOUT_MS: AtomicU64 = AtomicU64::new(DEFAULT_TIMEOUT.as_millis() as u64);
+
+/// How long one request to a long-lived child (Triton's interpreter
+/// running a kernel) may take before the child and what it started are
+/// killed: [`DEFAULT_TIMEOUT`] unless [`set_timeout`] said otherwise (the
+/// CLI's `--timeout`).
+pub fn timeout() -> Duration {
+    Duration::from_millis(TIMEOUT_MS.load(Ordering::Relaxed))
+}
+
+/// Sets [`timeout`] for this process.
+pub fn set_timeout(d: Duration) {
+    TIMEOUT_MS.store(
+        d.as_millis().min(u64::MAX as u128) as u64,
+        Ordering::Relaxed,
+    );
+}
+
+/// Runs `f` (a blocking exchange with the child of process id `pid`) and
+/// kills that child's group if `f` has not returned within `limit`; true
+/// in the second element when it was killed for that.
+pub fn within<T>(pid: u32, limit: Duration, f: impl FnOnce() -> T) -> (T, bool) {
+    let (done, wait) = mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || match wait.recv_timeout(limit) {
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            if let Ok(pid) = i32::try_from(pid) {
+                // SAFETY: a plain syscall; -pid names the group `spawn` made.
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
+            }
+            true
+        }
+        _ => false,
+    });
+    let out = f();
+    let _ = done.send(());
+    let killed = watchdog.join().unwrap_or(false);
+    (out, killed)
+}
 
 /// Starts `cmd` in a process group of its own (see the module docs).
 pub fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
@@ -165,6 +210,25 @@ mod tests {
         assert!(start.elapsed() < Duration::from_secs(5));
         assert!(got.status.is_none());
         assert_eq!(got.stderr, "before\n");
+    }
+
+    #[test]
+    fn a_blocking_exchange_past_its_limit_kills_the_child() {
+        let mut c = spawn(
+            Command::new("/bin/sh")
+                .args(["-c", "sleep 30"])
+                .stdout(Stdio::piped()),
+        )
+        .unwrap();
+        let mut out = c.stdout.take().unwrap();
+        let start = Instant::now();
+        let (n, killed) = within(c.id(), Duration::from_millis(300), || {
+            out.read(&mut [0u8; 16]).unwrap_or(0)
+        });
+        assert!(killed && n == 0 && start.elapsed() < Duration::from_secs(5));
+        let _ = c.wait();
+        let (v, killed) = within(c.id(), Duration::from_secs(5), || 7);
+        assert!(v == 7 && !killed);
     }
 
     #[test]

@@ -88,11 +88,27 @@ fn the_gpu_target_lowers_compiles_runs_and_lists() {
             &["run", "add", "--backend", "triton", "--out", "x"][..],
             "triton-interp",
         ),
+        // gfx942's wavefront is 64 threads: 32 of them are 2,048 threads.
+        (
+            &["compile", "add", "--gpu", "sm_90,gfx942", "--warps", "32"][..],
+            "--warps 32 on gfx942 is 2048 threads",
+        ),
+        // --out is checked before any kernel is built (`all` builds 120).
+        (
+            &["compile", "all", "--gpu", "sm_90", "--out", "/proc/self"][..],
+            "is not an earlier `tessera compile --gpu --out` folder",
+        ),
     ] {
+        let started = std::time::Instant::now();
         let o = tessera(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
         assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "{args:?}: {:?}",
+            started.elapsed()
+        );
     }
 }
 

@@ -353,7 +353,17 @@ pub fn interpret(
         Some(c) => c,
         None => Interpreter::start()?,
     };
-    let answer = exchange(&mut child, &request, &payload);
+    let limit = crate::child::timeout();
+    let pid = child.child.id();
+    let (answer, killed) =
+        crate::child::within(pid, limit, || exchange(&mut child, &request, &payload));
+    if killed {
+        return Err(TritonError::Child(format!(
+            "Triton's interpreter did not finish `{}` within {} s (killed); give a longer --timeout",
+            program.function,
+            limit.as_secs_f64()
+        )));
+    }
     let (header, bodies) = match answer {
         Ok(a) => {
             let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
