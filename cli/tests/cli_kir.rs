@@ -296,3 +296,117 @@ fn generated_kernel_files_fail_cleanly_or_agree_on_every_path() {
         );
     }
 }
+
+/// The hostile suite's kernel-file surface at scale, in process (no
+/// command per case): `TESSERA_HOSTILE_CASES` (default 2,000) generated
+/// and mutated kernel files, seed 70, each through the parser and the
+/// verifier, then the checking interpreter, and every tenth verified one
+/// through the native JIT too. Each must hold: an error (never a panic),
+/// or a run within the resource limits whose JIT outputs agree with the
+/// interpreter's. The tally lands in `target/conformance/hostile/`.
+#[test]
+fn kernel_files_hold_in_process_at_scale() {
+    use runtime::backend::{Backend, Prepared};
+    let cases = env_u64("TESSERA_HOSTILE_CASES", tooling::hostile::CASES);
+    let limits = tooling::resources::Limits::defaults();
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let tally = Mutex::new([0u64; 4]); // refused, failed to run, ran, ran on the JIT too
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed) as u64;
+                    if n >= cases {
+                        break;
+                    }
+                    let c = case(70, n);
+                    let judged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+                        || -> Result<(usize, String), String> {
+                            let k = match kernel_ir::parse(&c.text).map_err(|e| e.to_string()) {
+                                Ok(k) => k,
+                                Err(e) => return Ok((0, e)),
+                            };
+                            let k = match k.verify() {
+                                Ok(k) => k,
+                                Err(e) => return Ok((0, e.to_string())),
+                            };
+                            if let Err(e) = limits.check(&tooling::resources::Demand::of(&k)) {
+                                return Ok((0, e));
+                            }
+                            let mut args = Vec::new();
+                            for a in k.arguments() {
+                                match c.inputs.iter().find(|(name, _)| name == a.name) {
+                                    Some((_, x)) => args.push(x.clone()),
+                                    None => return Ok((0, format!("no input `{}`", a.name))),
+                                }
+                            }
+                            let want = match Prepared::new(Backend::Interpreter, &k)
+                                .and_then(|p| p.run(&args))
+                            {
+                                Ok(w) => w,
+                                Err(e) => return Ok((1, e.to_string())),
+                            };
+                            if n % 10 != 0 {
+                                return Ok((2, String::new()));
+                            }
+                            let got = Prepared::new(Backend::Native, &k)
+                                .and_then(|p| p.run(&args))
+                                .map_err(|e| format!("interp ran, the JIT did not: {e}"))?;
+                            for ((o, w), g) in k.outputs().zip(&want).zip(&got) {
+                                compare(o.dtype, w, g)
+                                    .map_err(|e| format!("jit `{}`: {e}", o.name))?;
+                            }
+                            Ok((3, String::new()))
+                        },
+                    ));
+                    match judged {
+                        Ok(Ok((kind, why))) => {
+                            if kind < 2 && why.trim().is_empty() {
+                                failures
+                                    .lock()
+                                    .unwrap()
+                                    .push(format!("case {n}: an error with no message"));
+                            }
+                            tally.lock().unwrap()[kind] += 1;
+                        }
+                        Ok(Err(e)) => failures.lock().unwrap().push(format!("case {n}: {e}")),
+                        Err(_) => failures.lock().unwrap().push(format!(
+                            "case {n}: panicked{}",
+                            if c.mutations.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" (mutated by {})", c.mutations.join(", "))
+                            }
+                        )),
+                    }
+                }
+            });
+        }
+    });
+    let [refused, failed, ran, jit] = *tally.lock().unwrap();
+    let failures = failures.into_inner().unwrap();
+    let note = format!(
+        "seed 70: {refused} refused by the parser, verifier or limits, {failed} run errors, {} ran on the interpreter, {jit} of them on the JIT too",
+        ran + jit
+    );
+    eprintln!("kernel files: {note}");
+    tooling::hostile::record(
+        &tooling::hostile::folder(),
+        "kernel files",
+        cases,
+        cases - failures.len() as u64,
+        &note,
+    )
+    .unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cases did not hold:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        ran + jit >= cases / 4,
+        "{note}: too few ran to test the paths"
+    );
+}

@@ -169,6 +169,27 @@ check compare "$venv/bin/python" tests/conformance/compare.py "$out"
 
 wait
 failed=()
+# The hostile suite's table: a row per surface, written by the Rust
+# harnesses (cargo test, which the test command runs first) and by
+# torch_hostile.py; each surface must have run at least 2,000 cases, all
+# held.
+hostile_rows=$out/hostile
+{
+  echo "# The hostile suite (issue 70): generated cases per surface, each judged"
+  echo
+  echo "| surface | cases | held | note |"
+  echo "|---|---|---|---|"
+  cat "$hostile_rows"/*.md 2>/dev/null
+} >"$out/hostile.md"
+for surface in kernel_files CLI_flags_and_shapes tuning_files artifacts tessera_torch_calls; do
+  row=$(cat "$hostile_rows/$surface.md" 2>/dev/null || true)
+  if [ -z "$row" ]; then
+    failed+=("hostile: no row for ${surface//_/ } (run cargo test first)")
+  elif ! awk -F'|' '{ exit !($3 + 0 >= 2000 && $3 + 0 == $4 + 0) }' <<<"$row"; then
+    failed+=("hostile: $row")
+  fi
+done
+cat "$out/hostile.md"
 for name in "${names[@]}"; do
   echo "== conformance: $name ($(cat "$logs/$name.seconds" 2>/dev/null || echo '?') s)"
   cat "$logs/$name.log"

@@ -8,6 +8,7 @@ pub mod cost;
 pub mod diff;
 pub mod estimate;
 pub mod export;
+pub mod hostile;
 pub mod npy;
 pub mod numerics;
 pub mod paths;

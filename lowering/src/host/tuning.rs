@@ -507,6 +507,110 @@ mod tests {
         }
     }
 
+    /// The hostile suite's tuning-file surface: `TESSERA_HOSTILE_CASES`
+    /// (default 2,000) mutations of a good tuning file, seed 70 (bytes
+    /// flipped, lines dropped, doubled or added, values replaced with
+    /// huge, negative, non-finite, garbled or non-ASCII ones, cuts), each
+    /// read through `load`. Each must hold: no panic, and either no
+    /// tuning or one that fits this CPU's registers with finite trial
+    /// times. The tally lands in `target/conformance/hostile/`.
+    #[test]
+    fn mutated_tuning_files_are_refused_or_fit() {
+        let cases: u64 = std::env::var("TESSERA_HOSTILE_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2000);
+        let t = measured();
+        let good = t.file_text();
+        let lines: Vec<&str> = good.lines().collect();
+        let values = [
+            "",
+            "0x0",
+            "6x16",
+            "64x64",
+            "1x1",
+            "-1x16",
+            "18446744073709551616x2",
+            "nan",
+            "inf",
+            "-1e-3",
+            "1e999",
+            "6x",
+            "x16",
+            "\u{1F600}",
+            "6x16 1e-3",
+            "a: b",
+            "\0",
+        ];
+        let dir = Folder::new("hostile");
+        let path = dir.0.join(t.cpu.file_name());
+        let mut failures = Vec::new();
+        let mut loaded = 0u64;
+        for n in 0..cases {
+            let mut r = kernel_ir::SplitMix64(70_000 + n);
+            let mut ls: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+            for _ in 0..=r.below(3) {
+                let i = r.below(ls.len().max(1));
+                match r.below(6) {
+                    0 if !ls.is_empty() => {
+                        ls.remove(i);
+                    }
+                    1 if !ls.is_empty() => {
+                        let l = ls[i].clone();
+                        ls.insert(i, l);
+                    }
+                    2 => ls.insert(
+                        i,
+                        format!(
+                            "{}: {}",
+                            r.pick(&["dot deep-wide", "trial shallow-narrow", "cpu", "x"]),
+                            r.pick(&values)
+                        ),
+                    ),
+                    3 if !ls.is_empty() => {
+                        let key = ls[i]
+                            .split_once(": ")
+                            .map_or(ls[i].clone(), |(k, _)| k.to_string());
+                        ls[i] = format!("{key}: {}", r.pick(&values));
+                    }
+                    _ => {}
+                }
+            }
+            let mut bytes = ls.join("\n").into_bytes();
+            bytes.push(b'\n');
+            if r.chance(25) && !bytes.is_empty() {
+                let j = r.below(bytes.len());
+                bytes[j] ^= 1 << r.below(8);
+            }
+            if r.chance(10) {
+                bytes.truncate(r.below(bytes.len() + 1));
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            let got = std::panic::catch_unwind(|| HostTuning::load(&dir.0));
+            match got {
+                Err(_) => failures.push(format!("case {n}: panicked")),
+                Ok(None) => {}
+                Ok(Some(back)) => {
+                    loaded += 1;
+                    if !back.dots.fits(back.cpu.registers)
+                        || back.trials.iter().any(|t| !t.seconds.is_finite())
+                    {
+                        failures.push(format!("case {n}: loaded a tuning that does not fit"));
+                    }
+                }
+            }
+        }
+        let row = format!(
+            "| tuning files | {cases} | {} | seed 70: {loaded} mutations still a tuning that fits, the rest not read |\n",
+            cases - failures.len() as u64
+        );
+        let out =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/conformance/hostile");
+        let _ = std::fs::create_dir_all(&out);
+        let _ = write_all_or_nothing(&out.join("tuning_files.md"), row.as_bytes());
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
     /// On whatever CPU runs it, the tile the JIT uses for each class (the
     /// cached tuning, else a search now; the environment left out) is not
     /// slower than the register rule's on that class's probe beyond noise:
