@@ -347,7 +347,7 @@ fn kernel_files_hold_in_process_at_scale() {
                                 Ok(w) => w,
                                 Err(e) => return Ok((1, e.to_string())),
                             };
-                            if n % 10 != 0 {
+                            if !n.is_multiple_of(10) {
                                 return Ok((2, String::new()));
                             }
                             let got = Prepared::new(Backend::Native, &k)
