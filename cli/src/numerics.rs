@@ -54,7 +54,8 @@ pub fn numerics(args: &[String]) -> Result<(), Failure> {
     };
     let rows = fp8_gemm_errors(&ks, m, n, seed, b).map_err(|e| Failure::Run(e.to_string()))?;
     println!(
-        "FP8 GEMM (e4m3fn inputs uniform in -8..8, {m} x {n}, f32 output) against the f64 reference, on {b}:\n"
+        "FP8 GEMM (e4m3fn inputs uniform in -8..8, {m} x {n}, f32 output) against the f64 reference, on {b} (f32 subnormals {}):\n",
+        b.subnormals().name()
     );
     print!("{}", table(&rows, m, n));
     Ok(())

@@ -273,6 +273,20 @@ pub fn diff(args: &[String]) -> Result<(), Failure> {
     crate::limits::child_timeout(&a)?;
     let left = side(x, &kernel, &c, &c.config, &inputs)?;
     let right = side(y, &kernel, &c, &c.config, &inputs)?;
+    // Each side's subnormal policy (the f64 reference keeps them).
+    let policy =
+        |n: &str| backend(n).map_or(runtime::backend::Subnormals::Kept, |b| b.subnormals());
+    let (px, py) = (policy(x), policy(y));
+    println!(
+        "f32 subnormals: {x} {}, {y} {}{}",
+        px.name(),
+        py.name(),
+        if px == py {
+            String::new()
+        } else {
+            " (values of magnitude below 2^-126 may differ by the policies alone)".into()
+        }
+    );
     for ((o, l), r) in kernel.outputs().zip(&left).zip(&right) {
         println!("output `{}` {}{:?}: {x} vs {y}", o.name, o.dtype, o.shape);
         let d = tooling::diff::compare(&o.name, o.dtype, &o.shape, l, r, first);

@@ -68,6 +68,54 @@ impl Backend {
     }
 }
 
+/// What a path does with an f32 subnormal (a magnitude below 2^-126, the
+/// smallest normal f32; bf16 shares f32's exponent range) in arithmetic.
+/// The policy each path follows, measured (`y / (x + x)` at x = 1e-40, y
+/// = 1e-30: 5e9 where subnormals are kept, inf where they are flushed):
+///
+/// | path | subnormals | why |
+/// |---|---|---|
+/// | `interp` | kept | IEEE arithmetic in f64, rounded to f32 |
+/// | `jit` | kept | LLVM's default FP environment on the calling threads |
+/// | `pjrt-decomposed` | flushed | XLA's CPU runtime sets flush-to-zero and denormals-are-zero while it runs a program (`--xla_cpu_ftz=false` changes only its code generation: still inf) |
+/// | `pjrt-ffi` | flushed | the native kernel runs inside XLA's program, in its FP environment |
+/// | `triton-interp` | kept | NumPy's IEEE arithmetic |
+///
+/// The targets themselves are not measured here (no TPU, and a GPU only
+/// in some sessions): a TPU is expected to flush f32 subnormals as XLA's
+/// CPU backend does, so the flushing paths are the TPU's answer; a
+/// program that must see subnormals checks it on the chip. A comparison
+/// of two paths of different policies may differ at such magnitudes and
+/// nowhere else: `tessera diff` says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subnormals {
+    /// Subnormal inputs and results take part as IEEE 754 says.
+    Kept,
+    /// Subnormal inputs read as zero and subnormal results become zero
+    /// (sign kept).
+    Flushed,
+}
+
+impl Subnormals {
+    /// `kept` or `flushed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Subnormals::Kept => "kept",
+            Subnormals::Flushed => "flushed",
+        }
+    }
+}
+
+impl Backend {
+    /// What this path does with f32 subnormals ([`Subnormals`]).
+    pub fn subnormals(self) -> Subnormals {
+        match self {
+            Backend::Interpreter | Backend::Native | Backend::TritonInterp => Subnormals::Kept,
+            Backend::Decomposed | Backend::HostCall => Subnormals::Flushed,
+        }
+    }
+}
+
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

@@ -68,6 +68,12 @@ fn the_gpu_target_lowers_compiles_runs_and_lists() {
         "triton-interp,reference",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // Each side's subnormal policy is said (issue 70, finding 2).
+    assert!(
+        stdout(&o).contains("f32 subnormals: triton-interp kept, reference kept\n"),
+        "{}",
+        stdout(&o)
+    );
     let o = tessera(&["list"]);
     let text = stdout(&o);
     assert!(

@@ -425,3 +425,51 @@ body:
         }
     }
 }
+
+/// Issue 70's second finding: f32 subnormals are kept on some paths and
+/// flushed on others (XLA's CPU runtime flushes). Each path gives the
+/// answer its documented policy (`Backend::subnormals`) says for
+/// `y / (x + x)` at x = 1e-40, y = 1e-30: 5e9 where kept, +inf where
+/// flushed (x + x reads as 0), so a path that changes its policy fails
+/// here and its documentation with it.
+#[test]
+fn each_path_follows_its_documented_subnormal_policy() {
+    use runtime::backend::Subnormals;
+    let text = "kernel @subnormal {
+  target v5e, vmem_limit default
+  grid [1 parallel]
+  in @x: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+  in @y: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+  out @o: f32[8, 128] vmem block [8, 128] at (0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+  %1 = load @y[0:8, 0:128] : f32[8, 128]
+  %2 = add %0, %0 : f32[8, 128]
+  %3 = div %1, %2 : f32[8, 128]
+  store @o[0:8, 0:128], %3 : f32[8, 128]
+}
+";
+    let x = Array::new(DType::F32, [8, 128], vec![1e-40f32 as f64; 1024]).unwrap();
+    let y = Array::new(DType::F32, [8, 128], vec![1e-30f32 as f64; 1024]).unwrap();
+    let k = parse(text).unwrap().verify().unwrap();
+    let kept = (1e-30f32 / (1e-40f32 + 1e-40f32)) as f64;
+    assert!(
+        kept.is_finite() && (kept / 5e9 - 1.0).abs() < 1e-4,
+        "{kept}"
+    );
+    for b in Backend::ALL {
+        let got = Prepared::new(b, &k)
+            .and_then(|p| p.run(&[x.clone(), y.clone()]))
+            .unwrap_or_else(|e| panic!("{b}: {e}"));
+        let want = match b.subnormals() {
+            Subnormals::Kept => kept,
+            Subnormals::Flushed => f64::INFINITY,
+        };
+        assert!(
+            got[0].data().iter().all(|&v| v == want),
+            "{b} ({} subnormals): {}, want {want}",
+            b.subnormals().name(),
+            got[0].data()[0]
+        );
+    }
+}
