@@ -5,9 +5,10 @@
 //! starts are killed together ([`kill_group`]): at its time limit, and as
 //! soon as it has exited, so that a grandchild still holding its pipes
 //! (Triton runs `ptxas` with `close_fds=False`) neither delays the read
-//! nor lingers. On Linux the child is also killed when the command dies
-//! (`PR_SET_PDEATHSIG`), since a group of its own no longer gets the
-//! terminal's Ctrl-C. [`collect`] reads a child's output, stops when it
+//! nor lingers. On Linux a child collected by the thread that started it
+//! is also killed when that thread dies ([`spawn`]: `PR_SET_PDEATHSIG`),
+//! since a group of its own no longer gets the terminal's Ctrl-C; a
+//! pooled child ([`spawn_pooled`]) ends at the end of its input. [`collect`] reads a child's output, stops when it
 //! exits, and keeps its stderr's end whatever ended it.
 
 use std::io::{BufRead, BufReader, Read};
@@ -67,7 +68,11 @@ pub fn within<T>(pid: u32, limit: Duration, f: impl FnOnce() -> T) -> (T, bool) 
     (out, killed)
 }
 
-/// Starts `cmd` in a process group of its own (see the module docs).
+/// Starts `cmd` in a process group of its own (see the module docs), to
+/// be collected by the thread that starts it: on Linux the child is
+/// killed when that thread ends (`PR_SET_PDEATHSIG` follows the thread,
+/// not the process), so a command killed mid-compile takes its compiler
+/// with it.
 pub fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
     use std::os::unix::process::CommandExt;
     cmd.process_group(0);
@@ -81,6 +86,15 @@ pub fn spawn(cmd: &mut Command) -> std::io::Result<Child> {
         });
     }
     cmd.spawn()
+}
+
+/// Starts `cmd` in a process group of its own, for a child that outlives
+/// the thread that starts it (a pooled interpreter serving any thread):
+/// no death signal, so it must end by itself when its parent does (at
+/// the end of its standard input).
+pub fn spawn_pooled(cmd: &mut Command) -> std::io::Result<Child> {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0).spawn()
 }
 
 /// Kills `child`'s process group (the child and what it started) and

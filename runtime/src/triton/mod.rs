@@ -182,7 +182,7 @@ struct Interpreter {
 impl Interpreter {
     fn start() -> Result<Interpreter, TritonError> {
         let python = python()?;
-        let mut child = crate::child::spawn(command(&python, "serve").stderr(Stdio::null()))
+        let mut child = crate::child::spawn_pooled(command(&python, "serve").stderr(Stdio::null()))
             .map_err(|e| TritonError::Child(format!("cannot start {}: {e}", python.display())))?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(TritonError::Child("no pipes to the child".into()));

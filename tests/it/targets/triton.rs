@@ -230,3 +230,79 @@ fn a_sum_of_two_dots_keeps_both() {
     )
     .unwrap();
 }
+
+/// Every op's location names the kernel file, and a file name is outside
+/// text: written into the Triton program it must stay one comment. For
+/// names with newlines (and the other line ends Python's `splitlines`
+/// knows), quotes, backslashes, NUL, non-ASCII and 10,000 characters, the
+/// program is the one a plain name gives, comment text aside: the same
+/// code lines, each with its comment on its own line, so it parses and
+/// runs as the kernel does and nothing else.
+mod file_names {
+    use proptest::prelude::*;
+
+    const KERNEL: &str = "kernel @double {
+  target v5e, vmem_limit default
+  grid [2 parallel]
+  in @x: f32[16, 128] vmem block [8, 128] at (g0, 0) row_major
+  out @o: f32[16, 128] vmem block [8, 128] at (g0, 0) row_major
+body:
+  %0 = load @x[0:8, 0:128] : f32[8, 128]
+  %1 = add %0, %0 : f32[8, 128]
+  store @o[0:8, 0:128], %1 : f32[8, 128]
+}
+";
+
+    fn program(file: &str) -> String {
+        let k = kernel_ir::for_platform(kernel_ir::Platform::Gpu, || {
+            kernel_ir::parse_file(file, KERNEL)
+                .map_err(|e| e.to_string())?
+                .verify()
+                .map_err(|e| e.to_string())
+        })
+        .unwrap();
+        lowering::triton(&k).unwrap().source
+    }
+
+    /// The code of each line, its comment cut off.
+    fn code(source: &str) -> Vec<String> {
+        source
+            .lines()
+            .map(|l| l.split("  # ").next().unwrap_or(l).to_string())
+            .collect()
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just("\n".to_string()),
+            Just("\r".to_string()),
+            Just("\u{2028}".to_string()),
+            Just("\u{b}".to_string()),
+            Just("\0".to_string()),
+            Just("\"".to_string()),
+            Just("'".to_string()),
+            Just("\\".to_string()),
+            Just("#".to_string()),
+            Just("import os; os._exit(3)".to_string()),
+            any::<char>().prop_map(String::from),
+            "[a-z/._ ]{0,12}",
+        ];
+        prop_oneof![
+            proptest::collection::vec(piece, 0..16).prop_map(|v| v.concat()),
+            Just("\n".repeat(10_000)),
+            Just("é\u{1F600}".repeat(2_500)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn a_file_name_is_a_comment_and_changes_no_code(file in name()) {
+            let plain = program("plain.kir");
+            let hostile = program(&file);
+            prop_assert!(hostile.is_ascii(), "a non-ASCII byte in the program");
+            prop_assert_eq!(code(&hostile), code(&plain));
+            prop_assert_eq!(hostile.lines().count(), plain.lines().count());
+        }
+    }
+}
