@@ -68,6 +68,16 @@ impl Kernel {
         }
     }
 
+    /// The part of operand `i`'s padded array a run touches, if it has an
+    /// element window whose windows are known before the run: per dim
+    /// `[lo, hi)` in padded coordinates, the hull of the array and every
+    /// window the grid places. The CPU paths materialise only this much of
+    /// the padding (padding beyond the outermost window costs nothing);
+    /// `None` means the whole padded array.
+    pub fn element_reach(&self, i: usize) -> Option<Vec<(usize, usize)>> {
+        crate::verify::element_reach(&self.grid, self.operands.get(i)?)
+    }
+
     /// The block index operand `i` uses at grid `point`, from its index
     /// map, with scalar-prefetch values read through `prefetch`; an index
     /// map that fails to evaluate or a block outside the array is an error

@@ -38,8 +38,9 @@ pub const DEFAULT_MAX_WORK: u128 = 1 << 34;
 pub struct Demand {
     /// Bytes of its arrays: every argument and output as the host holds
     /// it (f64 per element) and once more in its own dtype (the buffer a
-    /// path hands the kernel), an element window's array with its padding
-    /// (the CPU paths allocate it padded).
+    /// path hands the kernel), an element window's array with the padding
+    /// its windows reach ([`kernel_ir::Kernel::element_reach`]; all of it
+    /// where that is known only at run time), as the CPU paths store it.
     pub bytes: u128,
     /// Element-ops run: grid steps × each body op's elements (its largest
     /// operand or result, at least 1) times the trips of the loops around
@@ -56,13 +57,24 @@ impl Demand {
         for p in &k.prefetch {
             bytes = bytes.saturating_add(elements(&p.shape).saturating_mul(8 + 4));
         }
-        for o in &k.operands {
+        for (i, o) in k.operands.iter().enumerate() {
             let mut shape: Vec<u128> = o.shape.iter().map(|&n| n as u128).collect();
             if let Some(pad) = &o.block.element {
-                for (d, n) in shape.iter_mut().enumerate() {
-                    let low = pad.low.get(d).copied().unwrap_or(0) as u128;
-                    let high = pad.high.get(d).copied().unwrap_or(0) as u128;
-                    *n = n.saturating_add(low).saturating_add(high);
+                // What the CPU paths store of the padded array: the part
+                // the run touches, where that is known before it runs.
+                match k.element_reach(i) {
+                    Some(reach) => {
+                        for (n, (lo, hi)) in shape.iter_mut().zip(reach) {
+                            *n = (hi - lo) as u128;
+                        }
+                    }
+                    None => {
+                        for (d, n) in shape.iter_mut().enumerate() {
+                            let low = pad.low.get(d).copied().unwrap_or(0) as u128;
+                            let high = pad.high.get(d).copied().unwrap_or(0) as u128;
+                            *n = n.saturating_add(low).saturating_add(high);
+                        }
+                    }
                 }
             }
             let n = shape.iter().fold(1u128, |a, &d| a.saturating_mul(d));
@@ -178,20 +190,9 @@ impl Limits {
     }
 }
 
-/// A byte count as people read it (`2.0 GiB`).
+/// A byte count as people read it (`2.0 GiB`), past u64 as u64's most.
 fn human(b: u128) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    kernel_ir::human_bytes(u64::try_from(b).unwrap_or(u64::MAX))
 }
 
 /// `--max-memory`'s value: bytes, or a number with `K`, `M`, `G` or `T`

@@ -41,6 +41,38 @@ pub(super) fn check(k: &Kernel) -> Vec<KernelError> {
         .collect()
 }
 
+/// The part of operand `o`'s padded array (an element window's) that a
+/// run touches, per dim `[lo, hi)` in padded coordinates: every window the
+/// index map places at every grid point, and the array itself, which is
+/// copied in whole. `None` (the whole padding) for an operand without an
+/// element window, in `any` space, whose map reads scalar prefetch (its
+/// windows are known only at run time), or on a grid of more than
+/// [`MAX_POINTS`] steps (checked at its corners only: a reach from them
+/// would rest on the maps being monotone).
+pub(crate) fn element_reach(grid: &crate::Grid, o: &Operand) -> Option<Vec<(usize, usize)>> {
+    let pad = o.block.element.as_ref()?;
+    if o.space == MemorySpace::Any || o.block.index_map.uses_prefetch() || grid.steps() > MAX_POINTS
+    {
+        return None;
+    }
+    let mut reach: Vec<(usize, usize)> = (0..o.shape.len())
+        .map(|d| {
+            let low = pad.low.get(d).copied().unwrap_or(0);
+            (low, low + o.shape[d])
+        })
+        .collect();
+    for g in points(grid) {
+        for (d, e) in o.block.index_map.exprs.iter().enumerate() {
+            let v = usize::try_from(e.eval_static(&g).ok()?).ok()?;
+            let s = *o.block.shape.get(d)?;
+            let r = reach.get_mut(d)?;
+            r.0 = r.0.min(v);
+            r.1 = r.1.max(v.checked_add(s)?);
+        }
+    }
+    Some(reach)
+}
+
 /// libtpu places element windows at whole tiles: along the two physically
 /// minor dims each window's offset (and so the low padding) must be a
 /// multiple of the dtype's tile rows and of 128 lanes ("Couldn't prove

@@ -54,7 +54,7 @@ mod scope;
 mod signature;
 mod tiling;
 
-pub(crate) use grid_walk::block_in_bounds;
+pub(crate) use grid_walk::{block_in_bounds, element_reach};
 
 use std::ops::Deref;
 use std::sync::{Arc, OnceLock};

@@ -83,22 +83,37 @@ impl Slots {
     }
 }
 
-/// Padded extent of each operand dim: whole blocks (the array for `any`),
-/// or an element window's padding around the array.
-fn padded_shape(o: &kernel_ir::Operand) -> Vec<usize> {
+/// Padded extent of each dim of operand `i`: whole blocks (the array for
+/// `any`), or for an element window the part of its padded array the run
+/// touches ([`Kernel::element_reach`]; all of it when that is not known).
+fn padded_shape(k: &Kernel, i: usize) -> Vec<usize> {
+    let o = &k.operands[i];
     if o.space == MemorySpace::Any {
         return o.shape.clone();
     }
     if let Some(pad) = &o.block.element {
-        return (0..o.shape.len())
-            .map(|d| pad.low[d] + o.shape[d] + pad.high[d])
-            .collect();
+        return match k.element_reach(i) {
+            Some(reach) => reach.iter().map(|(lo, hi)| hi - lo).collect(),
+            None => (0..o.shape.len())
+                .map(|d| pad.low[d] + o.shape[d] + pad.high[d])
+                .collect(),
+        };
     }
     o.shape
         .iter()
         .zip(&o.block.shape)
         .map(|(&n, &b)| n.div_ceil(b) * b)
         .collect()
+}
+
+/// Where the materialised part of operand `i`'s padded array starts, per
+/// dim, in padded coordinates (0 unless [`Kernel::element_reach`] leaves
+/// out low padding no window reads).
+fn reach_start(k: &Kernel, i: usize) -> Vec<usize> {
+    match k.element_reach(i) {
+        Some(reach) => reach.iter().map(|(lo, _)| *lo).collect(),
+        None => vec![0; k.operands[i].shape.len()],
+    }
 }
 
 fn build<'c>(ir: &Ir<'c>, k: &Kernel, spmd: Spmd) -> Result<Module<'c>, LoweringError> {
@@ -156,7 +171,10 @@ pub(crate) fn main_function<'c>(
     for (n, &i) in inputs.iter().enumerate() {
         let o = &k.operands[i];
         let low = match &o.block.element {
-            Some(pad) if o.space != MemorySpace::Any => pad.low.clone(),
+            Some(pad) if o.space != MemorySpace::Any => {
+                let start = reach_start(k, i);
+                (0..o.shape.len()).map(|d| pad.low[d] - start[d]).collect()
+            }
             _ => vec![0; o.shape.len()],
         };
         arrays[i] = Some(e.pad(
@@ -165,7 +183,7 @@ pub(crate) fn main_function<'c>(
             o.dtype,
             &o.shape,
             &low,
-            &padded_shape(o),
+            &padded_shape(k, i),
         )?);
     }
     // Outputs start as zeros (in-out ones as their input).
@@ -173,7 +191,7 @@ pub(crate) fn main_function<'c>(
     let mut init = vec![e.scalar_i32(&block, 0)?];
     for &i in &outputs {
         let o = &k.operands[i];
-        let shape = padded_shape(o);
+        let shape = padded_shape(k, i);
         let v = match arrays[i] {
             Some(v) => v,
             None => e.splat(&block, 0.0, o.dtype, &shape)?,
@@ -236,11 +254,18 @@ pub(crate) fn main_function<'c>(
             continue;
         }
         let mut st = Vec::new();
+        let start = reach_start(k, i);
         for (d, ex) in o.block.index_map.exprs.iter().enumerate() {
             let b = e.index_expr(&body, ex, &grid, &prefetch, k)?;
             if o.block.element.is_some() {
-                // Already an element offset into the padded array.
-                st.push(b);
+                // An element offset into the padded array, of which the
+                // part from `start` on is materialised.
+                if start[d] == 0 {
+                    st.push(b);
+                } else {
+                    let s = e.scalar_i32(&body, start[d] as i64)?;
+                    st.push(e.bin(&body, "stablehlo.subtract", b, s, DType::I32, &[])?);
+                }
                 continue;
             }
             let size = e.scalar_i32(&body, o.block.shape[d] as i64)?;
@@ -304,7 +329,13 @@ pub(crate) fn main_function<'c>(
     let mut rets = Vec::new();
     for (n, &i) in outputs.iter().enumerate() {
         let o = &k.operands[i];
-        rets.push(e.unpad(&block, results[1 + n], o.dtype, &padded_shape(o), &o.shape)?);
+        rets.push(e.unpad(
+            &block,
+            results[1 + n],
+            o.dtype,
+            &padded_shape(k, i),
+            &o.shape,
+        )?);
     }
     ir.op(&block, "func.return", &rets, &[], Vec::new(), Vec::new())?;
     ir.public_main(block, &main_in, &main_out)

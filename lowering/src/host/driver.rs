@@ -130,10 +130,10 @@ impl Drop for AlignedBuf {
 #[derive(Clone, Debug)]
 pub(crate) struct Storage {
     /// Logical dims padded up to whole blocks (or, for element windows,
-    /// by their low and high padding).
+    /// the part of the padded array the run touches).
     pub padded: Vec<usize>,
     /// Where the array's first element sits in the storage along each dim
-    /// (an element window's low padding, else 0).
+    /// (the low padding the storage keeps, else 0).
     pub origin: Vec<usize>,
     /// Element strides of each logical dim in the storage (row-major).
     pub strides: Vec<usize>,
@@ -149,13 +149,22 @@ impl Storage {
         let zeros = vec![0; o.shape.len()];
         let (padded, origin): (Vec<usize>, Vec<usize>) = match &o.block.element {
             _ if o.space == MemorySpace::Any => (o.shape.clone(), zeros),
-            // The verifier keeps every window inside the padded array.
-            Some(pad) => (
-                (0..o.shape.len())
-                    .map(|d| pad.low[d] + o.shape[d] + pad.high[d])
-                    .collect(),
-                pad.low.clone(),
-            ),
+            // The verifier keeps every window inside the padded array; of
+            // it, only the part the run touches is stored.
+            Some(pad) => match k.element_reach(i) {
+                Some(reach) => (
+                    reach.iter().map(|(lo, hi)| hi - lo).collect(),
+                    (0..o.shape.len())
+                        .map(|d| pad.low[d] - reach[d].0)
+                        .collect(),
+                ),
+                None => (
+                    (0..o.shape.len())
+                        .map(|d| pad.low[d] + o.shape[d] + pad.high[d])
+                        .collect(),
+                    pad.low.clone(),
+                ),
+            },
             None => (
                 o.shape
                     .iter()
