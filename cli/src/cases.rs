@@ -41,6 +41,11 @@ pub fn cases(args: &[String]) -> Result<(), Failure> {
             .map_err(|_| usage(format!("--seed takes a number, got `{s}`")))?,
         None => 7,
     };
+    // --out before the work (every kernel built and sampled), as the
+    // publish will check it.
+    let is_cases = |d: &std::path::Path| d.join("cases.json").is_file();
+    tooling::atomic_dir::check_replaceable(std::path::Path::new(out), is_cases)
+        .map_err(|e| usage(e.to_string()))?;
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
     let mut list = Vec::new();
     for e in ENTRIES {
@@ -59,7 +64,7 @@ pub fn cases(args: &[String]) -> Result<(), Failure> {
         json!({"format": "tessera-gpu-cases", "format_version": 1, "seed": seed, "cases": list});
     files.push(("cases.json".into(), index.to_string().into_bytes()));
     let dir = std::path::Path::new(out);
-    let staged = tooling::atomic_dir::StagedDir::new(dir, |d| d.join("cases.json").is_file())
+    let staged = tooling::atomic_dir::StagedDir::new(dir, is_cases)
         .map_err(|e| Failure::Run(e.to_string()))?;
     for (rel, bytes) in &files {
         staged

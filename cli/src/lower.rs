@@ -146,6 +146,8 @@ pub fn export(args: &[String]) -> Result<(), Failure> {
         ));
     }
     let dir = std::path::Path::new(dir);
+    // --out before the work, as the publish will check it.
+    export::check_out(dir).map_err(|e| out_error(dir, e))?;
     let kernel = kernel_for_lower(name, &a).map_err(usage)?;
     if crate::kernel_args::is_kernel_file(name) {
         // A kernel file has no entry: no backward, no buckets.
@@ -316,14 +318,18 @@ fn artifact(
 /// Writes `files` as the directory `dir`, all or nothing: staged beside
 /// it and put in place with one rename (an earlier export there is
 /// replaced whole; any other non-empty directory is refused).
-fn publish(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), Failure> {
-    let fail = |e: StageError| match e {
+/// An export's `--out` that cannot be written, as the command says it.
+fn out_error(dir: &std::path::Path, e: StageError) -> Failure {
+    match e {
         StageError::NotAnEarlierVersion(_) => usage(format!(
             "--out {} exists and is not an earlier Tessera export (it has no manifest.json or buckets.json); name a new or empty directory (an export replaces its directory whole)",
             dir.display()
         )),
         StageError::NotADirectory(_) => usage(format!("--out {e}")),
         StageError::Io { .. } => Failure::Run(e.to_string()),
-    };
-    export::publish(dir, files).map_err(fail)
+    }
+}
+
+fn publish(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), Failure> {
+    export::publish(dir, files).map_err(|e| out_error(dir, e))
 }

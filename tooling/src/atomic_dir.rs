@@ -252,7 +252,11 @@ impl Drop for StagedDir {
     }
 }
 
-fn check_replaceable(target: &Path, replaceable: fn(&Path) -> bool) -> Result<(), StageError> {
+/// Whether `target` may be replaced by a [`StagedDir`] with `replaceable`
+/// (absent, an empty directory, or one `replaceable` accepts): what
+/// [`StagedDir::new`] checks, for a command to say before its work, not
+/// after it.
+pub fn check_replaceable(target: &Path, replaceable: fn(&Path) -> bool) -> Result<(), StageError> {
     let Ok(meta) = std::fs::symlink_metadata(target) else {
         return Ok(());
     };

@@ -164,14 +164,26 @@ fn cases_writes_every_catalog_kernel_as_a_gpu_check_case() {
     }
     assert_eq!(add["program"]["function"], "add_kernel");
     assert!(add["outputs"][0]["abs"].as_f64().unwrap() > 0.0);
-    // A bad seed is a usage error; a regular file is never replaced.
+    // A bad seed is a usage error; a regular file is never replaced, and
+    // is refused before any kernel is built (it took 20 s).
     let o = tessera(&["cases", "--out", out.to_str().unwrap(), "--seed", "x"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let file = d.join("a-file");
     std::fs::write(&file, b"keep").unwrap();
-    let o = tessera(&["cases", "--out", file.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+    for cmd in [&["cases"][..], &["export", "flash_attention", "--gpu"]] {
+        let started = std::time::Instant::now();
+        let mut args = cmd.to_vec();
+        args.extend(["--out", file.to_str().unwrap()]);
+        let o = tessera(&args);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("is not a directory"), "{}", stderr(&o));
+        assert!(
+            started.elapsed().as_secs() < 2,
+            "{cmd:?}: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+    }
 }
 
 /// A kernel file whose path holds Python: the newline in the folder's name

@@ -249,6 +249,12 @@ type Signature = Vec<(String, Vec<usize>, DType)>;
 /// Writes `files` as the directory `dir`, all or nothing: staged beside
 /// it and put in place with one rename (an earlier export there is
 /// replaced whole; any other non-empty directory is refused).
+/// Whether `dir` may receive an export ([`publish`]'s check, to make
+/// before the work).
+pub fn check_out(dir: &std::path::Path) -> Result<(), StageError> {
+    crate::atomic_dir::check_replaceable(dir, is_export_dir)
+}
+
 pub fn publish(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), StageError> {
     let staged = StagedDir::new(dir, is_export_dir)?;
     for (rel, bytes) in files {
