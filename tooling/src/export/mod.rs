@@ -246,15 +246,15 @@ fn manifest(
 /// A kernel's arguments and outputs as (name, shape, dtype).
 type Signature = Vec<(String, Vec<usize>, DType)>;
 
-/// Writes `files` as the directory `dir`, all or nothing: staged beside
-/// it and put in place with one rename (an earlier export there is
-/// replaced whole; any other non-empty directory is refused).
 /// Whether `dir` may receive an export ([`publish`]'s check, to make
 /// before the work).
 pub fn check_out(dir: &std::path::Path) -> Result<(), StageError> {
     crate::atomic_dir::check_replaceable(dir, is_export_dir)
 }
 
+/// Writes `files` as the directory `dir`, all or nothing: staged beside
+/// it and put in place with one rename (an earlier export there is
+/// replaced whole; any other non-empty directory is refused).
 pub fn publish(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), StageError> {
     let staged = StagedDir::new(dir, is_export_dir)?;
     for (rel, bytes) in files {
