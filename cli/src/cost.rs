@@ -14,8 +14,9 @@ use crate::{Failure, usage};
 /// sample inputs (`--input NAME=FILE.npy` replacing any).
 pub fn kernel_with_inputs(name: &str, a: &Args) -> Result<(VerifiedKernel, Vec<Array>), Failure> {
     let kernel = kernel_for_lower(name, a).map_err(usage)?;
-    // Sampling allocates the inputs: their size is checked first.
-    crate::limits::check(&kernel, a)?;
+    // Sampling allocates the inputs: their size is checked first (the
+    // work by the commands that run the kernel).
+    crate::limits::check_memory(&kernel, a)?;
     if crate::kernel_args::is_kernel_file(name) {
         if !a.all("input").is_empty() {
             return Err(usage(format!(
@@ -84,6 +85,10 @@ pub fn kernels_named(
 ) -> Result<Vec<(String, VerifiedKernel, Vec<Array>)>, Failure> {
     if !["all", "kernels", "presets"].contains(&name) {
         let (k, inputs) = kernel_with_inputs(name, a)?;
+        // `cost` and `estimate` run it in the interpreter; `compile` does not.
+        if cmd != "compile" {
+            crate::limits::check(&k, a)?;
+        }
         return Ok(vec![(name.to_string(), k, inputs)]);
     }
     if !a.all("config").is_empty() || !a.all("shape").is_empty() || !a.all("input").is_empty() {
@@ -129,6 +134,7 @@ pub fn cost_cmd(args: &[String]) -> Result<(), Failure> {
         }
     } else {
         let (kernel, inputs) = kernel_with_inputs(which, &a)?;
+        crate::limits::check(&kernel, &a)?;
         if let Some(mesh) = &kernel.kernel().mesh {
             // Each device gets its own sample (seeded by its id).
             let per_device: Vec<Vec<Array>> = (0..mesh.devices())

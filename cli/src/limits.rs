@@ -31,6 +31,15 @@ pub fn check(k: &Kernel, a: &Args) -> Result<(), Failure> {
         .map_err(|e| usage(format!("kernel `{}` {e}", k.name)))
 }
 
+/// `Ok` when `k`'s arrays fit `--max-memory` (for a command that samples
+/// its inputs but does not run it here: `compile`).
+pub fn check_memory(k: &Kernel, a: &Args) -> Result<(), Failure> {
+    let mut l = limits(a)?;
+    l.max_work = u128::MAX;
+    l.check(&Demand::of(k))
+        .map_err(|e| usage(format!("kernel `{}` {e}", k.name)))
+}
+
 /// `--timeout SECS`, if given: seconds up to a day.
 pub fn timeout(a: &Args) -> Result<Option<std::time::Duration>, Failure> {
     let Some(t) = a.one("timeout").map_err(usage)? else {

@@ -125,18 +125,21 @@ pub struct Collected {
 /// Reads `child`'s stdout and stderr (both piped) until it exits or
 /// `timeout` passes, then kills its group and returns what it wrote.
 pub fn collect(mut child: Child, timeout: Duration) -> std::io::Result<Collected> {
-    let (line_tx, lines_rx) = mpsc::channel();
-    if let Some(out) = child.stdout.take() {
+    // Each reader owns its sender: a pipe that is not there (or has
+    // ended) leaves a disconnected channel, never a wait.
+    let lines_rx = child.stdout.take().map(|out| {
+        let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if line_tx.send(line).is_err() {
+                if tx.send(line).is_err() {
                     break;
                 }
             }
         });
-    }
-    let (err_tx, err_rx) = mpsc::channel();
-    if let Some(mut err) = child.stderr.take() {
+        rx
+    });
+    let err_rx = child.stderr.take().map(|mut err| {
+        let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut keep = Vec::new();
             let mut buf = [0u8; 8192];
@@ -150,14 +153,17 @@ pub fn collect(mut child: Child, timeout: Duration) -> std::io::Result<Collected
                 }
                 // Each piece as it comes: a reader blocked by a grandchild
                 // still gives what it has.
-                let _ = err_tx.send(String::from_utf8_lossy(&keep).into_owned());
+                let _ = tx.send(String::from_utf8_lossy(&keep).into_owned());
             }
         });
-    }
+        rx
+    });
     let start = Instant::now();
     let mut lines = Vec::new();
     let status = loop {
-        lines.extend(lines_rx.try_iter());
+        if let Some(rx) = &lines_rx {
+            lines.extend(rx.try_iter());
+        }
         match child.try_wait()? {
             Some(s) => break Some(s),
             None if start.elapsed() > timeout => break None,
@@ -165,17 +171,17 @@ pub fn collect(mut child: Child, timeout: Duration) -> std::io::Result<Collected
         }
     };
     kill_group(&mut child);
-    let until = Instant::now() + GRACE;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        match lines_rx.recv_timeout(left) {
-            Ok(l) => lines.push(l),
-            Err(_) => break,
+    if let Some(rx) = &lines_rx {
+        let until = Instant::now() + GRACE;
+        while let Ok(l) = rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            lines.push(l);
         }
     }
     let mut stderr = String::new();
-    while let Ok(s) = err_rx.recv_timeout(Duration::from_millis(50)) {
-        stderr = s;
+    if let Some(rx) = &err_rx {
+        while let Ok(s) = rx.recv_timeout(GRACE) {
+            stderr = s;
+        }
     }
     Ok(Collected {
         status,
@@ -214,6 +220,26 @@ mod tests {
         assert!(got.status.is_some_and(|s| s.success()));
         assert_eq!(got.lines, ["report"]);
         assert_eq!(got.stderr, "said\n");
+    }
+
+    /// A child without a stdout pipe (libtpu's) costs no grace wait.
+    #[test]
+    fn a_missing_pipe_is_no_wait() {
+        let c = spawn(
+            Command::new("/bin/sh")
+                .args(["-c", "echo err >&2"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped()),
+        )
+        .unwrap();
+        let start = Instant::now();
+        let got = collect(c, Duration::from_secs(20)).unwrap();
+        assert!(
+            start.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(got.stderr, "err\n");
     }
 
     #[test]

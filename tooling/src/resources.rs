@@ -44,8 +44,8 @@ pub struct Demand {
     pub bytes: u128,
     /// Element-ops run: grid steps × each body op's elements (its largest
     /// operand or result, at least 1) times the trips of the loops around
-    /// it (a loop with a bound known only at run time counts the
-    /// interpreter's trip limit, [`kernel_ir::limits::MAX_LOOP_TRIPS`]).
+    /// it (a loop with a bound known only at run time counts once: a
+    /// lower bound there).
     pub work: u128,
 }
 
@@ -147,7 +147,12 @@ fn trips(lower: &IndexValue, upper: &IndexValue, step: i64) -> u128 {
                 ((*u as i128 - *l as i128 + step as i128 - 1) / step as i128) as u128
             }
         }
-        _ => kernel_ir::limits::MAX_LOOP_TRIPS as u128,
+        // Known only at run time (a valid length, a page count): counted
+        // once, so the demand is a lower bound there; the interpreter's
+        // per-loop limit ([`kernel_ir::limits::MAX_LOOP_TRIPS`]) and the
+        // children's time limits bound the rest. Counting the limit instead
+        // refused every paged kernel (5·10^13 element-ops).
+        _ => 1,
     }
 }
 
