@@ -52,12 +52,7 @@ pub fn within<T>(pid: u32, limit: Duration, f: impl FnOnce() -> T) -> (T, bool) 
     let (done, wait) = mpsc::channel::<()>();
     let watchdog = std::thread::spawn(move || match wait.recv_timeout(limit) {
         Err(mpsc::RecvTimeoutError::Timeout) => {
-            if let Ok(pid) = i32::try_from(pid) {
-                // SAFETY: a plain syscall; -pid names the group `spawn` made.
-                unsafe {
-                    libc::kill(-pid, libc::SIGKILL);
-                }
-            }
+            kill_pgid(pid);
             true
         }
         _ => false,
@@ -100,14 +95,19 @@ pub fn spawn_pooled(cmd: &mut Command) -> std::io::Result<Child> {
 /// Kills `child`'s process group (the child and what it started) and
 /// reaps the child.
 pub fn kill_group(child: &mut Child) {
-    if let Ok(pid) = i32::try_from(child.id()) {
+    kill_pgid(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// SIGKILL to the process group a child of id `pid` leads.
+fn kill_pgid(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
         // SAFETY: a plain syscall; -pid names the group `spawn` made.
         unsafe {
             libc::kill(-pid, libc::SIGKILL);
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// What a collected child gave.
